@@ -1,0 +1,1 @@
+//! efabench-bootstrap (placeholder: being written).

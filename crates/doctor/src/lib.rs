@@ -1,0 +1,1 @@
+//! efabench-doctor (placeholder: being written).

@@ -1,0 +1,9 @@
+//! One module per subcommand: a clap `Args` struct and `run(args) -> Result<exit code, CliError>`.
+pub mod bench;
+pub mod compare;
+pub mod counters;
+pub mod doctor;
+pub mod ipc;
+pub mod launch;
+pub mod plot;
+pub mod topo;

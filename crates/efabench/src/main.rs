@@ -1,0 +1,66 @@
+//! `efabench`: the thin binary on top of the workspace.
+//!
+//! Each subcommand lives in `cmd/<name>.rs` as a clap `Args` struct plus a `run` function; the
+//! work itself lives in the library crates (fabric, bootstrap, bench, topology, doctor, gpu,
+//! report). This file only parses the command line and turns errors into exit codes:
+//! 0 success, 1 a measured or checked failure, 2 bad input or a missing prerequisite.
+
+mod cmd;
+mod error;
+
+use clap::{Parser, Subcommand};
+use error::CliError;
+
+#[derive(Parser)]
+#[command(name = "efabench", version = env!("EFABENCH_VERSION_LONG"), about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Health and configuration checks of the EFA/GPU stack; exit 1 if any check fails.
+    Doctor(cmd::doctor::Args),
+    /// GPUs, EFA NICs, NUMA nodes, GPU<->NIC pairing, NVLink, libfabric domains.
+    Topo(cmd::topo::Args),
+    /// EFA hardware counters: snapshot, live rates (--watch), or deltas around a command.
+    Counters(cmd::counters::Args),
+    /// Start N local ranks of an efabench command on this host.
+    Launch(cmd::launch::Args),
+    /// Two-sided send/recv: ping-pong latency and streaming bandwidth.
+    Sendrecv(cmd::bench::P2pArgs),
+    /// RDMA write with remote CQ data: ping-pong latency and streaming bandwidth.
+    Write(cmd::bench::P2pArgs),
+    /// RDMA read: post-to-completion latency and streaming bandwidth.
+    Read(cmd::bench::P2pArgs),
+    /// NVLink through CUDA IPC: kernels and copy engine writing into a peer GPU.
+    Ipc(cmd::ipc::Args),
+    /// Plot JSONL records to PNG or SVG.
+    Plot(cmd::plot::Args),
+    /// Compare two JSONL result files; exit 1 on a regression beyond the tolerance.
+    Compare(cmd::compare::Args),
+}
+
+fn main() {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => error::exit_on_clap_error(e),
+    };
+    let result = match cli.command {
+        Command::Doctor(a) => cmd::doctor::run(a),
+        Command::Topo(a) => cmd::topo::run(a),
+        Command::Counters(a) => cmd::counters::run(a),
+        Command::Launch(a) => cmd::launch::run(a),
+        Command::Sendrecv(a) => cmd::bench::run(efabench_bench::P2pKind::SendRecv, a),
+        Command::Write(a) => cmd::bench::run(efabench_bench::P2pKind::Write, a),
+        Command::Read(a) => cmd::bench::run(efabench_bench::P2pKind::Read, a),
+        Command::Ipc(a) => cmd::ipc::run(a),
+        Command::Plot(a) => cmd::plot::run(a),
+        Command::Compare(a) => cmd::compare::run(a),
+    };
+    match result {
+        Ok(code) => std::process::exit(code),
+        Err(e) => e.exit(),
+    }
+}

@@ -1,0 +1,1 @@
+//! efabench-fabric-sys (placeholder: being written).

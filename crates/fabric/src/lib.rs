@@ -1,0 +1,1 @@
+//! efabench-fabric (placeholder: being written).

@@ -1,0 +1,1 @@
+//! efabench-gpu (placeholder: being written).

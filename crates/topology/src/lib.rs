@@ -1,0 +1,1 @@
+//! efabench-topology (placeholder: being written).
