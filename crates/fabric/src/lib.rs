@@ -1,1 +1,5 @@
-//! efabench-fabric (placeholder: being written).
+//! efabench-fabric: safe types over libfabric (being written).
+
+pub mod memory;
+
+pub use memory::{DmabufHandle, Hmem, MemoryBuffer};
