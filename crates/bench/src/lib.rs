@@ -7,3 +7,5 @@ pub enum P2pKind {
     Write,
     Read,
 }
+
+pub mod pattern;
