@@ -1,0 +1,235 @@
+//! libfabric as seen from outside the process: `fi_info` output and library file names.
+//!
+//! Why not only the fabric crate: `doctor` and `topo` must work where libfabric cannot be loaded
+//! (wrong version, missing, or a fixture tree of another node), so they parse the text of
+//! `fi_info --version` / `fi_info -p efa` (reference/efa-facts.md §2.1) — from a file the user
+//! captured, or by running `fi_info` on the live system — and read versions from the
+//! `libfabric.so.1.N.0` file name (§2.4). The fabric layer can fill the same types directly.
+
+use crate::root::Root;
+use serde::Serialize;
+use std::io::Read;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// One `fi_info` entry (provider, fabric, domain).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct LibfabricDomain {
+    pub provider: String,
+    pub fabric: String,
+    pub domain: String,
+    /// `FI_EP_RDM` / `FI_EP_DGRAM`, when known.
+    pub ep_type: Option<String>,
+    /// Provider version as printed (`201.0`).
+    pub prov_version: Option<String>,
+}
+
+/// What `fi_info --version` and `fi_info -p efa` said.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct FiInfo {
+    /// `libfabric: 1.22.0amzn5.0`.
+    pub library_version: Option<String>,
+    /// `libfabric api: 1.22`.
+    pub api_version: Option<String>,
+    pub entries: Vec<LibfabricDomain>,
+    /// `fi_getinfo: -61 (No data available)` was seen: the provider asked for is absent.
+    pub no_data: bool,
+}
+
+impl FiInfo {
+    /// Entries of the `efa` provider.
+    pub fn efa(&self) -> impl Iterator<Item = &LibfabricDomain> {
+        self.entries.iter().filter(|e| e.provider == "efa")
+    }
+
+    /// The libfabric version: from `--version`, else derived from an entry's provider version.
+    pub fn version(&self) -> Option<String> {
+        self.library_version.clone().or_else(|| {
+            self.entries.iter().find_map(|e| {
+                e.prov_version
+                    .as_deref()
+                    .and_then(prov_version_to_libfabric)
+            })
+        })
+    }
+}
+
+/// Parse `fi_info` text (any mix of `--version` and provider listings).
+pub fn parse_fi_info(text: &str) -> FiInfo {
+    let mut info = FiInfo::default();
+    let mut cur: Option<LibfabricDomain> = None;
+    for line in text.lines() {
+        let t = line.trim();
+        if let Some(v) = t.strip_prefix("libfabric api:") {
+            info.api_version = Some(v.trim().to_string());
+        } else if let Some(v) = t.strip_prefix("libfabric:") {
+            info.library_version = Some(v.trim().to_string());
+        } else if t.starts_with("fi_getinfo:") && t.contains("-61") {
+            info.no_data = true;
+        } else if let Some(p) = t.strip_prefix("provider:") {
+            if let Some(e) = cur.take() {
+                info.entries.push(e);
+            }
+            cur = Some(LibfabricDomain {
+                provider: p.trim().to_string(),
+                fabric: String::new(),
+                domain: String::new(),
+                ep_type: None,
+                prov_version: None,
+            });
+        } else if let Some(e) = cur.as_mut() {
+            if let Some(v) = t.strip_prefix("fabric:") {
+                e.fabric = v.trim().to_string();
+            } else if let Some(v) = t.strip_prefix("domain:") {
+                e.domain = v.trim().to_string();
+            } else if let Some(v) = t.strip_prefix("version:") {
+                e.prov_version = Some(v.trim().to_string());
+            } else if let Some(v) = t.strip_prefix("type:") {
+                e.ep_type = Some(v.trim().to_string());
+            }
+        }
+    }
+    if let Some(e) = cur.take() {
+        info.entries.push(e);
+    }
+    info
+}
+
+/// `OFI_VERSION_DEF_PROV` → libfabric version: `201.0` → `2.1.0`, `111.20` → `1.11.2`. Versions
+/// before 1.11 printed `2.0`/`3.0` (not derivable): `None`.
+pub fn prov_version_to_libfabric(v: &str) -> Option<String> {
+    let (a, b) = v.trim().split_once('.')?;
+    let a: u32 = a.parse().ok()?;
+    let b: u32 = b.parse().ok()?;
+    if a < 100 {
+        return None;
+    }
+    Some(format!("{}.{}.{}", a / 100, a % 100, b / 10))
+}
+
+/// libfabric release for a `libfabric.so.1.N.0` file (reference/efa-facts.md §2.4).
+pub fn libfabric_version_from_soname(file: &str) -> Option<&'static str> {
+    let rest = file.strip_prefix("libfabric.so.1.")?;
+    let minor: u32 = rest.split('.').next()?.parse().ok()?;
+    Some(match minor {
+        21 => "1.18",
+        22 => "1.19",
+        23 => "1.20",
+        24 => "1.21",
+        25 => "1.22",
+        26 => "2.0",
+        27 => "2.1",
+        28 => "2.2",
+        29 => "2.3",
+        30 => "2.4",
+        32 => "2.7",
+        _ => return None,
+    })
+}
+
+/// libfabric libraries under the installer's directories: (system path, version if known).
+pub fn libfabric_files(root: &Root) -> Vec<(String, Option<String>)> {
+    let mut out = Vec::new();
+    for dir in ["/opt/amazon/efa/lib64", "/opt/amazon/efa/lib"] {
+        for f in root.list(dir) {
+            if f.starts_with("libfabric.so.1.") {
+                out.push((
+                    format!("{dir}/{f}"),
+                    libfabric_version_from_soname(&f).map(str::to_string),
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// Where `fi_info` is on the live system: the EFA installer's copy, then `PATH`.
+pub fn find_fi_info(path_env: Option<&str>) -> Option<std::path::PathBuf> {
+    let mut cands = vec![std::path::PathBuf::from("/opt/amazon/efa/bin/fi_info")];
+    if let Some(p) = path_env {
+        cands.extend(std::env::split_paths(p).map(|d| d.join("fi_info")));
+    }
+    cands.into_iter().find(|c| c.is_file())
+}
+
+/// Run `fi_info --version` and `fi_info -p efa` (each bounded by `timeout`) and parse both.
+/// Errors say what was looked for.
+pub fn run_fi_info(path_env: Option<&str>, timeout: Duration) -> Result<(String, FiInfo), String> {
+    let exe = find_fi_info(path_env)
+        .ok_or_else(|| "fi_info not found in /opt/amazon/efa/bin or PATH".to_string())?;
+    let mut text = run_bounded(&exe, &["--version"], timeout)?;
+    text.push('\n');
+    text.push_str(&run_bounded(&exe, &["-p", "efa"], timeout)?);
+    Ok((exe.to_string_lossy().into_owned(), parse_fi_info(&text)))
+}
+
+fn run_bounded(exe: &std::path::Path, args: &[&str], timeout: Duration) -> Result<String, String> {
+    let mut child = Command::new(exe)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot run {}: {e}", exe.display()))?;
+    let mut out = child.stdout.take();
+    let mut err = child.stderr.take();
+    let reader = std::thread::spawn(move || {
+        let mut s = Vec::new();
+        if let Some(o) = out.as_mut() {
+            let _ = o.take(1 << 22).read_to_end(&mut s);
+        }
+        if let Some(e) = err.as_mut() {
+            let _ = e.take(1 << 16).read_to_end(&mut s);
+        }
+        s
+    });
+    let start = Instant::now();
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => break,
+            Ok(None) if start.elapsed() < timeout => std::thread::sleep(Duration::from_millis(20)),
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!(
+                    "{} {} did not finish within {:?}",
+                    exe.display(),
+                    args.join(" "),
+                    timeout
+                ));
+            }
+        }
+    }
+    let bytes = reader.join().unwrap_or_default();
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_versions_and_blocks() {
+        let t = "/opt/amazon/efa/bin/fi_info: 2.1.0amzn4.0\nlibfabric: 2.1.0amzn4.0\nlibfabric api: 2.1\n\
+provider: efa\n    fabric: efa-direct\n    domain: rdmap47s0-rdm\n    version: 201.0\n    type: FI_EP_RDM\n    protocol: FI_PROTO_EFA\n\
+provider: efa\n    fabric: efa\n    domain: rdmap47s0-dgrm\n    version: 201.0\n    type: FI_EP_DGRAM\n    protocol: FI_PROTO_EFA\n";
+        let i = parse_fi_info(t);
+        assert_eq!(i.library_version.as_deref(), Some("2.1.0amzn4.0"));
+        assert_eq!(i.api_version.as_deref(), Some("2.1"));
+        assert_eq!(i.entries.len(), 2);
+        assert_eq!(i.entries[0].fabric, "efa-direct");
+        assert_eq!(i.entries[1].ep_type.as_deref(), Some("FI_EP_DGRAM"));
+        assert!(!i.no_data);
+        assert!(parse_fi_info("fi_getinfo: -61 (No data available)\n").no_data);
+        assert_eq!(
+            prov_version_to_libfabric("111.20").as_deref(),
+            Some("1.11.2")
+        );
+        assert_eq!(prov_version_to_libfabric("2.0"), None);
+        assert_eq!(
+            libfabric_version_from_soname("libfabric.so.1.25.0"),
+            Some("1.22")
+        );
+        assert_eq!(libfabric_version_from_soname("libfabric.so.1"), None);
+    }
+}

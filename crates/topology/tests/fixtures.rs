@@ -1,0 +1,235 @@
+//! Topology, pairing and counters against the fixture trees.
+
+#[path = "../../../fixtures/variants.rs"]
+mod variants;
+
+use efabench_topology::installed::{EfaDriver, Installed};
+use efabench_topology::topo::Pairing;
+use efabench_topology::{NvLink, NvmlGpu, Root, Snapshot, Topology};
+use std::collections::BTreeMap;
+
+fn topo(name: &str) -> Topology {
+    Topology::discover(&Root::new(variants::fixture(name)).unwrap())
+}
+
+#[test]
+fn p5_pairs_four_nics_per_gpu_by_pcie_switch() {
+    let t = topo("p5.48xlarge");
+    assert_eq!(t.instance_type.as_deref(), Some("p5.48xlarge"));
+    assert_eq!(t.gpus.len(), 8, "NVSwitches must not count as GPUs");
+    assert_eq!(t.nics.len(), 32, "the ENA must not count as an EFA");
+    assert_eq!(t.aggregate_link_gbps, 3200.0);
+    let g0 = &t.gpus[0];
+    assert_eq!(g0.pci_bus_id, "0000:53:00.0");
+    assert_eq!(g0.name.as_deref(), Some("NVIDIA H100 80GB HBM3"));
+    assert_eq!(g0.pairing, Pairing::Pcie);
+    assert_eq!(
+        g0.nics,
+        vec!["rdmap79s0", "rdmap80s0", "rdmap81s0", "rdmap82s0"]
+    );
+    let g7 = &t.gpus[7];
+    assert_eq!(g7.pci_bus_id, "0000:ca:00.0");
+    assert_eq!(g7.numa_node, Some(1));
+    assert_eq!(
+        g7.nics,
+        vec!["rdmap198s0", "rdmap199s0", "rdmap200s0", "rdmap201s0"]
+    );
+    for n in &t.nics {
+        assert_eq!(n.gpus.len(), 1, "{}", n.name);
+        assert_eq!(n.state.as_deref(), Some("ACTIVE"));
+        assert_eq!(n.link_gbps, Some(100.0));
+        assert_eq!(n.p2p.as_deref(), Some("NVIDIA peermem"));
+    }
+    assert_eq!(t.nic("rdmap150s0").unwrap().gpus, vec![4]);
+    assert_eq!(t.numa.len(), 2);
+    assert_eq!(t.numa[1].cpulist, "48-95,144-191");
+    assert!(t.efa_pci_without_rdma_device.is_empty());
+    let j = t.to_json();
+    assert_eq!(j["gpus"][0]["nics"][3], "rdmap82s0");
+    assert_eq!(j["nics"][0]["gpus"][0], 0);
+    assert!(j["libfabric_domains"].is_null());
+}
+
+#[test]
+fn p4d_pairs_one_nic_with_two_gpus_per_root() {
+    for name in ["p4d.24xlarge", "p4d.24xlarge-legacy"] {
+        let t = topo(name);
+        assert_eq!(t.gpus.len(), 8, "{name}");
+        assert_eq!(t.nics.len(), 4, "{name}");
+        assert_eq!(t.aggregate_link_gbps, 400.0);
+        let expect = ["rdmap16s27", "rdmap32s27", "rdmap144s27", "rdmap160s27"];
+        for (i, g) in t.gpus.iter().enumerate() {
+            assert_eq!(g.nics, vec![expect[i / 2]], "{name} gpu {i}");
+            assert_eq!(g.pairing, Pairing::Pcie);
+        }
+        assert_eq!(t.nic("rdmap144s27").unwrap().gpus, vec![4, 5]);
+        assert_eq!(t.nic("rdmap144s27").unwrap().numa_node, Some(1));
+    }
+    assert_eq!(
+        topo("p4d.24xlarge-legacy").nics[0].gdr.as_deref(),
+        Some("1")
+    );
+}
+
+#[test]
+fn numa_fallback_when_no_nic_shares_a_root_complex() {
+    let t = variants::copy("p4d.24xlarge");
+    // Move GPU0 under a root complex of its own (still NUMA 0).
+    let src = t.dir.join("sys/devices/pci0000:10/0000:10:1c.0");
+    let dst = t.dir.join("sys/devices/pci0000:30/0000:30:1c.0");
+    std::fs::create_dir_all(dst.parent().unwrap()).unwrap();
+    std::fs::rename(&src, &dst).unwrap();
+    t.remove("sys/bus/pci/devices/0000:10:1c.0");
+    std::os::unix::fs::symlink(
+        "../../../devices/pci0000:30/0000:30:1c.0",
+        t.dir.join("sys/bus/pci/devices/0000:30:1c.0"),
+    )
+    .unwrap();
+    let topo = Topology::discover(&Root::new(t.path()).unwrap());
+    let g = topo
+        .gpus
+        .iter()
+        .find(|g| g.pci_bus_id == "0000:30:1c.0")
+        .unwrap();
+    assert_eq!(g.pairing, Pairing::Numa);
+    assert_eq!(g.nics, vec!["rdmap16s27", "rdmap32s27"]);
+}
+
+#[test]
+fn nvml_merge_by_bus_id() {
+    let mut t = topo("p5.48xlarge");
+    t.merge_nvml(vec![NvmlGpu {
+        pci_bus_id: "00000000:53:00.0".into(),
+        name: "NVIDIA H100 80GB HBM3 (nvml)".into(),
+        nvlinks: vec![NvLink {
+            peer_pci_bus_id: "00000000:07:00.0".into(),
+            links: 5,
+            gbps_per_link: Some(200.0),
+        }],
+    }]);
+    assert_eq!(
+        t.gpus[0].name.as_deref(),
+        Some("NVIDIA H100 80GB HBM3 (nvml)")
+    );
+    assert_eq!(t.gpus[0].name_source, Some("nvml"));
+    assert_eq!(t.gpus[0].nvlinks[0].peer_pci_bus_id, "0000:07:00.0");
+    assert_eq!(t.gpus[1].name_source, Some("pci-id"));
+}
+
+#[test]
+fn variants_show_up_in_topology() {
+    let t = variants::variant("no-efa");
+    let topo = Topology::discover(&Root::new(t.path()).unwrap());
+    assert!(topo.nics.is_empty());
+    assert_eq!(topo.efa_pci_without_rdma_device.len(), 32);
+    assert!(topo
+        .gpus
+        .iter()
+        .all(|g| g.nics.is_empty() && g.pairing == Pairing::None));
+    let t = variants::variant("port-down");
+    let topo = Topology::discover(&Root::new(t.path()).unwrap());
+    assert_eq!(
+        topo.nic("rdmap113s0").unwrap().state.as_deref(),
+        Some("DOWN")
+    );
+    assert_eq!(topo.aggregate_link_gbps, 3200.0);
+}
+
+#[test]
+fn counters_list_every_file_and_deltas_follow_changes() {
+    let t = variants::copy("p5.48xlarge");
+    let root = Root::new(t.path()).unwrap();
+    let a = Snapshot::read(&root).unwrap();
+    assert_eq!(a.nics.len(), 32);
+    let n = &a.nics[0];
+    assert_eq!(n.port.len(), 22, "r2.17 port counters");
+    assert_eq!(n.device.len(), 12);
+    assert!(!n.port.contains_key("lifespan"));
+    t.bump("rdmap79s0", "tx_bytes", true, 4096);
+    t.bump("rdmap79s0", "retrans_pkts", true, 3);
+    t.bump("rdmap79s0", "cmds_err", false, 1);
+    let b = Snapshot::read(&root).unwrap();
+    let j = a.delta_json(&b);
+    assert_eq!(j.as_object().unwrap().len(), 1, "{j}");
+    assert_eq!(j["rdmap79s0"]["tx_bytes"], 4096);
+    assert_eq!(j["rdmap79s0"]["retrans_pkts"], 3);
+    assert_eq!(j["rdmap79s0"]["cmds_err"], 1);
+    let d = a.delta(&b);
+    let errs = d.iter().find(|d| d.name == "rdmap79s0").unwrap().errors();
+    assert_eq!(
+        errs.keys().collect::<Vec<_>>(),
+        ["cmds_err", "retrans_pkts"]
+    );
+    // A counter file with garbage is skipped, not fatal.
+    t.write(
+        "sys/class/infiniband/rdmap80s0/ports/1/hw_counters/tx_pkts",
+        "not a number\n",
+    );
+    let c = Snapshot::read(&root).unwrap();
+    let n80 = c.nics.iter().find(|n| n.name == "rdmap80s0").unwrap();
+    assert!(!n80.port.contains_key("tx_pkts"));
+    assert!(n80.port.contains_key("tx_bytes"));
+}
+
+#[test]
+fn legacy_layout_has_counters_in_both_scopes() {
+    let s = Snapshot::read(&Root::new(variants::fixture("p4d.24xlarge-legacy")).unwrap()).unwrap();
+    assert_eq!(s.nics[0].port.len(), 25);
+    assert_eq!(s.nics[0].device.len(), 25);
+    assert!(Snapshot::read(&Root::new(variants::variant("no-efa").path()).unwrap()).is_none());
+}
+
+#[test]
+fn installed_versions_from_files() {
+    let root = Root::new(variants::fixture("p5.48xlarge")).unwrap();
+    let i = Installed::scan(&root, &BTreeMap::new());
+    assert_eq!(
+        i.efa_driver,
+        EfaDriver::Amzn {
+            version: "2.17.3g".into()
+        }
+    );
+    assert_eq!(i.efa_installer.unwrap().version.as_deref(), Some("1.43.2"));
+    assert_eq!(
+        Installed::best(&i.libfabric).unwrap().version.as_deref(),
+        Some("2.1")
+    );
+    assert_eq!(
+        Installed::best(&i.aws_ofi_nccl).unwrap().version.as_deref(),
+        Some("1.16.1")
+    );
+    assert_eq!(
+        i.nccl.len(),
+        1,
+        "symlinks to the same file count once: {:?}",
+        i.nccl
+    );
+    assert_eq!(i.nccl[0].version.as_deref(), Some("2.27.7"));
+    let nv = i.nvidia_driver.unwrap();
+    assert_eq!((nv.version.as_str(), nv.open), ("570.133.20", true));
+    assert_eq!(i.cuda.unwrap().version.as_deref(), Some("12.8.1"));
+    assert!(i.modules.contains(&"efa_nv_peermem".to_string()));
+
+    let legacy = Installed::scan(
+        &Root::new(variants::fixture("p4d.24xlarge-legacy")).unwrap(),
+        &BTreeMap::new(),
+    );
+    assert_eq!(legacy.aws_ofi_nccl[0].version.as_deref(), Some("1.5.0aws"));
+    assert_eq!(legacy.nccl[0].version.as_deref(), Some("2.8.4"));
+    assert_eq!(legacy.cuda.unwrap().version.as_deref(), Some("11.0.228"));
+    assert!(!legacy.nvidia_driver.unwrap().open);
+    assert_eq!(
+        legacy.libfabric[0].version, None,
+        "soname 1.14 is not in the table"
+    );
+}
+
+#[test]
+fn empty_root_gives_empty_topology() {
+    let d = std::env::temp_dir().join(format!("efabench-empty-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    let t = Topology::discover(&Root::new(&d).unwrap());
+    assert!(t.gpus.is_empty() && t.nics.is_empty() && t.numa.is_empty());
+    assert_eq!(t.instance_type, None);
+    let _ = std::fs::remove_dir_all(&d);
+}
