@@ -1,0 +1,177 @@
+//! What every benchmark shares once it has numbers: turning a measured point into a record,
+//! and showing progress.
+//!
+//! A benchmark module measures; this module stamps the result with where it was measured
+//! (provider, domains, library version, host, commit) so that records from different runs and
+//! machines can be compared without guessing.
+
+use std::io::IsTerminal;
+
+use efabench_report::{LatencySummary, Record, SCHEMA};
+use serde_json::{Map, Value};
+
+/// Facts about a run that every record of it repeats.
+#[derive(Clone, Debug)]
+pub struct RunInfo {
+    pub bench: String,
+    pub world: u32,
+    pub provider: String,
+    pub fabric: String,
+    pub domains: Vec<String>,
+    pub libfabric: Option<String>,
+    pub rails: u32,
+    pub mem: String,
+    /// Sum of the link speeds of the NICs (or NVLinks) this run drives, Gbps.
+    pub link_gbps: Option<f64>,
+    pub verified: bool,
+    pub host: String,
+    pub version: String,
+    pub git: Option<String>,
+}
+
+/// One measured point of a benchmark.
+#[derive(Clone, Debug, Default)]
+pub struct Point {
+    pub variant: String,
+    pub size_bytes: u64,
+    pub iters: u64,
+    pub warmup: u64,
+    pub peer: Option<u32>,
+    pub lat_us: LatencySummary,
+    pub bw_gbps: f64,
+    pub busbw_gbps: Option<f64>,
+    pub msg_rate_mops: f64,
+    pub errors: u64,
+    pub counters: Option<Value>,
+    pub extra: Map<String, Value>,
+}
+
+impl RunInfo {
+    /// The record of one point, with utilisation computed against the links this run drives.
+    pub fn record(&self, p: Point) -> Record {
+        let util_pct = self
+            .link_gbps
+            .filter(|l| *l > 0.0)
+            .map(|l| (p.bw_gbps / l * 100.0 * 100.0).round() / 100.0);
+        Record {
+            schema: SCHEMA.to_string(),
+            bench: self.bench.clone(),
+            variant: p.variant,
+            size_bytes: p.size_bytes,
+            iters: p.iters,
+            warmup: p.warmup,
+            world: self.world,
+            peer: p.peer,
+            provider: self.provider.clone(),
+            fabric: self.fabric.clone(),
+            domains: self.domains.clone(),
+            libfabric: self.libfabric.clone(),
+            rails: self.rails,
+            mem: self.mem.clone(),
+            lat_us: p.lat_us,
+            bw_gbps: p.bw_gbps,
+            busbw_gbps: p.busbw_gbps,
+            msg_rate_mops: p.msg_rate_mops,
+            link_gbps: self.link_gbps,
+            util_pct,
+            errors: p.errors,
+            verified: self.verified,
+            counters: p.counters,
+            host: self.host.clone(),
+            timestamp: efabench_report::now_rfc3339(),
+            version: self.version.clone(),
+            git: self.git.clone(),
+            extra: p.extra,
+        }
+    }
+}
+
+/// A progress bar on stderr, shown only when stderr is a terminal (never in logs or CI).
+pub struct Progress {
+    bar: Option<indicatif::ProgressBar>,
+}
+
+impl Progress {
+    pub fn new(enabled: bool, steps: u64, what: &str) -> Self {
+        let bar = (enabled && std::io::stderr().is_terminal()).then(|| {
+            let b = indicatif::ProgressBar::new(steps);
+            b.set_style(
+                indicatif::ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} {msg}")
+                    .expect("static template")
+                    .progress_chars("=> "),
+            );
+            b.set_prefix(what.to_string());
+            b
+        });
+        Progress { bar }
+    }
+
+    pub fn step(&self, msg: String) {
+        if let Some(b) = &self.bar {
+            b.set_message(msg);
+            b.inc(1);
+        }
+    }
+
+    /// Print a line without tearing the bar.
+    pub fn println(&self, line: &str) {
+        match &self.bar {
+            Some(b) => b.println(line),
+            None => eprintln!("{line}"),
+        }
+    }
+
+    pub fn finish(&self) {
+        if let Some(b) = &self.bar {
+            b.finish_and_clear();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(link: Option<f64>) -> RunInfo {
+        RunInfo {
+            bench: "sendrecv".into(),
+            world: 2,
+            provider: "tcp".into(),
+            fabric: "127.0.0.0/8".into(),
+            domains: vec!["lo".into()],
+            libfabric: Some("1.17.0".into()),
+            rails: 1,
+            mem: "host".into(),
+            link_gbps: link,
+            verified: true,
+            host: "h".into(),
+            version: "0.1.0".into(),
+            git: None,
+        }
+    }
+
+    #[test]
+    fn record_carries_the_run_and_computes_utilisation() {
+        let r = info(Some(100.0)).record(Point {
+            variant: "stream".into(),
+            size_bytes: 4096,
+            bw_gbps: 25.0,
+            peer: Some(1),
+            ..Point::default()
+        });
+        assert_eq!(r.schema, SCHEMA);
+        assert_eq!(r.util_pct, Some(25.0));
+        assert_eq!(r.peer, Some(1));
+        assert_eq!(r.libfabric.as_deref(), Some("1.17.0"));
+        let line = serde_json::to_string(&r).unwrap();
+        assert!(line.contains("\"util_pct\":25.0"), "{line}");
+    }
+
+    #[test]
+    fn unknown_link_speed_leaves_utilisation_null() {
+        let r = info(None).record(Point::default());
+        assert_eq!((r.link_gbps, r.util_pct), (None, None));
+        let v: Value = serde_json::to_value(&r).unwrap();
+        assert!(v["util_pct"].is_null() && v["counters"].is_null());
+    }
+}
