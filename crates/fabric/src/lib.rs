@@ -1,5 +1,46 @@
-//! efabench-fabric: safe types over libfabric (being written).
+//! efabench-fabric: a safe Rust API over libfabric for benchmarks and custom collectives.
+//!
+//! * [`load_library`], [`get_info`], [`first_provider`], [`list_providers`]: which libfabric and
+//!   which providers/NICs there are ([`ProviderInfo`]: names, link speed, mr_mode, caps, limits,
+//!   HMEM and dmabuf support).
+//! * [`Rail`]: one NIC's endpoint; [`Rail::address`]/[`Rail::insert_peer`] to connect,
+//!   [`Rail::register`] (any [`MemoryBuffer`]: [`HostBuffer`] here, CUDA buffers from the gpu
+//!   crate) and [`RemoteRegion`] for RMA.
+//! * Two ways to run operations on one completion mechanism: `post_*` + [`Rail::poll`] (the
+//!   cheapest path, for latency benchmarks) and async [`Op`]s driven by an [`Executor`] with
+//!   [`join_all`] for many in flight, always with a deadline.
+//!
+//! All `unsafe` of this crate lives in the private `raw` module; the ABI is in
+//! `efabench-fabric-sys`.
 
+#![deny(unsafe_code)]
+
+pub mod error;
+pub mod exec;
+pub mod host;
+pub mod info;
+#[allow(unsafe_code)] // declares the `unsafe trait MemoryBuffer` contract; no unsafe code
 pub mod memory;
+#[allow(unsafe_code)]
+mod raw;
+pub mod rail;
 
+pub use error::{Error, Result};
+pub use exec::{join_all, Executor, JoinAll, Progress};
+pub use host::HostBuffer;
+pub use info::{
+    default_provider, first_provider, get_info, list_providers, load_library, Hints, LibraryInfo,
+    ProviderInfo,
+};
 pub use memory::{DmabufHandle, Hmem, MemoryBuffer};
+pub use rail::{
+    Completion, Op, OpResult, Peer, Rail, RailConfig, RegionId, RemoteData, RemoteRegion,
+};
+
+/// libfabric completion and capability flags callers may test in [`Completion::flags`].
+pub mod flags {
+    pub use efabench_fabric_sys::{
+        FI_MSG, FI_READ, FI_RECV, FI_REMOTE_CQ_DATA, FI_REMOTE_READ, FI_REMOTE_WRITE, FI_RMA,
+        FI_SEND, FI_WRITE,
+    };
+}

