@@ -1,0 +1,720 @@
+//! Buffers of each memory kind, registrable with libfabric and checkable against the pattern.
+//!
+//! | kind | allocation | libfabric sees |
+//! |---|---|---|
+//! | `host` | page-aligned `posix_memalign` (no CUDA needed) | system memory |
+//! | `pinned` | `cuMemHostAlloc(PORTABLE \| DEVICEMAP)` | system memory (GPU maps it) |
+//! | registered | page-aligned host memory + `cuMemHostRegister(PORTABLE \| DEVICEMAP)` | system memory |
+//! | `cuda` | `cuMemAlloc` (not the stream-ordered pool, which NICs cannot register), plus a dmabuf export when the device supports it | `FI_HMEM_CUDA`, or `FI_MR_DMABUF` |
+//! | `managed` | `cuMemAllocManaged(GLOBAL)`, refused when larger than the device's free memory (asking for more can hang the GPU) | `FI_HMEM_CUDA` |
+//!
+//! Device-resident kinds are filled and checked by kernels on their own GPU (`buffer.cu`);
+//! host kinds by the CPU with the same pattern code the benchmarks use.
+
+use crate::driver::{check, driver, Gpu, Shape, Stream};
+use crate::error::GpuError;
+use crate::kernels::{kernel, Source};
+use crate::pattern;
+use cudarc::driver::sys;
+use efabench_fabric::{DmabufHandle, Hmem, MemoryBuffer};
+use std::ffi::c_void;
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+
+/// The memory kinds of `--mem`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MemKind {
+    Host,
+    Pinned,
+    Cuda,
+    Managed,
+}
+
+impl MemKind {
+    pub const ALL: [MemKind; 4] = [
+        MemKind::Host,
+        MemKind::Pinned,
+        MemKind::Cuda,
+        MemKind::Managed,
+    ];
+    pub fn name(self) -> &'static str {
+        match self {
+            MemKind::Host => "host",
+            MemKind::Pinned => "pinned",
+            MemKind::Cuda => "cuda",
+            MemKind::Managed => "managed",
+        }
+    }
+    /// Whether the kind needs a CUDA driver.
+    pub fn needs_gpu(self) -> bool {
+        self != MemKind::Host
+    }
+}
+
+impl fmt::Display for MemKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for MemKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let l = s.trim().to_ascii_lowercase();
+        MemKind::ALL
+            .into_iter()
+            .find(|k| k.name() == l)
+            .ok_or_else(|| {
+                format!("unknown memory kind {s:?}: use one of host, pinned, cuda, managed (--mem)")
+            })
+    }
+}
+
+/// A buffer the benchmarks can register, fill and check, whatever its kind.
+pub trait GpuBuffer: MemoryBuffer {
+    fn kind(&self) -> MemKind;
+    /// Writes the pattern of `seed` over the whole buffer (crates/bench/src/pattern.rs).
+    fn fill_pattern(&mut self, seed: u64) -> Result<(), GpuError>;
+    /// Number of 8-byte words that differ from the pattern of `seed`.
+    fn mismatches(&self, seed: u64) -> Result<u64, GpuError>;
+    /// The address a kernel uses (device pointer or device mapping), `None` for plain host memory.
+    fn device_ptr(&self) -> Option<u64>;
+}
+
+fn nonzero(len: usize) -> Result<(), GpuError> {
+    if len == 0 {
+        Err(GpuError::Invalid(
+            "a buffer needs at least 1 byte: pass a size of 1 or more".to_string(),
+        ))
+    } else {
+        Ok(())
+    }
+}
+
+fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if p > 0 {
+        p as usize
+    } else {
+        4096
+    }
+}
+
+fn round_up(v: usize, to: usize) -> usize {
+    v.div_ceil(to) * to
+}
+
+/// Page-aligned host memory from `posix_memalign`, zeroed.
+struct AlignedHost {
+    ptr: *mut u8,
+    cap: usize,
+}
+
+impl AlignedHost {
+    fn new(len: usize) -> Result<AlignedHost, GpuError> {
+        let cap = round_up(len.max(1), page_size());
+        let mut p: *mut c_void = std::ptr::null_mut();
+        // SAFETY: p is a valid out pointer; alignment is a power of two multiple of pointer size.
+        let rc = unsafe { libc::posix_memalign(&mut p, page_size(), cap) };
+        if rc != 0 || p.is_null() {
+            return Err(GpuError::Invalid(format!(
+                "could not allocate {cap} bytes of host memory: use a smaller size"
+            )));
+        }
+        // SAFETY: p points at cap freshly allocated bytes.
+        unsafe { std::ptr::write_bytes(p as *mut u8, 0, cap) };
+        Ok(AlignedHost {
+            ptr: p as *mut u8,
+            cap,
+        })
+    }
+}
+
+impl Drop for AlignedHost {
+    fn drop(&mut self) {
+        // SAFETY: ptr came from posix_memalign and is freed once.
+        unsafe { libc::free(self.ptr as *mut c_void) }
+    }
+}
+
+/// Plain page-aligned host memory (`--mem host`); needs no CUDA.
+pub struct HostBuffer {
+    mem: AlignedHost,
+    len: usize,
+}
+
+// SAFETY: the allocation is owned by the value and only accessed through &/&mut self.
+unsafe impl Send for HostBuffer {}
+// SAFETY: shared access only reads.
+unsafe impl Sync for HostBuffer {}
+
+impl HostBuffer {
+    pub fn new(len: usize) -> Result<HostBuffer, GpuError> {
+        nonzero(len)?;
+        Ok(HostBuffer {
+            mem: AlignedHost::new(len)?,
+            len,
+        })
+    }
+    pub fn as_slice(&self) -> &[u8] {
+        // SAFETY: mem holds at least len initialised (zeroed) bytes owned by self.
+        unsafe { std::slice::from_raw_parts(self.mem.ptr, self.len) }
+    }
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: as above, and &mut self gives exclusive access.
+        unsafe { std::slice::from_raw_parts_mut(self.mem.ptr, self.len) }
+    }
+}
+
+// SAFETY: ptr..ptr+len is one live host allocation owned by self; hmem is System.
+unsafe impl MemoryBuffer for HostBuffer {
+    fn as_ptr(&self) -> *mut u8 {
+        self.mem.ptr
+    }
+    fn len(&self) -> usize {
+        self.len
+    }
+    fn hmem(&self) -> Hmem {
+        Hmem::System
+    }
+}
+
+impl GpuBuffer for HostBuffer {
+    fn kind(&self) -> MemKind {
+        MemKind::Host
+    }
+    fn fill_pattern(&mut self, seed: u64) -> Result<(), GpuError> {
+        pattern::fill(self.as_mut_slice(), seed);
+        Ok(())
+    }
+    fn mismatches(&self, seed: u64) -> Result<u64, GpuError> {
+        Ok(pattern::mismatches(self.as_slice(), seed))
+    }
+    fn device_ptr(&self) -> Option<u64> {
+        None
+    }
+}
+
+/// Pinned host memory from `cuMemHostAlloc(PORTABLE | DEVICEMAP)` (`--mem pinned`).
+pub struct PinnedBuffer {
+    gpu: Arc<Gpu>,
+    host: *mut u8,
+    dev: u64,
+    len: usize,
+}
+
+// SAFETY: the allocation is owned by the value; access goes through &/&mut self.
+unsafe impl Send for PinnedBuffer {}
+// SAFETY: shared access only reads.
+unsafe impl Sync for PinnedBuffer {}
+
+impl PinnedBuffer {
+    pub fn new(gpu: &Arc<Gpu>, len: usize) -> Result<PinnedBuffer, GpuError> {
+        nonzero(len)?;
+        gpu.bind()?;
+        let mut p: *mut c_void = std::ptr::null_mut();
+        // SAFETY: p is a valid out pointer; the context is current.
+        check("cuMemHostAlloc", unsafe {
+            sys::cuMemHostAlloc(
+                &mut p,
+                len,
+                sys::CU_MEMHOSTALLOC_PORTABLE | sys::CU_MEMHOSTALLOC_DEVICEMAP,
+            )
+        })?;
+        // SAFETY: p points at len bytes of pinned memory just allocated.
+        unsafe { std::ptr::write_bytes(p as *mut u8, 0, len) };
+        let mut dev: u64 = 0;
+        // SAFETY: p was allocated with DEVICEMAP; dev is a valid out pointer.
+        let r = check("cuMemHostGetDevicePointer", unsafe {
+            sys::cuMemHostGetDevicePointer_v2(&mut dev, p, 0)
+        });
+        let b = PinnedBuffer {
+            gpu: gpu.clone(),
+            host: p as *mut u8,
+            dev,
+            len,
+        };
+        r.map(|_| b)
+    }
+    fn slice(&self) -> &[u8] {
+        // SAFETY: host holds len initialised bytes owned by self.
+        unsafe { std::slice::from_raw_parts(self.host, self.len) }
+    }
+}
+
+impl Drop for PinnedBuffer {
+    fn drop(&mut self) {
+        if self.gpu.bind().is_ok() {
+            // SAFETY: host came from cuMemHostAlloc and is freed once.
+            let _ = unsafe { sys::cuMemFreeHost(self.host as *mut c_void) };
+        }
+    }
+}
+
+// SAFETY: host..host+len is one live pinned allocation owned by self; libfabric sees system memory.
+unsafe impl MemoryBuffer for PinnedBuffer {
+    fn as_ptr(&self) -> *mut u8 {
+        self.host
+    }
+    fn len(&self) -> usize {
+        self.len
+    }
+    fn hmem(&self) -> Hmem {
+        Hmem::System
+    }
+}
+
+impl GpuBuffer for PinnedBuffer {
+    fn kind(&self) -> MemKind {
+        MemKind::Pinned
+    }
+    fn fill_pattern(&mut self, seed: u64) -> Result<(), GpuError> {
+        // SAFETY: exclusive access through &mut self to len owned bytes.
+        let s = unsafe { std::slice::from_raw_parts_mut(self.host, self.len) };
+        pattern::fill(s, seed);
+        Ok(())
+    }
+    fn mismatches(&self, seed: u64) -> Result<u64, GpuError> {
+        Ok(pattern::mismatches(self.slice(), seed))
+    }
+    fn device_ptr(&self) -> Option<u64> {
+        Some(self.dev)
+    }
+}
+
+/// Page-aligned host memory registered with `cuMemHostRegister(PORTABLE | DEVICEMAP)`.
+pub struct RegisteredBuffer {
+    gpu: Arc<Gpu>,
+    mem: AlignedHost,
+    dev: u64,
+    len: usize,
+}
+
+// SAFETY: the allocation is owned by the value; access goes through &/&mut self.
+unsafe impl Send for RegisteredBuffer {}
+// SAFETY: shared access only reads.
+unsafe impl Sync for RegisteredBuffer {}
+
+impl RegisteredBuffer {
+    pub fn new(gpu: &Arc<Gpu>, len: usize) -> Result<RegisteredBuffer, GpuError> {
+        nonzero(len)?;
+        gpu.bind()?;
+        let mem = AlignedHost::new(len)?;
+        // SAFETY: mem.ptr..+cap is a live page-aligned allocation that outlives the registration
+        // (unregistered in Drop before AlignedHost frees it).
+        check("cuMemHostRegister", unsafe {
+            sys::cuMemHostRegister_v2(
+                mem.ptr as *mut c_void,
+                mem.cap,
+                sys::CU_MEMHOSTREGISTER_PORTABLE | sys::CU_MEMHOSTREGISTER_DEVICEMAP,
+            )
+        })?;
+        let mut dev: u64 = 0;
+        // SAFETY: the range is registered with DEVICEMAP; dev is a valid out pointer.
+        let r = check("cuMemHostGetDevicePointer", unsafe {
+            sys::cuMemHostGetDevicePointer_v2(&mut dev, mem.ptr as *mut c_void, 0)
+        });
+        let b = RegisteredBuffer {
+            gpu: gpu.clone(),
+            mem,
+            dev,
+            len,
+        };
+        r.map(|_| b)
+    }
+    fn slice(&self) -> &[u8] {
+        // SAFETY: mem holds at least len initialised bytes owned by self.
+        unsafe { std::slice::from_raw_parts(self.mem.ptr, self.len) }
+    }
+}
+
+impl Drop for RegisteredBuffer {
+    fn drop(&mut self) {
+        if self.gpu.bind().is_ok() {
+            // SAFETY: the range was registered in new(); AlignedHost frees it after this.
+            let _ = unsafe { sys::cuMemHostUnregister(self.mem.ptr as *mut c_void) };
+        }
+    }
+}
+
+// SAFETY: one live host allocation owned by self; libfabric sees system memory.
+unsafe impl MemoryBuffer for RegisteredBuffer {
+    fn as_ptr(&self) -> *mut u8 {
+        self.mem.ptr
+    }
+    fn len(&self) -> usize {
+        self.len
+    }
+    fn hmem(&self) -> Hmem {
+        Hmem::System
+    }
+}
+
+impl GpuBuffer for RegisteredBuffer {
+    fn kind(&self) -> MemKind {
+        // Host memory as far as --mem is concerned; it differs only in being GPU-mapped.
+        MemKind::Host
+    }
+    fn fill_pattern(&mut self, seed: u64) -> Result<(), GpuError> {
+        // SAFETY: exclusive access through &mut self to len owned bytes.
+        let s = unsafe { std::slice::from_raw_parts_mut(self.mem.ptr, self.len) };
+        pattern::fill(s, seed);
+        Ok(())
+    }
+    fn mismatches(&self, seed: u64) -> Result<u64, GpuError> {
+        Ok(pattern::mismatches(self.slice(), seed))
+    }
+    fn device_ptr(&self) -> Option<u64> {
+        Some(self.dev)
+    }
+}
+
+/// Device memory from `cuMemAlloc` (`--mem cuda`), with a dmabuf export when supported.
+pub struct DeviceBuffer {
+    gpu: Arc<Gpu>,
+    ptr: u64,
+    len: usize,
+    cap: usize,
+    dmabuf: Option<DmabufHandle>,
+}
+
+// SAFETY: device memory owned by the value; the handle is usable from any thread.
+unsafe impl Send for DeviceBuffer {}
+// SAFETY: as above.
+unsafe impl Sync for DeviceBuffer {}
+
+/// Device allocations are rounded up to this, so each starts on its own 2 MiB page (what a
+/// dmabuf export and GPUDirect RDMA pinning want).
+const DEVICE_GRANULE: usize = 2 << 20;
+
+impl DeviceBuffer {
+    pub fn new(gpu: &Arc<Gpu>, len: usize) -> Result<DeviceBuffer, GpuError> {
+        nonzero(len)?;
+        gpu.bind()?;
+        let cap = round_up(len, DEVICE_GRANULE);
+        let mut ptr: u64 = 0;
+        // SAFETY: ptr is a valid out pointer; the context is current.
+        check("cuMemAlloc", unsafe { sys::cuMemAlloc_v2(&mut ptr, cap) })?;
+        let mut b = DeviceBuffer {
+            gpu: gpu.clone(),
+            ptr,
+            len,
+            cap,
+            dmabuf: None,
+        };
+        // SAFETY: ptr..ptr+cap is the allocation just made; the context is current.
+        check("cuMemsetD8", unsafe { sys::cuMemsetD8_v2(ptr, 0, cap) })?;
+        if gpu.dmabuf_supported {
+            b.dmabuf = b.export_dmabuf().ok();
+        }
+        Ok(b)
+    }
+
+    fn export_dmabuf(&self) -> Result<DmabufHandle, GpuError> {
+        let mut fd: i32 = -1;
+        // SAFETY: the range is one whole cuMemAlloc allocation (2 MiB aligned and sized); fd is
+        // a valid out pointer of the int the DMA_BUF_FD handle type writes.
+        check("cuMemGetHandleForAddressRange", unsafe {
+            sys::cuMemGetHandleForAddressRange(
+                &mut fd as *mut i32 as *mut c_void,
+                self.ptr,
+                self.cap,
+                sys::CUmemRangeHandleType::CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD,
+                0,
+            )
+        })?;
+        Ok(DmabufHandle { fd, offset: 0 })
+    }
+
+    pub fn gpu(&self) -> &Arc<Gpu> {
+        &self.gpu
+    }
+    pub fn ptr(&self) -> u64 {
+        self.ptr
+    }
+    /// Copies the buffer to host memory (for checks in tests).
+    pub fn to_host(&self) -> Result<Vec<u8>, GpuError> {
+        copy_to_host(&self.gpu, self.ptr, self.len)
+    }
+}
+
+impl Drop for DeviceBuffer {
+    fn drop(&mut self) {
+        if let Some(d) = self.dmabuf {
+            // SAFETY: fd was returned by the driver for this buffer and is closed once.
+            unsafe { libc::close(d.fd) };
+        }
+        if self.gpu.bind().is_ok() {
+            // SAFETY: ptr came from cuMemAlloc and is freed once.
+            let _ = unsafe { sys::cuMemFree_v2(self.ptr) };
+        }
+    }
+}
+
+// SAFETY: ptr..ptr+len lies in one live cuMemAlloc allocation of this device; the dmabuf, when
+// present, exports that allocation from offset 0.
+unsafe impl MemoryBuffer for DeviceBuffer {
+    fn as_ptr(&self) -> *mut u8 {
+        self.ptr as *mut u8
+    }
+    fn len(&self) -> usize {
+        self.len
+    }
+    fn hmem(&self) -> Hmem {
+        Hmem::Cuda {
+            device: self.gpu.ordinal,
+        }
+    }
+    fn dmabuf(&self) -> Option<DmabufHandle> {
+        self.dmabuf
+    }
+}
+
+impl GpuBuffer for DeviceBuffer {
+    fn kind(&self) -> MemKind {
+        MemKind::Cuda
+    }
+    fn fill_pattern(&mut self, seed: u64) -> Result<(), GpuError> {
+        fill_on_gpu(&self.gpu, self.ptr, self.len, seed)
+    }
+    fn mismatches(&self, seed: u64) -> Result<u64, GpuError> {
+        mismatches_on_gpu(&self.gpu, self.ptr, self.len, seed)
+    }
+    fn device_ptr(&self) -> Option<u64> {
+        Some(self.ptr)
+    }
+}
+
+/// Managed memory from `cuMemAllocManaged(CU_MEM_ATTACH_GLOBAL)` (`--mem managed`).
+pub struct ManagedBuffer {
+    gpu: Arc<Gpu>,
+    ptr: u64,
+    len: usize,
+}
+
+// SAFETY: memory owned by the value; the pointer is valid on host and device.
+unsafe impl Send for ManagedBuffer {}
+// SAFETY: as above.
+unsafe impl Sync for ManagedBuffer {}
+
+impl ManagedBuffer {
+    pub fn new(gpu: &Arc<Gpu>, len: usize) -> Result<ManagedBuffer, GpuError> {
+        nonzero(len)?;
+        let (free, _) = gpu.mem_info()?;
+        if len > free {
+            return Err(GpuError::Invalid(format!(
+                "managed buffer of {len} bytes is larger than GPU {}'s free memory ({free} bytes): \
+                 use a smaller size (oversubscribing managed memory can hang the GPU)",
+                gpu.ordinal
+            )));
+        }
+        let mut ptr: u64 = 0;
+        // SAFETY: ptr is a valid out pointer; the context is current (mem_info bound it).
+        check("cuMemAllocManaged", unsafe {
+            sys::cuMemAllocManaged(
+                &mut ptr,
+                len,
+                sys::CUmemAttach_flags::CU_MEM_ATTACH_GLOBAL as u32,
+            )
+        })?;
+        let b = ManagedBuffer {
+            gpu: gpu.clone(),
+            ptr,
+            len,
+        };
+        fill_zero(&b.gpu, ptr, len)?;
+        Ok(b)
+    }
+}
+
+impl Drop for ManagedBuffer {
+    fn drop(&mut self) {
+        if self.gpu.bind().is_ok() {
+            // SAFETY: ptr came from cuMemAllocManaged and is freed once.
+            let _ = unsafe { sys::cuMemFree_v2(self.ptr) };
+        }
+    }
+}
+
+// SAFETY: one live managed allocation owned by self; libfabric treats it as CUDA memory.
+unsafe impl MemoryBuffer for ManagedBuffer {
+    fn as_ptr(&self) -> *mut u8 {
+        self.ptr as *mut u8
+    }
+    fn len(&self) -> usize {
+        self.len
+    }
+    fn hmem(&self) -> Hmem {
+        Hmem::Cuda {
+            device: self.gpu.ordinal,
+        }
+    }
+}
+
+impl GpuBuffer for ManagedBuffer {
+    fn kind(&self) -> MemKind {
+        MemKind::Managed
+    }
+    fn fill_pattern(&mut self, seed: u64) -> Result<(), GpuError> {
+        fill_on_gpu(&self.gpu, self.ptr, self.len, seed)
+    }
+    fn mismatches(&self, seed: u64) -> Result<u64, GpuError> {
+        mismatches_on_gpu(&self.gpu, self.ptr, self.len, seed)
+    }
+    fn device_ptr(&self) -> Option<u64> {
+        Some(self.ptr)
+    }
+}
+
+fn fill_zero(gpu: &Arc<Gpu>, ptr: u64, len: usize) -> Result<(), GpuError> {
+    gpu.bind()?;
+    // SAFETY: ptr..ptr+len is an allocation of this context.
+    check("cuMemsetD8", unsafe { sys::cuMemsetD8_v2(ptr, 0, len) })?;
+    gpu.synchronize()
+}
+
+/// Launch shape for the pattern kernels: enough blocks to cover the GPU, never more than needed.
+pub fn pattern_shape(gpu: &Gpu, len: usize) -> Shape {
+    let words = (len as u64).div_ceil(8).max(1);
+    let max_blocks = u64::from(gpu.sm_count.max(1)) * 8;
+    Shape {
+        grid: words.div_ceil(256).clamp(1, max_blocks) as u32,
+        block: 256,
+    }
+}
+
+/// Queues a fill of `ptr..ptr+len` with the pattern of `seed` on `stream`.
+///
+/// # Safety
+/// `ptr..ptr+len` must be device-accessible memory of the stream's GPU (or mapped into it),
+/// valid until the fill completes.
+pub unsafe fn fill_async(stream: &Stream, ptr: u64, len: usize, seed: u64) -> Result<(), GpuError> {
+    let k = kernel(stream.gpu(), Source::Buffer, "efa_fill")?;
+    // SAFETY: efa_fill(unsigned char*, u64, u64); the caller guarantees the range.
+    unsafe {
+        k.launch(
+            stream,
+            pattern_shape(stream.gpu(), len),
+            &[ptr, len as u64, seed],
+        )
+    }
+}
+
+/// Queues a count of the words of `ptr..ptr+len` that differ from the pattern of `seed`, added
+/// to the 8-byte device counter at `count`.
+///
+/// # Safety
+/// As [`fill_async`] for the range (read only), and `count` must be a device-accessible u64.
+pub unsafe fn mismatches_async(
+    stream: &Stream,
+    ptr: u64,
+    len: usize,
+    seed: u64,
+    count: u64,
+) -> Result<(), GpuError> {
+    let k = kernel(stream.gpu(), Source::Buffer, "efa_mismatches")?;
+    // SAFETY: efa_mismatches(const unsigned char*, u64, u64, u64*); the caller guarantees both.
+    unsafe {
+        k.launch(
+            stream,
+            pattern_shape(stream.gpu(), len),
+            &[ptr, len as u64, seed, count],
+        )
+    }
+}
+
+fn fill_on_gpu(gpu: &Arc<Gpu>, ptr: u64, len: usize, seed: u64) -> Result<(), GpuError> {
+    let s = Stream::new(gpu)?;
+    // SAFETY: ptr..ptr+len is an allocation of this GPU owned by the caller's buffer.
+    unsafe { fill_async(&s, ptr, len, seed)? };
+    s.synchronize()
+}
+
+fn mismatches_on_gpu(gpu: &Arc<Gpu>, ptr: u64, len: usize, seed: u64) -> Result<u64, GpuError> {
+    let s = Stream::new(gpu)?;
+    let counter = Counter::new(gpu)?;
+    // SAFETY: the range is the caller's buffer; counter is a live 8-byte device allocation.
+    unsafe { mismatches_async(&s, ptr, len, seed, counter.ptr())? };
+    s.synchronize()?;
+    counter.read()
+}
+
+/// One u64 in device memory (mismatch and error counters).
+pub struct Counter {
+    gpu: Arc<Gpu>,
+    ptr: u64,
+}
+
+impl Counter {
+    pub fn new(gpu: &Arc<Gpu>) -> Result<Counter, GpuError> {
+        gpu.bind()?;
+        let mut ptr = 0u64;
+        // SAFETY: valid out pointer; the context is current.
+        check("cuMemAlloc", unsafe { sys::cuMemAlloc_v2(&mut ptr, 8) })?;
+        let c = Counter {
+            gpu: gpu.clone(),
+            ptr,
+        };
+        c.reset()?;
+        Ok(c)
+    }
+    pub fn ptr(&self) -> u64 {
+        self.ptr
+    }
+    pub fn reset(&self) -> Result<(), GpuError> {
+        self.gpu.bind()?;
+        // SAFETY: ptr is a live 8-byte allocation.
+        check("cuMemsetD8", unsafe { sys::cuMemsetD8_v2(self.ptr, 0, 8) })
+    }
+    /// Reads the value (synchronous copy: waits for the work that updates it on the legacy
+    /// stream semantics of cuMemcpyDtoH; callers synchronise their stream first).
+    pub fn read(&self) -> Result<u64, GpuError> {
+        let b = copy_to_host(&self.gpu, self.ptr, 8)?;
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&b);
+        Ok(u64::from_le_bytes(w))
+    }
+}
+
+impl Drop for Counter {
+    fn drop(&mut self) {
+        if self.gpu.bind().is_ok() {
+            // SAFETY: ptr came from cuMemAlloc and is freed once.
+            let _ = unsafe { sys::cuMemFree_v2(self.ptr) };
+        }
+    }
+}
+
+/// Copies `len` bytes at device address `ptr` into a new host vector.
+pub fn copy_to_host(gpu: &Arc<Gpu>, ptr: u64, len: usize) -> Result<Vec<u8>, GpuError> {
+    gpu.bind()?;
+    let mut v = vec![0u8; len];
+    // SAFETY: v has len bytes; the caller names a device range of at least len bytes.
+    check("cuMemcpyDtoH", unsafe {
+        sys::cuMemcpyDtoH_v2(v.as_mut_ptr() as *mut c_void, ptr, len)
+    })?;
+    Ok(v)
+}
+
+/// Allocates a buffer of `kind` and `len` bytes on GPU `device` (ignored for `host`, which
+/// needs no CUDA driver).
+pub fn alloc(kind: MemKind, len: usize, device: i32) -> Result<Box<dyn GpuBuffer>, GpuError> {
+    let gpu = || -> Result<Arc<Gpu>, GpuError> {
+        driver()?;
+        Gpu::open(device)
+    };
+    Ok(match kind {
+        MemKind::Host => Box::new(HostBuffer::new(len)?),
+        MemKind::Pinned => Box::new(PinnedBuffer::new(&gpu()?, len)?),
+        MemKind::Cuda => Box::new(DeviceBuffer::new(&gpu()?, len)?),
+        MemKind::Managed => Box::new(ManagedBuffer::new(&gpu()?, len)?),
+    })
+}
+
+/// Host memory registered with CUDA (`cuMemHostRegister`), for callers that want that kind.
+pub fn alloc_registered(len: usize, device: i32) -> Result<RegisteredBuffer, GpuError> {
+    driver()?;
+    RegisteredBuffer::new(&Gpu::open(device)?, len)
+}
