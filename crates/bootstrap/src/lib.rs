@@ -1,1 +1,27 @@
-//! efabench-bootstrap (placeholder: being written).
+//! efabench-bootstrap: who is in the job, and a way for its ranks to meet and to fail together.
+//!
+//! Every multi-rank benchmark needs three things before it can touch a NIC: its rank and the
+//! world size, the other ranks' endpoint addresses, and a guarantee that if any rank dies the
+//! others stop instead of hanging (the first complaint about nccl-tests). This crate gives them
+//! without MPI, so the same binary runs under `srun`, `mpirun`, Kubernetes or `efabench launch`:
+//!
+//! * [`detect`] reads rank, world size, local rank, rendezvous address and job token from flags
+//!   or the launcher's environment ([`detect`] module docs list the order);
+//! * [`Bootstrap`] is a TCP rendezvous served by rank 0: all-gather, barrier, gather, broadcast
+//!   and abort, with heartbeats so that a dead or frozen rank is named on every rank within the
+//!   timeout, and [`Bootstrap::check`] for data-path loops;
+//! * [`launcher`] starts N local ranks (`efabench launch`) and ends the job when one fails.
+//!
+//! Only std and libc (for signals) are used: blocking sockets and threads, no async runtime.
+
+pub mod detect;
+mod error;
+pub mod launcher;
+mod rendezvous;
+pub mod wire;
+
+pub use detect::{
+    detect, detect_from_process_env, expand_hostlist, first_host, LaunchFlags, RankInfo,
+};
+pub use error::BootstrapError;
+pub use rendezvous::Bootstrap;

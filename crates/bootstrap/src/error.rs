@@ -1,0 +1,225 @@
+//! The one error type of the bootstrap layer.
+//!
+//! Every failure has to end up as a single line that a cluster engineer can act on, and every
+//! rank of a failed job should print the *same* cause ("rank 3 stopped answering"), not a chain of
+//! secondary effects ("connection reset"). So the rank that first notices a problem turns it into a
+//! [`BootstrapError`], rank 0 sends that value to every other rank, and they all report it.
+//!
+//! [`BootstrapError::is_usage`] separates configuration mistakes (bad or missing launcher
+//! variables, no rendezvous address: exit status 2) from failures at run time (exit status 1).
+
+use std::fmt;
+use std::time::Duration;
+
+/// What went wrong while finding our rank or talking to the other ranks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BootstrapError {
+    /// Bad flags or launcher variables, or no rendezvous address: the user has to fix the
+    /// command line or the environment (exit status 2).
+    Usage(String),
+    /// A rank's connection ended without a goodbye: the process exited or was killed.
+    PeerDied { rank: u32, detail: String },
+    /// A rank sent nothing, not even a heartbeat, for `silent_for`: frozen, stopped or cut off.
+    PeerSilent { rank: u32, silent_for: Duration },
+    /// A rank called `abort` (or failed and said why).
+    Aborted { rank: u32, reason: String },
+    /// A collective (or the initial connect) waited longer than the timeout for some ranks.
+    Timeout {
+        op: String,
+        waiting_for: Vec<u32>,
+        after: Duration,
+    },
+    /// Rank 0's rendezvous could not be reached before the deadline.
+    Connect { addr: String, detail: String },
+    /// Rank 0's rendezvous answered but refused this rank (wrong job token, world size, ...).
+    Refused { addr: String, reason: String },
+    /// A rank sent something that is not a valid message of this protocol.
+    Protocol { rank: u32, detail: String },
+    /// A rank closed its bootstrap normally, but a collective still needs it.
+    Left { rank: u32, op: String },
+    /// A local I/O failure (for example the rendezvous port is already in use).
+    Io(String),
+}
+
+impl BootstrapError {
+    /// True for mistakes in the command line or environment (the CLI exits 2 for these).
+    pub fn is_usage(&self) -> bool {
+        matches!(self, BootstrapError::Usage(_))
+    }
+
+    /// The rank this error is about, when it is about one rank.
+    pub fn failed_rank(&self) -> Option<u32> {
+        match self {
+            BootstrapError::PeerDied { rank, .. }
+            | BootstrapError::PeerSilent { rank, .. }
+            | BootstrapError::Aborted { rank, .. }
+            | BootstrapError::Protocol { rank, .. }
+            | BootstrapError::Left { rank, .. } => Some(*rank),
+            BootstrapError::Timeout { waiting_for, .. } if waiting_for.len() == 1 => {
+                Some(waiting_for[0])
+            }
+            _ => None,
+        }
+    }
+
+    pub(crate) fn usage(msg: impl Into<String>) -> Self {
+        BootstrapError::Usage(msg.into())
+    }
+}
+
+/// "3", "3 and 5", "1, 2, 4 and 7 more": short lists of ranks for messages.
+pub(crate) fn rank_list(ranks: &[u32]) -> String {
+    const SHOWN: usize = 8;
+    let shown: Vec<String> = ranks.iter().take(SHOWN).map(|r| r.to_string()).collect();
+    let mut s = match shown.len() {
+        0 => String::from("none"),
+        1 => shown[0].clone(),
+        _ if ranks.len() <= SHOWN => {
+            format!(
+                "{} and {}",
+                shown[..shown.len() - 1].join(", "),
+                shown[shown.len() - 1]
+            )
+        }
+        _ => shown.join(", "),
+    };
+    if ranks.len() > SHOWN {
+        s.push_str(&format!(" and {} more", ranks.len() - SHOWN));
+    }
+    s
+}
+
+fn secs(d: Duration) -> String {
+    let s = d.as_secs_f64();
+    if s >= 10.0 || s.fract() == 0.0 {
+        format!("{s:.0} s")
+    } else {
+        format!("{s:.1} s")
+    }
+}
+
+/// Keep messages on one line whatever a peer sent us.
+fn one_line(s: &str) -> String {
+    let line = s.lines().next().unwrap_or("");
+    line.chars().filter(|c| !c.is_control()).take(400).collect()
+}
+
+impl fmt::Display for BootstrapError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BootstrapError::Usage(m) => write!(f, "{}", one_line(m)),
+            BootstrapError::PeerDied { rank, detail } => write!(
+                f,
+                "rank {rank} died: {} (look at rank {rank}'s own output for why it exited)",
+                one_line(detail)
+            ),
+            BootstrapError::PeerSilent { rank, silent_for } => write!(
+                f,
+                "rank {rank} stopped answering (no heartbeat for {}): the process is frozen, \
+                 stopped or cut off from the network; raise --timeout if it is only overloaded",
+                secs(*silent_for)
+            ),
+            BootstrapError::Aborted { rank, reason } => {
+                write!(f, "rank {rank} aborted the job: {}", one_line(reason))
+            }
+            BootstrapError::Timeout {
+                op,
+                waiting_for,
+                after,
+            } if op == "connect" => {
+                let who = if waiting_for.len() == 1 {
+                    "rank"
+                } else {
+                    "ranks"
+                };
+                write!(
+                    f,
+                    "{who} {} did not join the job within {}: not started, crashed during \
+                     start-up, or given another rendezvous address or job token",
+                    rank_list(waiting_for),
+                    secs(*after)
+                )
+            }
+            BootstrapError::Timeout {
+                op,
+                waiting_for,
+                after,
+            } => {
+                let who = if waiting_for.len() == 1 {
+                    "rank"
+                } else {
+                    "ranks"
+                };
+                write!(
+                    f,
+                    "{} timed out after {} waiting for {who} {}; they are alive but did not get \
+                     there (raise --timeout if they were still busy)",
+                    one_line(op),
+                    secs(*after),
+                    rank_list(waiting_for)
+                )
+            }
+            BootstrapError::Connect { addr, detail } => write!(
+                f,
+                "could not reach rank 0's rendezvous at {addr}: {}; check that rank 0 runs on \
+                 that host and that the port is reachable (--rdzv / MASTER_ADDR / MASTER_PORT)",
+                one_line(detail)
+            ),
+            BootstrapError::Refused { addr, reason } => write!(
+                f,
+                "the rendezvous at {addr} refused this rank: {}",
+                one_line(reason)
+            ),
+            BootstrapError::Protocol { rank, detail } => write!(
+                f,
+                "rank {rank} sent an invalid bootstrap message ({}); are all ranks the same \
+                 efabench version?",
+                one_line(detail)
+            ),
+            BootstrapError::Left { rank, op } => write!(
+                f,
+                "rank {rank} already left the job but {} still needs it; every rank must call \
+                 the same collectives in the same order",
+                one_line(op)
+            ),
+            BootstrapError::Io(m) => write!(f, "{}", one_line(m)),
+        }
+    }
+}
+
+impl std::error::Error for BootstrapError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rank_lists_read_naturally() {
+        assert_eq!(rank_list(&[3]), "3");
+        assert_eq!(rank_list(&[3, 5]), "3 and 5");
+        assert_eq!(rank_list(&[1, 2, 4]), "1, 2 and 4");
+        let many: Vec<u32> = (0..20).collect();
+        assert_eq!(rank_list(&many), "0, 1, 2, 3, 4, 5, 6, 7 and 12 more");
+    }
+
+    #[test]
+    fn messages_are_one_line_and_name_the_rank() {
+        let e = BootstrapError::PeerSilent {
+            rank: 3,
+            silent_for: Duration::from_secs(10),
+        };
+        let s = e.to_string();
+        assert!(
+            s.starts_with("rank 3 stopped answering (no heartbeat for 10 s)"),
+            "{s}"
+        );
+        assert_eq!(e.failed_rank(), Some(3));
+        let e = BootstrapError::Aborted {
+            rank: 2,
+            reason: "bad\nsecond line\u{7}".into(),
+        };
+        assert_eq!(e.to_string(), "rank 2 aborted the job: bad");
+        assert!(!e.is_usage());
+        assert!(BootstrapError::usage("x").is_usage());
+    }
+}

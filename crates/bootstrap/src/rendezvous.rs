@@ -1,0 +1,1246 @@
+//! The TCP rendezvous: rank 0 serves, every other rank keeps one connection to it.
+//!
+//! Why a star and not MPI: the job needs only a handful of small collectives at start-up and at
+//! the end (addresses of endpoints, results), and it must behave the same under `srun`, `mpirun`,
+//! Kubernetes or `efabench launch` without linking an MPI. A star keeps the failure story simple:
+//! rank 0 sees every rank, so it is the one place that decides "rank 3 died" and tells everyone.
+//!
+//! Failure detection, the reason this module exists (a dead rank must never hang the others):
+//! * a rank that exits or is killed closes its socket, so its reader thread at rank 0 sees EOF
+//!   or a reset at once;
+//! * a rank that freezes (SIGSTOP, swapping, a hung driver call) keeps its socket open, so both
+//!   ends send a heartbeat whenever they have sent nothing for a while, and a reader that hears
+//!   nothing for `timeout` declares the other side silent;
+//! * a collective that some ranks never call is ended by rank 0 after `timeout`, naming them;
+//! * whatever rank 0 concludes is sent to every rank as one message, so all of them report the
+//!   same cause, and a rank that calls [`Bootstrap::abort`] has its reason forwarded the same way.
+//!
+//! Each connection has a reader thread (blocking reads with a read timeout) and a writer thread
+//! (a channel, so one slow peer never blocks the others and heartbeats go out when idle). The
+//! result of all this is one flag: [`Bootstrap::check`] is an atomic load that a busy data-path
+//! loop can call every millisecond.
+//!
+//! Before a peer has presented the job token it is a stranger: its hello is bounded to
+//! [`wire::MAX_HELLO`] bytes and a few seconds, the number of strangers being served at once is
+//! capped, and a refusal never touches the job's state.
+
+use std::io::{self, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::detect::{parse_host_port, RankInfo};
+use crate::error::BootstrapError;
+use crate::wire::{self, Hello, Op};
+
+/// `op` of the [`BootstrapError::Timeout`] raised when ranks never connect.
+pub(crate) const CONNECT_OP: &str = "connect";
+
+/// A job's connection to its rendezvous. `Send + Sync`: one thread may run collectives while
+/// others poll [`Bootstrap::check`].
+pub struct Bootstrap {
+    rank: u32,
+    world: u32,
+    local_rank: u32,
+    timeout: Duration,
+    shared: Arc<Shared>,
+    role: Role,
+    /// Next collective sequence number; held for the whole collective so that two threads of
+    /// one rank cannot interleave collectives.
+    next_seq: Mutex<u64>,
+}
+
+enum Role {
+    Single,
+    Hub {
+        wake_addr: Option<SocketAddr>,
+        threads: Mutex<Vec<JoinHandle<()>>>,
+    },
+    Client {
+        tx: Sender<Out>,
+        stream: TcpStream,
+        threads: Mutex<Vec<JoinHandle<()>>>,
+    },
+}
+
+enum Out {
+    Frame(Arc<Vec<u8>>),
+    /// Answered once everything queued before it was written (or the connection is gone).
+    Flush(mpsc::SyncSender<()>),
+    Close,
+}
+
+struct Peer {
+    tx: Sender<Out>,
+    stream: TcpStream,
+    left: bool,
+}
+
+struct Round {
+    seq: u64,
+    op: Op,
+    first: u32,
+    blobs: Vec<Option<Vec<u8>>>,
+    have: u32,
+    started: Instant,
+}
+
+struct HubState {
+    peers: Vec<Option<Peer>>,
+    connected: u32,
+    next_seq: u64,
+    round: Option<Round>,
+    born: Instant,
+}
+
+#[derive(Default)]
+struct State {
+    failure: Option<BootstrapError>,
+    started: bool,
+    /// Result of the last completed collective for this process: (seq, payload).
+    result: Option<(u64, Vec<u8>)>,
+    /// Client only: rank 0 closed its bootstrap normally.
+    rank0_left: bool,
+    hub: Option<HubState>,
+}
+
+struct Shared {
+    failed: AtomicBool,
+    closing: AtomicBool,
+    state: Mutex<State>,
+    cv: Condvar,
+    world: u32,
+    token: String,
+    timeout: Duration,
+    heartbeat: Duration,
+    pending: AtomicUsize,
+    writers: Mutex<Vec<JoinHandle<()>>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Heartbeat period for a given timeout: often enough that several fit in one timeout.
+fn heartbeat_for(timeout: Duration) -> Duration {
+    (timeout / 8).clamp(Duration::from_millis(10), Duration::from_secs(1))
+}
+
+fn is_timeout(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+    )
+}
+
+fn describe_loss(e: &io::Error) -> String {
+    match e.kind() {
+        io::ErrorKind::UnexpectedEof => {
+            "its connection closed without a goodbye (the process exited or was killed)".into()
+        }
+        io::ErrorKind::ConnectionReset | io::ErrorKind::ConnectionAborted => {
+            "its connection was reset (the process was killed or its host went down)".into()
+        }
+        io::ErrorKind::BrokenPipe => "its connection is gone (broken pipe)".into(),
+        _ => format!("its connection failed: {e}"),
+    }
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "?".into())
+}
+
+impl Shared {
+    fn new(world: u32, token: String, timeout: Duration) -> Shared {
+        Shared {
+            failed: AtomicBool::new(false),
+            closing: AtomicBool::new(false),
+            state: Mutex::new(State::default()),
+            cv: Condvar::new(),
+            world,
+            token,
+            timeout,
+            heartbeat: heartbeat_for(timeout),
+            pending: AtomicUsize::new(0),
+            writers: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Record the first failure; at rank 0 also tell every connected rank.
+    fn report(&self, e: BootstrapError) {
+        let mut st = lock(&self.state);
+        self.report_locked(&mut st, e);
+    }
+
+    fn report_locked(&self, st: &mut State, e: BootstrapError) {
+        if st.failure.is_some() || self.closing.load(Ordering::Acquire) {
+            return;
+        }
+        if let Some(hub) = &st.hub {
+            let f = Arc::new(wire::frame(wire::T_FAIL, &wire::encode_error(&e)));
+            for p in hub.peers.iter().flatten() {
+                let _ = p.tx.send(Out::Frame(f.clone()));
+            }
+        }
+        st.failure = Some(e);
+        self.failed.store(true, Ordering::Release);
+        self.cv.notify_all();
+    }
+
+    fn failure(&self) -> Option<BootstrapError> {
+        if !self.failed.load(Ordering::Acquire) {
+            return None;
+        }
+        lock(&self.state).failure.clone()
+    }
+
+    fn spawn(&self, name: String, f: impl FnOnce() + Send + 'static) -> io::Result<JoinHandle<()>> {
+        std::thread::Builder::new()
+            .name(name)
+            .stack_size(256 << 10)
+            .spawn(f)
+    }
+}
+
+/// Writer thread: sends queued frames, and a heartbeat whenever nothing was sent for a period.
+fn writer_loop(shared: Arc<Shared>, mut stream: TcpStream, rx: Receiver<Out>, peer: u32) {
+    let heartbeat = Arc::new(wire::frame(wire::T_HEARTBEAT, &[]));
+    loop {
+        let item = match rx.recv_timeout(shared.heartbeat) {
+            Ok(item) => item,
+            Err(RecvTimeoutError::Timeout) => Out::Frame(heartbeat.clone()),
+            Err(RecvTimeoutError::Disconnected) => break,
+        };
+        match item {
+            Out::Frame(f) => {
+                if let Err(e) = stream.write_all(&f) {
+                    if is_timeout(&e) {
+                        shared.report(BootstrapError::PeerSilent {
+                            rank: peer,
+                            silent_for: shared.timeout,
+                        });
+                    } else if !peer_left(&shared, peer) {
+                        shared.report(BootstrapError::PeerDied {
+                            rank: peer,
+                            detail: describe_loss(&e),
+                        });
+                    }
+                    break;
+                }
+            }
+            Out::Flush(ack) => {
+                let _ = ack.send(());
+            }
+            Out::Close => break,
+        }
+    }
+    let _ = stream.shutdown(Shutdown::Write);
+}
+
+fn peer_left(shared: &Shared, peer: u32) -> bool {
+    let st = lock(&shared.state);
+    match &st.hub {
+        Some(hub) => hub
+            .peers
+            .get(peer as usize)
+            .and_then(|p| p.as_ref())
+            .is_some_and(|p| p.left),
+        None => st.rank0_left,
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rank 0: the hub.
+
+fn bind(host: &str, port: u16) -> Result<TcpListener, BootstrapError> {
+    let addrs: Vec<SocketAddr> = (host, port)
+        .to_socket_addrs()
+        .map_err(|e| {
+            BootstrapError::usage(format!(
+                "rank 0 cannot resolve its rendezvous host {host:?}: {e}; pass --rdzv with an \
+                 address of rank 0's host"
+            ))
+        })?
+        .collect();
+    let in_use = |a: &dyn std::fmt::Display| {
+        BootstrapError::usage(format!(
+            "rank 0 cannot listen on {a}: the port is already in use (another job or a leftover \
+             process?); choose another port with --rdzv HOST:PORT or MASTER_PORT"
+        ))
+    };
+    for a in &addrs {
+        match TcpListener::bind(a) {
+            Ok(l) => return Ok(l),
+            Err(e) if e.kind() == io::ErrorKind::AddrInUse => return Err(in_use(a)),
+            Err(_) => {}
+        }
+    }
+    // The name is not an address of this host (a Kubernetes service, NAT): listen on all
+    // interfaces of the same family and let the network route it here.
+    let any: SocketAddr = if addrs.first().is_some_and(|a| a.is_ipv6()) {
+        SocketAddr::from(([0u16; 8], port))
+    } else {
+        SocketAddr::from(([0u8; 4], port))
+    };
+    TcpListener::bind(any).map_err(|e| {
+        if e.kind() == io::ErrorKind::AddrInUse {
+            in_use(&any)
+        } else {
+            BootstrapError::Io(format!("rank 0 cannot listen on {host}:{port}: {e}"))
+        }
+    })
+}
+
+fn start_hub(info: &RankInfo, rdzv: &str, timeout: Duration) -> Result<Bootstrap, BootstrapError> {
+    let (host, port) = parse_host_port(rdzv).map_err(|why| {
+        BootstrapError::usage(format!("rendezvous {rdzv:?} is not HOST:PORT ({why})"))
+    })?;
+    let listener = bind(&host, port)?;
+    let wake_addr = listener.local_addr().ok().map(|a| {
+        if a.ip().is_unspecified() {
+            SocketAddr::from(([127, 0, 0, 1], a.port()))
+        } else {
+            a
+        }
+    });
+    let shared = Arc::new(Shared::new(
+        info.world,
+        info.token.clone().unwrap_or_default(),
+        timeout,
+    ));
+    lock(&shared.state).hub = Some(HubState {
+        peers: (0..info.world).map(|_| None).collect(),
+        connected: 0,
+        next_seq: 1,
+        round: None,
+        born: Instant::now(),
+    });
+    let spawn_err =
+        |e: io::Error| BootstrapError::Io(format!("cannot start a rendezvous thread: {e}"));
+    let s = shared.clone();
+    let accept = shared
+        .spawn("rdzv-accept".into(), move || accept_loop(s, listener))
+        .map_err(spawn_err)?;
+    let s = shared.clone();
+    let monitor = shared
+        .spawn("rdzv-monitor".into(), move || monitor_loop(s))
+        .map_err(spawn_err)?;
+    let _ = accept; // detached: it ends when Drop wakes it with a connection
+    let b = Bootstrap {
+        rank: 0,
+        world: info.world,
+        local_rank: info.local_rank,
+        timeout,
+        shared,
+        role: Role::Hub {
+            wake_addr,
+            threads: Mutex::new(vec![monitor]),
+        },
+        next_seq: Mutex::new(1),
+    };
+    b.wait_started(Instant::now() + timeout + Duration::from_secs(2))?;
+    Ok(b)
+}
+
+fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
+    let cap = shared.world as usize + 64;
+    for conn in listener.incoming() {
+        if shared.closing.load(Ordering::Acquire) {
+            break;
+        }
+        let stream = match conn {
+            Ok(s) => s,
+            Err(_) => {
+                // Out of file descriptors and the like: do not spin.
+                std::thread::sleep(Duration::from_millis(10));
+                continue;
+            }
+        };
+        if shared.pending.fetch_add(1, Ordering::AcqRel) >= cap {
+            shared.pending.fetch_sub(1, Ordering::AcqRel);
+            continue; // dropped: too many strangers at once
+        }
+        let s = shared.clone();
+        let spawned = shared.spawn("rdzv-peer".into(), move || {
+            let who = handshake(&s, stream);
+            s.pending.fetch_sub(1, Ordering::AcqRel);
+            if let Some((rank, stream)) = who {
+                hub_reader(&s, rank, stream);
+            }
+        });
+        if spawned.is_err() {
+            shared.pending.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+fn refuse(stream: &mut TcpStream, reason: &str) {
+    let mut p = Vec::new();
+    wire::put_text(&mut p, reason);
+    let _ = wire::write_frame(stream, wire::T_REFUSE, &p);
+    let _ = stream.shutdown(Shutdown::Both);
+}
+
+/// Check a stranger's hello; on success register it and return its rank and stream.
+fn handshake(shared: &Arc<Shared>, mut stream: TcpStream) -> Option<(u32, TcpStream)> {
+    let hello_timeout = shared.timeout.min(Duration::from_secs(10));
+    let _ = stream.set_nodelay(true);
+    stream.set_read_timeout(Some(hello_timeout)).ok()?;
+    stream.set_write_timeout(Some(hello_timeout)).ok()?;
+    let (kind, payload) = wire::read_frame(&mut stream, wire::MAX_HELLO).ok()?;
+    if kind != wire::T_HELLO {
+        refuse(&mut stream, "expected an efabench hello");
+        return None;
+    }
+    let hello = match Hello::decode(&payload) {
+        Ok(h) => h,
+        Err(why) => {
+            refuse(&mut stream, &format!("malformed hello ({why})"));
+            return None;
+        }
+    };
+    let world = shared.world;
+    if hello.token != shared.token {
+        refuse(
+            &mut stream,
+            "wrong job token: this rendezvous belongs to another job; give every rank the same \
+             EFABENCH_JOB_TOKEN (or launcher) or use another port",
+        );
+        return None;
+    }
+    if hello.world != world {
+        refuse(
+            &mut stream,
+            &format!(
+                "world size mismatch: rank 0 runs a job of {world} ranks, this rank was told {}",
+                hello.world
+            ),
+        );
+        return None;
+    }
+    if hello.rank == 0 || hello.rank >= world {
+        refuse(
+            &mut stream,
+            &format!(
+                "rank {} cannot join a job of {world} ranks served by rank 0 (two rank 0s?)",
+                hello.rank
+            ),
+        );
+        return None;
+    }
+    let rank = hello.rank;
+    let writer_stream = stream.try_clone().ok()?;
+    let keep_stream = stream.try_clone().ok()?;
+    let (tx, rx) = mpsc::channel();
+    {
+        let mut st = lock(&shared.state);
+        if let Some(e) = &st.failure {
+            let reason = format!("the job has already failed: {e}");
+            drop(st);
+            refuse(&mut stream, &reason);
+            return None;
+        }
+        let hub = st.hub.as_mut()?;
+        if hub.peers[rank as usize].is_some() {
+            drop(st);
+            refuse(
+                &mut stream,
+                &format!(
+                    "rank {rank} is already connected; two processes were given the same rank"
+                ),
+            );
+            return None;
+        }
+        let _ = tx.send(Out::Frame(Arc::new(wire::frame(wire::T_WELCOME, &[]))));
+        hub.peers[rank as usize] = Some(Peer {
+            tx,
+            stream: keep_stream,
+            left: false,
+        });
+        hub.connected += 1;
+        if hub.connected == world - 1 {
+            let start = Arc::new(wire::frame(wire::T_START, &[]));
+            for p in hub.peers.iter().flatten() {
+                let _ = p.tx.send(Out::Frame(start.clone()));
+            }
+            st.started = true;
+            shared.cv.notify_all();
+        }
+    }
+    let _ = writer_stream.set_write_timeout(Some(shared.timeout));
+    let s = shared.clone();
+    match shared.spawn(format!("rdzv-w{rank}"), move || {
+        writer_loop(s, writer_stream, rx, rank)
+    }) {
+        Ok(h) => lock(&shared.writers).push(h),
+        Err(e) => shared.report(BootstrapError::Io(format!(
+            "cannot start a writer thread: {e}"
+        ))),
+    }
+    Some((rank, stream))
+}
+
+fn hub_reader(shared: &Arc<Shared>, rank: u32, mut stream: TcpStream) {
+    if stream.set_read_timeout(Some(shared.timeout)).is_err() {
+        return;
+    }
+    let max = wire::MAX_BLOB as u32 + 64;
+    loop {
+        let (kind, payload) = match wire::read_frame(&mut stream, max) {
+            Ok(f) => f,
+            Err(e) => {
+                if shared.closing.load(Ordering::Acquire) || peer_left(shared, rank) {
+                    return;
+                }
+                let e = if is_timeout(&e) {
+                    BootstrapError::PeerSilent {
+                        rank,
+                        silent_for: shared.timeout,
+                    }
+                } else if e.kind() == io::ErrorKind::InvalidData {
+                    BootstrapError::Protocol {
+                        rank,
+                        detail: e.to_string(),
+                    }
+                } else {
+                    BootstrapError::PeerDied {
+                        rank,
+                        detail: describe_loss(&e),
+                    }
+                };
+                shared.report(e);
+                return;
+            }
+        };
+        match kind {
+            wire::T_HEARTBEAT => {}
+            wire::T_CONTRIB => match wire::decode_contrib(&payload) {
+                Ok((seq, op, blob)) => contribute(shared, rank, seq, op, blob.to_vec()),
+                Err(detail) => {
+                    shared.report(BootstrapError::Protocol { rank, detail });
+                    return;
+                }
+            },
+            wire::T_ABORT => {
+                let reason = wire::Reader::new(&payload)
+                    .text()
+                    .unwrap_or_else(|_| "(the reason was unreadable)".into());
+                shared.report(BootstrapError::Aborted { rank, reason });
+            }
+            wire::T_BYE => {
+                let mut st = lock(&shared.state);
+                if let Some(p) = st
+                    .hub
+                    .as_mut()
+                    .and_then(|h| h.peers[rank as usize].as_mut())
+                {
+                    p.left = true;
+                }
+                // A collective may be waiting for it: that one can never complete now.
+                let needed = st
+                    .hub
+                    .as_ref()
+                    .and_then(|h| h.round.as_ref())
+                    .filter(|r| r.blobs[rank as usize].is_none())
+                    .map(|r| format!("{} #{}", r.op.name(), r.seq));
+                if let Some(op) = needed {
+                    shared.report_locked(&mut st, BootstrapError::Left { rank, op });
+                }
+                return;
+            }
+            k => {
+                shared.report(BootstrapError::Protocol {
+                    rank,
+                    detail: format!("unexpected message type {k}"),
+                });
+                return;
+            }
+        }
+    }
+}
+
+/// Add one rank's part of a collective; the last one completes it and answers everyone.
+fn contribute(shared: &Shared, rank: u32, seq: u64, op: Op, blob: Vec<u8>) {
+    let mut st = lock(&shared.state);
+    if st.failure.is_some() {
+        return;
+    }
+    let world = shared.world;
+    let Some(hub) = st.hub.as_mut() else { return };
+    if seq != hub.next_seq {
+        let detail = format!(
+            "sent collective #{seq} while #{} was expected",
+            hub.next_seq
+        );
+        shared.report_locked(&mut st, BootstrapError::Protocol { rank, detail });
+        return;
+    }
+    let round = hub.round.get_or_insert_with(|| Round {
+        seq,
+        op,
+        first: rank,
+        blobs: (0..world).map(|_| None).collect(),
+        have: 0,
+        started: Instant::now(),
+    });
+    if round.op != op {
+        let e = BootstrapError::Aborted {
+            rank,
+            reason: format!(
+                "it called {} as collective #{seq} but rank {} called {}; every rank must call the \
+                 same collectives in the same order",
+                op.name(),
+                round.first,
+                round.op.name()
+            ),
+        };
+        shared.report_locked(&mut st, e);
+        return;
+    }
+    if round.blobs[rank as usize].is_some() {
+        let detail = format!("sent collective #{seq} twice");
+        shared.report_locked(&mut st, BootstrapError::Protocol { rank, detail });
+        return;
+    }
+    round.blobs[rank as usize] = Some(blob);
+    round.have += 1;
+    if round.have < world {
+        // Someone who already said goodbye can never contribute.
+        let gone = hub.peers.iter().enumerate().find_map(|(r, p)| {
+            p.as_ref()
+                .filter(|p| p.left && round.blobs[r].is_none())
+                .map(|_| r as u32)
+        });
+        if let Some(r) = gone {
+            let op = format!("{} #{seq}", op.name());
+            shared.report_locked(&mut st, BootstrapError::Left { rank: r, op });
+        }
+        return;
+    }
+    let Some(round) = hub.round.take() else {
+        return;
+    };
+    hub.next_seq += 1;
+    let blobs: Vec<Vec<u8>> = round
+        .blobs
+        .into_iter()
+        .map(Option::unwrap_or_default)
+        .collect();
+    let total: usize = blobs.iter().map(|b| b.len() + 4).sum();
+    if total + 64 > wire::MAX_FRAME as usize {
+        let e = BootstrapError::Io(format!(
+            "{} #{seq} would move {total} bytes in one message, more than the {} MiB limit; \
+             send less per rank",
+            op.name(),
+            wire::MAX_FRAME >> 20
+        ));
+        shared.report_locked(&mut st, e);
+        return;
+    }
+    let table = || wire::encode_table(blobs.iter().map(Vec::as_slice));
+    let (to_peers, to_root) = match op {
+        Op::AllGather => {
+            let t = table();
+            (t.clone(), t)
+        }
+        Op::Barrier => (Vec::new(), Vec::new()),
+        Op::Gather => (Vec::new(), table()),
+        Op::Broadcast => (blobs[0].clone(), blobs[0].clone()),
+    };
+    let f = Arc::new(wire::frame(
+        wire::T_RESULT,
+        &wire::encode_result(seq, &to_peers),
+    ));
+    for p in hub.peers.iter().flatten() {
+        let _ = p.tx.send(Out::Frame(f.clone()));
+    }
+    st.result = Some((seq, to_root));
+    shared.cv.notify_all();
+}
+
+/// Rank 0's watchdog: ranks that never connect, collectives that never complete.
+fn monitor_loop(shared: Arc<Shared>) {
+    let mut st = lock(&shared.state);
+    loop {
+        if shared.closing.load(Ordering::Acquire) || st.failure.is_some() {
+            return;
+        }
+        let timeout = shared.timeout;
+        let expired = st.hub.as_ref().and_then(|hub| {
+            if !st.started && hub.born.elapsed() > timeout {
+                let missing = (1..shared.world)
+                    .filter(|&r| hub.peers[r as usize].is_none())
+                    .collect();
+                return Some((CONNECT_OP.to_string(), missing));
+            }
+            let round = hub.round.as_ref()?;
+            if round.started.elapsed() <= timeout {
+                return None;
+            }
+            let missing = (0..shared.world)
+                .filter(|&r| round.blobs[r as usize].is_none())
+                .collect();
+            Some((format!("{} #{}", round.op.name(), round.seq), missing))
+        });
+        if let Some((op, waiting_for)) = expired {
+            shared.report_locked(
+                &mut st,
+                BootstrapError::Timeout {
+                    op,
+                    waiting_for,
+                    after: timeout,
+                },
+            );
+            return;
+        }
+        st = shared
+            .cv
+            .wait_timeout(st, shared.heartbeat)
+            .map(|(g, _)| g)
+            .unwrap_or_else(|e| e.into_inner().0);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Ranks 1..world: clients.
+
+enum Attempt {
+    Welcome(TcpStream),
+    Retry(String),
+}
+
+fn try_once(addr: &str, hello: &[u8], remaining: Duration) -> Result<Attempt, BootstrapError> {
+    let addrs: Vec<SocketAddr> = match addr.to_socket_addrs() {
+        Ok(a) => a.collect(),
+        Err(e) => return Ok(Attempt::Retry(format!("cannot resolve it: {e}"))),
+    };
+    let mut last = String::from("no address");
+    for a in addrs {
+        let limit = remaining.clamp(Duration::from_millis(1), Duration::from_secs(2));
+        let mut s = match TcpStream::connect_timeout(&a, limit) {
+            Ok(s) => s,
+            Err(e) => {
+                last = e.to_string();
+                continue;
+            }
+        };
+        let _ = s.set_nodelay(true);
+        let limit = remaining.clamp(Duration::from_millis(100), Duration::from_secs(10));
+        let _ = s.set_read_timeout(Some(limit));
+        let _ = s.set_write_timeout(Some(limit));
+        if let Err(e) = s.write_all(hello) {
+            last = format!("sending the hello failed: {e}");
+            continue;
+        }
+        return match wire::read_frame(&mut s, wire::MAX_HELLO) {
+            Ok((wire::T_WELCOME, _)) => Ok(Attempt::Welcome(s)),
+            Ok((wire::T_REFUSE, p)) => Err(BootstrapError::Refused {
+                addr: addr.into(),
+                reason: wire::Reader::new(&p)
+                    .text()
+                    .unwrap_or_else(|_| "(no reason given)".into()),
+            }),
+            Ok((k, _)) => Err(BootstrapError::Connect {
+                addr: addr.into(),
+                detail: format!("it answered with message type {k}, not an efabench rendezvous"),
+            }),
+            Err(e) if e.kind() == io::ErrorKind::InvalidData => Err(BootstrapError::Connect {
+                addr: addr.into(),
+                detail: "something that is not an efabench rendezvous listens there".into(),
+            }),
+            // Closed before answering: rank 0 may be busy with too many connections; retry.
+            Err(e) => Ok(Attempt::Retry(format!("the handshake failed: {e}"))),
+        };
+    }
+    Ok(Attempt::Retry(last))
+}
+
+fn start_client(
+    info: &RankInfo,
+    rdzv: &str,
+    timeout: Duration,
+) -> Result<Bootstrap, BootstrapError> {
+    parse_host_port(rdzv).map_err(|why| {
+        BootstrapError::usage(format!("rendezvous {rdzv:?} is not HOST:PORT ({why})"))
+    })?;
+    let begin = Instant::now();
+    let deadline = begin + timeout;
+    let hello = Hello {
+        rank: info.rank,
+        world: info.world,
+        pid: std::process::id(),
+        token: info.token.clone().unwrap_or_default(),
+        host: hostname(),
+    };
+    let hello = wire::frame(wire::T_HELLO, &hello.encode());
+    let mut backoff = Duration::from_millis(5);
+    let stream = loop {
+        let now = Instant::now();
+        let last = match try_once(rdzv, &hello, deadline.saturating_duration_since(now))? {
+            Attempt::Welcome(s) => break s,
+            Attempt::Retry(why) => why,
+        };
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(BootstrapError::Connect {
+                addr: rdzv.into(),
+                detail: format!(
+                    "no answer within {:.0} s (last error: {last})",
+                    timeout.as_secs_f64()
+                ),
+            });
+        }
+        std::thread::sleep(backoff.min(deadline - now));
+        backoff = (backoff * 2).min(Duration::from_millis(500));
+    };
+    let io_err = |e: io::Error| BootstrapError::Io(format!("rendezvous socket setup failed: {e}"));
+    stream.set_read_timeout(Some(timeout)).map_err(io_err)?;
+    stream.set_write_timeout(Some(timeout)).map_err(io_err)?;
+    let shared = Arc::new(Shared::new(info.world, String::new(), timeout));
+    let (tx, rx) = mpsc::channel();
+    let spawn_err =
+        |e: io::Error| BootstrapError::Io(format!("cannot start a rendezvous thread: {e}"));
+    let (ws, rs) = (
+        stream.try_clone().map_err(io_err)?,
+        stream.try_clone().map_err(io_err)?,
+    );
+    let s = shared.clone();
+    let writer = shared
+        .spawn("rdzv-writer".into(), move || writer_loop(s, ws, rx, 0))
+        .map_err(spawn_err)?;
+    let s = shared.clone();
+    let reader = shared
+        .spawn("rdzv-reader".into(), move || client_reader(s, rs))
+        .map_err(spawn_err)?;
+    let b = Bootstrap {
+        rank: info.rank,
+        world: info.world,
+        local_rank: info.local_rank,
+        timeout,
+        shared,
+        role: Role::Client {
+            tx,
+            stream,
+            threads: Mutex::new(vec![writer, reader]),
+        },
+        next_seq: Mutex::new(1),
+    };
+    // Rank 0 gives up on missing ranks `timeout` after it started and tells us; this is a
+    // backstop in case rank 0 started long after us.
+    b.wait_started(begin + timeout * 2 + Duration::from_secs(2))?;
+    Ok(b)
+}
+
+fn client_reader(shared: Arc<Shared>, mut stream: TcpStream) {
+    loop {
+        let (kind, payload) = match wire::read_frame(&mut stream, wire::MAX_FRAME) {
+            Ok(f) => f,
+            Err(e) => {
+                if shared.closing.load(Ordering::Acquire) || lock(&shared.state).rank0_left {
+                    return;
+                }
+                let e = if is_timeout(&e) {
+                    BootstrapError::PeerSilent {
+                        rank: 0,
+                        silent_for: shared.timeout,
+                    }
+                } else if e.kind() == io::ErrorKind::InvalidData {
+                    BootstrapError::Protocol {
+                        rank: 0,
+                        detail: e.to_string(),
+                    }
+                } else {
+                    BootstrapError::PeerDied {
+                        rank: 0,
+                        detail: describe_loss(&e),
+                    }
+                };
+                shared.report(e);
+                return;
+            }
+        };
+        match kind {
+            wire::T_HEARTBEAT | wire::T_WELCOME => {}
+            wire::T_START => {
+                lock(&shared.state).started = true;
+                shared.cv.notify_all();
+            }
+            wire::T_RESULT => {
+                let mut r = wire::Reader::new(&payload);
+                match r.u64() {
+                    Ok(seq) => {
+                        lock(&shared.state).result = Some((seq, r.rest().to_vec()));
+                        shared.cv.notify_all();
+                    }
+                    Err(detail) => {
+                        shared.report(BootstrapError::Protocol { rank: 0, detail });
+                        return;
+                    }
+                }
+            }
+            wire::T_FAIL => {
+                let e = wire::decode_error(&payload)
+                    .unwrap_or_else(|detail| BootstrapError::Protocol { rank: 0, detail });
+                shared.report(e);
+            }
+            wire::T_BYE => {
+                lock(&shared.state).rank0_left = true;
+                shared.cv.notify_all();
+                return;
+            }
+            k => {
+                shared.report(BootstrapError::Protocol {
+                    rank: 0,
+                    detail: format!("unexpected message type {k}"),
+                });
+                return;
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The public face.
+
+impl std::fmt::Debug for Bootstrap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Bootstrap")
+            .field("rank", &self.rank)
+            .field("world", &self.world)
+            .field("local_rank", &self.local_rank)
+            .field("failure", &self.shared.failure())
+            .finish()
+    }
+}
+
+impl Bootstrap {
+    /// Join the job: rank 0 listens on `info.rdzv`, the others connect to it (retrying with
+    /// back-off until `timeout`). Returns once every rank is connected. `timeout` also bounds
+    /// every later wait and is how long a silent rank is tolerated.
+    pub fn connect(info: &RankInfo, timeout: Duration) -> Result<Bootstrap, BootstrapError> {
+        let timeout = timeout.max(Duration::from_millis(100));
+        if info.world <= 1 {
+            let shared = Arc::new(Shared::new(1, String::new(), timeout));
+            lock(&shared.state).started = true;
+            return Ok(Bootstrap {
+                rank: 0,
+                world: 1,
+                local_rank: info.local_rank,
+                timeout,
+                shared,
+                role: Role::Single,
+                next_seq: Mutex::new(1),
+            });
+        }
+        if info.rank >= info.world {
+            return Err(BootstrapError::usage(format!(
+                "rank {} is not smaller than the world size {}",
+                info.rank, info.world
+            )));
+        }
+        let rdzv = info.rdzv.as_deref().ok_or_else(|| {
+            BootstrapError::usage(format!(
+                "a job of {} ranks needs a rendezvous address; pass --rdzv HOST:PORT",
+                info.world
+            ))
+        })?;
+        if info.rank == 0 {
+            start_hub(info, rdzv, timeout)
+        } else {
+            start_client(info, rdzv, timeout)
+        }
+    }
+
+    pub fn rank(&self) -> u32 {
+        self.rank
+    }
+    pub fn world(&self) -> u32 {
+        self.world
+    }
+    pub fn local_rank(&self) -> u32 {
+        self.local_rank
+    }
+    /// The timeout this bootstrap was connected with.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Err once any rank died, froze, aborted or broke the protocol. One atomic load when all is
+    /// well, so data-path polling loops can call it every millisecond.
+    pub fn check(&self) -> Result<(), BootstrapError> {
+        match self.shared.failure() {
+            None => Ok(()),
+            Some(e) => Err(e),
+        }
+    }
+
+    /// Every rank's blob, indexed by rank, on every rank.
+    pub fn all_gather(&self, blob: &[u8]) -> Result<Vec<Vec<u8>>, BootstrapError> {
+        let payload = self.collective(Op::AllGather, blob)?;
+        wire::decode_table(&payload, self.world)
+            .map_err(|detail| BootstrapError::Protocol { rank: 0, detail })
+    }
+
+    /// Returns once every rank has called it.
+    pub fn barrier(&self) -> Result<(), BootstrapError> {
+        self.collective(Op::Barrier, &[]).map(|_| ())
+    }
+
+    /// Every rank's blob at rank 0 (`Some`); the other ranks get `None` once rank 0 has them all.
+    pub fn gather(&self, blob: &[u8]) -> Result<Option<Vec<Vec<u8>>>, BootstrapError> {
+        let payload = self.collective(Op::Gather, blob)?;
+        if self.rank != 0 {
+            return Ok(None);
+        }
+        wire::decode_table(&payload, self.world)
+            .map(Some)
+            .map_err(|detail| BootstrapError::Protocol { rank: 0, detail })
+    }
+
+    /// Rank 0's blob on every rank (what the other ranks pass is ignored).
+    pub fn broadcast(&self, blob_at_root: &[u8]) -> Result<Vec<u8>, BootstrapError> {
+        let blob = if self.rank == 0 { blob_at_root } else { &[] };
+        self.collective(Op::Broadcast, blob)
+    }
+
+    /// Fail the whole job with `reason`: every rank's `check` and collectives return
+    /// [`BootstrapError::Aborted`] naming this rank. Waits (at most 2 s) until the message is out.
+    pub fn abort(&self, reason: &str) {
+        let reason: String = reason.chars().take(wire::MAX_TEXT / 4).collect();
+        self.shared.report(BootstrapError::Aborted {
+            rank: self.rank,
+            reason: reason.clone(),
+        });
+        let mut acks = Vec::new();
+        match &self.role {
+            Role::Single => {}
+            Role::Hub { .. } => {
+                let st = lock(&self.shared.state);
+                for p in st.hub.iter().flat_map(|h| h.peers.iter().flatten()) {
+                    let (tx, rx) = mpsc::sync_channel(1);
+                    if p.tx.send(Out::Flush(tx)).is_ok() {
+                        acks.push(rx);
+                    }
+                }
+            }
+            Role::Client { tx, .. } => {
+                let mut p = Vec::new();
+                wire::put_text(&mut p, &reason);
+                let _ = tx.send(Out::Frame(Arc::new(wire::frame(wire::T_ABORT, &p))));
+                let (ack_tx, ack_rx) = mpsc::sync_channel(1);
+                if tx.send(Out::Flush(ack_tx)).is_ok() {
+                    acks.push(ack_rx);
+                }
+            }
+        }
+        let deadline = Instant::now() + Duration::from_secs(2);
+        for rx in acks {
+            let _ = rx.recv_timeout(deadline.saturating_duration_since(Instant::now()));
+        }
+    }
+
+    fn wait_started(&self, deadline: Instant) -> Result<(), BootstrapError> {
+        let mut st = lock(&self.shared.state);
+        loop {
+            if let Some(e) = &st.failure {
+                return Err(e.clone());
+            }
+            if st.started {
+                return Ok(());
+            }
+            if st.rank0_left {
+                return Err(BootstrapError::Left {
+                    rank: 0,
+                    op: CONNECT_OP.into(),
+                });
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(BootstrapError::Timeout {
+                    op: CONNECT_OP.into(),
+                    waiting_for: vec![0],
+                    after: self.timeout,
+                });
+            }
+            st = self
+                .shared
+                .cv
+                .wait_timeout(st, deadline - now)
+                .map(|(g, _)| g)
+                .unwrap_or_else(|e| e.into_inner().0);
+        }
+    }
+
+    fn collective(&self, op: Op, blob: &[u8]) -> Result<Vec<u8>, BootstrapError> {
+        if blob.len() > wire::MAX_BLOB {
+            return Err(BootstrapError::usage(format!(
+                "{} of {} bytes per rank is more than the {} MiB the rendezvous carries",
+                op.name(),
+                blob.len(),
+                wire::MAX_BLOB >> 20
+            )));
+        }
+        let mut next = lock(&self.next_seq);
+        let seq = *next;
+        *next += 1;
+        self.check()?;
+        match &self.role {
+            Role::Single => {
+                return Ok(match op {
+                    Op::AllGather | Op::Gather => wire::encode_table(std::iter::once(blob)),
+                    Op::Barrier => Vec::new(),
+                    Op::Broadcast => blob.to_vec(),
+                })
+            }
+            Role::Hub { .. } => contribute(&self.shared, 0, seq, op, blob.to_vec()),
+            Role::Client { tx, .. } => {
+                let f = wire::frame(wire::T_CONTRIB, &wire::encode_contrib(seq, op, blob));
+                // A closed channel means the writer already failed and reported why.
+                let _ = tx.send(Out::Frame(Arc::new(f)));
+            }
+        }
+        // Rank 0 ends a collective that takes longer than the timeout and tells everyone; the
+        // local deadline only matters if that message can never arrive.
+        let backstop = self.timeout * 2 + Duration::from_secs(2);
+        let deadline = Instant::now() + backstop;
+        let mut st = lock(&self.shared.state);
+        loop {
+            if let Some(e) = &st.failure {
+                return Err(e.clone());
+            }
+            if st.result.as_ref().is_some_and(|(s, _)| *s == seq) {
+                return Ok(st.result.take().map(|(_, p)| p).unwrap_or_default());
+            }
+            if st.rank0_left {
+                return Err(BootstrapError::Left {
+                    rank: 0,
+                    op: format!("{} #{seq}", op.name()),
+                });
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                let e = BootstrapError::Timeout {
+                    op: format!("{} #{seq}", op.name()),
+                    waiting_for: vec![0],
+                    after: backstop,
+                };
+                return Err(e);
+            }
+            st = self
+                .shared
+                .cv
+                .wait_timeout(st, deadline - now)
+                .map(|(g, _)| g)
+                .unwrap_or_else(|e| e.into_inner().0);
+        }
+    }
+}
+
+impl Drop for Bootstrap {
+    fn drop(&mut self) {
+        let panicking = std::thread::panicking();
+        if panicking && self.world > 1 {
+            self.abort(&format!("rank {} panicked", self.rank));
+        }
+        let bye = Arc::new(wire::frame(wire::T_BYE, &[]));
+        self.shared.closing.store(true, Ordering::Release);
+        self.shared.cv.notify_all();
+        match &self.role {
+            Role::Single => {}
+            Role::Client {
+                tx,
+                stream,
+                threads,
+            } => {
+                let _ = tx.send(Out::Frame(bye));
+                let _ = tx.send(Out::Close);
+                let mut handles: Vec<JoinHandle<()>> = lock(threads).drain(..).collect();
+                // The writer first, so the goodbye is out before the socket closes.
+                if !handles.is_empty() {
+                    let _ = handles.remove(0).join();
+                }
+                let _ = stream.shutdown(Shutdown::Both);
+                for h in handles {
+                    let _ = h.join();
+                }
+            }
+            Role::Hub { wake_addr, threads } => {
+                let streams: Vec<TcpStream> = {
+                    let st = lock(&self.shared.state);
+                    let peers = st.hub.iter().flat_map(|h| h.peers.iter().flatten());
+                    peers
+                        .filter_map(|p| {
+                            let _ = p.tx.send(Out::Frame(bye.clone()));
+                            let _ = p.tx.send(Out::Close);
+                            p.stream.try_clone().ok()
+                        })
+                        .collect()
+                };
+                let writers: Vec<JoinHandle<()>> = lock(&self.shared.writers).drain(..).collect();
+                for w in writers {
+                    let _ = w.join();
+                }
+                for s in streams {
+                    let _ = s.shutdown(Shutdown::Both);
+                }
+                if let Some(a) = wake_addr {
+                    // Wake the accept thread so it sees `closing` and returns.
+                    let _ = TcpStream::connect_timeout(a, Duration::from_millis(200));
+                }
+                for h in lock(threads).drain(..) {
+                    let _ = h.join();
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assert_send_sync<T: Send + Sync>() {}
+
+    #[test]
+    fn bootstrap_is_send_and_sync() {
+        assert_send_sync::<Bootstrap>();
+    }
+
+    #[test]
+    fn one_rank_needs_no_socket() {
+        let b = Bootstrap::connect(&RankInfo::single(), Duration::from_secs(1)).unwrap();
+        assert_eq!((b.rank(), b.world(), b.local_rank()), (0, 1, 0));
+        assert_eq!(b.all_gather(b"x").unwrap(), vec![b"x".to_vec()]);
+        b.barrier().unwrap();
+        assert_eq!(b.gather(b"y").unwrap(), Some(vec![b"y".to_vec()]));
+        assert_eq!(b.broadcast(b"z").unwrap(), b"z".to_vec());
+        b.check().unwrap();
+        b.abort("stop");
+        assert_eq!(
+            b.check().unwrap_err().to_string(),
+            "rank 0 aborted the job: stop"
+        );
+        assert!(b.barrier().is_err());
+    }
+
+    #[test]
+    fn heartbeat_fits_several_times_in_the_timeout() {
+        assert_eq!(
+            heartbeat_for(Duration::from_secs(60)),
+            Duration::from_secs(1)
+        );
+        assert_eq!(
+            heartbeat_for(Duration::from_secs(2)),
+            Duration::from_millis(250)
+        );
+        assert_eq!(
+            heartbeat_for(Duration::from_millis(1)),
+            Duration::from_millis(10)
+        );
+    }
+}
