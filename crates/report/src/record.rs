@@ -60,3 +60,103 @@ pub struct Record {
     #[serde(flatten)]
     pub extra: serde_json::Map<String, serde_json::Value>,
 }
+
+/// Every top-level key a record must carry (DESIGN.md "Records"). Nullable fields (`peer`,
+/// `libfabric`, `busbw_gbps`, `link_gbps`, `util_pct`, `counters`, `git`) must be present as
+/// `null` rather than left out, so a reader can tell "unknown" from "written by an older tool".
+pub const REQUIRED_FIELDS: &[&str] = &[
+    "schema",
+    "bench",
+    "variant",
+    "size_bytes",
+    "iters",
+    "warmup",
+    "world",
+    "peer",
+    "provider",
+    "fabric",
+    "domains",
+    "libfabric",
+    "rails",
+    "mem",
+    "lat_us",
+    "bw_gbps",
+    "busbw_gbps",
+    "msg_rate_mops",
+    "link_gbps",
+    "util_pct",
+    "errors",
+    "verified",
+    "counters",
+    "host",
+    "timestamp",
+    "version",
+    "git",
+];
+
+/// The keys of `lat_us`.
+pub const LATENCY_FIELDS: &[&str] = &["min", "p50", "p99", "max", "mean"];
+
+impl Record {
+    /// What the latency columns mean for this record: the benchmark sets
+    /// `extra["lat_kind"]` to `one-way`, `round-trip/2` or `post-to-completion`. Records
+    /// without it fall back on DESIGN.md: a `read` is post-to-completion, other benchmarks
+    /// report one-way latency.
+    pub fn lat_kind(&self) -> &str {
+        match self.extra.get("lat_kind").and_then(|v| v.as_str()) {
+            Some(k) => k,
+            None if self.bench == "read" => "post-to-completion",
+            None => "one-way",
+        }
+    }
+
+    /// `extra["busbw_def"]` if the benchmark describes its bus-bandwidth definition itself.
+    pub fn busbw_def(&self) -> Option<&str> {
+        self.extra.get("busbw_def").and_then(|v| v.as_str())
+    }
+
+    /// Checks what serde cannot: the schema tag and that every float is finite (serde_json
+    /// writes NaN and infinity as `null`, which would make the record unreadable later).
+    /// The error names the record and the field.
+    pub fn check(&self) -> Result<(), String> {
+        if self.schema != SCHEMA {
+            return Err(format!(
+                "{}: schema is \"{}\", expected \"{SCHEMA}\"",
+                self.describe(),
+                self.schema
+            ));
+        }
+        let floats = [
+            ("lat_us.min", Some(self.lat_us.min)),
+            ("lat_us.p50", Some(self.lat_us.p50)),
+            ("lat_us.p99", Some(self.lat_us.p99)),
+            ("lat_us.max", Some(self.lat_us.max)),
+            ("lat_us.mean", Some(self.lat_us.mean)),
+            ("bw_gbps", Some(self.bw_gbps)),
+            ("busbw_gbps", self.busbw_gbps),
+            ("msg_rate_mops", Some(self.msg_rate_mops)),
+            ("link_gbps", self.link_gbps),
+            ("util_pct", self.util_pct),
+        ];
+        for (name, v) in floats {
+            if let Some(v) = v {
+                if !v.is_finite() {
+                    return Err(format!(
+                        "{}: {name} is {v}, not a finite number",
+                        self.describe()
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `bench/variant size B` (plus the peer when there is one), for messages.
+    pub fn describe(&self) -> String {
+        let peer = self.peer.map(|p| format!(" peer {p}")).unwrap_or_default();
+        format!(
+            "record {}/{} {} B{peer}",
+            self.bench, self.variant, self.size_bytes
+        )
+    }
+}

@@ -1,0 +1,198 @@
+//! Small helpers every record writer needs: a UTC timestamp, the host name, and sizes in the
+//! `8 / 4K / 1M / 1G` notation (powers of 1024) that the command line accepts and the tables print.
+//!
+//! They live here rather than in the benchmark harness because the report layer is what reads
+//! these strings back (plot tick labels, table headers), so the two directions stay in one place.
+//! No `chrono` and no `libc`: the timestamp is computed from `SystemTime` with the civil-from-days
+//! algorithm, and the host name is read from procfs.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// The current time as RFC 3339 in UTC with millisecond precision, e.g.
+/// `2026-11-22T03:18:29.123Z`. A clock set before 1970 yields the epoch.
+pub fn now_rfc3339() -> String {
+    let d = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    rfc3339_from_unix(d.as_secs() as i64, d.subsec_millis())
+}
+
+/// Formats seconds since the Unix epoch (plus milliseconds) as RFC 3339 UTC.
+pub fn rfc3339_from_unix(secs: i64, millis: u32) -> String {
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    let (y, m, d) = civil_from_days(days);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3600,
+        (rem % 3600) / 60,
+        rem % 60,
+        millis.min(999)
+    )
+}
+
+/// Days since 1970-01-01 to (year, month, day) in the proleptic Gregorian calendar
+/// (Howard Hinnant's `civil_from_days`).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+/// The host name as the kernel knows it (`/proc/sys/kernel/hostname`), falling back to
+/// `/etc/hostname`, then `$HOSTNAME`, then `"unknown"`. Never empty, never panics.
+pub fn hostname() -> String {
+    let from_file = |p: &str| {
+        std::fs::read_to_string(p)
+            .ok()
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+    };
+    from_file("/proc/sys/kernel/hostname")
+        .or_else(|| from_file("/etc/hostname"))
+        .or_else(|| {
+            std::env::var("HOSTNAME")
+                .ok()
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+        })
+        .unwrap_or_else(|| "unknown".to_string())
+}
+
+const UNITS: [(u64, &str); 5] = [
+    (1 << 50, "P"),
+    (1 << 40, "T"),
+    (1 << 30, "G"),
+    (1 << 20, "M"),
+    (1 << 10, "K"),
+];
+
+/// A byte count in powers of 1024: `8`, `1000`, `4K`, `1.5K`, `1M`, `1G`.
+/// Exact multiples print as integers; other values at or above 1K print with at most two
+/// decimals (trailing zeros dropped), so the label is short but never claims an exact size it
+/// does not have (`1000` stays `1000`, not `0.98K`).
+pub fn human_size(bytes: u64) -> String {
+    for (unit, suffix) in UNITS {
+        if bytes >= unit {
+            if bytes % unit == 0 {
+                return format!("{}{suffix}", bytes / unit);
+            }
+            let v = format!("{:.2}", bytes as f64 / unit as f64);
+            let v = v.trim_end_matches('0').trim_end_matches('.');
+            return format!("{v}{suffix}");
+        }
+    }
+    bytes.to_string()
+}
+
+/// Parses `8`, `4K`, `4k`, `1M`, `1G`, `1T` (powers of 1024; an optional trailing `B`/`iB` is
+/// accepted: `4KiB`, `4KB`). The error is one line naming the value and the accepted forms.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let bad =
+        || format!("invalid size `{s}`: use a byte count such as 8, 4K, 1M or 1G (powers of 1024)");
+    let upper = t.to_ascii_uppercase();
+    let core = upper
+        .strip_suffix("IB")
+        .or_else(|| upper.strip_suffix('B'))
+        .unwrap_or(&upper);
+    let (digits, mult) = match core.chars().last() {
+        Some('K') => (&core[..core.len() - 1], 1u64 << 10),
+        Some('M') => (&core[..core.len() - 1], 1 << 20),
+        Some('G') => (&core[..core.len() - 1], 1 << 30),
+        Some('T') => (&core[..core.len() - 1], 1 << 40),
+        Some(c) if c.is_ascii_digit() => (core, 1),
+        _ => return Err(bad()),
+    };
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(bad());
+    }
+    let n: u64 = digits.parse().map_err(|_| bad())?;
+    n.checked_mul(mult)
+        .ok_or_else(|| format!("size `{s}` is too large (more than 2^64 - 1 bytes)"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rfc3339_known_instants() {
+        assert_eq!(rfc3339_from_unix(0, 0), "1970-01-01T00:00:00.000Z");
+        // 2000-02-29 (leap day in a century leap year) 12:34:56.789
+        assert_eq!(
+            rfc3339_from_unix(951_827_696, 789),
+            "2000-02-29T12:34:56.789Z"
+        );
+        // 2024-12-31T23:59:59
+        assert_eq!(
+            rfc3339_from_unix(1_735_689_599, 0),
+            "2024-12-31T23:59:59.000Z"
+        );
+        // 2100-03-01 (2100 is not a leap year)
+        assert_eq!(
+            rfc3339_from_unix(4_107_542_400, 5),
+            "2100-03-01T00:00:00.005Z"
+        );
+        assert_eq!(rfc3339_from_unix(-1, 0), "1969-12-31T23:59:59.000Z");
+    }
+
+    #[test]
+    fn now_is_well_formed() {
+        let s = now_rfc3339();
+        assert_eq!(s.len(), 24, "{s}");
+        assert!(
+            s.ends_with('Z') && &s[4..5] == "-" && &s[10..11] == "T",
+            "{s}"
+        );
+        assert!(s.as_str() >= "2024-01-01", "{s}");
+    }
+
+    #[test]
+    fn hostname_is_not_empty() {
+        let h = hostname();
+        assert!(!h.is_empty() && !h.contains('\n'));
+    }
+
+    #[test]
+    fn human_sizes() {
+        assert_eq!(human_size(0), "0");
+        assert_eq!(human_size(8), "8");
+        assert_eq!(human_size(1000), "1000");
+        assert_eq!(human_size(1023), "1023");
+        assert_eq!(human_size(1024), "1K");
+        assert_eq!(human_size(4096), "4K");
+        assert_eq!(human_size(1536), "1.5K");
+        assert_eq!(human_size(1 << 20), "1M");
+        assert_eq!(human_size(3 << 19), "1.5M");
+        assert_eq!(human_size(1 << 30), "1G");
+        assert_eq!(human_size(1 << 40), "1T");
+        assert_eq!(human_size(u64::MAX), "16384P");
+    }
+
+    #[test]
+    fn sizes_round_trip_and_reject_garbage() {
+        for v in [1u64, 8, 1000, 4096, 1 << 20, 1 << 30, 1 << 40] {
+            assert_eq!(parse_size(&human_size(v)), Ok(v));
+        }
+        assert_eq!(parse_size("4k"), Ok(4096));
+        assert_eq!(parse_size("4KiB"), Ok(4096));
+        assert_eq!(parse_size(" 2MB "), Ok(2 << 20));
+        for bad in ["", "K", "1.5K", "-1", "1X", "1 K", "abc"] {
+            let e = parse_size(bad).unwrap_err();
+            assert!(
+                e.contains("invalid size") && !e.contains('\n'),
+                "{bad}: {e}"
+            );
+        }
+        assert!(parse_size("99999999999999999999").is_err());
+        assert!(parse_size("20000000T").unwrap_err().contains("too large"));
+    }
+}
