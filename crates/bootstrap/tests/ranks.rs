@@ -1,0 +1,807 @@
+//! Multi-process tests of the rendezvous and the launcher, with real processes on loopback.
+//!
+//! Failure detection can only be tested with processes that really die or freeze, so this test
+//! binary plays three parts, chosen by `EFABENCH_TEST_ROLE`: without it, it is the test driver;
+//! with `worker` it is one rank; with `launcher` it is `efabench launch` (the library's
+//! launcher, starting this same binary as its ranks). The driver has its own `main` (no libtest
+//! harness) so that the re-executed copies never run the tests themselves.
+//!
+//! Timing assertions are only generous upper bounds on failure detection ("within the timeout
+//! plus a few seconds"), as the issue asks.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use efabench_bootstrap::launcher::{launch, LaunchOptions};
+use efabench_bootstrap::wire::{self, Hello};
+use efabench_bootstrap::{
+    detect_from_process_env, Bootstrap, BootstrapError, LaunchFlags, RankInfo,
+};
+
+const ROLE: &str = "EFABENCH_TEST_ROLE";
+const MODE: &str = "EFABENCH_TEST_MODE";
+const VICTIM: &str = "EFABENCH_TEST_VICTIM";
+const ACTION: &str = "EFABENCH_TEST_ACTION";
+const TIMEOUT: &str = "EFABENCH_TEST_TIMEOUT";
+const RANKS: &str = "EFABENCH_TEST_RANKS";
+const GRACE: &str = "EFABENCH_TEST_GRACE";
+
+/// Bootstrap timeout of the worker ranks in the failure tests.
+const FAIL_TIMEOUT: Duration = Duration::from_secs(3);
+/// "A few seconds" on top of the timeout, generous for a loaded 2-core CI machine.
+const SLACK: Duration = Duration::from_secs(12);
+
+fn env_u32(name: &str, default: u32) -> u32 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn env_secs(name: &str, default: f64) -> Duration {
+    Duration::from_secs_f64(
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default),
+    )
+}
+
+// ---------------------------------------------------------------------------------------------
+// Worker: one rank.
+
+/// Rank i's all-gather blob: sizes from empty to 256 KiB, contents that depend on the rank.
+fn blob(i: u32) -> Vec<u8> {
+    let len = match i % 4 {
+        0 => 0,
+        1 => 256 << 10,
+        2 => 17,
+        _ => 4096 + i as usize,
+    };
+    (0..len)
+        .map(|k| (k as u32).wrapping_mul(31).wrapping_add(i) as u8)
+        .collect()
+}
+
+fn collectives(b: &Bootstrap) -> Result<i32, BootstrapError> {
+    let (r, w) = (b.rank(), b.world());
+    let table = b.all_gather(&blob(r))?;
+    if table.len() != w as usize || (0..w).any(|i| table[i as usize] != blob(i)) {
+        eprintln!("rank {r}: all_gather table is wrong");
+        return Ok(3);
+    }
+    // Every rank must hold the same table: compare a digest of it across ranks too.
+    let digest: u64 = table
+        .iter()
+        .flatten()
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, &x| {
+            (h ^ u64::from(x)).wrapping_mul(0x0000_0100_0000_01b3)
+        });
+    let digests = b.all_gather(&digest.to_le_bytes())?;
+    if digests.iter().any(|d| d.as_slice() != digest.to_le_bytes()) {
+        eprintln!("rank {r}: ranks hold different tables");
+        return Ok(3);
+    }
+    b.barrier()?;
+    let mine = format!("rank {r} pid {}", std::process::id());
+    match (r, b.gather(mine.as_bytes())?) {
+        (0, Some(all)) => {
+            let good = all.len() == w as usize
+                && all
+                    .iter()
+                    .enumerate()
+                    .all(|(i, g)| g.starts_with(format!("rank {i} pid ").as_bytes()));
+            if !good {
+                eprintln!("rank 0: gather is wrong");
+                return Ok(3);
+            }
+        }
+        (0, None) | (_, Some(_)) => {
+            eprintln!("rank {r}: gather returned the table at the wrong rank");
+            return Ok(3);
+        }
+        _ => {}
+    }
+    let bc = b.broadcast(if r == 0 { b"from rank 0" } else { b"not me" })?;
+    if bc != b"from rank 0" {
+        eprintln!("rank {r}: broadcast is wrong");
+        return Ok(3);
+    }
+    b.barrier()?;
+    eprintln!("rank {r} ok");
+    if r == 0 {
+        println!("OK {w} ranks");
+    }
+    Ok(0)
+}
+
+/// Wait for the job to fail (the victim dies or freezes), report, exit 1.
+fn wait_for_failure(b: &Bootstrap, mode: &str) -> i32 {
+    let r = b.rank();
+    let give_up = Instant::now() + Duration::from_secs(120);
+    let e = if mode == "barrier" {
+        match b.barrier() {
+            Ok(()) => {
+                eprintln!("rank {r}: barrier completed although a rank never called it");
+                return 3;
+            }
+            Err(e) => e,
+        }
+    } else {
+        loop {
+            if let Err(e) = b.check() {
+                break e;
+            }
+            if Instant::now() > give_up {
+                eprintln!("rank {r}: no failure detected");
+                return 3;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    };
+    eprintln!("rank {r}: {e}");
+    1
+}
+
+fn worker() -> i32 {
+    let mode = std::env::var(MODE).unwrap_or_default();
+    let victim = env_u32(VICTIM, u32::MAX);
+    let timeout = env_secs(TIMEOUT, 20.0);
+    let flags = LaunchFlags {
+        timeout,
+        ..LaunchFlags::default()
+    };
+    let info = match detect_from_process_env(&flags) {
+        Ok(i) => i,
+        Err(e) => {
+            eprintln!("{e}");
+            return if e.is_usage() { 2 } else { 1 };
+        }
+    };
+    if mode == "exit2" && info.rank == victim {
+        eprintln!("bad option (exiting 2 on purpose)");
+        return 2;
+    }
+    let b = match Bootstrap::connect(&info, timeout) {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("rank {}: {e}", info.rank);
+            return if e.is_usage() { 2 } else { 1 };
+        }
+    };
+    if mode == "collectives" {
+        return collectives(&b).unwrap_or_else(|e| {
+            eprintln!("rank {}: {e}", b.rank());
+            1
+        });
+    }
+    // Failure modes: make sure everyone is connected, say so, then misbehave or wait.
+    if let Err(e) = b.all_gather(&[]) {
+        eprintln!("rank {}: {e}", b.rank());
+        return 1;
+    }
+    println!("READY {}", b.rank());
+    let _ = std::io::stdout().flush();
+    if b.rank() == victim {
+        std::thread::sleep(Duration::from_millis(300));
+        let sig = match std::env::var(ACTION).as_deref() {
+            Ok("selfkill") => Some(libc::SIGKILL),
+            Ok("selfstop") => Some(libc::SIGSTOP),
+            _ => None,
+        };
+        if let Some(sig) = sig {
+            // SAFETY: kill(2) on our own pid; no memory is involved.
+            unsafe { libc::kill(libc::getpid(), sig) };
+        }
+        loop {
+            std::thread::sleep(Duration::from_secs(1));
+        }
+    }
+    wait_for_failure(&b, &mode)
+}
+
+fn launcher_role() -> i32 {
+    let opts = LaunchOptions {
+        ranks: env_u32(RANKS, 2),
+        program: std::env::current_exe().expect("current_exe"),
+        args: vec![],
+        grace: env_secs(GRACE, 5.0),
+        env: vec![(ROLE.into(), "worker".into())],
+    };
+    match launch(&opts) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("efabench launch: {e}");
+            if e.is_usage() {
+                2
+            } else {
+                1
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Driver helpers.
+
+fn exe() -> PathBuf {
+    std::env::current_exe().expect("current_exe")
+}
+
+/// A command for this binary with no launcher variables from the outside world.
+fn command(role: &str) -> Command {
+    let mut c = Command::new(exe());
+    for (k, _) in std::env::vars() {
+        let launcher_var = k.starts_with("EFABENCH_")
+            || k.starts_with("SLURM_")
+            || k.starts_with("OMPI_")
+            || k.starts_with("PMI_")
+            || k.starts_with("PMIX_")
+            || [
+                "RANK",
+                "WORLD_SIZE",
+                "LOCAL_RANK",
+                "MASTER_ADDR",
+                "MASTER_PORT",
+                "MPI_LOCALRANKID",
+            ]
+            .contains(&k.as_str());
+        if launcher_var {
+            c.env_remove(&k);
+        }
+    }
+    c.env(ROLE, role);
+    c
+}
+
+struct Proc {
+    child: Child,
+    stdout: Arc<Mutex<String>>,
+    stderr: Arc<Mutex<String>>,
+    status: Option<ExitStatus>,
+}
+
+/// Start a process whose stdout/stderr are collected; `ready` gets a message per stdout line.
+fn start(mut cmd: Command, ready: Option<mpsc::Sender<String>>) -> Proc {
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("spawn test process");
+    let stdout = Arc::new(Mutex::new(String::new()));
+    let stderr = Arc::new(Mutex::new(String::new()));
+    let (o, e) = (
+        child.stdout.take().expect("stdout"),
+        child.stderr.take().expect("stderr"),
+    );
+    let so = stdout.clone();
+    std::thread::spawn(move || {
+        for line in BufReader::new(o).lines().map_while(Result::ok) {
+            so.lock().unwrap().push_str(&format!("{line}\n"));
+            if let Some(tx) = &ready {
+                let _ = tx.send(line);
+            }
+        }
+    });
+    let se = stderr.clone();
+    std::thread::spawn(move || {
+        let mut s = String::new();
+        let mut e = e;
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = e.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            s.push_str(&String::from_utf8_lossy(&buf[..n]));
+            *se.lock().unwrap() = s.clone();
+        }
+    });
+    Proc {
+        child,
+        stdout,
+        stderr,
+        status: None,
+    }
+}
+
+impl Proc {
+    /// Wait until it exits or `deadline`; true if it exited.
+    fn wait_until(&mut self, deadline: Instant) -> bool {
+        while self.status.is_none() {
+            if let Ok(Some(st)) = self.child.try_wait() {
+                self.status = Some(st);
+                // Let the output threads drain the pipes.
+                std::thread::sleep(Duration::from_millis(50));
+                break;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        true
+    }
+    fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+    fn stdout(&self) -> String {
+        self.stdout.lock().unwrap().clone()
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if self.status.is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+fn free_rdzv() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    format!("127.0.0.1:{}", l.local_addr().unwrap().port())
+}
+
+/// Run the launcher role to completion (bounded) and return it.
+fn run_launch(n: u32, mode: &str, extra: &[(&str, &str)]) -> (Proc, Duration) {
+    let mut c = command("launcher");
+    c.env(RANKS, n.to_string()).env(MODE, mode);
+    for (k, v) in extra {
+        c.env(k, v);
+    }
+    let t0 = Instant::now();
+    let mut p = start(c, None);
+    assert!(
+        p.wait_until(t0 + Duration::from_secs(120)),
+        "launch of {n} ranks did not finish: {}",
+        p.stderr()
+    );
+    (p, t0.elapsed())
+}
+
+/// Start `n` ranks directly (no launcher) and wait until all of them are connected.
+fn start_ranks(n: u32, mode: &str, victim: u32, timeout: Duration) -> Vec<Proc> {
+    let rdzv = free_rdzv();
+    let (tx, rx) = mpsc::channel();
+    let procs: Vec<Proc> = (0..n)
+        .map(|r| {
+            let mut c = command("worker");
+            c.env("EFABENCH_RANK", r.to_string())
+                .env("EFABENCH_WORLD_SIZE", n.to_string())
+                .env("EFABENCH_LOCAL_RANK", r.to_string())
+                .env("EFABENCH_RDZV", &rdzv)
+                .env("EFABENCH_JOB_TOKEN", "direct-test")
+                .env(MODE, mode)
+                .env(VICTIM, victim.to_string())
+                .env(TIMEOUT, timeout.as_secs_f64().to_string());
+            start(c, Some(tx.clone()))
+        })
+        .collect();
+    for _ in 0..n {
+        let line = rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("ranks did not get ready");
+        assert!(line.starts_with("READY"), "{line}");
+    }
+    procs
+}
+
+/// Every rank but `victim` exits non-zero within `bound` and names the victim.
+fn expect_others_fail(procs: &mut [Proc], victim: u32, t0: Instant, bound: Duration, words: &str) {
+    for (r, p) in procs.iter_mut().enumerate() {
+        if r as u32 == victim {
+            continue;
+        }
+        assert!(
+            p.wait_until(t0 + bound),
+            "rank {r} still running {bound:?} after the failure"
+        );
+        let st = p.status.unwrap();
+        let err = p.stderr();
+        assert!(!st.success(), "rank {r} exited 0: {err}");
+        assert!(
+            err.contains(&format!("rank {victim}")) && err.contains(words),
+            "rank {r}: {err}"
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tests.
+
+fn collectives_under_launch(n: u32) {
+    let (p, took) = run_launch(n, "collectives", &[]);
+    let (out, err) = (p.stdout(), p.stderr());
+    assert_eq!(p.status.unwrap().code(), Some(0), "launch -n {n}: {err}");
+    assert_eq!(
+        out,
+        format!("OK {n} ranks\n"),
+        "only rank 0's stdout is shown"
+    );
+    for r in 0..n {
+        assert!(
+            err.contains(&format!("[rank {r}] rank {r} ok\n")),
+            "rank {r} missing: {err}"
+        );
+    }
+    eprintln!("    {n} ranks: all_gather/barrier/gather/broadcast ok in {took:.2?}");
+}
+
+fn launch_1_rank() {
+    collectives_under_launch(1)
+}
+fn launch_2_ranks() {
+    collectives_under_launch(2)
+}
+fn launch_8_ranks() {
+    collectives_under_launch(8)
+}
+fn launch_16_ranks() {
+    collectives_under_launch(16)
+}
+
+fn sigkill_a_rank_while_others_poll_check() {
+    let mut procs = start_ranks(4, "poll", 2, FAIL_TIMEOUT);
+    let t0 = Instant::now();
+    procs[2].child.kill().unwrap();
+    expect_others_fail(&mut procs, 2, t0, FAIL_TIMEOUT + SLACK, "died");
+}
+
+fn sigstop_a_rank_while_others_poll_check() {
+    let mut procs = start_ranks(4, "poll", 1, FAIL_TIMEOUT);
+    let t0 = Instant::now();
+    // SAFETY: kill(2) on a child process we started and have not reaped.
+    unsafe { libc::kill(procs[1].child.id() as libc::pid_t, libc::SIGSTOP) };
+    expect_others_fail(&mut procs, 1, t0, FAIL_TIMEOUT + SLACK, "stopped answering");
+}
+
+fn sigstop_rank_0_while_others_wait_in_a_barrier() {
+    let mut procs = start_ranks(3, "barrier", 0, FAIL_TIMEOUT);
+    let t0 = Instant::now();
+    // SAFETY: kill(2) on a child process we started and have not reaped.
+    unsafe { libc::kill(procs[0].child.id() as libc::pid_t, libc::SIGSTOP) };
+    expect_others_fail(
+        &mut procs,
+        0,
+        t0,
+        FAIL_TIMEOUT + SLACK,
+        "rank 0 stopped answering",
+    );
+}
+
+fn launch_ends_the_job_when_a_rank_is_killed() {
+    let t = FAIL_TIMEOUT.as_secs_f64().to_string();
+    let (p, took) = run_launch(
+        4,
+        "barrier",
+        &[
+            (VICTIM, "3"),
+            (ACTION, "selfkill"),
+            (TIMEOUT, &t),
+            (GRACE, "5"),
+        ],
+    );
+    let err = p.stderr();
+    assert_eq!(p.status.unwrap().code(), Some(137), "{err}");
+    assert!(
+        err.contains("efabench launch: rank 3 was killed by signal 9 (SIGKILL)"),
+        "{err}"
+    );
+    // The other ranks noticed on their own and named the dead rank.
+    for r in 0..3 {
+        assert!(
+            err.contains(&format!("[rank {r}] rank {r}: rank 3 died")),
+            "rank {r}: {err}"
+        );
+    }
+    assert!(took < FAIL_TIMEOUT + SLACK, "took {took:?}");
+}
+
+fn launch_ends_the_job_when_a_rank_freezes() {
+    let t = FAIL_TIMEOUT.as_secs_f64().to_string();
+    let (p, took) = run_launch(
+        4,
+        "poll",
+        &[
+            (VICTIM, "1"),
+            (ACTION, "selfstop"),
+            (TIMEOUT, &t),
+            (GRACE, "1"),
+        ],
+    );
+    let err = p.stderr();
+    assert_eq!(p.status.unwrap().code(), Some(1), "{err}");
+    assert!(err.contains("rank 1 stopped answering"), "{err}");
+    assert!(
+        err.contains("still running"),
+        "the stopped rank had to be stopped by launch: {err}"
+    );
+    assert!(took < FAIL_TIMEOUT + SLACK, "took {took:?}");
+}
+
+fn launch_exits_with_the_first_failing_status() {
+    let (p, _) = run_launch(3, "exit2", &[(VICTIM, "1"), (TIMEOUT, "20"), (GRACE, "1")]);
+    let err = p.stderr();
+    assert_eq!(p.status.unwrap().code(), Some(2), "{err}");
+    assert!(err.contains("[rank 1] bad option"), "{err}");
+    assert!(
+        err.contains("efabench launch: rank 1 exited with status 2"),
+        "{err}"
+    );
+}
+
+fn launch_forwards_sigint() {
+    let mut c = command("launcher");
+    c.env(RANKS, "2").env(MODE, "poll").env(TIMEOUT, "20");
+    let (tx, rx) = mpsc::channel();
+    let mut p = start(c, Some(tx));
+    let line = rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("rank 0 did not get ready");
+    assert_eq!(line, "READY 0");
+    // SAFETY: kill(2) on the launcher process we started and have not reaped.
+    unsafe { libc::kill(p.child.id() as libc::pid_t, libc::SIGINT) };
+    assert!(
+        p.wait_until(Instant::now() + Duration::from_secs(30)),
+        "launch ignored SIGINT"
+    );
+    let err = p.stderr();
+    assert_eq!(p.status.unwrap().code(), Some(130), "{err}");
+    assert!(
+        err.contains("received SIGINT; passing it on to the ranks"),
+        "{err}"
+    );
+}
+
+fn info(rank: u32, world: u32, rdzv: &str, token: &str) -> RankInfo {
+    RankInfo {
+        rank,
+        world,
+        local_rank: rank,
+        rdzv: Some(rdzv.into()),
+        token: Some(token.into()),
+        source: "test",
+    }
+}
+
+/// Rank 0 of a 2-rank job in a thread; returns what its all_gather and barrier produced.
+fn hub_thread(rdzv: &str) -> std::thread::JoinHandle<Result<Vec<Vec<u8>>, BootstrapError>> {
+    let i = info(0, 2, rdzv, "good-token");
+    std::thread::spawn(move || {
+        let b = Bootstrap::connect(&i, Duration::from_secs(30))?;
+        let t = b.all_gather(b"zero")?;
+        b.barrier()?;
+        Ok(t)
+    })
+}
+
+fn wrong_token_is_refused_and_the_job_goes_on() {
+    let rdzv = free_rdzv();
+    let hub = hub_thread(&rdzv);
+    let e =
+        Bootstrap::connect(&info(1, 2, &rdzv, "evil-token"), Duration::from_secs(20)).unwrap_err();
+    assert!(
+        matches!(e, BootstrapError::Refused { .. }) && e.to_string().contains("wrong job token"),
+        "{e}"
+    );
+    let e =
+        Bootstrap::connect(&info(1, 3, &rdzv, "good-token"), Duration::from_secs(5)).unwrap_err();
+    assert!(e.to_string().contains("world size mismatch"), "{e}");
+    let b = Bootstrap::connect(&info(1, 2, &rdzv, "good-token"), Duration::from_secs(20)).unwrap();
+    let e =
+        Bootstrap::connect(&info(1, 2, &rdzv, "good-token"), Duration::from_secs(5)).unwrap_err();
+    assert!(e.to_string().contains("rank 1 is already connected"), "{e}");
+    assert_eq!(
+        b.all_gather(b"one").unwrap(),
+        vec![b"zero".to_vec(), b"one".to_vec()]
+    );
+    b.barrier().unwrap();
+    assert_eq!(
+        hub.join().unwrap().unwrap(),
+        vec![b"zero".to_vec(), b"one".to_vec()]
+    );
+    b.check().unwrap();
+}
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+    fn bytes(&mut self, n: usize) -> Vec<u8> {
+        (0..n).map(|_| self.next() as u8).collect()
+    }
+}
+
+fn random_and_truncated_bytes_do_not_disturb_the_rendezvous() {
+    let rdzv = free_rdzv();
+    let hub = hub_thread(&rdzv);
+    // Wait until rank 0 listens.
+    let until = Instant::now() + Duration::from_secs(20);
+    while TcpStream::connect(&rdzv).is_err() {
+        assert!(Instant::now() < until, "rank 0 never listened");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let stranger = Hello {
+        rank: 1,
+        world: 2,
+        pid: 1,
+        token: "fuzz".into(),
+        host: "fuzz".into(),
+    };
+    let hello = wire::frame(wire::T_HELLO, &stranger.encode());
+    let mut rng = Rng(0x00c0_ffee_1234_5678);
+    const CONNECTIONS: usize = 400;
+    for i in 0..CONNECTIONS {
+        let bytes: Vec<u8> = match i % 6 {
+            0 => {
+                let n = rng.below(2048) as usize;
+                rng.bytes(n)
+            }
+            1 => {
+                // A length far beyond any limit, then some bytes.
+                let mut v = ((rng.next() as u32) | 0x8000_0000).to_le_bytes().to_vec();
+                let n = rng.below(64) as usize;
+                v.extend(rng.bytes(n));
+                v
+            }
+            2 => hello[..rng.below(hello.len() as u64) as usize].to_vec(),
+            3 => {
+                let mut v = hello.clone();
+                for _ in 0..1 + rng.below(4) {
+                    let at = rng.below(v.len() as u64) as usize;
+                    v[at] = rng.next() as u8;
+                }
+                v
+            }
+            4 => {
+                let kind = rng.next() as u8;
+                let n = rng.below(wire::MAX_HELLO as u64) as usize;
+                wire::frame(kind, &rng.bytes(n))
+            }
+            _ => Vec::new(),
+        };
+        let mut s = TcpStream::connect(&rdzv).expect("the rendezvous stopped accepting");
+        let _ = s.write_all(&bytes);
+        let _ = s.shutdown(std::net::Shutdown::Write);
+        if i % 50 == 0 {
+            // Now and then read the answer to the end: rank 0 must answer or close, never hang.
+            s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+            let mut sink = Vec::new();
+            let r = s.take(64 << 10).read_to_end(&mut sink);
+            // Closed (EOF, or a reset because it left our junk unread) is fine; a timeout is not.
+            let hung = matches!(&r, Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut));
+            assert!(!hung, "rank 0 did not close a junk connection: {r:?}");
+        }
+    }
+    let b = Bootstrap::connect(&info(1, 2, &rdzv, "good-token"), Duration::from_secs(20)).unwrap();
+    assert_eq!(
+        b.all_gather(b"one").unwrap(),
+        vec![b"zero".to_vec(), b"one".to_vec()]
+    );
+    b.barrier().unwrap();
+    assert_eq!(
+        hub.join().unwrap().unwrap(),
+        vec![b"zero".to_vec(), b"one".to_vec()]
+    );
+}
+
+fn abort_reaches_every_rank_with_its_reason() {
+    let rdzv = free_rdzv();
+    let handles: Vec<_> = (0..3)
+        .map(|r| {
+            let i = info(r, 3, &rdzv, "abort-test");
+            std::thread::spawn(move || {
+                let b = Bootstrap::connect(&i, Duration::from_secs(20))?;
+                if r == 2 {
+                    b.abort("the NIC is missing");
+                    return b.check();
+                }
+                b.barrier()
+            })
+        })
+        .collect();
+    for (r, h) in handles.into_iter().enumerate() {
+        let e = h.join().unwrap().unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "rank 2 aborted the job: the NIC is missing",
+            "rank {r}"
+        );
+    }
+}
+
+fn main() {
+    match std::env::var(ROLE).as_deref() {
+        Ok("worker") => std::process::exit(worker()),
+        Ok("launcher") => std::process::exit(launcher_role()),
+        _ => {}
+    }
+    let tests: &[(&str, fn())] = &[
+        ("launch_1_rank", launch_1_rank),
+        ("launch_2_ranks", launch_2_ranks),
+        ("launch_8_ranks", launch_8_ranks),
+        ("launch_16_ranks", launch_16_ranks),
+        (
+            "wrong_token_is_refused_and_the_job_goes_on",
+            wrong_token_is_refused_and_the_job_goes_on,
+        ),
+        (
+            "random_and_truncated_bytes_do_not_disturb_the_rendezvous",
+            random_and_truncated_bytes_do_not_disturb_the_rendezvous,
+        ),
+        (
+            "abort_reaches_every_rank_with_its_reason",
+            abort_reaches_every_rank_with_its_reason,
+        ),
+        (
+            "sigkill_a_rank_while_others_poll_check",
+            sigkill_a_rank_while_others_poll_check,
+        ),
+        (
+            "sigstop_a_rank_while_others_poll_check",
+            sigstop_a_rank_while_others_poll_check,
+        ),
+        (
+            "sigstop_rank_0_while_others_wait_in_a_barrier",
+            sigstop_rank_0_while_others_wait_in_a_barrier,
+        ),
+        (
+            "launch_ends_the_job_when_a_rank_is_killed",
+            launch_ends_the_job_when_a_rank_is_killed,
+        ),
+        (
+            "launch_ends_the_job_when_a_rank_freezes",
+            launch_ends_the_job_when_a_rank_freezes,
+        ),
+        (
+            "launch_exits_with_the_first_failing_status",
+            launch_exits_with_the_first_failing_status,
+        ),
+        ("launch_forwards_sigint", launch_forwards_sigint),
+    ];
+    // `cargo test --test ranks -- NAME` runs the tests whose name contains NAME.
+    let filter: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    let selected: Vec<_> = tests
+        .iter()
+        .filter(|(n, _)| filter.is_empty() || filter.iter().any(|f| n.contains(f.as_str())))
+        .collect();
+    println!("\nrunning {} tests", selected.len());
+    let mut failed = Vec::new();
+    for (name, f) in &selected {
+        let t0 = Instant::now();
+        let ok = std::panic::catch_unwind(f).is_ok();
+        println!(
+            "test {name} ... {} ({:.1?})",
+            if ok { "ok" } else { "FAILED" },
+            t0.elapsed()
+        );
+        if !ok {
+            failed.push(*name);
+        }
+    }
+    println!(
+        "\ntest result: {}. {} passed; {} failed",
+        if failed.is_empty() { "ok" } else { "FAILED" },
+        selected.len() - failed.len(),
+        failed.len()
+    );
+    if !failed.is_empty() {
+        println!("failed: {}", failed.join(", "));
+        std::process::exit(1);
+    }
+}
