@@ -676,7 +676,8 @@ impl RawRail {
             )
         };
         let prov_text = cstr_opt(p).unwrap_or_default();
-        let errno = e.entry.err;
+        // Some providers (1.17's shm) report a negative err; libfabric defines it positive.
+        let errno = e.entry.err.abs();
         let generic = self.lib.strerror(errno);
         let text = if prov_text.is_empty() || prov_text == generic {
             generic
