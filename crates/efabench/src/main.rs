@@ -9,7 +9,6 @@ mod cmd;
 mod error;
 
 use clap::{Parser, Subcommand};
-use error::CliError;
 
 #[derive(Parser)]
 #[command(name = "efabench", version = env!("EFABENCH_VERSION_LONG"), about, long_about = None)]

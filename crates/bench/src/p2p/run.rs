@@ -88,7 +88,7 @@ fn from_bootstrap(e: BootstrapError) -> BenchError {
 pub fn run_p2p(kind: P2pKind, args: P2pArgs, build: BuildInfo) -> Result<i32, BenchError> {
     let c = &args.common;
     let sizes = c.sizes()?;
-    let format: Format = c.format.parse().map_err(|e: efabench_report::Error| BenchError::usage(e.to_string()))?;
+    let format: Format = c.format.parse().map_err(BenchError::usage)?;
     if let Rails::Count(n) = c.rails {
         if n > 1 {
             return Err(BenchError::usage(format!(
@@ -135,32 +135,33 @@ fn run_ranked(
     };
 
     // Everyone must agree on the provider: pick it from facts every rank shares.
-    let lib = efabench_fabric::Library::load(c.libfabric.as_deref()).map_err(|e| BenchError::usage(e.to_string()))?;
+    let lib = efabench_fabric::load_library(c.libfabric.as_deref()).map_err(|e| BenchError::usage(e.to_string()))?;
     let host = efabench_report::hostname();
     let hosts = bs.all_gather(host.as_bytes()).map_err(from_bootstrap)?;
     let one_host = hosts.iter().all(|h| h == host.as_bytes());
-    let available = lib.provider_names().map_err(|e| BenchError::failed(e.to_string()))?;
+    let available = efabench_fabric::list_providers().map_err(|e| BenchError::usage(e.to_string()))?;
     let (provider, why) = choose_provider(c.provider.as_deref(), &available, one_host)?;
     if rank == 0 {
         eprintln!("efabench: provider {provider} ({why})");
     }
-    let domain = c.domain.clone().or_else(|| (provider == "tcp" && one_host).then(|| "lo".to_string()));
+    // Ranks on one host keep tcp on loopback rather than the first interface.
+    let node = (provider.starts_with("tcp") && one_host && c.domain.is_none()).then(|| "127.0.0.1".to_string());
 
     let max = *sizes.iter().max().expect("a sweep has at least one size");
     let buf_bytes = (2 * max).max((args.window as u64 * max).min(WINDOW_BYTES.max(max)));
     let cfg = LinkConfig {
         provider: provider.clone(),
-        domain,
+        domain: c.domain.clone(),
+        node,
         mem: c.mem.clone(),
-        gpu: c.gpu.clone(),
-        local_rank: bs.local_rank(),
         buf_bytes: buf_bytes as usize,
         ctrl_slots: 8,
         timeout: c.timeout(),
-        rma: kind != P2pKind::SendRecv,
     };
-    let mut link = Link::open(&lib, &cfg).map_err(link_to_bench)?;
-    let blobs = bs.all_gather(&link.local_blob()).map_err(from_bootstrap)?;
+    let health = || bs.check().map_err(|e| e.to_string());
+    let mut link = Link::open(&cfg, &health).map_err(link_to_bench)?;
+    let blob = link.local_blob().map_err(link_to_bench)?;
+    let blobs = bs.all_gather(&blob).map_err(from_bootstrap)?;
     link.connect(rank, &blobs).map_err(link_to_bench)?;
 
     let run = RunInfo {
@@ -169,7 +170,7 @@ fn run_ranked(
         provider: link.provider_name(),
         fabric: link.fabric_name(),
         domains: vec![link.domain_name()],
-        libfabric: Some(lib.version_string()),
+        libfabric: Some(lib.version.clone()),
         rails: 1,
         mem: c.mem.clone(),
         link_gbps: link.link_gbps(),
@@ -181,9 +182,8 @@ fn run_ranked(
     let mut sink = (rank == 0).then(|| Sink::stdout(format));
     let steps = (args.variant.len() * sizes.len() * (world as usize - 1)) as u64;
     let progress = Progress::new(rank == 0, steps, bench);
-    let counters_root = efabench_topology::Root::new("/");
+    let counters_root = efabench_topology::Root::system();
     let mut total_errors = 0u64;
-    let health = || bs.check().map_err(|e| e.to_string());
 
     for &variant in &args.variant {
         for &size in sizes {
@@ -209,14 +209,14 @@ fn run_ranked(
                     sender: 0,
                     responder: peer,
                 };
-                let before = (rank == 0).then(|| efabench_topology::counters::Snapshot::read(&counters_root).ok()).flatten();
+                let before = (rank == 0).then(|| efabench_topology::Snapshot::read(&counters_root)).flatten();
                 let started = Instant::now();
                 let outcome = if rank == 0 {
                     link.set_peer(peer);
-                    run_sender(kind, variant, &mut link, &step, &health)
+                    run_sender(kind, variant, &mut link, &step)
                 } else if rank == peer {
                     link.set_peer(0);
-                    run_responder(kind, variant, &mut link, &step, &health)
+                    run_responder(kind, variant, &mut link, &step)
                 } else {
                     Ok(Outcome::default())
                 };
@@ -236,7 +236,7 @@ fn run_ranked(
                 let errors = outcome.errors + responder_errors;
                 total_errors += errors;
                 let counters = before.and_then(|b| {
-                    efabench_topology::counters::Snapshot::read(&counters_root).ok().map(|a| b.delta_json(&a))
+                    efabench_topology::Snapshot::read(&counters_root).map(|a| b.delta_json(&a))
                 });
                 let rec = point_record(&run, kind, variant, &step, &mut outcome, errors, counters, started.elapsed());
                 progress.step(format!("{} {}", variant.name(), crate::size::human(size)));
@@ -263,42 +263,24 @@ fn run_ranked(
     Ok(0)
 }
 
-fn run_sender(
-    kind: P2pKind,
-    variant: Variant,
-    link: &mut Link,
-    s: &Step,
-    health: &dyn Fn() -> Result<(), String>,
-) -> Result<Outcome, LinkError> {
-    link.set_health(health);
-    let r = match (kind, variant) {
+fn run_sender(kind: P2pKind, variant: Variant, link: &mut Link, s: &Step) -> Result<Outcome, LinkError> {
+    match (kind, variant) {
         (P2pKind::SendRecv, Variant::Pingpong) => protocol::sendrecv_pingpong_sender(link, s),
         (P2pKind::SendRecv, Variant::Stream) => protocol::sendrecv_stream_sender(link, s),
         (P2pKind::Write, Variant::Pingpong) => protocol::write_pingpong_sender(link, s),
         (P2pKind::Write, Variant::Stream) => protocol::write_stream_sender(link, s),
         (P2pKind::Read, v) => protocol::read_sender(link, s, v == Variant::Stream),
-    };
-    link.clear_health();
-    r
+    }
 }
 
-fn run_responder(
-    kind: P2pKind,
-    variant: Variant,
-    link: &mut Link,
-    s: &Step,
-    health: &dyn Fn() -> Result<(), String>,
-) -> Result<Outcome, LinkError> {
-    link.set_health(health);
-    let r = match (kind, variant) {
+fn run_responder(kind: P2pKind, variant: Variant, link: &mut Link, s: &Step) -> Result<Outcome, LinkError> {
+    match (kind, variant) {
         (P2pKind::SendRecv, Variant::Pingpong) => protocol::sendrecv_pingpong_responder(link, s),
         (P2pKind::SendRecv, Variant::Stream) => protocol::sendrecv_stream_responder(link, s),
         (P2pKind::Write, Variant::Pingpong) => protocol::write_pingpong_responder(link, s),
         (P2pKind::Write, Variant::Stream) => protocol::write_stream_responder(link, s),
         (P2pKind::Read, v) => protocol::read_responder(link, s, v == Variant::Stream),
-    };
-    link.clear_health();
-    r
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -322,7 +304,11 @@ fn point_record(
     };
     let lat_us = o.samples.summary_us(divisor);
     // Pingpong: one message in flight, so bandwidth is size over one message's time.
-    let busy_ns = (total_ns as f64 / divisor * if variant == Variant::Stream { s.window as f64 } else { 1.0 }) as u64;
+    // Stream: the windows' total time; pingpong: the messages' own (one-way or read) time.
+    let busy_ns = match variant {
+        Variant::Stream => total_ns,
+        Variant::Pingpong => (total_ns as f64 / divisor) as u64,
+    };
     let bw = gbps(size * messages, busy_ns);
     let mut extra = Map::new();
     extra.insert("lat_kind".into(), json!(lat_kind));
@@ -346,35 +332,45 @@ fn point_record(
 }
 
 /// DESIGN.md: `efa` when present, else `shm` when every rank is on this host, else `tcp`.
+/// Names match libfabric's, or their first component, so `tcp` finds 1.17's `tcp;ofi_rxm`.
+/// Returns the name as libfabric spells it, and why it was chosen.
 fn choose_provider(
     asked: Option<&str>,
     available: &[String],
     one_host: bool,
 ) -> Result<(String, String), BenchError> {
+    let find = |p: &str| {
+        available
+            .iter()
+            .find(|a| a.as_str() == p)
+            .or_else(|| available.iter().find(|a| a.split(';').next() == Some(p)))
+            .cloned()
+    };
     if let Some(p) = asked {
-        if available.iter().any(|a| a == p) {
-            return Ok((p.to_string(), "asked for with --provider".into()));
+        return find(p).map(|name| (name, "asked for with --provider".to_string())).ok_or_else(|| {
+            BenchError::usage(format!(
+                "provider '{p}' is not offered by the loaded libfabric; available: {}; pick one with --provider",
+                available.join(", ")
+            ))
+        });
+    }
+    if let Some(efa) = find("efa") {
+        return Ok((efa, "EFA is present".into()));
+    }
+    if one_host {
+        if let Some(shm) = find("shm") {
+            return Ok((shm, "no EFA; all ranks on this host".into()));
         }
-        return Err(BenchError::usage(format!(
-            "provider '{p}' is not offered by the loaded libfabric; available: {}; pick one with --provider",
-            available.join(", ")
-        )));
     }
-    let has = |p: &str| available.iter().any(|a| a == p);
-    if has("efa") {
-        Ok(("efa".into(), "EFA is present".into()))
-    } else if one_host && has("shm") {
-        Ok(("shm".into(), "no EFA; all ranks on this host".into()))
-    } else if has("tcp") {
+    if let Some(tcp) = find("tcp") {
         let why = if one_host { "no EFA and no shm provider" } else { "no EFA; ranks on several hosts" };
-        Ok(("tcp".into(), why.into()))
-    } else {
-        Err(BenchError::usage(format!(
-            "no usable provider: the loaded libfabric offers {}; install the EFA installer or a \
-             libfabric with the tcp provider, or name one with --provider",
-            available.join(", ")
-        )))
+        return Ok((tcp, why.into()));
     }
+    Err(BenchError::usage(format!(
+        "no usable provider: the loaded libfabric offers {}; install the EFA installer or a \
+         libfabric with the tcp provider, or name one with --provider",
+        available.join(", ")
+    )))
 }
 
 fn link_to_bench(e: LinkError) -> BenchError {
@@ -397,6 +393,9 @@ mod tests {
         assert_eq!(choose_provider(None, &no_efa, true).unwrap().0, "shm");
         assert_eq!(choose_provider(None, &no_efa, false).unwrap().0, "tcp");
         assert_eq!(choose_provider(Some("tcp"), &no_efa, true).unwrap().0, "tcp");
+        let v117 = names(&["tcp;ofi_rxm", "shm", "udp;ofi_rxd"]);
+        assert_eq!(choose_provider(Some("tcp"), &v117, true).unwrap().0, "tcp;ofi_rxm");
+        assert_eq!(choose_provider(None, &v117, false).unwrap().0, "tcp;ofi_rxm");
     }
 
     #[test]

@@ -1,0 +1,202 @@
+//! Two real ranks over loopback for every point-to-point benchmark and variant, on the tcp and
+//! shm providers, with payload verification on; plus the verification hook, a dying peer, and
+//! the bad inputs of issue 4. Ranks are started by hand (`--rank/--world/--rdzv`), the way a user
+//! runs efabench on two hosts without a launcher.
+//!
+//! Select the libfabric under test with EFABENCH_LIBFABRIC (scripts/test.sh runs this file
+//! against Debian's 1.17 and against 2.5.1).
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_efabench");
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("efabench-p2p-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn rank(r: u32, world: u32, port: u16, args: &[&str], env: &[(&str, &str)]) -> Child {
+    let mut c = Command::new(BIN);
+    c.args(args)
+        .args(["--rank", &r.to_string(), "--world", &world.to_string(), "--rdzv", &format!("127.0.0.1:{port}")])
+        .env("EFABENCH_JOB_TOKEN", format!("p2p-test-{port}"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.spawn().expect("start efabench")
+}
+
+/// Run `world` ranks of `args`; returns every rank's output. `env1` goes to rank 1 only.
+fn job(world: u32, args: &[&str], env1: &[(&str, &str)]) -> Vec<Output> {
+    let port = free_port();
+    let kids: Vec<Child> = (0..world).map(|r| rank(r, world, port, args, if r == 1 { env1 } else { &[] })).collect();
+    kids.into_iter().map(|k| k.wait_with_output().unwrap()).collect()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn records(path: &Path) -> Vec<efabench_report::Record> {
+    let body = std::fs::read_to_string(path).expect("records file");
+    body.lines().map(|l| efabench_report::validate_line(l).expect("record validates against the schema")).collect()
+}
+
+fn provider_available(p: &str) -> bool {
+    // `efabench topo` needs no ranks; ask libfabric through a one-rank failing run instead is
+    // heavier, so trust fi_info when present and otherwise assume tcp/shm exist (Debian's build).
+    match Command::new("fi_info").args(["-l"]).output() {
+        Ok(o) => text(&o.stdout).lines().any(|l| l.trim_end_matches(':') == p),
+        Err(_) => true,
+    }
+}
+
+fn sweep(bench: &str, provider: &str) {
+    if !provider_available(provider) {
+        eprintln!("skipped: provider {provider} not offered by this libfabric");
+        return;
+    }
+    let dir = tmp(&format!("{bench}-{provider}"));
+    let out = dir.join("r.jsonl");
+    let outs = job(
+        2,
+        &[bench, "-p", provider, "-b", "8", "-e", "1M", "-f", "4", "-n", "30", "-w", "3", "--window", "16", "--timeout", "30", "--format", "csv", "-o", out.to_str().unwrap()],
+        &[],
+    );
+    for (r, o) in outs.iter().enumerate() {
+        assert!(o.status.success(), "rank {r} of {bench}/{provider} failed: {}\n{}", o.status, text(&o.stderr));
+    }
+    let recs = records(&out);
+    // 8, 32, ..., 512K and 1M: ten sizes, two variants.
+    assert_eq!(recs.len(), 20, "{bench}/{provider}: {recs:?}");
+    for r in &recs {
+        assert_eq!(r.bench, bench);
+        assert_eq!(r.errors, 0, "{r:?}");
+        assert!(r.verified);
+        assert_eq!(r.peer, Some(1));
+        assert_eq!(r.world, 2);
+        assert!(r.provider.starts_with(provider), "{}", r.provider);
+        assert!(r.bw_gbps > 0.0 && r.lat_us.min > 0.0 && r.lat_us.min <= r.lat_us.p50 && r.lat_us.p50 <= r.lat_us.max);
+        assert!(r.libfabric.is_some());
+    }
+    let variants: std::collections::BTreeSet<_> = recs.iter().map(|r| r.variant.as_str()).collect();
+    assert_eq!(variants.into_iter().collect::<Vec<_>>(), ["pingpong", "stream"]);
+    let kinds: Vec<_> = recs.iter().map(|r| r.extra["lat_kind"].as_str().unwrap().to_string()).collect();
+    if bench == "read" {
+        assert!(kinds.iter().any(|k| k == "post-to-completion"));
+    } else {
+        assert!(kinds.iter().any(|k| k.starts_with("one-way")));
+    }
+    // CSV on rank 0's stdout: a header and one line per record.
+    let csv = text(&outs[0].stdout);
+    assert_eq!(csv.lines().filter(|l| !l.trim().is_empty()).count(), 21, "{csv}");
+}
+
+#[test]
+fn sendrecv_tcp() {
+    sweep("sendrecv", "tcp");
+}
+#[test]
+fn sendrecv_shm() {
+    sweep("sendrecv", "shm");
+}
+#[test]
+fn write_tcp() {
+    sweep("write", "tcp");
+}
+#[test]
+fn write_shm() {
+    sweep("write", "shm");
+}
+#[test]
+fn read_tcp() {
+    sweep("read", "tcp");
+}
+#[test]
+fn read_shm() {
+    sweep("read", "shm");
+}
+
+#[test]
+fn corrupted_payload_is_reported_and_fails_the_run() {
+    for bench in ["sendrecv", "write"] {
+        let dir = tmp(&format!("corrupt-{bench}"));
+        let out = dir.join("r.jsonl");
+        let outs = job(
+            2,
+            &[bench, "-p", "tcp", "-b", "4K", "-e", "4K", "-n", "20", "--variant", "pingpong", "-o", out.to_str().unwrap()],
+            &[("EFABENCH_TEST_CORRUPT_PAYLOAD", "1")],
+        );
+        assert_eq!(outs[0].status.code(), Some(1), "rank 0 must fail: {}", text(&outs[0].stderr));
+        assert!(text(&outs[0].stderr).contains("failed verification"), "{}", text(&outs[0].stderr));
+        let recs = records(&out);
+        assert_eq!(recs.len(), 1);
+        assert_eq!(recs[0].errors, 1, "one corrupted word: {:?}", recs[0]);
+    }
+}
+
+#[test]
+fn a_killed_peer_fails_the_job_fast_and_keeps_records() {
+    let dir = tmp("kill");
+    let out = dir.join("r.jsonl");
+    let port = free_port();
+    let args = ["sendrecv", "-p", "tcp", "-b", "8", "-e", "8", "-n", "1000000000", "--variant", "pingpong", "--timeout", "5", "-o", out.to_str().unwrap()];
+    let mut r0 = rank(0, 2, port, &args, &[]);
+    let mut r1 = rank(1, 2, port, &args, &[]);
+    std::thread::sleep(Duration::from_secs(2));
+    r1.kill().unwrap();
+    let _ = r1.wait();
+    let t0 = Instant::now();
+    let o = loop {
+        if let Some(_s) = r0.try_wait().unwrap() {
+            break r0.wait_with_output().unwrap();
+        }
+        if t0.elapsed() > Duration::from_secs(20) {
+            let _ = r0.kill();
+            panic!("rank 0 still running 20 s after its peer was killed");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(!o.status.success());
+    let err = text(&o.stderr);
+    assert!(err.contains("rank 1"), "the message must name the dead rank: {err}");
+}
+
+fn bad(args: &[&str]) -> String {
+    let outs = job(2, args, &[]);
+    let o = &outs[0];
+    assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o.stderr));
+    let err = text(&o.stderr);
+    assert_eq!(err.trim().lines().filter(|l| l.starts_with("efabench:")).count(), 1, "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    err
+}
+
+#[test]
+fn bad_inputs_exit_2_with_one_line() {
+    assert!(bad(&["sendrecv", "-b", "1X"]).contains("K, M or G"));
+    assert!(bad(&["sendrecv", "-b", "1M", "-e", "8"]).contains("-b/--min-bytes"));
+    assert!(bad(&["sendrecv", "-n", "0"]).contains("at least 1"));
+    assert!(bad(&["write", "--mem", "gpu"]).contains("host, pinned, cuda, managed"));
+    assert!(bad(&["read", "--window", "0"]).contains("--window"));
+    assert!(bad(&["sendrecv", "-p", "nosuchprovider"]).contains("available:"));
+    assert!(bad(&["sendrecv", "-o", "/nonexistent-dir/x.jsonl"]).contains("/nonexistent-dir/x.jsonl"));
+}
+
+#[test]
+fn one_rank_alone_says_how_to_start_two() {
+    let o = Command::new(BIN).args(["sendrecv"]).env_remove("RANK").env_remove("WORLD_SIZE").output().unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o.stderr).contains("efabench launch -n 2"), "{}", text(&o.stderr));
+}
