@@ -200,3 +200,19 @@ fn one_rank_alone_says_how_to_start_two() {
     assert_eq!(o.status.code(), Some(2));
     assert!(text(&o.stderr).contains("efabench launch -n 2"), "{}", text(&o.stderr));
 }
+
+#[test]
+fn three_ranks_measure_each_peer_in_turn() {
+    let dir = tmp("three");
+    let out = dir.join("r.jsonl");
+    let outs = job(3, &["write", "-p", "tcp", "-b", "64", "-e", "4K", "-f", "64", "-n", "20", "-o", out.to_str().unwrap()], &[]);
+    for (r, o) in outs.iter().enumerate() {
+        assert!(o.status.success(), "rank {r}: {}", text(&o.stderr));
+    }
+    let recs = records(&out);
+    // 2 sizes × 2 variants × 2 peers.
+    assert_eq!(recs.len(), 8);
+    for peer in [1, 2] {
+        assert_eq!(recs.iter().filter(|r| r.peer == Some(peer) && r.errors == 0 && r.world == 3).count(), 4);
+    }
+}
