@@ -169,12 +169,21 @@ fn client(o: &Opts) -> Result<(), String> {
     let mut from = BufReader::new(child.stdout.take().expect("piped"));
     let me = rail.address().map_err(|e| e.to_string())?;
     let mine = rail.remote_region(region).map_err(|e| e.to_string())?;
-    writeln!(to, "ADDR {}\nREGION {}", hex(&me), hex(&mine.to_bytes())).map_err(|e| e.to_string())?;
+    writeln!(to, "ADDR {}\nREGION {}", hex(&me), hex(&mine.to_bytes()))
+        .map_err(|e| e.to_string())?;
     let peer_addr = read_field(&mut from, "ADDR")?;
-    let remote = RemoteRegion::from_bytes(&read_field(&mut from, "REGION")?).map_err(|e| e.to_string())?;
+    let remote =
+        RemoteRegion::from_bytes(&read_field(&mut from, "REGION")?).map_err(|e| e.to_string())?;
     let peer = rail.insert_peer(&peer_addr).map_err(|e| e.to_string())?;
-    println!("client address {} ; server address {}", hex(&me), hex(&peer_addr));
-    println!("server region: addr {:#x} key {:#x} len {}", remote.addr, remote.key, remote.len);
+    println!(
+        "client address {} ; server address {}",
+        hex(&me),
+        hex(&peer_addr)
+    );
+    println!(
+        "server region: addr {:#x} key {:#x} len {}",
+        remote.addr, remote.key, remote.len
+    );
 
     let ex = Executor::for_rail(&rail);
     let (n, sz) = (o.inflight, o.size);
@@ -202,7 +211,9 @@ fn client(o: &Opts) -> Result<(), String> {
     for (i, r) in rs.into_iter().enumerate() {
         r.map_err(e)?;
         let got = buf.to_vec(i * sz + half, half).map_err(e)?;
-        let text = String::from_utf8_lossy(&got[..got.iter().position(|&b| b == 0).unwrap_or(half)]).into_owned();
+        let text =
+            String::from_utf8_lossy(&got[..got.iter().position(|&b| b == 0).unwrap_or(half)])
+                .into_owned();
         echoed.push(text);
     }
     echoed.sort();
@@ -226,32 +237,46 @@ fn client(o: &Opts) -> Result<(), String> {
     }
     let status = rail.recv(region, 0, 64);
     let t0 = Instant::now();
-    let writes = join_all((0..n).map(|c| rail.write(peer, region, c * sz, sz, &remote, (c * sz) as u64)));
+    let writes =
+        join_all((0..n).map(|c| rail.write(peer, region, c * sz, sz, &remote, (c * sz) as u64)));
     for w in ex.block_on(writes, deadline()).map_err(e)? {
         w.map_err(e)?;
     }
-    ex.block_on(rail.write_data(peer, region, 0, 0, &remote, 0, n as u64), deadline())
-        .map_err(e)?
-        .map_err(e)?;
+    ex.block_on(
+        rail.write_data(peer, region, 0, 0, &remote, 0, n as u64),
+        deadline(),
+    )
+    .map_err(e)?
+    .map_err(e)?;
     let dt = t0.elapsed();
     // The status message lands at offset 0, which we no longer need.
     let st = ex.block_on(status, deadline()).map_err(e)?.map_err(e)?;
-    let text = String::from_utf8_lossy(&buf.to_vec(0, st.len).map_err(e)?).trim_end_matches('\0').to_string();
-    println!("{n} RMA writes of {sz} bytes + write_data in {:.1} us; server says: {text}", dt.as_secs_f64() * 1e6);
+    let text = String::from_utf8_lossy(&buf.to_vec(0, st.len).map_err(e)?)
+        .trim_end_matches('\0')
+        .to_string();
+    println!(
+        "{n} RMA writes of {sz} bytes + write_data in {:.1} us; server says: {text}",
+        dt.as_secs_f64() * 1e6
+    );
     if !text.starts_with("verified") {
         return Err(format!("server could not verify the writes: {text}"));
     }
 
     // 3. RMA read of the whole server region back into ours.
     buf.fill(0, n * sz, 0).map_err(e)?;
-    let reads = join_all((0..n).map(|c| rail.read(peer, region, c * sz, sz, &remote, (c * sz) as u64)));
+    let reads =
+        join_all((0..n).map(|c| rail.read(peer, region, c * sz, sz, &remote, (c * sz) as u64)));
     for r in ex.block_on(reads, deadline()).map_err(e)? {
         r.map_err(e)?;
     }
     for c in 0..n {
         let got = buf.to_vec(c * sz, sz).map_err(e)?;
         if let Some(i) = (0..sz).find(|&i| got[i] != pattern(c, i)) {
-            return Err(format!("RMA read: chunk {c} byte {i} is {} instead of {}", got[i], pattern(c, i)));
+            return Err(format!(
+                "RMA read: chunk {c} byte {i} is {} instead of {}",
+                got[i],
+                pattern(c, i)
+            ));
         }
     }
     println!("{n} RMA reads of {sz} bytes checked");
@@ -259,7 +284,9 @@ fn client(o: &Opts) -> Result<(), String> {
     // Goodbye over the fabric so the server stays progressed until we are done.
     buf.write_at(0, b"bye").map_err(e)?;
     let ack = rail.recv(region, 64, 64);
-    ex.block_on(rail.send(peer, region, 0, 3), deadline()).map_err(e)?.map_err(e)?;
+    ex.block_on(rail.send(peer, region, 0, 3), deadline())
+        .map_err(e)?
+        .map_err(e)?;
     ex.block_on(ack, deadline()).map_err(e)?.map_err(e)?;
     let status = child.wait().map_err(|e| e.to_string())?;
     if !status.success() {
@@ -274,12 +301,18 @@ fn server(o: &Opts) -> Result<(), String> {
     let stdin = std::io::stdin();
     let mut from = stdin.lock();
     let peer_addr = read_field(&mut from, "ADDR")?;
-    let _client_region = RemoteRegion::from_bytes(&read_field(&mut from, "REGION")?).map_err(|e| e.to_string())?;
+    let _client_region =
+        RemoteRegion::from_bytes(&read_field(&mut from, "REGION")?).map_err(|e| e.to_string())?;
     let mine = rail.remote_region(region).map_err(|e| e.to_string())?;
     let mut out = std::io::stdout();
-    writeln!(out, "ADDR {}\nREGION {}", hex(&rail.address().map_err(|e| e.to_string())?), hex(&mine.to_bytes()))
-        .and_then(|_| out.flush())
-        .map_err(|e| e.to_string())?;
+    writeln!(
+        out,
+        "ADDR {}\nREGION {}",
+        hex(&rail.address().map_err(|e| e.to_string())?),
+        hex(&mine.to_bytes())
+    )
+    .and_then(|_| out.flush())
+    .map_err(|e| e.to_string())?;
     let peer = rail.insert_peer(&peer_addr).map_err(|e| e.to_string())?;
     let ex = Executor::for_rail(&rail);
     let (n, sz) = (o.inflight, o.size);
@@ -288,7 +321,10 @@ fn server(o: &Opts) -> Result<(), String> {
 
     // 1. Echo: receive n messages, send each back from where it landed.
     let rs = ex
-        .block_on(join_all((0..n).map(|i| rail.recv(region, i * sz, half))), deadline())
+        .block_on(
+            join_all((0..n).map(|i| rail.recv(region, i * sz, half))),
+            deadline(),
+        )
         .map_err(e)?;
     let mut lens = Vec::new();
     for r in rs {
@@ -306,7 +342,11 @@ fn server(o: &Opts) -> Result<(), String> {
     for ch in 0..c.data as usize {
         let got = buf.to_vec(ch * sz, sz).map_err(e)?;
         if let Some(i) = (0..sz).find(|&i| got[i] != pattern(ch, i)) {
-            bad = Some(format!("chunk {ch} byte {i} is {} instead of {}", got[i], pattern(ch, i)));
+            bad = Some(format!(
+                "chunk {ch} byte {i} is {} instead of {}",
+                got[i],
+                pattern(ch, i)
+            ));
             break;
         }
     }
@@ -320,12 +360,16 @@ fn server(o: &Opts) -> Result<(), String> {
     status.write_at(0, msg.as_bytes()).map_err(e)?;
     let sreg = rail.register(status.clone()).map_err(e)?;
     let bye = rail.recv(sreg, 64, 64);
-    ex.block_on(rail.send(peer, sreg, 0, msg.len()), deadline()).map_err(e)?.map_err(e)?;
+    ex.block_on(rail.send(peer, sreg, 0, msg.len()), deadline())
+        .map_err(e)?
+        .map_err(e)?;
 
     // 3. The client reads our region; we only progress until its goodbye.
     ex.block_on(bye, deadline()).map_err(e)?.map_err(e)?;
     status.write_at(0, b"ack").map_err(e)?;
-    ex.block_on(rail.send(peer, sreg, 0, 3), deadline()).map_err(e)?.map_err(e)?;
+    ex.block_on(rail.send(peer, sreg, 0, 3), deadline())
+        .map_err(e)?
+        .map_err(e)?;
     eprintln!("[server] done");
     Ok(())
 }

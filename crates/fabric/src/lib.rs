@@ -21,9 +21,9 @@ pub mod host;
 pub mod info;
 #[allow(unsafe_code)] // declares the `unsafe trait MemoryBuffer` contract; no unsafe code
 pub mod memory;
+pub mod rail;
 #[allow(unsafe_code)]
 mod raw;
-pub mod rail;
 
 pub use error::{Error, Result};
 pub use exec::{join_all, Executor, JoinAll, Progress};

@@ -348,7 +348,9 @@ impl Rail {
                 st.regions[i] = None;
                 Ok(())
             }
-            _ => Err(Error::Usage("memory region was already deregistered".into())),
+            _ => Err(Error::Usage(
+                "memory region was already deregistered".into(),
+            )),
         }
     }
 
@@ -720,8 +722,7 @@ impl Rail {
                                 op,
                                 done: Some(Ok(OpResult {
                                     len: c.len,
-                                    data: (c.flags & sys::FI_REMOTE_CQ_DATA != 0)
-                                        .then_some(c.data),
+                                    data: (c.flags & sys::FI_REMOTE_CQ_DATA != 0).then_some(c.data),
                                 })),
                             };
                             region
@@ -787,7 +788,14 @@ impl Rail {
 
     // ----- async path -----
 
-    fn op(&self, op: Result<(RawOp, &'static str)>, region: RegionId, off: usize, len: usize, peer: u64) -> Op<'_> {
+    fn op(
+        &self,
+        op: Result<(RawOp, &'static str)>,
+        region: RegionId,
+        off: usize,
+        len: usize,
+        peer: u64,
+    ) -> Op<'_> {
         Op {
             rail: self,
             state: match op {
@@ -999,7 +1007,9 @@ impl Future for Op<'_> {
                     }
                 }
                 OpState::Failed(e) => {
-                    let e = e.take().unwrap_or_else(|| Error::Usage("operation polled after it failed".into()));
+                    let e = e
+                        .take()
+                        .unwrap_or_else(|| Error::Usage("operation polled after it failed".into()));
                     this.state = OpState::Done;
                     return Poll::Ready(Err(e));
                 }

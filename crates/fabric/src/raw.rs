@@ -454,7 +454,14 @@ impl RawRail {
         // SAFETY: av live; addr is readable (the provider reads one address of its format from
         // it — we checked below that the length matches our own address length); out writable.
         let ret = unsafe {
-            fi::fi_av_insert(self.av, addr.as_ptr().cast(), 1, &mut out, 0, ptr::null_mut())
+            fi::fi_av_insert(
+                self.av,
+                addr.as_ptr().cast(),
+                1,
+                &mut out,
+                0,
+                ptr::null_mut(),
+            )
         };
         if ret != 1 {
             return Err(if ret < 0 {
