@@ -336,7 +336,28 @@ pub fn build_series(inputs: &[(PathBuf, Vec<Record>)], opts: &PlotOptions) -> (V
     let show_peer = varies(&|k| format!("{:?}", k.peer));
     let show_mem = varies(&|k| k.mem.clone());
     let show_provider = varies(&|k| k.provider.clone());
-    let show_file = varies(&|k| k.file.to_string());
+    let base_label = |k: &SeriesKey| {
+        let mut label = format!("{}/{}", k.bench, k.variant);
+        if show_provider {
+            label.push_str(&format!(" {}", k.provider));
+        }
+        if show_mem {
+            label.push_str(&format!(" mem={}", k.mem));
+        }
+        if show_peer {
+            match k.peer {
+                Some(p) => label.push_str(&format!(" peer {p}")),
+                None => label.push_str(" all peers"),
+            }
+        }
+        label
+    };
+    // Name the file only where the rest of the label cannot tell two series apart.
+    let show_file = groups.iter().any(|(a, _, _)| {
+        groups
+            .iter()
+            .any(|(b, _, _)| a.file != b.file && base_label(a) == base_label(b))
+    });
     let show_run = groups.iter().any(|(_, run, _)| *run > 1);
     let file_name = |i: usize| {
         let p = &inputs[i].0;
@@ -346,22 +367,11 @@ pub fn build_series(inputs: &[(PathBuf, Vec<Record>)], opts: &PlotOptions) -> (V
     };
 
     let series = groups
-        .into_iter()
-        .map(|(k, run, mut points)| {
+        .iter()
+        .map(|(k, run, points)| {
+            let mut points = points.clone();
             points.sort_by(|a, b| a.0.total_cmp(&b.0));
-            let mut label = format!("{}/{}", k.bench, k.variant);
-            if show_provider {
-                label.push_str(&format!(" {}", k.provider));
-            }
-            if show_mem {
-                label.push_str(&format!(" mem={}", k.mem));
-            }
-            if show_peer {
-                match k.peer {
-                    Some(p) => label.push_str(&format!(" peer {p}")),
-                    None => label.push_str(" all peers"),
-                }
-            }
+            let mut label = base_label(k);
             if show_file {
                 label.push_str(&format!(" [{}]", file_name(k.file)));
             }
@@ -439,22 +449,27 @@ impl Scale {
                 (a - 0.25, b + 0.25, ticks)
             }
             Scale::Log10 => {
-                let (a, b) = (lo.floor(), hi.ceil());
-                let (a, b) = if b - a < 1.0 { (a, a + 1.0) } else { (a, b) };
+                // Pad the data range a little rather than widening it to whole decades, which
+                // can leave most of the chart empty; ticks at 1, 2, 5 x 10^k inside it (only
+                // decades when the range spans many).
+                let span = (hi - lo).max(0.3);
+                let (a, b) = (lo - span * 0.05, hi + span * 0.05);
+                let mults: &[f64] = if b - a <= 3.5 {
+                    &[1.0, 2.0, 5.0]
+                } else {
+                    &[1.0]
+                };
                 let mut ticks = Vec::new();
-                let mut d = a;
-                while d <= b + 1e-9 {
-                    ticks.push(d);
-                    if b - a <= 3.0 {
-                        for m in [2f64, 5.0] {
-                            if d + m.log10() < b {
-                                ticks.push(d + m.log10());
-                            }
+                let mut d = a.floor();
+                while d <= b {
+                    for m in mults {
+                        let t = d + m.log10();
+                        if t >= a && t <= b {
+                            ticks.push(t);
                         }
                     }
                     d += 1.0;
                 }
-                ticks.sort_by(f64::total_cmp);
                 (a, b, ticks)
             }
         }
@@ -834,11 +849,30 @@ mod tests {
         };
         let (series, _) = build_series(&inputs, &opts);
         let labels: Vec<&str> = series.iter().map(|s| s.label.as_str()).collect();
+        // mem tells the series apart, so the file is not named.
+        assert_eq!(
+            labels,
+            ["sendrecv/stream mem=host", "sendrecv/stream mem=cuda"]
+        );
+
+        // The same configuration in two files (before/after): the file names tell them apart.
+        let inputs = vec![
+            (
+                PathBuf::from("before.jsonl"),
+                sweep("sendrecv", "stream", 1.0),
+            ),
+            (
+                PathBuf::from("after.jsonl"),
+                sweep("sendrecv", "stream", 0.9),
+            ),
+        ];
+        let (series, _) = build_series(&inputs, &PlotOptions::default());
+        let labels: Vec<&str> = series.iter().map(|s| s.label.as_str()).collect();
         assert_eq!(
             labels,
             [
-                "sendrecv/stream mem=host [a.jsonl]",
-                "sendrecv/stream mem=cuda [b.jsonl]"
+                "sendrecv/stream [before.jsonl]",
+                "sendrecv/stream [after.jsonl]"
             ]
         );
     }
@@ -864,12 +898,14 @@ mod tests {
             hi > 97.0 && ticks.contains(&20.0) && ticks.contains(&100.0),
             "{ticks:?}"
         );
-        let (_, _, ticks) = Scale::Log10.range_and_ticks(0.3, 2.7, true);
+        // 2 us .. 500 us: ticks at 1-2-5 steps inside the padded range.
+        let (lo, hi, ticks) = Scale::Log10.range_and_ticks(2f64.log10(), 500f64.log10(), true);
+        assert!(lo < 2f64.log10() && hi > 500f64.log10() && hi < 3.0);
         let labels: Vec<String> = ticks.iter().map(|t| Scale::Log10.label(*t)).collect();
-        assert_eq!(
-            labels,
-            ["1", "2", "5", "10", "20", "50", "100", "200", "500", "1000"]
-        );
+        assert_eq!(labels, ["2", "5", "10", "20", "50", "100", "200", "500"]);
+        let (_, _, ticks) = Scale::Log10.range_and_ticks(-1.0, 5.0, true);
+        let labels: Vec<String> = ticks.iter().map(|t| Scale::Log10.label(*t)).collect();
+        assert_eq!(labels, ["0.1", "1", "10", "100", "1000", "10000", "100000"]);
         assert_eq!(fmt_num(0.30000000000000004), "0.3");
         assert_eq!(fmt_num(12.5), "12.5");
     }

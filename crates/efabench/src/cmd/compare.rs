@@ -1,9 +1,61 @@
-//! Placeholder: being written.
+//! `efabench compare BASELINE.jsonl CANDIDATE.jsonl [--tolerance PCT]`: match records of two
+//! runs and flag regressions (bandwidth down, p50 latency up by more than the tolerance, or new
+//! verification errors). Exit 0 when none, 1 on a regression, 2 on bad input — so it can gate CI
+//! or a node-acceptance script. The logic lives in `efabench_report::compare`.
+
 use crate::error::CliError;
+use efabench_report::{compare::compare, read_files, ErrorKind};
+use std::path::PathBuf;
 
 #[derive(clap::Args, Debug)]
-pub struct Args {}
+pub struct Args {
+    /// Results of the reference run (JSONL written with -o).
+    #[arg(value_name = "BASELINE.jsonl")]
+    pub baseline: PathBuf,
+    /// Results of the run under test.
+    #[arg(value_name = "CANDIDATE.jsonl")]
+    pub candidate: PathBuf,
+    /// Allowed change in percent before a metric counts as a regression.
+    #[arg(long, default_value_t = 5.0, value_name = "PCT")]
+    pub tolerance: f64,
+    /// Output: table (human) or json (one object).
+    #[arg(long, default_value = "table", value_name = "table|json")]
+    pub format: String,
+}
 
-pub fn run(_args: Args) -> Result<i32, CliError> {
-    Err(CliError::usage("this command is not built yet"))
+fn to_cli(e: efabench_report::Error) -> CliError {
+    match e.kind() {
+        ErrorKind::BadInput => CliError::usage(e.to_string()),
+        ErrorKind::Failed => CliError::failed(e.to_string()),
+    }
+}
+
+pub fn run(args: Args) -> Result<i32, CliError> {
+    let json = match args.format.trim().to_ascii_lowercase().as_str() {
+        "table" => false,
+        "json" => true,
+        other => {
+            return Err(CliError::usage(format!(
+                "unknown format `{other}` for compare: use table or json"
+            )))
+        }
+    };
+    let files = read_files(&[&args.baseline, &args.candidate]).map_err(to_cli)?;
+    let (base, cand) = (&files[0].1, &files[1].1);
+    let c = compare(base, cand, args.tolerance).map_err(to_cli)?;
+    let (bn, cn) = (
+        args.baseline.display().to_string(),
+        args.candidate.display().to_string(),
+    );
+    if c.rows.is_empty() {
+        return Err(CliError::usage(format!(
+            "no record of {cn} matches one of {bn} by bench, variant, size, peer, mem, provider and rails; compare runs of the same benchmark sweep"
+        )));
+    }
+    if json {
+        println!("{}", c.to_json(&bn, &cn));
+    } else {
+        print!("{}", c.render_table(&bn, &cn));
+    }
+    Ok(if c.regressions() > 0 { 1 } else { 0 })
 }

@@ -1,9 +1,90 @@
-//! Placeholder: being written.
+//! `efabench plot RESULTS.jsonl... -o FILE.(png|svg)`: draw records, e.g. bandwidth against
+//! message size, one line per configuration. The drawing lives in `efabench_report::plot`;
+//! this file maps options and errors (bad input exit 2, a failed draw exit 1).
+
 use crate::error::CliError;
+use efabench_report::plot::{plot_paths, Field, PlotOptions, FIELD_NAMES};
+use efabench_report::ErrorKind;
+use std::path::PathBuf;
 
 #[derive(clap::Args, Debug)]
-pub struct Args {}
+pub struct Args {
+    /// JSONL files written with -o by efabench benchmarks (one or more).
+    #[arg(required = true, value_name = "RESULTS.jsonl")]
+    pub inputs: Vec<PathBuf>,
+    /// Image to write; the extension picks the format: .png or .svg.
+    #[arg(short = 'o', long = "output", value_name = "FILE.png|FILE.svg")]
+    pub output: PathBuf,
+    /// Field on the x axis (size is drawn on a log2 axis labelled 8, 1K, 1M, 1G).
+    #[arg(long, default_value = "size", value_name = "FIELD")]
+    pub x: String,
+    /// Field on the y axis: bw_gbps, busbw_gbps, lat_p50, lat_p99, lat_min, lat_max,
+    /// lat_mean, msg_rate_mops, util_pct, ...
+    #[arg(long, default_value = "bw_gbps", value_name = "FIELD")]
+    pub y: String,
+    /// Logarithmic y axis (useful for latency).
+    #[arg(long)]
+    pub log_y: bool,
+    /// Linear x axis even for size.
+    #[arg(long)]
+    pub linear_x: bool,
+    /// Chart title (default: "<y> vs <x>").
+    #[arg(long)]
+    pub title: Option<String>,
+    /// Only records of this benchmark (e.g. sendrecv).
+    #[arg(long)]
+    pub bench: Option<String>,
+    /// Only records of this variant (e.g. stream).
+    #[arg(long)]
+    pub variant: Option<String>,
+    /// Image width in pixels.
+    #[arg(long, default_value_t = 1024)]
+    pub width: u32,
+    /// Image height in pixels.
+    #[arg(long, default_value_t = 640)]
+    pub height: u32,
+}
 
-pub fn run(_args: Args) -> Result<i32, CliError> {
-    Err(CliError::usage("this command is not built yet"))
+fn field(s: &str, flag: &str) -> Result<Field, CliError> {
+    s.parse::<Field>().map_err(|_| {
+        CliError::usage(format!(
+            "unknown field `{s}` for {flag}: use one of {}",
+            FIELD_NAMES.join(", ")
+        ))
+    })
+}
+
+pub fn run(args: Args) -> Result<i32, CliError> {
+    let opts = PlotOptions {
+        x: field(&args.x, "--x")?,
+        y: field(&args.y, "--y")?,
+        log_x: args.linear_x.then_some(false),
+        log_y: args.log_y,
+        title: args.title,
+        width: args.width,
+        height: args.height,
+        bench: args.bench,
+        variant: args.variant,
+    };
+    let summary = plot_paths(&args.inputs, &opts, &args.output).map_err(|e| match e.kind() {
+        ErrorKind::BadInput => CliError::usage(e.to_string()),
+        ErrorKind::Failed => CliError::failed(e.to_string()),
+    })?;
+    let skipped = if summary.skipped > 0 {
+        format!(
+            " ({} record(s) without a plottable {} or {} left out)",
+            summary.skipped,
+            opts.x.name(),
+            opts.y.name()
+        )
+    } else {
+        String::new()
+    };
+    println!(
+        "wrote {}: {} series, {} points{skipped}",
+        args.output.display(),
+        summary.series,
+        summary.points
+    );
+    Ok(0)
 }
