@@ -6,6 +6,7 @@
 
 pub mod error;
 pub mod harness;
+pub mod ipc;
 pub mod options;
 pub mod p2p;
 pub mod pattern;

@@ -698,6 +698,23 @@ pub fn copy_to_host(gpu: &Arc<Gpu>, ptr: u64, len: usize) -> Result<Vec<u8>, Gpu
     Ok(v)
 }
 
+// SAFETY: every method delegates to the boxed buffer, which upholds the contract itself; the
+// box keeps it at the same address for as long as the box lives.
+unsafe impl MemoryBuffer for Box<dyn GpuBuffer> {
+    fn as_ptr(&self) -> *mut u8 {
+        (**self).as_ptr()
+    }
+    fn len(&self) -> usize {
+        (**self).len()
+    }
+    fn hmem(&self) -> Hmem {
+        (**self).hmem()
+    }
+    fn dmabuf(&self) -> Option<DmabufHandle> {
+        (**self).dmabuf()
+    }
+}
+
 /// Allocates a buffer of `kind` and `len` bytes on GPU `device` (ignored for `host`, which
 /// needs no CUDA driver).
 pub fn alloc(kind: MemKind, len: usize, device: i32) -> Result<Box<dyn GpuBuffer>, GpuError> {

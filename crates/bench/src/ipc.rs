@@ -1,0 +1,1153 @@
+//! `efabench ipc`: GPU-to-GPU bandwidth over NVLink through CUDA IPC, one rank per GPU.
+//!
+//! Libefaxx's ipc experiment used 4-byte stores, a host synchronisation after every iteration
+//! (~22% lost), only rank 0 as a writer, no copy-engine or read baseline, and a constant fill
+//! value. Here:
+//!
+//! * each rank allocates a receive and a source buffer with `cuMemAlloc`, exports both as CUDA
+//!   IPC handles, and the handles travel through the bootstrap's all-gather; every rank maps
+//!   every peer's buffers;
+//! * variants, each its own record: `copy-engine` (`cuMemcpyDtoDAsync` from the sender's source
+//!   buffer into the IPC-mapped receive buffer), `push-GxB` (16-byte stores computed from the
+//!   pattern, written into the peer), `pull-GxB` (the receiver loads the peer's buffer 16 bytes at
+//!   a time and checks every word in registers), `tma-GxB` (sm_90: pattern chunks in shared
+//!   memory sent with `cp.async.bulk` into the peer); launch shapes 1×256, 16×256, 128×256 and
+//!   one block of 512 per SM by default (`--shapes`);
+//! * timing: CUDA events around `--samples` batches of launches queued back to back, with no
+//!   host synchronisation inside the timed region; the bandwidth is from the median batch (as
+//!   nvbandwidth reports its median) and `lat_us` is the per-iteration time of the batches;
+//! * verification (on the receiving GPU): push/tma write the seed of their own iteration
+//!   (`pattern::seed(iteration, src, dst, 0)`) over the whole buffer, which the receiver poisons
+//!   first; after the timed loop the receiver checks every word against the last iteration's
+//!   seed, so a missing, partial or stale final iteration fails. Earlier iterations are not
+//!   checked one by one. copy-engine copies a source filled with one seed per point and is
+//!   checked the same way. pull compares every word of every iteration on the receiving GPU;
+//!
+//! * with more than two ranks (or `--matrix`), an N×N matrix of copy-engine and push at the
+//!   largest size, one pair at a time.
+
+use crate::harness::{Point, RunInfo};
+use crate::pattern;
+use crate::size::{parse_size, sweep};
+use crate::stats::Samples;
+use crate::BenchError;
+use efabench_bootstrap::{Bootstrap, BootstrapError, LaunchFlags};
+use efabench_gpu::buffer::{fill_async, mismatches_async, Counter};
+use efabench_gpu::ipc::{export, IpcMapping, IPC_HANDLE_LEN};
+use efabench_gpu::kernels::{kernel, Source};
+use efabench_gpu::{DeviceBuffer, Event, Gpu, GpuChoice, GpuError, Kernel, Shape, Stream};
+use efabench_report::{Format, JsonlWriter, Record, Sink};
+use serde_json::{json, Map, Value};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Options of `efabench ipc`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct IpcArgs {
+    /// Smallest size (multiple of 16 bytes; 4K, 1M, 1G: powers of 1024).
+    #[arg(short = 'b', long = "min-bytes", default_value = "4K", value_parser = parse_size)]
+    pub min_bytes: u64,
+    /// Largest size.
+    #[arg(short = 'e', long = "max-bytes", default_value = "1G", value_parser = parse_size)]
+    pub max_bytes: u64,
+    /// Multiply the size by this factor at each step.
+    #[arg(short = 'f', long = "step-factor", default_value_t = 2)]
+    pub step_factor: u64,
+    /// Timed iterations per point (default: enough to move 4 GiB, 20 to 2000).
+    #[arg(short = 'n', long = "iters")]
+    pub iters: Option<u64>,
+    /// Untimed warm-up iterations per point (default: a tenth of the iterations, at least 2).
+    #[arg(short = 'w', long = "warmup")]
+    pub warmup: Option<u64>,
+    /// Timed batches per point; each is bracketed by CUDA events, none by a host sync.
+    #[arg(long, default_value_t = 5)]
+    pub samples: u64,
+    /// Variants, comma-separated: copy-engine, push, pull, tma.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "copy-engine,push,pull,tma"
+    )]
+    pub variant: Vec<String>,
+    /// Launch shapes of push and pull, GRIDxBLOCK; `smxB` means one block per SM.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "1x256,16x256,128x256,smx512"
+    )]
+    pub shapes: Vec<String>,
+    /// Also measure every ordered GPU pair at the largest size (automatic above 2 GPUs).
+    #[arg(long)]
+    pub matrix: bool,
+    /// GPU of this rank: an index, or auto (= local rank).
+    #[arg(long, default_value = "auto")]
+    pub gpu: String,
+    /// Verify payloads (the default).
+    #[arg(long, overrides_with = "no_check")]
+    pub check: bool,
+    /// Do not verify payloads.
+    #[arg(long = "no-check", overrides_with = "check")]
+    pub no_check: bool,
+    /// Append JSON Lines records to this file (rank 0 writes).
+    #[arg(short = 'o', long)]
+    pub output: Option<std::path::PathBuf>,
+    /// Standard output format: table, json or csv.
+    #[arg(long, default_value = "table")]
+    pub format: String,
+    /// Longest any wait may last, in seconds.
+    #[arg(long, default_value_t = 60.0)]
+    pub timeout: f64,
+    /// Rendezvous HOST:PORT served by rank 0 (manual runs).
+    #[arg(long)]
+    pub rdzv: Option<String>,
+    /// This process's rank (manual runs).
+    #[arg(long)]
+    pub rank: Option<u32>,
+    /// Number of ranks (manual runs).
+    #[arg(long)]
+    pub world: Option<u32>,
+}
+
+/// Version facts stamped on records.
+#[derive(Clone, Debug, Default)]
+pub struct BuildInfo {
+    pub version: String,
+    pub git: Option<String>,
+}
+
+/// How many blocks: a number, or a multiple of the SM count.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Grid {
+    Blocks(u32),
+    PerSm(u32),
+}
+
+/// A launch shape as the user wrote it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ShapeSpec {
+    pub grid: Grid,
+    pub block: u32,
+}
+
+impl ShapeSpec {
+    pub fn resolve(self, sm_count: u32) -> Shape {
+        Shape {
+            grid: match self.grid {
+                Grid::Blocks(b) => b,
+                Grid::PerSm(k) => k * sm_count.max(1),
+            },
+            block: self.block,
+        }
+    }
+    /// `128x256`, or `sm132x512` for a grid sized from the SM count.
+    pub fn label(self, sm_count: u32) -> String {
+        let s = self.resolve(sm_count);
+        match self.grid {
+            Grid::Blocks(_) => format!("{}x{}", s.grid, s.block),
+            Grid::PerSm(_) => format!("sm{}x{}", s.grid, s.block),
+        }
+    }
+}
+
+/// Parses `GxB`, `smxB` or `smKxB` (K blocks per SM).
+pub fn parse_shape(s: &str) -> Result<ShapeSpec, String> {
+    let bad = || {
+        format!(
+            "invalid launch shape {s:?}: write GRIDxBLOCK (128x256) or smxBLOCK (one block per SM), \
+             BLOCK a multiple of 32 up to 1024"
+        )
+    };
+    let t = s.trim().to_ascii_lowercase();
+    let (g, b) = t.split_once('x').ok_or_else(bad)?;
+    let block: u32 = b.parse().map_err(|_| bad())?;
+    if block == 0 || block > 1024 || block % 32 != 0 {
+        return Err(bad());
+    }
+    let grid = if let Some(k) = g.strip_prefix("sm") {
+        let k: u32 = if k.is_empty() {
+            1
+        } else {
+            k.parse().map_err(|_| bad())?
+        };
+        if k == 0 || k > 64 {
+            return Err(bad());
+        }
+        Grid::PerSm(k)
+    } else {
+        let n: u32 = g.parse().map_err(|_| bad())?;
+        if n == 0 || n > 1 << 20 {
+            return Err(bad());
+        }
+        Grid::Blocks(n)
+    };
+    Ok(ShapeSpec { grid, block })
+}
+
+/// What one point runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Method {
+    CopyEngine,
+    Push(ShapeSpec),
+    Pull(ShapeSpec),
+    /// Bulk copy: blocks per SM, 256 threads (fixed by the kernel).
+    Tma,
+}
+
+/// TMA blocks per SM (each holds two 16 KiB stages).
+const TMA_BLOCKS_PER_SM: u32 = 2;
+
+impl Method {
+    pub fn shape(self, sm_count: u32) -> Option<Shape> {
+        match self {
+            Method::CopyEngine => None,
+            Method::Push(s) | Method::Pull(s) => Some(s.resolve(sm_count)),
+            Method::Tma => Some(Shape {
+                grid: TMA_BLOCKS_PER_SM * sm_count.max(1),
+                block: 256,
+            }),
+        }
+    }
+    /// The record's variant name.
+    pub fn name(self, sm_count: u32) -> String {
+        match self {
+            Method::CopyEngine => "copy-engine".to_string(),
+            Method::Push(s) => format!("push-{}", s.label(sm_count)),
+            Method::Pull(s) => format!("pull-{}", s.label(sm_count)),
+            Method::Tma => format!("tma-sm{}x256", TMA_BLOCKS_PER_SM * sm_count.max(1)),
+        }
+    }
+}
+
+/// The methods of `--variant` × `--shapes`, in the order given.
+pub fn methods(variants: &[String], shapes: &[String]) -> Result<Vec<Method>, String> {
+    let specs = shapes
+        .iter()
+        .map(|s| parse_shape(s))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut out = Vec::new();
+    for v in variants {
+        match v.trim().to_ascii_lowercase().as_str() {
+            "copy-engine" | "ce" => out.push(Method::CopyEngine),
+            "push" => out.extend(specs.iter().map(|s| Method::Push(*s))),
+            "pull" => out.extend(specs.iter().map(|s| Method::Pull(*s))),
+            "tma" => out.push(Method::Tma),
+            other => {
+                return Err(format!(
+                    "unknown ipc variant {other:?}: use copy-engine, push, pull or tma (--variant)"
+                ))
+            }
+        }
+    }
+    if out.is_empty() {
+        return Err("no ipc variant selected: pass --variant copy-engine,push,pull,tma".into());
+    }
+    out.dedup();
+    Ok(out)
+}
+
+/// The sizes, each a positive multiple of 16 bytes (the kernels move 16-byte vectors).
+pub fn ipc_sizes(min: u64, max: u64, factor: u64) -> Result<Vec<u64>, BenchError> {
+    let sizes = sweep(min, max, factor)?;
+    if let Some(s) = sizes.iter().find(|s| **s < 16 || **s % 16 != 0) {
+        return Err(BenchError::usage(format!(
+            "ipc size {s} is not a multiple of 16 bytes: pick -b/-e/-f so every size is (e.g. -b 4K)"
+        )));
+    }
+    Ok(sizes)
+}
+
+/// Iterations for one size: enough to move 4 GiB, between 20 and 2000.
+pub fn default_iters(size: u64) -> u64 {
+    (4u64 << 30).div_ceil(size.max(1)).clamp(20, 2000)
+}
+
+/// Splits `iters` into `samples` batches as evenly as possible (no empty batch).
+pub fn batches(iters: u64, samples: u64) -> Vec<u64> {
+    let n = samples.clamp(1, iters.max(1));
+    (0..n)
+        .map(|i| iters / n + u64::from(i < iters % n))
+        .collect()
+}
+
+/// Smallest size at which a variant reaches `frac` of its own peak bandwidth.
+pub fn size_at_fraction(points: &[(u64, f64)], frac: f64) -> Option<(u64, f64)> {
+    let peak = points.iter().map(|p| p.1).fold(0.0_f64, f64::max);
+    if peak <= 0.0 {
+        return None;
+    }
+    let mut sorted = points.to_vec();
+    sorted.sort_by_key(|p| p.0);
+    sorted
+        .into_iter()
+        .find(|p| p.1 >= frac * peak)
+        .map(|p| (p.0, peak))
+}
+
+fn gpu_err(e: GpuError) -> BenchError {
+    match e {
+        GpuError::NoDriver | GpuError::NoNvrtc | GpuError::Invalid(_) => {
+            BenchError::usage(e.to_string())
+        }
+        _ => BenchError::failed(e.to_string()),
+    }
+}
+
+fn bs_err(e: BootstrapError) -> BenchError {
+    if e.is_usage() {
+        BenchError::usage(e.to_string())
+    } else {
+        BenchError::failed(e.to_string())
+    }
+}
+
+/// Runs one rank of `efabench ipc`. Returns 0 when clean, 1 when verification failed.
+pub fn run_ipc(args: IpcArgs, build: BuildInfo) -> Result<i32, BenchError> {
+    // Checked before anything else: without a driver there is nothing to bootstrap for.
+    efabench_gpu::driver().map_err(gpu_err)?;
+    let sizes = ipc_sizes(args.min_bytes, args.max_bytes, args.step_factor)?;
+    let format: Format = args.format.parse().map_err(BenchError::usage)?;
+    let methods = methods(&args.variant, &args.shapes).map_err(BenchError::usage)?;
+    let choice: GpuChoice = args.gpu.parse().map_err(BenchError::usage)?;
+    if args.samples == 0 {
+        return Err(BenchError::usage("--samples must be at least 1"));
+    }
+    if args.iters == Some(0) {
+        return Err(BenchError::usage("--iters must be at least 1"));
+    }
+    if !(args.timeout > 0.0 && args.timeout.is_finite()) {
+        return Err(BenchError::usage(
+            "--timeout must be a positive number of seconds",
+        ));
+    }
+    let flags = LaunchFlags {
+        rank: args.rank,
+        world: args.world,
+        rdzv: args.rdzv.clone(),
+        timeout: Duration::from_secs_f64(args.timeout),
+    };
+    let info = efabench_bootstrap::detect_from_process_env(&flags).map_err(bs_err)?;
+    if info.world < 2 {
+        return Err(BenchError::usage(
+            "ipc needs one rank per GPU and at least 2 GPUs: run `efabench launch -n <GPUs> -- ipc ...`",
+        ));
+    }
+    let bs = Bootstrap::connect(&info, flags.timeout).map_err(bs_err)?;
+    match run_ranked(&args, &sizes, &methods, format, choice, &bs, build) {
+        Ok(c) => Ok(c),
+        Err(e) => {
+            bs.abort(&e.to_string());
+            Err(e)
+        }
+    }
+}
+
+/// What one rank holds: its GPU, buffers and every peer's mapped buffers.
+struct Rank {
+    gpu: Arc<Gpu>,
+    stream: Stream,
+    recv: DeviceBuffer,
+    src: DeviceBuffer,
+    counter: Counter,
+    /// Peer r's receive / source buffer mapped here (None for this rank).
+    peer_recv: Vec<Option<IpcMapping>>,
+    peer_src: Vec<Option<IpcMapping>>,
+    push: Kernel,
+    pull: Kernel,
+    tma: Option<Kernel>,
+}
+
+/// One measured point as it travels to rank 0.
+#[derive(Debug, Default, Clone, PartialEq)]
+struct Outcome {
+    errors: u64,
+    /// Milliseconds of each timed batch (executor only).
+    batch_ms: Vec<f64>,
+}
+
+fn encode(o: &Outcome) -> Vec<u8> {
+    let mut v = o.errors.to_le_bytes().to_vec();
+    for m in &o.batch_ms {
+        v.extend_from_slice(&m.to_le_bytes());
+    }
+    v
+}
+
+fn decode(b: &[u8]) -> Result<Outcome, BenchError> {
+    if b.len() < 8 || (b.len() - 8) % 8 != 0 || b.len() > 8 + 8 * 4096 {
+        return Err(BenchError::failed(format!(
+            "a rank sent a malformed ipc result of {} bytes: all ranks must run the same efabench",
+            b.len()
+        )));
+    }
+    let word = |c: &[u8]| {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(c);
+        w
+    };
+    Ok(Outcome {
+        errors: u64::from_le_bytes(word(&b[..8])),
+        batch_ms: b[8..]
+            .chunks_exact(8)
+            .map(|c| f64::from_le_bytes(word(c)))
+            .collect(),
+    })
+}
+
+const POISON_SLOT: u32 = 0xFFFF;
+
+fn run_ranked(
+    args: &IpcArgs,
+    sizes: &[u64],
+    methods: &[Method],
+    format: Format,
+    choice: GpuChoice,
+    bs: &Bootstrap,
+    build: BuildInfo,
+) -> Result<i32, BenchError> {
+    let (me, world) = (bs.rank(), bs.world());
+    let ordinal = efabench_gpu::resolve(choice, bs.local_rank()).map_err(gpu_err)?;
+    let gpu = Gpu::open(ordinal).map_err(gpu_err)?;
+    let max = *sizes.iter().max().unwrap_or(&16) as usize;
+
+    // Everyone must be on a different GPU, and all must agree on the launch shapes.
+    let ids = bs
+        .all_gather(format!("{}|{}", gpu.pci_bus_id, gpu.sm_count).as_bytes())
+        .map_err(bs_err)?;
+    let ids: Vec<String> = ids
+        .iter()
+        .map(|b| String::from_utf8_lossy(b).into_owned())
+        .collect();
+    let buses: Vec<String> = ids
+        .iter()
+        .map(|s| s.split('|').next().unwrap_or("").to_string())
+        .collect();
+    for (i, a) in buses.iter().enumerate() {
+        if let Some(j) = buses.iter().skip(i + 1).position(|b| b == a) {
+            return Err(BenchError::usage(format!(
+                "ranks {i} and {} share GPU {a}: run one rank per GPU (launch -n <GPUs>) or give each a different --gpu",
+                i + 1 + j
+            )));
+        }
+    }
+
+    let mut rank = setup(&gpu, max)?;
+    rank.peer_recv = (0..world).map(|_| None).collect();
+    rank.peer_src = (0..world).map(|_| None).collect();
+    let mut blob = export(&rank.recv).map_err(gpu_err)?.to_vec();
+    blob.extend_from_slice(&export(&rank.src).map_err(gpu_err)?);
+    let blobs = bs.all_gather(&blob).map_err(bs_err)?;
+    for (r, b) in blobs.iter().enumerate() {
+        if r as u32 == me {
+            continue;
+        }
+        if b.len() != 2 * IPC_HANDLE_LEN {
+            return Err(BenchError::failed(format!(
+                "rank {r} sent {} bytes of IPC handles, expected {}",
+                b.len(),
+                2 * IPC_HANDLE_LEN
+            )));
+        }
+        let map = |h: &[u8]| {
+            IpcMapping::open(&gpu, h).map_err(|e| {
+                BenchError::failed(format!(
+                    "could not map rank {r}'s GPU buffer ({e}): GPUs {} and {} must reach each other peer-to-peer (NVLink or PCIe P2P) and run on one host",
+                    gpu.pci_bus_id, buses[r]
+                ))
+            })
+        };
+        rank.peer_recv[r] = Some(map(&b[..IPC_HANDLE_LEN])?);
+        rank.peer_src[r] = Some(map(&b[IPC_HANDLE_LEN..])?);
+    }
+
+    // NVLink bandwidth between the measured GPUs (rank 0 → rank 1 for the sweep).
+    let inventory = efabench_gpu::nvml::inventory();
+    if me == 0 {
+        if let Err(e) = &inventory {
+            eprintln!("efabench: {e}; link_gbps and util_pct stay empty");
+        }
+    }
+    let link = |a: usize, b: usize| {
+        inventory
+            .as_ref()
+            .ok()
+            .and_then(|inv| efabench_gpu::nvml::nvlink_gbps_between(inv, &buses[a], &buses[b]))
+    };
+    let run = RunInfo {
+        bench: "ipc".into(),
+        world,
+        provider: "cuda-ipc".into(),
+        fabric: "nvlink".into(),
+        domains: buses.clone(),
+        libfabric: None,
+        rails: 1,
+        mem: "cuda".into(),
+        link_gbps: link(0, 1),
+        verified: args.verify_enabled(),
+        host: efabench_report::hostname(),
+        version: build.version,
+        git: build.git,
+    };
+    if me == 0 {
+        eprintln!(
+            "efabench: ipc on {world} GPUs ({}, {} SMs); sweep GPU {} -> GPU {}, NVLink {}",
+            gpu.name,
+            gpu.sm_count,
+            buses[0],
+            buses[1],
+            run.link_gbps
+                .map(|g| format!("{g:.0} Gbps per direction"))
+                .unwrap_or_else(|| "speed unknown".into())
+        );
+        if rank.tma.is_none() && methods.contains(&Method::Tma) {
+            eprintln!(
+                "efabench: tma needs compute capability 9.0; skipping it on {}",
+                gpu.name
+            );
+        }
+    }
+    let methods: Vec<Method> = methods
+        .iter()
+        .copied()
+        .filter(|m| *m != Method::Tma || rank.tma.is_some())
+        .collect();
+
+    let mut jsonl = match (&args.output, me) {
+        (Some(p), 0) => Some(JsonlWriter::open(p).map_err(|e| BenchError::usage(e.to_string()))?),
+        _ => None,
+    };
+    let mut sink = (me == 0).then(|| Sink::stdout(format));
+    let mut records: Vec<Record> = Vec::new();
+    let mut total_errors = 0u64;
+    let mut point_index = 0u64;
+    let sm = gpu.sm_count;
+
+    let mut emit = |r: Record,
+                    sink: &mut Option<Sink<std::io::Stdout>>,
+                    records: &mut Vec<Record>|
+     -> Result<(), BenchError> {
+        if let Some(j) = jsonl.as_mut() {
+            j.push(&r).map_err(|e| BenchError::failed(e.to_string()))?;
+        }
+        if let Some(s) = sink.as_mut() {
+            s.push(&r).map_err(|e| BenchError::failed(e.to_string()))?;
+        }
+        records.push(r);
+        Ok(())
+    };
+
+    for &m in &methods {
+        for &size in sizes {
+            point_index += 1;
+            let (iters, warmup) = iterations(args, size);
+            let out = measure(
+                &mut rank,
+                bs,
+                m,
+                size as usize,
+                0,
+                1,
+                iters,
+                warmup,
+                args,
+                point_index,
+            )?;
+            if me == 0 {
+                let errors = out.iter().map(|o| o.errors).sum::<u64>();
+                total_errors += errors;
+                let p = point(
+                    m,
+                    sm,
+                    size,
+                    iters,
+                    warmup,
+                    args.samples,
+                    &out[exec_rank(m, 0, 1)],
+                    errors,
+                    0,
+                    1,
+                );
+                emit(run.record(p), &mut sink, &mut records)?;
+            }
+        }
+    }
+
+    if world > 2 || args.matrix {
+        let size = max as u64;
+        let (iters, warmup) = iterations(args, size);
+        let best_push = methods
+            .iter()
+            .copied()
+            .rfind(|m| matches!(m, Method::Push(_)));
+        let mat_methods: Vec<Method> = [Some(Method::CopyEngine), best_push]
+            .into_iter()
+            .flatten()
+            .collect();
+        let mut grid: Vec<(Method, Vec<Vec<Option<f64>>>)> = Vec::new();
+        for &m in &mat_methods {
+            let mut cells = vec![vec![None; world as usize]; world as usize];
+            for a in 0..world as usize {
+                for b in 0..world as usize {
+                    if a == b {
+                        continue;
+                    }
+                    point_index += 1;
+                    let out = measure(
+                        &mut rank,
+                        bs,
+                        m,
+                        max,
+                        a,
+                        b,
+                        iters,
+                        warmup,
+                        args,
+                        point_index,
+                    )?;
+                    if me == 0 {
+                        let errors = out.iter().map(|o| o.errors).sum::<u64>();
+                        total_errors += errors;
+                        let mut p = point(
+                            m,
+                            sm,
+                            size,
+                            iters,
+                            warmup,
+                            args.samples,
+                            &out[exec_rank(m, a, b)],
+                            errors,
+                            a,
+                            b,
+                        );
+                        p.extra.insert("matrix".into(), json!(true));
+                        cells[a][b] = Some(p.bw_gbps / 8.0);
+                        let mut ri = run.clone();
+                        ri.link_gbps = link(a, b);
+                        let r = ri.record(p);
+                        if let Some(j) = jsonl.as_mut() {
+                            j.push(&r).map_err(|e| BenchError::failed(e.to_string()))?;
+                        }
+                    }
+                }
+            }
+            grid.push((m, cells));
+        }
+        if me == 0 {
+            for (m, cells) in &grid {
+                eprintln!(
+                    "# {} matrix at {} B, GB/s (row = source GPU rank, column = destination)",
+                    m.name(sm),
+                    size
+                );
+                let head: String = (0..world).map(|b| format!("{b:>9}")).collect();
+                eprintln!("#      {head}");
+                for (a, row) in cells.iter().enumerate() {
+                    let cols: String = row
+                        .iter()
+                        .map(|c| c.map_or(format!("{:>9}", "-"), |v| format!("{v:>9.1}")))
+                        .collect();
+                    eprintln!("# {a:>4} {cols}");
+                }
+            }
+        }
+    }
+
+    if let Some(s) = sink.take() {
+        s.finish().map_err(|e| BenchError::failed(e.to_string()))?;
+    }
+    if me == 0 {
+        for line in summary(&records) {
+            eprintln!("{line}");
+        }
+    }
+    bs.barrier().map_err(bs_err)?;
+    if total_errors > 0 {
+        return Err(BenchError::failed(format!(
+            "{total_errors} words failed verification on the receiving GPU (see the records' errors field)"
+        )));
+    }
+    Ok(0)
+}
+
+impl IpcArgs {
+    fn verify_enabled(&self) -> bool {
+        !self.no_check
+    }
+}
+
+fn iterations(args: &IpcArgs, size: u64) -> (u64, u64) {
+    let iters = args.iters.unwrap_or_else(|| default_iters(size));
+    let warmup = args.warmup.unwrap_or((iters / 10).max(2));
+    (iters, warmup)
+}
+
+/// The rank whose stream runs (and times) a method for the pair `a → b`.
+fn exec_rank(m: Method, a: usize, b: usize) -> usize {
+    match m {
+        Method::Pull(_) => b,
+        _ => a,
+    }
+}
+
+fn setup(gpu: &Arc<Gpu>, max: usize) -> Result<Rank, BenchError> {
+    let stream = Stream::new(gpu).map_err(gpu_err)?;
+    let recv = DeviceBuffer::new(gpu, max).map_err(gpu_err)?;
+    let src = DeviceBuffer::new(gpu, max).map_err(gpu_err)?;
+    let counter = Counter::new(gpu).map_err(gpu_err)?;
+    let push = kernel(gpu, Source::Ipc, "efa_push").map_err(gpu_err)?;
+    let pull = kernel(gpu, Source::Ipc, "efa_pull").map_err(gpu_err)?;
+    // Also compiles the pattern kernels now, outside any timed region.
+    kernel(gpu, Source::Buffer, "efa_fill").map_err(gpu_err)?;
+    kernel(gpu, Source::Buffer, "efa_mismatches").map_err(gpu_err)?;
+    let tma = if gpu.cc >= Source::IpcTma.min_cc() {
+        Some(kernel(gpu, Source::IpcTma, "efa_tma_push").map_err(gpu_err)?)
+    } else {
+        None
+    };
+    Ok(Rank {
+        gpu: gpu.clone(),
+        stream,
+        recv,
+        src,
+        counter,
+        peer_recv: Vec::new(),
+        peer_src: Vec::new(),
+        push,
+        pull,
+        tma,
+    })
+}
+
+/// Queues one iteration of `m` from this rank for the pair `a → b`.
+fn launch(r: &Rank, m: Method, len: usize, a: usize, b: usize, seed: u64) -> Result<(), GpuError> {
+    let sm = r.gpu.sm_count;
+    let n16 = (len / 16) as u64;
+    let peer = |v: &Vec<Option<IpcMapping>>, i: usize| {
+        v.get(i)
+            .and_then(|x| x.as_ref())
+            .map(|x| x.ptr())
+            .ok_or_else(|| GpuError::Invalid(format!("rank {i}'s buffer is not mapped here")))
+    };
+    match m {
+        // SAFETY: both ranges hold at least len bytes (buffers of the largest size) and stay
+        // mapped until the run ends, after the stream has been synchronised.
+        Method::CopyEngine => unsafe {
+            r.stream
+                .copy_async(peer(&r.peer_recv, b)?, r.src.ptr(), len)
+        },
+        Method::Push(s) => {
+            let dst = peer(&r.peer_recv, b)?;
+            // SAFETY: efa_push(ulonglong2*, u64, u64); dst is the peer's receive buffer of at
+            // least len bytes, mapped until the end of the run.
+            unsafe { r.push.launch(&r.stream, s.resolve(sm), &[dst, n16, seed]) }
+        }
+        Method::Pull(s) => {
+            let src = peer(&r.peer_src, a)?;
+            // SAFETY: efa_pull(const ulonglong2*, u64, u64, u64*); src is the peer's source
+            // buffer of at least len bytes; counter is a live device u64 of this GPU.
+            unsafe {
+                r.pull
+                    .launch(&r.stream, s.resolve(sm), &[src, n16, seed, r.counter.ptr()])
+            }
+        }
+        Method::Tma => {
+            let dst = peer(&r.peer_recv, b)?;
+            let k = r
+                .tma
+                .as_ref()
+                .ok_or_else(|| GpuError::Invalid("tma needs compute capability 9.0".into()))?;
+            let shape = m.shape(sm).unwrap_or(Shape {
+                grid: 1,
+                block: 256,
+            });
+            // SAFETY: efa_tma_push(unsigned char*, u64, u64); dst holds at least len bytes and
+            // len is a multiple of 16 (checked by ipc_sizes).
+            unsafe { k.launch(&r.stream, shape, &[dst, len as u64, seed]) }
+        }
+    }
+}
+
+/// Runs one point on every rank (all ranks call it in step). Returns every rank's outcome on
+/// rank 0 and an empty list elsewhere.
+#[allow(clippy::too_many_arguments)]
+fn measure(
+    r: &mut Rank,
+    bs: &Bootstrap,
+    m: Method,
+    len: usize,
+    a: usize,
+    b: usize,
+    iters: u64,
+    warmup: u64,
+    args: &IpcArgs,
+    point_index: u64,
+) -> Result<Vec<Outcome>, BenchError> {
+    let me = bs.rank() as usize;
+    let verify = args.verify_enabled();
+    let exec = exec_rank(m, a, b);
+    let base = point_index << 24;
+    let iter_seed = |k: u64| pattern::seed(base + k, a as u32, b as u32, 0);
+    let data_seed = pattern::seed(base, a as u32, b as u32, 1);
+    let g = |e: GpuError| gpu_err(e);
+
+    // Prepare: the receiver poisons what it will check, the source fills what is copied/pulled.
+    if me == b && !matches!(m, Method::Pull(_)) {
+        let poison = pattern::seed(base, a as u32, b as u32, POISON_SLOT);
+        // SAFETY: recv is this rank's buffer of the largest size.
+        unsafe { fill_async(&r.stream, r.recv.ptr(), len, poison) }.map_err(g)?;
+    }
+    if me == a && matches!(m, Method::CopyEngine | Method::Pull(_)) {
+        // SAFETY: src is this rank's buffer of the largest size.
+        unsafe { fill_async(&r.stream, r.src.ptr(), len, data_seed) }.map_err(g)?;
+    }
+    if me == b {
+        r.counter.reset().map_err(g)?;
+    }
+    r.stream.synchronize().map_err(g)?;
+    bs.barrier().map_err(bs_err)?;
+
+    let mut out = Outcome::default();
+    if me == exec {
+        let seed_of = |k: u64| match m {
+            Method::Push(_) | Method::Tma => iter_seed(k),
+            _ => data_seed,
+        };
+        for k in 0..warmup {
+            launch(r, m, len, a, b, seed_of(k)).map_err(g)?;
+        }
+        let parts = batches(iters, args.samples);
+        let events = (0..=parts.len())
+            .map(|_| Event::new(&r.gpu))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(g)?;
+        // Warm-up must not overlap the first timed batch.
+        r.stream.synchronize().map_err(g)?;
+        events[0].record(&r.stream).map_err(g)?;
+        let mut k = warmup;
+        for (i, n) in parts.iter().enumerate() {
+            for _ in 0..*n {
+                launch(r, m, len, a, b, seed_of(k)).map_err(g)?;
+                k += 1;
+            }
+            events[i + 1].record(&r.stream).map_err(g)?;
+        }
+        events[parts.len()].synchronize().map_err(g)?;
+        for i in 0..parts.len() {
+            out.batch_ms
+                .push(events[i].elapsed_ms(&events[i + 1]).map_err(g)?);
+        }
+        out.batch_ms = out
+            .batch_ms
+            .iter()
+            .zip(&parts)
+            .map(|(ms, n)| ms / *n as f64)
+            .collect();
+    }
+    bs.barrier().map_err(bs_err)?;
+
+    // Check on the receiving GPU.
+    if me == b && verify {
+        match m {
+            Method::Pull(_) => {}
+            _ => {
+                let expect = match m {
+                    Method::CopyEngine => data_seed,
+                    _ => iter_seed(warmup + iters - 1),
+                };
+                // SAFETY: recv holds at least len bytes; counter is a live device u64.
+                unsafe { mismatches_async(&r.stream, r.recv.ptr(), len, expect, r.counter.ptr()) }
+                    .map_err(g)?;
+            }
+        }
+        r.stream.synchronize().map_err(g)?;
+        out.errors = r.counter.read().map_err(g)?;
+    }
+    let all = bs.gather(&encode(&out)).map_err(bs_err)?;
+    match all {
+        Some(v) => v.iter().map(|x| decode(x)).collect(),
+        None => Ok(Vec::new()),
+    }
+}
+
+/// The record fields of one point.
+#[allow(clippy::too_many_arguments)]
+fn point(
+    m: Method,
+    sm: u32,
+    size: u64,
+    iters: u64,
+    warmup: u64,
+    samples: u64,
+    exec: &Outcome,
+    errors: u64,
+    a: usize,
+    b: usize,
+) -> Point {
+    let mut s = Samples::with_capacity(exec.batch_ms.len());
+    for ms in &exec.batch_ms {
+        s.push((ms * 1e6).round().max(1.0) as u64);
+    }
+    let lat = s.summary_us(1.0);
+    let bw_gbps = if lat.p50 > 0.0 {
+        size as f64 * 8.0 / (lat.p50 * 1e3)
+    } else {
+        0.0
+    };
+    let mut extra = Map::new();
+    extra.insert("bw_GBps".into(), json!(bw_gbps / 8.0));
+    extra.insert("src".into(), json!(a));
+    extra.insert("dst".into(), json!(b));
+    extra.insert("samples".into(), json!(samples));
+    extra.insert("lat_kind".into(), json!("one-way"));
+    extra.insert(
+        "timing".into(),
+        json!("CUDA events around batches of back-to-back launches; bw from the median batch"),
+    );
+    if let Some(sh) = m.shape(sm) {
+        extra.insert("grid".into(), json!(sh.grid));
+        extra.insert("block".into(), json!(sh.block));
+    }
+    extra.insert(
+        "check".into(),
+        Value::String(
+            match m {
+                Method::Pull(_) => "every word of every iteration compared on the receiving GPU",
+                Method::CopyEngine => "receiver poisoned, then every word checked after the timed loop",
+                _ => "receiver poisoned, per-iteration seed, every word checked against the last iteration's seed",
+            }
+            .into(),
+        ),
+    );
+    Point {
+        variant: m.name(sm),
+        size_bytes: size,
+        iters,
+        warmup,
+        peer: Some(b as u32),
+        lat_us: lat,
+        bw_gbps,
+        busbw_gbps: None,
+        msg_rate_mops: if lat.p50 > 0.0 { 1.0 / lat.p50 } else { 0.0 },
+        errors,
+        counters: None,
+        extra,
+    }
+}
+
+/// Summary lines: each variant's peak and the size where it reaches 90% of it, and the best
+/// kernel against the copy engine at ≥ 64 MiB.
+pub fn summary(records: &[Record]) -> Vec<String> {
+    let mut variants: Vec<&str> = Vec::new();
+    for r in records {
+        if r.extra.get("matrix").is_none() && !variants.contains(&r.variant.as_str()) {
+            variants.push(&r.variant);
+        }
+    }
+    let mut lines = Vec::new();
+    let gbs = |r: &Record| r.bw_gbps / 8.0;
+    for v in &variants {
+        let pts: Vec<(u64, f64)> = records
+            .iter()
+            .filter(|r| r.variant == *v && r.extra.get("matrix").is_none())
+            .map(|r| (r.size_bytes, gbs(r)))
+            .collect();
+        if let Some((s90, peak)) = size_at_fraction(&pts, 0.9) {
+            lines.push(format!(
+                "# {v}: peak {peak:.1} GB/s ({:.0} Gbps); 90% of peak from {} B",
+                peak * 8.0,
+                s90
+            ));
+        }
+    }
+    let big = |r: &&Record| r.size_bytes >= 64 << 20 && r.extra.get("matrix").is_none();
+    let ce = records
+        .iter()
+        .filter(big)
+        .filter(|r| r.variant == "copy-engine")
+        .map(gbs)
+        .fold(0.0_f64, f64::max);
+    let best = records
+        .iter()
+        .filter(big)
+        .filter(|r| r.variant != "copy-engine")
+        .max_by(|x, y| gbs(x).total_cmp(&gbs(y)));
+    if let (Some(b), true) = (best, ce > 0.0) {
+        lines.push(format!(
+            "# best kernel at >= 64 MiB: {} {:.1} GB/s at {} B = {:.3} x copy-engine ({ce:.1} GB/s)",
+            b.variant,
+            gbs(b),
+            b.size_bytes,
+            gbs(b) / ce
+        ));
+    }
+    lines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shapes_parse_and_name() {
+        let s = parse_shape("128x256").unwrap();
+        assert_eq!(
+            s.resolve(132),
+            Shape {
+                grid: 128,
+                block: 256
+            }
+        );
+        assert_eq!(s.label(132), "128x256");
+        let s = parse_shape("smx512").unwrap();
+        assert_eq!(
+            s.resolve(132),
+            Shape {
+                grid: 132,
+                block: 512
+            }
+        );
+        assert_eq!(Method::Pull(s).name(132), "pull-sm132x512");
+        assert_eq!(parse_shape("sm2x256").unwrap().resolve(132).grid, 264);
+        for bad in [
+            "128", "0x256", "1x0", "1x100", "1x2048", "smx", "axb", "sm0x256",
+        ] {
+            let e = parse_shape(bad).unwrap_err();
+            assert!(e.contains("GRIDxBLOCK"), "{bad}: {e}");
+        }
+        assert_eq!(Method::Tma.name(132), "tma-sm264x256");
+        assert_eq!(Method::CopyEngine.name(132), "copy-engine");
+    }
+
+    #[test]
+    fn default_method_list_is_ce_four_pushes_four_pulls_and_tma() {
+        let a = IpcArgsParser::parse_from(["x"]).a;
+        let m = methods(&a.variant, &a.shapes).unwrap();
+        assert_eq!(m.len(), 10);
+        assert_eq!(m[0], Method::CopyEngine);
+        assert_eq!(m[9], Method::Tma);
+        let names: Vec<String> = m.iter().map(|m| m.name(132)).collect();
+        assert!(names.contains(&"push-1x256".to_string()));
+        assert!(names.contains(&"push-16x256".to_string()));
+        assert!(names.contains(&"push-128x256".to_string()));
+        assert!(names.contains(&"pull-sm132x512".to_string()));
+        let e = methods(&["store".into()], &a.shapes).unwrap_err();
+        assert!(e.contains("copy-engine, push, pull or tma"), "{e}");
+    }
+
+    #[derive(clap::Parser)]
+    struct IpcArgsParser {
+        #[command(flatten)]
+        a: IpcArgs,
+    }
+    use clap::Parser;
+
+    #[test]
+    fn sizes_must_be_multiples_of_16() {
+        assert_eq!(ipc_sizes(4096, 16384, 2).unwrap(), vec![4096, 8192, 16384]);
+        let e = ipc_sizes(8, 64, 2).unwrap_err();
+        assert!(e.to_string().contains("multiple of 16"), "{e}");
+        assert!(
+            ipc_sizes(16, 100, 2).is_err(),
+            "100 is not a multiple of 16"
+        );
+    }
+
+    #[test]
+    fn batches_split_evenly_and_iterations_scale() {
+        assert_eq!(batches(10, 3), vec![4, 3, 3]);
+        assert_eq!(batches(2, 5), vec![1, 1]);
+        assert_eq!(batches(20, 5).iter().sum::<u64>(), 20);
+        assert_eq!(default_iters(1 << 30), 20);
+        assert_eq!(default_iters(4096), 2000);
+        assert_eq!(default_iters(64 << 20), 64);
+    }
+
+    #[test]
+    fn outcome_round_trips_and_malformed_is_rejected() {
+        let o = Outcome {
+            errors: 7,
+            batch_ms: vec![1.5, 2.25],
+        };
+        assert_eq!(decode(&encode(&o)).unwrap(), o);
+        assert!(decode(&[1, 2, 3]).is_err());
+        assert!(decode(&[0u8; 13]).is_err());
+    }
+
+    #[test]
+    fn ninety_percent_size_and_summary() {
+        let pts = [
+            (4096, 10.0),
+            (1 << 20, 300.0),
+            (64 << 20, 370.0),
+            (1 << 30, 380.0),
+        ];
+        assert_eq!(size_at_fraction(&pts, 0.9), Some((64 << 20, 380.0)));
+        assert_eq!(size_at_fraction(&[], 0.9), None);
+
+        let run = RunInfo {
+            bench: "ipc".into(),
+            world: 2,
+            provider: "cuda-ipc".into(),
+            fabric: "nvlink".into(),
+            domains: vec![],
+            libfabric: None,
+            rails: 1,
+            mem: "cuda".into(),
+            link_gbps: Some(3825.0),
+            verified: true,
+            host: "h".into(),
+            version: "0".into(),
+            git: None,
+        };
+        let mk = |m: Method, size: u64, ms: f64| {
+            let o = Outcome {
+                errors: 0,
+                batch_ms: vec![ms; 5],
+            };
+            run.record(point(m, 132, size, 20, 2, 5, &o, 0, 0, 1))
+        };
+        let push = Method::Push(parse_shape("128x256").unwrap());
+        // 64 MiB in 0.2 ms = 335.5 GB/s; 1 GiB in 2.7 ms = 397.7 GB/s.
+        let recs = vec![
+            mk(Method::CopyEngine, 64 << 20, 0.2),
+            mk(Method::CopyEngine, 1 << 30, 2.7),
+            mk(push, 64 << 20, 0.25),
+            mk(push, 1 << 30, 2.8),
+        ];
+        let r = &recs[1];
+        assert_eq!(r.variant, "copy-engine");
+        assert_eq!(r.peer, Some(1));
+        let gbps = (1u64 << 30) as f64 * 8.0 / 2.7e6;
+        assert!((r.bw_gbps - gbps).abs() < 1e-6 * gbps, "{}", r.bw_gbps);
+        let gb = r.extra["bw_GBps"].as_f64().unwrap();
+        assert!((gb * 8.0 - r.bw_gbps).abs() < 1e-9);
+        assert!(r.util_pct.is_some());
+        assert!(r.check().is_ok());
+        assert_eq!(recs[2].extra["grid"], json!(128));
+        let lines = summary(&recs);
+        assert_eq!(lines.len(), 3, "{lines:?}");
+        assert!(lines[0].starts_with("# copy-engine: peak"), "{}", lines[0]);
+        assert!(lines[2].contains("push-128x256"), "{}", lines[2]);
+        assert!(
+            lines[2].contains(&format!("{:.3} x copy-engine", 2.7 / 2.8)),
+            "{}",
+            lines[2]
+        );
+    }
+
+    #[test]
+    fn without_a_driver_ipc_is_a_usage_error() {
+        if driver_present() {
+            println!("skipped: a CUDA driver is present (this test is for machines without one)");
+            return;
+        }
+        let a = IpcArgsParser::parse_from(["x"]).a;
+        let e = run_ipc(a, BuildInfo::default()).unwrap_err();
+        assert!(e.is_usage(), "{e}");
+        assert!(e.to_string().contains("no CUDA driver was found"), "{e}");
+    }
+
+    /// Whether a CUDA driver is loadable here.
+    fn driver_present() -> bool {
+        efabench_gpu::driver().is_ok()
+    }
+}

@@ -1,0 +1,274 @@
+//! Tests that need a GPU. Each one prints "skipped: no CUDA driver" and returns where there is
+//! none (CI), so `cargo test` stays green on machines without a GPU; scripts/gpu-tests.sh runs
+//! them on a GPU machine, where they must pass.
+
+use efabench_fabric::{Hmem, MemoryBuffer};
+use efabench_gpu::buffer::{copy_to_host, fill_async, Counter};
+use efabench_gpu::kernels::{cache_dir, cache_file_name, kernel, ptx, Source};
+use efabench_gpu::{
+    alloc, alloc_registered, pattern, DeviceBuffer, Event, Gpu, MemKind, Shape, Stream,
+};
+use std::sync::Arc;
+
+fn gpu() -> Option<Arc<Gpu>> {
+    match efabench_gpu::driver() {
+        Err(e) if e.is_no_driver() => {
+            println!("skipped: no CUDA driver");
+            None
+        }
+        Err(e) => panic!("CUDA driver present but unusable: {e}"),
+        Ok(()) => Some(Gpu::open(0).expect("GPU 0")),
+    }
+}
+
+#[test]
+fn every_kind_allocates_fills_and_checks() {
+    let Some(g) = gpu() else { return };
+    println!(
+        "GPU 0: {} cc {}.{} {} SMs bus {} dmabuf {}",
+        g.name, g.cc.0, g.cc.1, g.sm_count, g.pci_bus_id, g.dmabuf_supported
+    );
+    for kind in MemKind::ALL {
+        for len in [4099usize, 8 << 20] {
+            let mut b = alloc(kind, len, 0).unwrap_or_else(|e| panic!("{kind} {len}: {e}"));
+            assert_eq!(b.len(), len);
+            assert_eq!(b.kind(), kind);
+            let expect_hmem = match kind {
+                MemKind::Cuda | MemKind::Managed => Hmem::Cuda { device: 0 },
+                _ => Hmem::System,
+            };
+            assert_eq!(b.hmem(), expect_hmem, "{kind}");
+            assert_eq!(b.device_ptr().is_some(), kind != MemKind::Host, "{kind}");
+            assert!(
+                b.mismatches(11).unwrap() > 0,
+                "{kind}: fresh buffer is zeroed"
+            );
+            b.fill_pattern(11).unwrap();
+            assert_eq!(b.mismatches(11).unwrap(), 0, "{kind} {len}");
+            assert_eq!(
+                b.mismatches(12).unwrap(),
+                len.div_ceil(8) as u64,
+                "{kind} {len}"
+            );
+            if kind == MemKind::Cuda {
+                println!("cuda {len} B: dmabuf {:?}", b.dmabuf());
+                if g.dmabuf_supported {
+                    assert!(
+                        b.dmabuf().is_some(),
+                        "device says dmabuf is supported but export failed"
+                    );
+                }
+            }
+        }
+    }
+    let mut r = alloc_registered(4099, 0).unwrap();
+    assert_eq!(r.hmem(), Hmem::System);
+    assert_eq!(r.as_ptr() as usize % 4096, 0);
+    use efabench_gpu::GpuBuffer;
+    r.fill_pattern(5).unwrap();
+    assert_eq!(r.mismatches(5).unwrap(), 0);
+    // Managed memory is refused beyond the device's free memory instead of oversubscribing.
+    let (free, _) = g.mem_info().unwrap();
+    let e = alloc(MemKind::Managed, free + (1 << 30), 0)
+        .err()
+        .expect("too large");
+    assert!(e.to_string().contains("free memory"), "{e}");
+}
+
+#[test]
+fn device_pattern_words_equal_the_rust_words() {
+    let Some(g) = gpu() else { return };
+    for len in [1usize, 7, 8, 4099, 1 << 20] {
+        let mut d = DeviceBuffer::new(&g, len).unwrap();
+        use efabench_gpu::GpuBuffer;
+        let seed = pattern::seed(3, 0, 1, 2);
+        d.fill_pattern(seed).unwrap();
+        let got = d.to_host().unwrap();
+        let mut want = vec![0u8; len];
+        pattern::fill(&mut want, seed);
+        assert_eq!(got, want, "len {len}");
+        // And word by word against word() for the first few.
+        for i in 0..(len / 8).min(16) {
+            let w = u64::from_le_bytes(got[i * 8..i * 8 + 8].try_into().unwrap());
+            assert_eq!(w, pattern::word(seed, i as u64));
+        }
+    }
+}
+
+#[test]
+fn kernels_compile_for_this_arch_and_are_cached() {
+    let Some(g) = gpu() else { return };
+    for s in [Source::Buffer, Source::Ipc, Source::IpcTma] {
+        if g.cc < s.min_cc() {
+            println!("{} skipped: needs cc {:?}", s.file(), s.min_cc());
+            continue;
+        }
+        let p = ptx(s, &g.arch()).unwrap_or_else(|e| panic!("{}: {e}", s.file()));
+        assert!(p.contains(".entry"), "{}", s.file());
+        if let Some(d) = cache_dir() {
+            let f = d.join(cache_file_name(&s.text(), &g.arch()));
+            assert!(f.exists(), "disk cache {} missing", f.display());
+        }
+    }
+    assert!(kernel(&g, Source::Ipc, "no_such_kernel").is_err());
+}
+
+/// push, pull and tma kernels on one GPU (target = its own buffer): same code as over NVLink.
+#[test]
+fn ipc_kernels_write_and_check_the_pattern_locally() {
+    let Some(g) = gpu() else { return };
+    let len = (4 << 20) + 48;
+    let s = Stream::new(&g).unwrap();
+    let d = DeviceBuffer::new(&g, len).unwrap();
+    let seed = pattern::seed(9, 0, 1, 0);
+    let push = kernel(&g, Source::Ipc, "efa_push").unwrap();
+    for shape in [
+        Shape {
+            grid: 1,
+            block: 256,
+        },
+        Shape {
+            grid: g.sm_count,
+            block: 512,
+        },
+    ] {
+        // SAFETY: d holds len bytes; efa_push(ulonglong2*, u64, u64).
+        unsafe { fill_async(&s, d.ptr(), len, 1).unwrap() };
+        unsafe {
+            push.launch(&s, shape, &[d.ptr(), (len / 16) as u64, seed])
+                .unwrap()
+        };
+        s.synchronize().unwrap();
+        use efabench_gpu::GpuBuffer;
+        assert_eq!(d.mismatches(seed).unwrap(), 0, "push {shape:?}");
+    }
+    let pull = kernel(&g, Source::Ipc, "efa_pull").unwrap();
+    let c = Counter::new(&g).unwrap();
+    // SAFETY: efa_pull(const ulonglong2*, u64, u64, u64*); d and c are live.
+    unsafe {
+        pull.launch(
+            &s,
+            Shape {
+                grid: 128,
+                block: 256,
+            },
+            &[d.ptr(), (len / 16) as u64, seed, c.ptr()],
+        )
+        .unwrap()
+    };
+    s.synchronize().unwrap();
+    assert_eq!(c.read().unwrap(), 0, "pull of a clean buffer");
+    unsafe {
+        pull.launch(
+            &s,
+            Shape {
+                grid: 128,
+                block: 256,
+            },
+            &[d.ptr(), (len / 16) as u64, seed ^ 1, c.ptr()],
+        )
+        .unwrap()
+    };
+    s.synchronize().unwrap();
+    assert_eq!(
+        c.read().unwrap(),
+        (len / 8) as u64,
+        "pull against another seed"
+    );
+    if g.cc >= (9, 0) {
+        let tma = kernel(&g, Source::IpcTma, "efa_tma_push").unwrap();
+        let seed2 = pattern::seed(10, 0, 1, 0);
+        // SAFETY: efa_tma_push(unsigned char*, u64, u64); len is a multiple of 16.
+        unsafe {
+            tma.launch(
+                &s,
+                Shape {
+                    grid: 2 * g.sm_count,
+                    block: 256,
+                },
+                &[d.ptr(), len as u64, seed2],
+            )
+            .unwrap()
+        };
+        s.synchronize().unwrap();
+        use efabench_gpu::GpuBuffer;
+        assert_eq!(d.mismatches(seed2).unwrap(), 0, "tma");
+        let tail = copy_to_host(&g, d.ptr() + len as u64 - 16, 16).unwrap();
+        let mut want = vec![0u8; len];
+        pattern::fill(&mut want, seed2);
+        assert_eq!(&tail[..], &want[len - 16..]);
+    }
+}
+
+#[test]
+fn events_time_queued_work() {
+    let Some(g) = gpu() else { return };
+    let s = Stream::new(&g).unwrap();
+    let d = DeviceBuffer::new(&g, 256 << 20).unwrap();
+    let (a, b) = (Event::new(&g).unwrap(), Event::new(&g).unwrap());
+    a.record(&s).unwrap();
+    for i in 0..10 {
+        // SAFETY: d holds 256 MiB.
+        unsafe { fill_async(&s, d.ptr(), 256 << 20, i).unwrap() };
+    }
+    b.record(&s).unwrap();
+    b.synchronize().unwrap();
+    let ms = a.elapsed_ms(&b).unwrap();
+    println!(
+        "10 fills of 256 MiB: {ms:.3} ms = {:.0} GB/s",
+        10.0 * 268435456.0 / ms / 1e6
+    );
+    assert!(ms > 0.0);
+}
+
+#[test]
+fn nvml_inventory_lists_every_gpu() {
+    let Some(_) = gpu() else { return };
+    let inv = efabench_gpu::nvml::inventory().expect("NVML loads where the driver does");
+    println!("{}", serde_json::to_string_pretty(&inv).unwrap_or_default());
+    assert_eq!(inv.len() as i32, efabench_gpu::device_count().unwrap());
+    let g = Gpu::open(0).unwrap();
+    assert!(
+        inv.iter()
+            .any(|i| i.pci_bus_id == efabench_gpu::nvml::normalize_bus_id(&g.pci_bus_id)),
+        "CUDA's bus id {} not among NVML's",
+        g.pci_bus_id
+    );
+}
+
+/// Registers each kind with libfabric where the library and a provider exist (tcp on loopback;
+/// CUDA kinds need FI_HMEM, which Debian's tcp provider may lack: then it prints what it said).
+#[test]
+fn buffers_register_with_libfabric_where_the_provider_allows() {
+    let Some(_) = gpu() else { return };
+    if let Err(e) = efabench_fabric::load_library(None) {
+        println!("skipped registration: {e}");
+        return;
+    }
+    for hmem in [false, true] {
+        let mut hints = efabench_fabric::Hints::provider("tcp");
+        hints.node = Some("127.0.0.1".into());
+        hints.hmem = hmem;
+        let info = match efabench_fabric::first_provider(&hints) {
+            Ok(i) => i,
+            Err(e) => {
+                println!("tcp with hmem={hmem}: {e}");
+                continue;
+            }
+        };
+        let rail = efabench_fabric::Rail::open(&info, &Default::default()).expect("open rail");
+        for kind in MemKind::ALL {
+            let b = Arc::new(alloc(kind, 1 << 20, 0).unwrap());
+            match rail.register(b) {
+                Ok(_) => println!("tcp hmem={hmem}: {kind} registered"),
+                Err(e) => {
+                    println!("tcp hmem={hmem}: {kind} not registered: {e}");
+                    assert!(
+                        kind.needs_gpu() && matches!(kind, MemKind::Cuda | MemKind::Managed),
+                        "host-resident {kind} must register: {e}"
+                    );
+                }
+            }
+        }
+    }
+}
