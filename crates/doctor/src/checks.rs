@@ -315,10 +315,10 @@ pub fn check_counters(before: &Snapshot, after: &Snapshot) -> Check {
             stale_nics.push(n.name.clone());
         }
     }
-    let how = if secs > 0.0 {
+    let how = if secs >= 0.05 {
         format!("not rising over {secs:.1}s")
     } else {
-        "not sampled twice (--interval 0)".to_string()
+        "one snapshot only: --interval 0".to_string()
     };
     if !stale.is_empty() {
         return Check::new(id, Status::Warn, format!(
@@ -367,7 +367,9 @@ fn libfabric(f: &Facts) -> Check {
                 None => Check::new(id, Status::Warn, format!("libfabric found ({source}) but its version is unknown"))
                     .fix("run `fi_info --version`").subjects([source.clone()]),
                 Some(v) => match below(&v, f.min.libfabric) {
-                    Some(m) => Check::new(id, Status::Fail, format!("libfabric {v} is older than {m} (minimum for {})", f.min.family))
+                    Some(m) => Check::new(id, if f.has_efa_hw() { Status::Fail } else { Status::Warn }, format!(
+                        "libfabric {v} is older than {m} (minimum for {}{})", f.min.family,
+                        if f.has_efa_hw() { "" } else { "; matters only on EFA instances" }))
                         .fix("install the current EFA installer (it ships libfabric in /opt/amazon/efa)")
                         .subjects([source.clone()]),
                     None => Check::new(id, Status::Pass, format!("libfabric {v} ({source})")).subjects([source.clone()]),
@@ -423,7 +425,7 @@ fn libfabric_provider(f: &Facts) -> Check {
         v.sort();
         v.dedup();
         if v.len() > 3 {
-            format!("{} fabrics", v.len())
+            format!("{} distinct fabric names", v.len())
         } else {
             v.join(", ")
         }

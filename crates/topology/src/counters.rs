@@ -75,31 +75,42 @@ fn read_dir_counters(root: &Root, dir: &str) -> Option<BTreeMap<String, u64>> {
         return None;
     }
     let mut out = BTreeMap::new();
-    for f in root.list(dir) {
-        if f == "lifespan" {
+    for (name, host) in root.list_files(dir) {
+        if name == "lifespan" {
             continue;
         }
         // Odd content (empty, text, EIO on read) is skipped, never fatal.
-        if let Some(v) = root
-            .read_trim(format!("{dir}/{f}"))
-            .and_then(|s| s.parse::<u64>().ok())
+        if let Some(v) = std::fs::read(&host)
+            .ok()
+            .and_then(|b| String::from_utf8_lossy(&b).trim().parse::<u64>().ok())
         {
-            out.insert(f, v);
+            out.insert(name, v);
         }
     }
     Some(out)
 }
 
 /// Names of the EFA RDMA devices (PCI vendor 0x1d0f) under `/sys/class/infiniband`.
+/// Sorted by PCI address (the order `topo` uses), then name.
 pub fn efa_device_names(root: &Root) -> Vec<String> {
-    root.list("/sys/class/infiniband")
+    let mut v: Vec<(String, String)> = root
+        .list("/sys/class/infiniband")
         .into_iter()
         .filter(|n| {
             root.read_trim(format!("/sys/class/infiniband/{n}/device/vendor"))
                 .map(|v| v.eq_ignore_ascii_case(VENDOR_AMAZON))
                 .unwrap_or(false)
         })
-        .collect()
+        .map(|n| {
+            let bdf = root
+                .resolve(format!("/sys/class/infiniband/{n}/device"))
+                .and_then(|p| p.file_name().map(|f| f.to_string_lossy().into_owned()))
+                .unwrap_or_default();
+            (bdf, n)
+        })
+        .collect();
+    v.sort();
+    v.into_iter().map(|(_, n)| n).collect()
 }
 
 impl NicCounters {

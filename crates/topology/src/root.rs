@@ -183,6 +183,26 @@ impl Root {
         names
     }
 
+    /// Regular files (not symlinks, not directories) directly in a directory, sorted, with their
+    /// host paths. Resolves the directory once, so reading many small files (hw_counters) costs
+    /// one resolution instead of one per file.
+    pub fn list_files(&self, path: impl AsRef<Path>) -> Vec<(String, PathBuf)> {
+        let dir = self.host(path);
+        let mut out: Vec<(String, PathBuf)> = match fs::read_dir(&dir) {
+            Ok(rd) => rd
+                .filter_map(|e| e.ok())
+                .filter(|e| e.file_type().map(|t| t.is_file()).unwrap_or(false))
+                .filter_map(|e| {
+                    let name = e.file_name().to_str()?.to_string();
+                    Some((name, e.path()))
+                })
+                .collect(),
+            Err(_) => Vec::new(),
+        };
+        out.sort();
+        out
+    }
+
     /// The last component of a symlink's resolved target (e.g. the driver name behind
     /// `/sys/bus/pci/devices/X/driver`).
     pub fn link_basename(&self, path: impl AsRef<Path>) -> Option<String> {

@@ -177,7 +177,7 @@ impl Topology {
             .iter()
             .flat_map(|n| n.ports.iter())
             .filter_map(|p| p.gbps)
-            .sum();
+            .fold(0.0, |a, b| a + b);
         Topology {
             instance_type: root
                 .read_trim("/sys/devices/virtual/dmi/id/product_name")

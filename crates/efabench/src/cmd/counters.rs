@@ -1,9 +1,394 @@
-//! Placeholder: being written.
+//! `efabench counters`: every EFA hardware counter of every device; live rates with `--watch`;
+//! or per-NIC deltas around a command (`-- CMD ARGS...`) with a verdict on whether its traffic
+//! went over EFA.
+//!
+//! Counters are listed from the directories (`efabench_topology::counters`), never from a fixed
+//! table, because the set depends on the driver version.
+
+use crate::cmd::topo::{emit, open_root};
 use crate::error::CliError;
+use efabench_topology::counters::{NicDelta, Snapshot};
+use efabench_topology::Root;
+use serde_json::{json, Value};
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::time::Duration;
 
 #[derive(clap::Args, Debug)]
-pub struct Args {}
+pub struct Args {
+    /// Print JSON instead of tables (one object per line with --watch).
+    #[arg(long)]
+    pub json: bool,
+    /// Directory that stands for / (a fixture tree or a copy of another node's files).
+    #[arg(long, value_name = "DIR", default_value = "/")]
+    pub root: PathBuf,
+    /// Print rates (Gb/s, packets/s, drops, retransmissions) every SECS seconds.
+    #[arg(long, value_name = "SECS")]
+    pub watch: Option<f64>,
+    /// With --watch: stop after N intervals (default: until interrupted).
+    #[arg(long, value_name = "N")]
+    pub count: Option<u64>,
+    /// Run this command and print per-NIC counter deltas around it (after `--`).
+    #[arg(last = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
 
-pub fn run(_args: Args) -> Result<i32, CliError> {
-    Err(CliError::usage("this command is not built yet"))
+fn no_counters(root: &Root) -> CliError {
+    CliError::usage(format!(
+        "no readable EFA hw_counters under {}/sys/class/infiniband (no EFA device, or the efa driver is not loaded); run `efabench doctor`",
+        root.dir().display().to_string().trim_end_matches('/')
+    ))
+}
+
+fn read(root: &Root) -> Result<Snapshot, CliError> {
+    Snapshot::read(root).ok_or_else(|| no_counters(root))
+}
+
+pub fn run(args: Args) -> Result<i32, CliError> {
+    let root = open_root(&args.root)?;
+    if args.count.is_some() && args.watch.is_none() {
+        return Err(CliError::usage(
+            "--count needs --watch SECS (e.g. --watch 1 --count 10)",
+        ));
+    }
+    if let Some(w) = args.watch {
+        if !args.command.is_empty() {
+            return Err(CliError::usage(
+                "--watch and -- CMD cannot be combined; use one or the other",
+            ));
+        }
+        if !w.is_finite() || w <= 0.0 || w > 86400.0 {
+            return Err(CliError::usage(format!(
+                "--watch {w}: give an interval in seconds greater than 0 (e.g. --watch 1)"
+            )));
+        }
+        if args.count == Some(0) {
+            return Err(CliError::usage(
+                "--count 0: give at least 1 interval (or leave --count out to run until interrupted)",
+            ));
+        }
+        return watch(&root, Duration::from_secs_f64(w), args.count, args.json);
+    }
+    if !args.command.is_empty() {
+        return wrap(&root, &args.command, args.json);
+    }
+    let s = read(&root)?;
+    if args.json {
+        emit(&format!(
+            "{}\n",
+            serde_json::to_string_pretty(&s.to_json()).unwrap_or_default()
+        ));
+    } else {
+        emit(&render_snapshot(&s));
+    }
+    Ok(0)
+}
+
+/// Counters as a matrix: one row per counter, one column per NIC, in pages of 6 NICs.
+fn render_snapshot(s: &Snapshot) -> String {
+    let mut out = String::new();
+    for page in s.nics.chunks(6) {
+        let mut rows: Vec<(String, Vec<String>)> = Vec::new();
+        for (scope, pick) in [("port", true), ("device", false)] {
+            let names: BTreeSet<&String> = page
+                .iter()
+                .flat_map(|n| if pick { n.port.keys() } else { n.device.keys() })
+                .collect();
+            for name in names {
+                let vals = page
+                    .iter()
+                    .map(|n| {
+                        let m = if pick { &n.port } else { &n.device };
+                        m.get(name)
+                            .map(|v| v.to_string())
+                            .unwrap_or_else(|| "-".into())
+                    })
+                    .collect();
+                rows.push((format!("{scope}:{name}"), vals));
+            }
+        }
+        let w0 = rows.iter().map(|r| r.0.len()).max().unwrap_or(0).max(7);
+        let widths: Vec<usize> = (0..page.len())
+            .map(|i| {
+                rows.iter()
+                    .map(|r| r.1[i].len())
+                    .max()
+                    .unwrap_or(0)
+                    .max(page[i].name.len())
+            })
+            .collect();
+        out.push_str(&format!("{:<w0$}", "COUNTER"));
+        for (i, n) in page.iter().enumerate() {
+            out.push_str(&format!("  {:>w$}", n.name, w = widths[i]));
+        }
+        out.push('\n');
+        for (name, vals) in &rows {
+            out.push_str(&format!("{name:<w0$}"));
+            for (i, v) in vals.iter().enumerate() {
+                out.push_str(&format!("  {v:>w$}", w = widths[i]));
+            }
+            out.push('\n');
+        }
+        out.push('\n');
+    }
+    out.push_str(&format!(
+        "{} EFA device(s); values are cumulative since the driver loaded\n",
+        s.nics.len()
+    ));
+    out
+}
+
+fn delta_json(d: &NicDelta, later: &Snapshot) -> Value {
+    let n = later.nics.iter().find(|n| n.name == d.name);
+    let r = d.rates();
+    json!({
+        "name": d.name,
+        "port": n.map(|n| json!(n.port)).unwrap_or(Value::Null),
+        "device": n.map(|n| json!(n.device)).unwrap_or(Value::Null),
+        "delta": d.to_map(),
+        "seconds": d.seconds,
+        "rates": r,
+    })
+}
+
+fn watch(root: &Root, every: Duration, count: Option<u64>, as_json: bool) -> Result<i32, CliError> {
+    let mut prev = read(root)?;
+    let mut i = 0u64;
+    loop {
+        std::thread::sleep(every);
+        let cur = read(root)?;
+        let deltas = prev.delta(&cur);
+        if as_json {
+            let nics: Vec<Value> = deltas.iter().map(|d| delta_json(d, &cur)).collect();
+            if !emit(&format!("{}\n", json!({ "interval": i, "nics": nics }))) {
+                return Ok(0);
+            }
+        } else {
+            let mut rows = vec![[
+                "NIC",
+                "TX Gb/s",
+                "RX Gb/s",
+                "TX pkt/s",
+                "RX pkt/s",
+                "rx_drops",
+                "retrans_pkts",
+                "errors",
+            ]
+            .map(String::from)
+            .to_vec()];
+            let (mut tx, mut rx) = (0.0, 0.0);
+            for d in &deltas {
+                let r = d.rates();
+                tx += r.tx_gbps;
+                rx += r.rx_gbps;
+                rows.push(vec![
+                    d.name.clone(),
+                    format!("{:.2}", r.tx_gbps),
+                    format!("{:.2}", r.rx_gbps),
+                    format!("{:.0}", r.tx_pps),
+                    format!("{:.0}", r.rx_pps),
+                    r.rx_drops.to_string(),
+                    r.retrans_pkts.to_string(),
+                    r.errors.to_string(),
+                ]);
+            }
+            rows.push(vec![
+                "total".into(),
+                format!("{tx:.2}"),
+                format!("{rx:.2}"),
+                String::new(),
+                String::new(),
+                String::new(),
+                String::new(),
+                String::new(),
+            ]);
+            let secs = deltas.first().map(|d| d.seconds).unwrap_or(0.0);
+            let text = format!("interval {} ({secs:.2}s)\n{}\n", i + 1, right_table(&rows));
+            if !emit(&text) {
+                return Ok(0);
+            }
+        }
+        prev = cur;
+        i += 1;
+        if count.is_some_and(|c| i >= c) {
+            return Ok(0);
+        }
+    }
+}
+
+fn right_table(rows: &[Vec<String>]) -> String {
+    let cols = rows.first().map(|r| r.len()).unwrap_or(0);
+    let widths: Vec<usize> = (0..cols)
+        .map(|c| {
+            rows.iter()
+                .map(|r| r.get(c).map(|s| s.len()).unwrap_or(0))
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for r in rows {
+        let cells: Vec<String> = r
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                if i == 0 {
+                    format!("{s:<w$}", w = widths[0])
+                } else {
+                    format!("{s:>w$}", w = widths[i])
+                }
+            })
+            .collect();
+        out.push_str(cells.join("  ").trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// Exit status of a finished child: its code, or 128 + signal like a shell.
+fn exit_status_code(st: std::process::ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    st.code()
+        .or_else(|| st.signal().map(|s| 128 + s))
+        .unwrap_or(1)
+}
+
+fn human_bytes(b: u64) -> String {
+    let units = ["B", "KB", "MB", "GB", "TB"];
+    let mut v = b as f64;
+    let mut u = 0;
+    while v >= 1000.0 && u + 1 < units.len() {
+        v /= 1000.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{b} B")
+    } else {
+        format!("{v:.2} {}", units[u])
+    }
+}
+
+fn wrap(root: &Root, cmd: &[String], as_json: bool) -> Result<i32, CliError> {
+    let before = read(root)?;
+    let status = std::process::Command::new(&cmd[0])
+        .args(&cmd[1..])
+        .status()
+        .map_err(|e| {
+            CliError::usage(format!(
+                "cannot run `{}`: {e}; give a command on PATH or a path to an executable after --",
+                cmd[0]
+            ))
+        })?;
+    let code = exit_status_code(status);
+    let after = read(root)?;
+    let deltas = before.delta(&after);
+    let used: Vec<&NicDelta> = deltas.iter().filter(|d| d.traffic_bytes() > 0).collect();
+    let total: u64 = used
+        .iter()
+        .map(|d| d.traffic_bytes())
+        .fold(0, u64::saturating_add);
+    let rdma: u64 = deltas
+        .iter()
+        .map(|d| {
+            d.get("rdma_write_bytes")
+                .saturating_add(d.get("rdma_read_bytes"))
+        })
+        .fold(0, u64::saturating_add);
+    let errors: Vec<String> = deltas
+        .iter()
+        .flat_map(|d| {
+            d.errors()
+                .into_iter()
+                .map(move |(k, v)| format!("{}:{k}+{v}", d.name))
+        })
+        .collect();
+    let secs = deltas.first().map(|d| d.seconds).unwrap_or(0.0);
+    let verdict = if total > 0 {
+        format!(
+            "traffic went over EFA: {} on {} of {} NIC(s){}",
+            human_bytes(total),
+            used.len(),
+            deltas.len(),
+            if rdma > 0 {
+                format!(", {} by RDMA read/write", human_bytes(rdma))
+            } else {
+                String::new()
+            }
+        )
+    } else {
+        "no EFA traffic while the command ran: it used TCP, NVLink or shared memory, or did not communicate off-node (for NCCL: check `efabench doctor --nccl-log`)".to_string()
+    };
+    if as_json {
+        let nics: Vec<Value> = deltas.iter().map(|d| delta_json(d, &after)).collect();
+        emit(&format!(
+            "{}\n",
+            json!({
+                "command": cmd,
+                "exit_code": code,
+                "seconds": secs,
+                "verdict": {
+                    "efa_traffic": total > 0,
+                    "bytes": total,
+                    "rdma_bytes": rdma,
+                    "nics_used": used.iter().map(|d| d.name.clone()).collect::<Vec<_>>(),
+                    "errors": errors,
+                    "summary": verdict,
+                },
+                "nics": nics,
+            })
+        ));
+    } else {
+        let mut out = String::new();
+        out.push_str(&format!(
+            "\nefabench counters: `{}` exited with {code} after {secs:.2}s\n",
+            cmd.join(" ")
+        ));
+        let mut rows = vec![[
+            "NIC",
+            "TX bytes",
+            "RX bytes",
+            "TX pkts",
+            "RX pkts",
+            "RDMA wr bytes",
+            "RDMA rd bytes",
+            "rx_drops",
+            "retrans_pkts",
+        ]
+        .map(String::from)
+        .to_vec()];
+        for d in &deltas {
+            if d.traffic_bytes() == 0 && d.errors().is_empty() {
+                continue;
+            }
+            rows.push(vec![
+                d.name.clone(),
+                d.get("tx_bytes").to_string(),
+                d.get("rx_bytes").to_string(),
+                d.get("tx_pkts").to_string(),
+                d.get("rx_pkts").to_string(),
+                d.get("rdma_write_bytes").to_string(),
+                d.get("rdma_read_bytes").to_string(),
+                d.get("rx_drops").to_string(),
+                d.get("retrans_pkts").to_string(),
+            ]);
+        }
+        if rows.len() > 1 {
+            out.push_str(&right_table(&rows));
+        }
+        let idle = deltas.len() - (rows.len() - 1);
+        if idle > 0 {
+            out.push_str(&format!(
+                "{idle} NIC(s) without traffic or errors not shown\n"
+            ));
+        }
+        out.push_str(&format!("verdict: {verdict}\n"));
+        if !errors.is_empty() {
+            out.push_str(&format!(
+                "errors rose during the command: {}\n",
+                errors.join(", ")
+            ));
+        }
+        emit(&out);
+    }
+    Ok(code)
 }

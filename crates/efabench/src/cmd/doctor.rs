@@ -1,9 +1,161 @@
-//! Placeholder: being written.
+//! `efabench doctor`: health and configuration checks; exit 1 when any check fails.
+//!
+//! This file only gathers the inputs of `efabench_doctor::run` — the root, this process's
+//! environment and `RLIMIT_MEMLOCK`, what libfabric says about itself ([`libfabric_input`]), the
+//! counter interval and an optional NCCL log — and prints the report.
+
+use crate::cmd::topo::{emit, open_root};
 use crate::error::CliError;
+use efabench_doctor::{
+    memlock_from_limits, memlock_of_this_process, Inputs, LibfabricInput, Report, Status,
+};
+use efabench_topology::libfabric::{libfabric_files, parse_fi_info, run_fi_info};
+use efabench_topology::Root;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 #[derive(clap::Args, Debug)]
-pub struct Args {}
+pub struct Args {
+    /// Print JSON ({"checks":[...],"fails":n,"warns":n}) instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Directory that stands for / (a fixture tree or a copy of another node's files).
+    #[arg(long, value_name = "DIR", default_value = "/")]
+    pub root: PathBuf,
+    /// Seconds between the two hw_counters snapshots used to see whether error counters rise.
+    #[arg(long, value_name = "SECS", default_value_t = 1.0)]
+    pub interval: f64,
+    /// An NCCL_DEBUG=INFO log to check: did NCCL use aws-ofi-nccl on the efa provider?
+    #[arg(long, value_name = "FILE")]
+    pub nccl_log: Option<PathBuf>,
+    /// Captured output of `fi_info --version; fi_info -p efa` (instead of running fi_info; needed
+    /// to check libfabric with --root).
+    #[arg(long, value_name = "FILE")]
+    pub fi_info: Option<PathBuf>,
+}
 
-pub fn run(_args: Args) -> Result<i32, CliError> {
-    Err(CliError::usage("this command is not built yet"))
+/// What libfabric says about itself: a captured fi_info file, else `fi_info` on the live system,
+/// else the `libfabric.so.1.N.0` files under the root. The fabric layer can replace this with a
+/// direct query (`LibfabricInput::Found`).
+pub fn libfabric_input(root: &Root, fi_info: Option<&Path>) -> Result<LibfabricInput, CliError> {
+    if let Some(f) = fi_info {
+        let text = std::fs::read_to_string(f).map_err(|e| {
+            CliError::usage(format!(
+                "--fi-info {}: {e}; give a file holding `fi_info --version; fi_info -p efa` output",
+                f.display()
+            ))
+        })?;
+        return Ok(LibfabricInput::from_fi_info(
+            f.display().to_string(),
+            &parse_fi_info(&text),
+        ));
+    }
+    let mut why = String::from("--root without --fi-info FILE");
+    if root.is_system() {
+        let path = std::env::var("PATH").ok();
+        match run_fi_info(path.as_deref(), Duration::from_secs(15)) {
+            Ok((exe, info)) => return Ok(LibfabricInput::from_fi_info(exe, &info)),
+            Err(e) => why = e,
+        }
+    }
+    let files = libfabric_files(root);
+    if let Some((path, version)) = files.iter().find(|(_, v)| v.is_some()).or(files.first()) {
+        return Ok(LibfabricInput::Found {
+            source: path.clone(),
+            version: version.clone(),
+            domains: None,
+        });
+    }
+    Ok(LibfabricInput::NotFound {
+        looked: format!(
+            "{why}; no libfabric.so.1.* in /opt/amazon/efa/lib64 or /opt/amazon/efa/lib"
+        ),
+    })
+}
+
+pub fn run(args: Args) -> Result<i32, CliError> {
+    let root = open_root(&args.root)?;
+    if !args.interval.is_finite() || args.interval < 0.0 || args.interval > 3600.0 {
+        return Err(CliError::usage(format!(
+            "--interval {}: give seconds between 0 and 3600 (0 = one counter snapshot)",
+            args.interval
+        )));
+    }
+    let nccl_log = match &args.nccl_log {
+        None => None,
+        Some(f) => {
+            let bytes = std::fs::read(f).map_err(|e| {
+                CliError::usage(format!(
+                    "--nccl-log {}: {e}; give the log of a run with NCCL_DEBUG=INFO",
+                    f.display()
+                ))
+            })?;
+            Some((
+                f.display().to_string(),
+                String::from_utf8_lossy(&bytes).into_owned(),
+            ))
+        }
+    };
+    let libfabric = libfabric_input(&root, args.fi_info.as_deref())?;
+    let memlock = if root.is_system() {
+        memlock_of_this_process()
+    } else {
+        root.read("/proc/self/limits")
+            .ok()
+            .and_then(|t| memlock_from_limits(&t))
+    };
+    let inputs = Inputs {
+        root,
+        env: std::env::vars().collect(),
+        libfabric,
+        memlock,
+        interval: Duration::from_secs_f64(args.interval),
+        nccl_log,
+    };
+    let report = efabench_doctor::run(&inputs);
+    if args.json {
+        emit(&format!(
+            "{}\n",
+            serde_json::to_string_pretty(&report.to_json()).unwrap_or_default()
+        ));
+    } else {
+        emit(&render(&report));
+    }
+    Ok(report.exit_code())
+}
+
+/// The human-readable report.
+pub fn render(r: &Report) -> String {
+    let w = r.checks.iter().map(|c| c.id.len()).max().unwrap_or(0);
+    let mut out = String::new();
+    for c in &r.checks {
+        out.push_str(&format!(
+            "{:<4}  {:<w$}  {}\n",
+            c.status.as_str().to_ascii_uppercase(),
+            c.id,
+            c.summary
+        ));
+        if c.status != Status::Pass {
+            let pad = " ".repeat(w + 8);
+            if !c.fix.is_empty() {
+                out.push_str(&format!("{pad}fix: {}\n", c.fix));
+            }
+            if !c.subjects.is_empty() {
+                let mut s: Vec<String> = c.subjects.iter().take(8).cloned().collect();
+                if c.subjects.len() > 8 {
+                    s.push(format!("... ({} in all)", c.subjects.len()));
+                }
+                out.push_str(&format!("{pad}subjects: {}\n", s.join(", ")));
+            }
+        }
+    }
+    out.push_str(&format!(
+        "\n{} checks: {} pass, {} warn, {} fail, {} skip\n",
+        r.checks.len(),
+        r.count(Status::Pass),
+        r.warns(),
+        r.fails(),
+        r.count(Status::Skip)
+    ));
+    out
 }
