@@ -666,6 +666,37 @@ impl Rail {
         Ok(n)
     }
 
+    /// Like [`Rail::poll`], but spins until at least one completion is in `out`, `deadline`
+    /// passes, or `check` (called about every thousand empty polls; e.g. "is the peer's control
+    /// connection still up?") returns an error.
+    pub fn poll_wait(
+        &self,
+        out: &mut [Completion],
+        deadline: Instant,
+        mut check: impl FnMut() -> Result<()>,
+    ) -> Result<usize> {
+        let mut spins = 0u32;
+        let mut first: Option<Instant> = None;
+        loop {
+            let n = self.poll(out)?;
+            if n > 0 || out.is_empty() {
+                return Ok(n);
+            }
+            spins = spins.wrapping_add(1);
+            if spins % 1024 == 0 {
+                let now = Instant::now();
+                let start = *first.get_or_insert(now);
+                if now >= deadline {
+                    return Err(Error::Timeout {
+                        what: "a completion".into(),
+                        secs: now.duration_since(start).as_secs_f64(),
+                    });
+                }
+                check()?;
+            }
+        }
+    }
+
     /// Reads the CQ once and dispatches what it finds (async slots, orphans, the ready queue).
     /// This is what executors call; errors of raw operations are queued for [`Rail::poll`], and
     /// only errors no operation can take (a CQ failure) are returned.

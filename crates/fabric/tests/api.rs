@@ -87,6 +87,17 @@ fn self_loop(provider: &str) {
     rail.post_recv(region, 4096, 64, 1).unwrap();
     rail.post_send_data(me, region, 0, 9, 77, 2).unwrap();
     let got = poll_n(&rail, 2);
+    // Nothing else is in flight: a bounded wait ends in a timeout error, not a hang.
+    let mut one = [Completion::default(); 1];
+    let r = rail.poll_wait(&mut one, Instant::now() + Duration::from_millis(50), || {
+        Ok(())
+    });
+    assert!(matches!(r, Err(Error::Timeout { .. })), "{r:?}");
+    // The health check's error ends the wait too.
+    let r = rail.poll_wait(&mut one, deadline(), || {
+        Err(Error::Health("peer 1 is gone".into()))
+    });
+    assert!(matches!(r, Err(Error::Health(_))), "{r:?}");
     let recv = got
         .iter()
         .find(|c| c.context == 1)
