@@ -1,0 +1,302 @@
+//! `efabench topo`, `doctor` and `counters` run as the built binary against the fixture trees,
+//! their broken variants, and this machine (no EFA, no GPU).
+
+#[path = "../../../fixtures/variants.rs"]
+mod variants;
+
+use serde_json::Value;
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn efabench(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_efabench"));
+    c.args(args).env_clear();
+    if let Ok(p) = std::env::var("PATH") {
+        c.env("PATH", p);
+    }
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.output().expect("run efabench")
+}
+
+fn json(o: &Output) -> Value {
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}): {}\nstderr: {}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        )
+    })
+}
+
+fn s(p: &Path) -> String {
+    p.to_string_lossy().into_owned()
+}
+
+fn doctor(root: &Path, extra: &[&str], env: &[(&str, &str)]) -> (i32, Value) {
+    let fi = root.join("fi_info.txt");
+    let mut args = vec!["doctor", "--json", "--interval", "0", "--root"];
+    let r = s(root);
+    let f = s(&fi);
+    args.push(&r);
+    if fi.exists() {
+        args.extend(["--fi-info", &f]);
+    }
+    args.extend(extra);
+    let o = efabench(&args, env);
+    (o.status.code().unwrap(), json(&o))
+}
+
+fn status_of(j: &Value, id: &str) -> String {
+    j["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["id"] == id)
+        .unwrap_or_else(|| panic!("no check {id} in {j}"))["status"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+#[test]
+fn topo_pairs_gpus_and_nics_on_both_fixtures() {
+    let p5 = variants::fixture("p5.48xlarge");
+    let fi = p5.join("fi_info.txt");
+    let o = efabench(
+        &["topo", "--json", "--root", &s(&p5), "--fi-info", &s(&fi)],
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(0));
+    let j = json(&o);
+    assert_eq!(j["instance_type"], "p5.48xlarge");
+    assert_eq!(j["gpus"].as_array().unwrap().len(), 8);
+    assert_eq!(j["nics"].as_array().unwrap().len(), 32);
+    assert_eq!(j["gpus"][2]["pci_bus_id"], "0000:75:00.0");
+    assert_eq!(
+        j["gpus"][2]["nics"],
+        serde_json::json!(["rdmap113s0", "rdmap114s0", "rdmap115s0", "rdmap116s0"])
+    );
+    assert_eq!(j["nics"][31]["name"], "rdmap201s0");
+    assert_eq!(j["nics"][31]["gpus"], serde_json::json!([7]));
+    assert_eq!(j["nics"][0]["link_gbps"], 100.0);
+    assert_eq!(j["nics"][0]["state"], "ACTIVE");
+    assert_eq!(j["numa"][0]["cpulist"], "0-47,96-143");
+    assert_eq!(j["libfabric_domains"].as_array().unwrap().len(), 96);
+
+    let p4d = variants::fixture("p4d.24xlarge");
+    let o = efabench(&["topo", "--root", &s(&p4d)], &[]);
+    assert_eq!(o.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("instance type: p4d.24xlarge"), "{text}");
+    assert!(
+        text.contains("rdmap144s27  0000:90:1b.0  1     ACTIVE  100   p2p=NVIDIA  4,5"),
+        "{text}"
+    );
+    assert!(text.contains("libfabric domains: not queried"), "{text}");
+}
+
+#[test]
+fn doctor_statuses_and_exit_codes_per_fixture() {
+    let (code, j) = doctor(&variants::fixture("p5.48xlarge"), &[], &[]);
+    assert_eq!(
+        (code, j["fails"].as_u64(), j["warns"].as_u64()),
+        (0, Some(0), Some(0)),
+        "{j}"
+    );
+    assert_eq!(status_of(&j, "security-group"), "skip");
+    let (code, j) = doctor(&variants::fixture("p4d.24xlarge"), &[], &[]);
+    assert_eq!(code, 0, "{j}");
+    let (code, j) = doctor(&variants::fixture("p4d.24xlarge-legacy"), &[], &[]);
+    assert_eq!(code, 1);
+    for id in ["efa-driver", "efa-installer", "libfabric", "aws-ofi-nccl"] {
+        assert_eq!(status_of(&j, id), "fail", "{id}");
+    }
+    let cases = [
+        ("no-efa", "efa-devices", "fail", 1),
+        ("missing-nic", "efa-devices", "fail", 1),
+        ("port-down", "efa-ports", "fail", 1),
+        ("errors-stale", "efa-counters", "warn", 0),
+        ("hugepages-0", "hugepages", "warn", 0),
+        ("no-gdr", "gpudirect-rdma", "fail", 1),
+        ("memlock-low", "memlock", "fail", 1),
+    ];
+    for (variant, id, want, want_code) in cases {
+        let t = variants::variant(variant);
+        let (code, j) = doctor(t.path(), &[], &[]);
+        assert_eq!(status_of(&j, id), want, "{variant}: {j}");
+        assert_eq!(code, want_code, "{variant}: {j}");
+        assert_eq!(j["fails"].as_u64().unwrap() > 0, code == 1);
+    }
+}
+
+#[test]
+fn doctor_lints_the_environment_and_reads_nccl_logs() {
+    let p5 = variants::fixture("p5.48xlarge");
+    let (code, j) = doctor(
+        &p5,
+        &[],
+        &[("FI_PROVIDER", "sockets"), ("FI_EFA_TX_IOV_LIMIT", "1")],
+    );
+    assert_eq!(code, 1);
+    assert_eq!(status_of(&j, "env:FI_PROVIDER"), "fail");
+    assert_eq!(status_of(&j, "env:FI_EFA_TX_IOV_LIMIT"), "fail");
+    let dir = std::env::temp_dir().join(format!("efabench-nccl-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let log = dir.join("nccl.log");
+    std::fs::write(
+        &log,
+        "ip-10-0-0-1:1234:1234 [0] NCCL INFO NET/Plugin : No plugin found, using internal implementation\n\
+ip-10-0-0-1:1234:1234 [0] NCCL INFO Using network Socket\n",
+    )
+    .unwrap();
+    let (code, j) = doctor(&p5, &["--nccl-log", &s(&log)], &[]);
+    assert_eq!(code, 1);
+    assert_eq!(status_of(&j, "nccl-log"), "fail");
+    let o = efabench(
+        &[
+            "doctor",
+            "--root",
+            &s(&p5),
+            "--nccl-log",
+            "/nonexistent.log",
+        ],
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(2));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn doctor_on_this_machine_reports_what_is_missing() {
+    let o = efabench(&["doctor", "--json", "--interval", "0"], &[]);
+    let code = o.status.code().expect("exited, not killed");
+    assert!(code == 0 || code == 1, "{o:?}");
+    let j = json(&o);
+    assert!(j["checks"].as_array().unwrap().len() >= 15);
+    if !Path::new("/sys/class/infiniband").exists() {
+        assert_eq!(status_of(&j, "efa-devices"), "fail");
+        assert_eq!(code, 1);
+    }
+    let o = efabench(&["doctor", "--interval", "0"], &[]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("efa-devices"), "{text}");
+    assert!(
+        text.lines().last().unwrap_or("").contains("checks:"),
+        "{text}"
+    );
+}
+
+#[test]
+fn counters_snapshot_json_lists_every_counter() {
+    let p5 = variants::fixture("p5.48xlarge");
+    let o = efabench(&["counters", "--json", "--root", &s(&p5)], &[]);
+    assert_eq!(o.status.code(), Some(0));
+    let j = json(&o);
+    let nics = j["nics"].as_array().unwrap();
+    assert_eq!(nics.len(), 32);
+    assert_eq!(nics[0]["name"], "rdmap79s0");
+    assert_eq!(nics[0]["port"].as_object().unwrap().len(), 22);
+    assert_eq!(nics[0]["device"].as_object().unwrap().len(), 12);
+    assert_eq!(nics[0]["port"]["tx_bytes"], 98213441792310u64);
+    let legacy = variants::fixture("p4d.24xlarge-legacy");
+    let j = json(&efabench(
+        &["counters", "--json", "--root", &s(&legacy)],
+        &[],
+    ));
+    assert_eq!(j["nics"][0]["device"].as_object().unwrap().len(), 25);
+}
+
+#[test]
+fn counters_around_a_command_see_its_traffic_and_keep_its_exit_code() {
+    let t = variants::copy("p4d.24xlarge");
+    let root = s(t.path());
+    // The "workload" moves 1 MB through rdmap32s27 by rewriting its counters.
+    let port = t
+        .path()
+        .join("sys/class/infiniband/rdmap32s27/ports/1/hw_counters");
+    let script = format!(
+        "echo $(( $(cat {p}/tx_bytes) + 1000000 )) > {p}/tx_bytes.new && mv {p}/tx_bytes.new {p}/tx_bytes; exit 7",
+        p = s(&port)
+    );
+    let o = efabench(
+        &[
+            "counters", "--json", "--root", &root, "--", "sh", "-c", &script,
+        ],
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(7), "{o:?}");
+    let j = json(&o);
+    assert_eq!(j["exit_code"], 7);
+    assert_eq!(j["verdict"]["efa_traffic"], true);
+    assert_eq!(j["verdict"]["bytes"], 1_000_000);
+    assert_eq!(j["verdict"]["nics_used"], serde_json::json!(["rdmap32s27"]));
+    let nic = j["nics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["name"] == "rdmap32s27")
+        .unwrap();
+    assert_eq!(nic["delta"]["tx_bytes"], 1_000_000);
+    assert!(nic["seconds"].as_f64().unwrap() >= 0.0);
+    // Nothing moved: the verdict says so, table mode, exit 0.
+    let o = efabench(&["counters", "--root", &root, "--", "true"], &[]);
+    assert_eq!(o.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("verdict: no EFA traffic"), "{text}");
+}
+
+#[test]
+fn counters_watch_is_bounded_by_count() {
+    let p4d = variants::fixture("p4d.24xlarge");
+    let o = efabench(
+        &[
+            "counters",
+            "--json",
+            "--root",
+            &s(&p4d),
+            "--watch",
+            "0.05",
+            "--count",
+            "2",
+        ],
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(0));
+    let lines: Vec<Value> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2);
+    assert_eq!(lines[1]["interval"], 1);
+    assert_eq!(lines[0]["nics"].as_array().unwrap().len(), 4);
+    assert_eq!(lines[0]["nics"][0]["rates"]["tx_gbps"], 0.0);
+    assert!(lines[0]["nics"][0]["delta"].is_object());
+}
+
+#[test]
+fn bad_input_is_one_line_and_exit_2() {
+    let p4d = s(&variants::fixture("p4d.24xlarge"));
+    let no_efa = variants::variant("no-efa");
+    let cases: Vec<Vec<&str>> = vec![
+        vec!["topo", "--root", "/nonexistent/root"],
+        vec!["doctor", "--root", "/nonexistent/root"],
+        vec!["doctor", "--root", &p4d, "--interval", "-1"],
+        vec!["doctor", "--root", &p4d, "--fi-info", "/nonexistent"],
+        vec!["counters", "--root", &p4d, "--watch", "0"],
+        vec!["counters", "--root", &p4d, "--count", "3"],
+        vec!["counters", "--root", &p4d, "--watch", "1", "--count", "0"],
+        vec!["counters", "--root", &p4d, "--", "/nonexistent/command"],
+    ];
+    let nr = s(no_efa.path());
+    let mut cases = cases;
+    cases.push(vec!["counters", "--root", &nr]);
+    for args in cases {
+        let o = efabench(&args, &[]);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {o:?}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
+        assert!(err.starts_with("efabench: "), "{err}");
+    }
+}
