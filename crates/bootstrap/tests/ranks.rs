@@ -722,6 +722,46 @@ fn abort_reaches_every_rank_with_its_reason() {
     }
 }
 
+fn a_rank_that_left_cannot_be_waited_for() {
+    let rdzv = free_rdzv();
+    let i1 = info(1, 2, &rdzv, "left-test");
+    let leaver =
+        std::thread::spawn(move || Bootstrap::connect(&i1, Duration::from_secs(20)).map(drop));
+    let b = Bootstrap::connect(&info(0, 2, &rdzv, "left-test"), Duration::from_secs(20)).unwrap();
+    leaver.join().unwrap().unwrap();
+    let e = b.barrier().unwrap_err();
+    assert!(matches!(e, BootstrapError::Left { rank: 1, .. }), "{e}");
+    assert!(
+        e.to_string()
+            .starts_with("rank 1 already left the job but barrier #1 still needs it"),
+        "{e}"
+    );
+}
+
+fn mismatched_collectives_fail_on_every_rank() {
+    let rdzv = free_rdzv();
+    let handles: Vec<_> = (0..3)
+        .map(|r| {
+            let i = info(r, 3, &rdzv, "mismatch-test");
+            std::thread::spawn(move || {
+                let b = Bootstrap::connect(&i, Duration::from_secs(20))?;
+                if r == 1 {
+                    b.all_gather(b"x").map(drop)
+                } else {
+                    b.barrier()
+                }
+            })
+        })
+        .collect();
+    for (r, h) in handles.into_iter().enumerate() {
+        let e = h.join().unwrap().unwrap_err().to_string();
+        assert!(
+            e.contains("must call the same collectives in the same order"),
+            "rank {r}: {e}"
+        );
+    }
+}
+
 fn main() {
     match std::env::var(ROLE).as_deref() {
         Ok("worker") => std::process::exit(worker()),
@@ -744,6 +784,14 @@ fn main() {
         (
             "abort_reaches_every_rank_with_its_reason",
             abort_reaches_every_rank_with_its_reason,
+        ),
+        (
+            "a_rank_that_left_cannot_be_waited_for",
+            a_rank_that_left_cannot_be_waited_for,
+        ),
+        (
+            "mismatched_collectives_fail_on_every_rank",
+            mismatched_collectives_fail_on_every_rank,
         ),
         (
             "sigkill_a_rank_while_others_poll_check",
