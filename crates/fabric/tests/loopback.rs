@@ -39,13 +39,19 @@ fn libraries() -> Vec<(&'static str, Option<String>)> {
     ]
 }
 
-fn spawn(role: &str, scenario: &str, provider: &str, lib: &Option<String>, port: u16) -> Child {
+fn spawn(
+    role: &str,
+    scenario: &str,
+    provider: &str,
+    lib: &Option<String>,
+    portfile: &std::path::Path,
+) -> Child {
     let mut c = Command::new(std::env::current_exe().expect("current_exe"));
     c.args(["--exact", "peer_process", "--nocapture", "--test-threads=1"])
         .env("EFAB_ROLE", role)
         .env("EFAB_SCENARIO", scenario)
         .env("EFAB_PROVIDER", provider)
-        .env("EFAB_PORT", port.to_string())
+        .env("EFAB_PORTFILE", portfile)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     match lib {
@@ -88,14 +94,20 @@ fn run(scenario: &str, provider: &str) {
                 continue;
             }
         }
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-        let port = listener.local_addr().unwrap().port();
-        drop(listener); // the server child binds it; a race with another process is unlikely
+        // The server binds an ephemeral port and publishes it in this file for the client.
+        static SEQ: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let portfile = std::env::temp_dir().join(format!(
+            "efabench-fabric-test-{}-{}",
+            std::process::id(),
+            SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_file(&portfile);
         let deadline = Instant::now() + WAIT + Duration::from_secs(10);
-        let server = spawn("server", scenario, provider, &lib, port);
-        let client = spawn("client", scenario, provider, &lib, port);
+        let server = spawn("server", scenario, provider, &lib, &portfile);
+        let client = spawn("client", scenario, provider, &lib, &portfile);
         let (cok, cout) = finish(client, deadline);
         let (sok, sout) = finish(server, deadline);
+        let _ = std::fs::remove_file(&portfile);
         println!("--- {scenario}/{provider} on libfabric {label}: client ---\n{cout}");
         println!("--- {scenario}/{provider} on libfabric {label}: server ---\n{sout}");
         assert!(
@@ -125,6 +137,10 @@ fn shm_completion_errors() {
 fn tcp_peer_gone_is_an_error() {
     run("peer_gone", "tcp");
 }
+#[test]
+fn shm_peer_gone_is_an_error() {
+    run("peer_gone", "shm");
+}
 
 // ---------------------------------------------------------------- peer side
 
@@ -136,8 +152,8 @@ fn peer_process() {
     };
     let scenario = std::env::var("EFAB_SCENARIO").unwrap();
     let provider = std::env::var("EFAB_PROVIDER").unwrap();
-    let port: u16 = std::env::var("EFAB_PORT").unwrap().parse().unwrap();
-    match peer(&role, &scenario, &provider, port) {
+    let portfile = std::path::PathBuf::from(std::env::var_os("EFAB_PORTFILE").unwrap());
+    match peer(&role, &scenario, &provider, &portfile) {
         Ok(()) => println!("PEER-OK"),
         Err(e) => {
             println!("PEER-FAILED: {e}");
@@ -185,19 +201,31 @@ impl Ctl {
     }
 }
 
-fn connect(role: &str, port: u16) -> Result<Ctl, String> {
+fn connect(role: &str, portfile: &std::path::Path) -> Result<Ctl, String> {
     if role == "server" {
-        let l = TcpListener::bind(("127.0.0.1", port)).map_err(|e| e.to_string())?;
+        let l = TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+        let port = l.local_addr().map_err(|e| e.to_string())?.port();
+        let tmp = portfile.with_extension("tmp");
+        std::fs::write(&tmp, port.to_string())
+            .and_then(|_| std::fs::rename(&tmp, portfile))
+            .map_err(|e| format!("publish port: {e}"))?;
         let (s, _) = l.accept().map_err(|e| e.to_string())?;
         Ok(Ctl(s))
     } else {
         let t0 = Instant::now();
         loop {
-            match TcpStream::connect(("127.0.0.1", port)) {
-                Ok(s) => return Ok(Ctl(s)),
-                Err(_) if t0.elapsed() < WAIT => std::thread::sleep(Duration::from_millis(20)),
-                Err(e) => return Err(format!("connect to server: {e}")),
+            let port = std::fs::read_to_string(portfile)
+                .ok()
+                .and_then(|s| s.trim().parse::<u16>().ok());
+            if let Some(port) = port {
+                return TcpStream::connect(("127.0.0.1", port))
+                    .map(Ctl)
+                    .map_err(|e| format!("connect to server: {e}"));
             }
+            if t0.elapsed() > WAIT {
+                return Err("the server never published its port".into());
+            }
+            std::thread::sleep(Duration::from_millis(10));
         }
     }
 }
@@ -217,7 +245,7 @@ struct Side {
     ctl: Ctl,
 }
 
-fn setup(role: &str, provider: &str, port: u16) -> Result<Side, String> {
+fn setup(role: &str, provider: &str, portfile: &std::path::Path) -> Result<Side, String> {
     let lib = load_library(None).map_err(|e| e.to_string())?;
     eprintln!(
         "{role}: libfabric {} at {}",
@@ -233,7 +261,7 @@ fn setup(role: &str, provider: &str, port: u16) -> Result<Side, String> {
     let rail = Rail::open(&info, &RailConfig::default()).map_err(|e| e.to_string())?;
     let buf = Arc::new(HostBuffer::new(BUF).map_err(|e| e.to_string())?);
     let region = rail.register(buf.clone()).map_err(|e| e.to_string())?;
-    let mut ctl = connect(role, port)?;
+    let mut ctl = connect(role, portfile)?;
     ctl.send(&rail.address().map_err(|e| e.to_string())?)?;
     ctl.send(
         &rail
@@ -270,8 +298,13 @@ fn check(buf: &HostBuffer, off: usize, want: &[u8], what: &str) -> Result<(), St
     Ok(())
 }
 
-fn peer(role: &str, scenario: &str, provider: &str, port: u16) -> Result<(), String> {
-    let s = setup(role, provider, port)?;
+fn peer(
+    role: &str,
+    scenario: &str,
+    provider: &str,
+    portfile: &std::path::Path,
+) -> Result<(), String> {
+    let s = setup(role, provider, portfile)?;
     let e = |x: Error| x.to_string();
     let ex = Executor::for_rail(&s.rail);
     let server = role == "server";
@@ -487,9 +520,7 @@ fn peer(role: &str, scenario: &str, provider: &str, port: u16) -> Result<(), Str
                         .map(|x| x.to_string())
                         .collect();
                     if errs.is_empty() {
-                        // Some providers buffer sends locally (eager) and report success: also
-                        // not a hang, but say so.
-                        eprintln!("client: the provider accepted sends to a dead peer locally");
+                        return Err("every send to a dead peer reported success".into());
                     } else {
                         eprintln!("client: sending to a dead peer failed: {}", errs[0]);
                     }
