@@ -323,14 +323,14 @@ fn start_hub(info: &RankInfo, rdzv: &str, timeout: Duration) -> Result<Bootstrap
     let spawn_err =
         |e: io::Error| BootstrapError::Io(format!("cannot start a rendezvous thread: {e}"));
     let s = shared.clone();
-    let accept = shared
+    // Detached: it ends when Drop wakes it with a connection and it sees `closing`.
+    shared
         .spawn("rdzv-accept".into(), move || accept_loop(s, listener))
         .map_err(spawn_err)?;
     let s = shared.clone();
     let monitor = shared
         .spawn("rdzv-monitor".into(), move || monitor_loop(s))
         .map_err(spawn_err)?;
-    let _ = accept; // detached: it ends when Drop wakes it with a connection
     let b = Bootstrap {
         rank: 0,
         world: info.world,
@@ -343,7 +343,19 @@ fn start_hub(info: &RankInfo, rdzv: &str, timeout: Duration) -> Result<Bootstrap
         },
         next_seq: Mutex::new(1),
     };
-    b.wait_started(Instant::now() + timeout + Duration::from_secs(2))?;
+    // The monitor ends the wait after `timeout`, naming the missing ranks; this is a backstop.
+    b.wait_started(Instant::now() + timeout + Duration::from_secs(2), |st| {
+        let missing = st.hub.as_ref().map_or_else(Vec::new, |h| {
+            (1..h.peers.len() as u32)
+                .filter(|&r| h.peers[r as usize].is_none())
+                .collect()
+        });
+        BootstrapError::Timeout {
+            op: CONNECT_OP.into(),
+            waiting_for: missing,
+            after: timeout,
+        }
+    })?;
     Ok(b)
 }
 
@@ -832,7 +844,12 @@ fn start_client(
     };
     // Rank 0 gives up on missing ranks `timeout` after it started and tells us; this is a
     // backstop in case rank 0 started long after us.
-    b.wait_started(begin + timeout * 2 + Duration::from_secs(2))?;
+    b.wait_started(begin + timeout * 2 + Duration::from_secs(2), |_| {
+        BootstrapError::Connect {
+            addr: rdzv.into(),
+            detail: "connected, but rank 0 never said that the job is complete".into(),
+        }
+    })?;
     Ok(b)
 }
 
@@ -1044,7 +1061,11 @@ impl Bootstrap {
         }
     }
 
-    fn wait_started(&self, deadline: Instant) -> Result<(), BootstrapError> {
+    fn wait_started(
+        &self,
+        deadline: Instant,
+        on_timeout: impl Fn(&State) -> BootstrapError,
+    ) -> Result<(), BootstrapError> {
         let mut st = lock(&self.shared.state);
         loop {
             if let Some(e) = &st.failure {
@@ -1061,11 +1082,7 @@ impl Bootstrap {
             }
             let now = Instant::now();
             if now >= deadline {
-                return Err(BootstrapError::Timeout {
-                    op: CONNECT_OP.into(),
-                    waiting_for: vec![0],
-                    after: self.timeout,
-                });
+                return Err(on_timeout(&st));
             }
             st = self
                 .shared

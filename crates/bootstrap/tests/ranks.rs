@@ -738,6 +738,24 @@ fn a_rank_that_left_cannot_be_waited_for() {
     );
 }
 
+fn a_rank_that_never_comes_is_named_by_everyone() {
+    let rdzv = free_rdzv();
+    let i1 = info(1, 3, &rdzv, "missing-test");
+    let t = Duration::from_secs(1);
+    let one = std::thread::spawn(move || Bootstrap::connect(&i1, t).map(drop));
+    let t0 = Instant::now();
+    let e0 = Bootstrap::connect(&info(0, 3, &rdzv, "missing-test"), t).unwrap_err();
+    let e1 = one.join().unwrap().unwrap_err();
+    for e in [e0, e1] {
+        assert!(
+            e.to_string()
+                .starts_with("rank 2 did not join the job within 1 s"),
+            "{e}"
+        );
+    }
+    assert!(t0.elapsed() < t + SLACK);
+}
+
 fn mismatched_collectives_fail_on_every_rank() {
     let rdzv = free_rdzv();
     let handles: Vec<_> = (0..3)
@@ -788,6 +806,10 @@ fn main() {
         (
             "a_rank_that_left_cannot_be_waited_for",
             a_rank_that_left_cannot_be_waited_for,
+        ),
+        (
+            "a_rank_that_never_comes_is_named_by_everyone",
+            a_rank_that_never_comes_is_named_by_everyone,
         ),
         (
             "mismatched_collectives_fail_on_every_rank",
