@@ -219,6 +219,18 @@ const W_RATE: usize = 15;
 const W_UTIL: usize = 8;
 const W_ERR: usize = 7;
 
+/// At least `min_decimals`, and enough decimals to show 3 significant digits of small values
+/// (a 8-byte ping-pong's 0.00412 Gbps must not print as 0.00), at most 6.
+fn num(v: f64, min_decimals: usize) -> String {
+    let decimals = if v == 0.0 || !v.is_finite() {
+        min_decimals
+    } else {
+        let mag = v.abs().log10().floor() as i32; // 0.0041 -> -3
+        (2 - mag).clamp(min_decimals as i32, 6) as usize
+    };
+    format!("{v:.decimals$}")
+}
+
 fn dash_or(v: Option<f64>, decimals: usize) -> String {
     match v {
         Some(v) => format!("{v:.decimals$}"),
@@ -246,11 +258,21 @@ fn column_line(busbw: bool) -> String {
 /// One data row of the table.
 fn table_row(r: &Record, busbw: bool) -> String {
     let mut s = format!(
-        "{:>W_SIZE$} {:>W_ITERS$} {:>W_LAT$.2} {:>W_LAT$.2} {:>W_LAT$.2} {:>W_LAT$.2} {:>W_BW$.2}",
-        r.size_bytes, r.iters, r.lat_us.min, r.lat_us.p50, r.lat_us.p99, r.lat_us.max, r.bw_gbps
+        "{:>W_SIZE$} {:>W_ITERS$} {:>W_LAT$} {:>W_LAT$} {:>W_LAT$} {:>W_LAT$} {:>W_BW$}",
+        r.size_bytes,
+        r.iters,
+        num(r.lat_us.min, 2),
+        num(r.lat_us.p50, 2),
+        num(r.lat_us.p99, 2),
+        num(r.lat_us.max, 2),
+        num(r.bw_gbps, 2)
     );
     if busbw {
-        s.push_str(&format!(" {:>W_BUSBW$}", dash_or(r.busbw_gbps, 2)));
+        let b = r
+            .busbw_gbps
+            .map(|b| num(b, 2))
+            .unwrap_or_else(|| "-".into());
+        s.push_str(&format!(" {b:>W_BUSBW$}"));
     }
     let errors = if r.verified {
         r.errors.to_string()
@@ -258,8 +280,8 @@ fn table_row(r: &Record, busbw: bool) -> String {
         "N/A".to_string()
     };
     s.push_str(&format!(
-        " {:>W_RATE$.3} {:>W_UTIL$} {:>W_ERR$}",
-        r.msg_rate_mops,
+        " {:>W_RATE$} {:>W_UTIL$} {:>W_ERR$}",
+        num(r.msg_rate_mops, 3),
         dash_or(r.util_pct, 1),
         errors
     ));
@@ -580,7 +602,7 @@ mod tests {
         assert_eq!(rows[0][0], "8");
         assert_eq!(rows[0][1], "1000");
         assert_eq!(rows[0][3], "2.50");
-        assert_eq!(rows[0][6], "0.03");
+        assert_eq!(rows[0][6], "0.0300"); // small values keep 3 significant digits
         assert_eq!(rows[0][8], "0.0"); // util 0.03 %
         assert_eq!(rows[1][0], "1048576");
         assert_eq!(rows[1][6], "97.25");
@@ -591,6 +613,19 @@ mod tests {
         assert!(out.contains("# Avg bw: 48.64 Gbps over 2 sizes (peak 97.25 Gbps at 1048576 B)"));
         assert!(out.contains("# Lowest lat_p50: 2.50 us at 8 B"));
         assert!(out.contains("# Errors: 0 OK"));
+    }
+
+    #[test]
+    fn numbers_keep_three_significant_digits() {
+        assert_eq!(num(0.0, 2), "0.00");
+        assert_eq!(num(0.00412, 2), "0.00412");
+        assert_eq!(num(0.0412, 2), "0.0412");
+        assert_eq!(num(0.412, 2), "0.412");
+        assert_eq!(num(4.12, 2), "4.12");
+        assert_eq!(num(97.254, 2), "97.25");
+        assert_eq!(num(1e-9, 2), "0.000000");
+        assert_eq!(num(0.0123, 3), "0.0123");
+        assert_eq!(num(7.8125, 3), "7.812");
     }
 
     #[test]

@@ -283,6 +283,9 @@ struct SeriesKey {
     peer: Option<u32>,
     mem: String,
     provider: String,
+    /// Only when the x axis is not the size: then each size is its own line (bw vs world at
+    /// 1M, at 4M, ...), instead of points of different sizes stacked at the same x.
+    size: Option<u64>,
     file: usize,
 }
 
@@ -315,6 +318,7 @@ pub fn build_series(inputs: &[(PathBuf, Vec<Record>)], opts: &PlotOptions) -> (V
                 peer: r.peer,
                 mem: r.mem.clone(),
                 provider: r.provider.clone(),
+                size: (opts.x != Field::Size).then_some(r.size_bytes),
                 file,
             };
             match groups.iter().rposition(|(k, _, _)| *k == key) {
@@ -336,8 +340,12 @@ pub fn build_series(inputs: &[(PathBuf, Vec<Record>)], opts: &PlotOptions) -> (V
     let show_peer = varies(&|k| format!("{:?}", k.peer));
     let show_mem = varies(&|k| k.mem.clone());
     let show_provider = varies(&|k| k.provider.clone());
+    let show_size = varies(&|k| format!("{:?}", k.size));
     let base_label = |k: &SeriesKey| {
         let mut label = format!("{}/{}", k.bench, k.variant);
+        if let (true, Some(size)) = (show_size, k.size) {
+            label.push_str(&format!(" {}B", human_size(size)));
+        }
         if show_provider {
             label.push_str(&format!(" {}", k.provider));
         }
@@ -875,6 +883,28 @@ mod tests {
                 "sendrecv/stream [after.jsonl]"
             ]
         );
+    }
+
+    #[test]
+    fn other_x_axes_draw_one_line_per_size() {
+        let mut recs = Vec::new();
+        for world in [2u32, 4, 8] {
+            for size in [1u64 << 20, 4 << 20] {
+                let mut r = sample("alltoall", "default", size, 10.0 * world as f64, 5.0);
+                r.world = world;
+                r.peer = None;
+                recs.push(r);
+            }
+        }
+        let inputs = vec![(PathBuf::from("a.jsonl"), recs)];
+        let opts = PlotOptions {
+            x: Field::World,
+            ..Default::default()
+        };
+        let (series, _) = build_series(&inputs, &opts);
+        let labels: Vec<&str> = series.iter().map(|s| s.label.as_str()).collect();
+        assert_eq!(labels, ["alltoall/default 1MB", "alltoall/default 4MB"]);
+        assert_eq!(series[0].points, [(2.0, 20.0), (4.0, 40.0), (8.0, 80.0)]);
     }
 
     #[test]

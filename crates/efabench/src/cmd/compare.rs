@@ -52,10 +52,23 @@ pub fn run(args: Args) -> Result<i32, CliError> {
             "no record of {cn} matches one of {bn} by bench, variant, size, peer, mem, provider and rails; compare runs of the same benchmark sweep"
         )));
     }
-    if json {
-        println!("{}", c.to_json(&bn, &cn));
+    let text = if json {
+        format!("{}\n", c.to_json(&bn, &cn))
     } else {
-        print!("{}", c.render_table(&bn, &cn));
-    }
+        c.render_table(&bn, &cn)
+    };
+    print_stdout(&text)?;
     Ok(if c.regressions() > 0 { 1 } else { 0 })
+}
+
+/// Prints without `println!`'s panic when stdout is closed (`efabench compare ... | head`):
+/// a closed pipe is the reader's choice, the exit code still tells the verdict.
+pub(crate) fn print_stdout(text: &str) -> Result<(), CliError> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        Err(e) => Err(CliError::failed(format!("cannot print to stdout: {e}"))),
+    }
 }

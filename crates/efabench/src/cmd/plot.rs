@@ -80,11 +80,11 @@ pub fn run(args: Args) -> Result<i32, CliError> {
     } else {
         String::new()
     };
-    println!(
-        "wrote {}: {} series, {} points{skipped}",
+    super::compare::print_stdout(&format!(
+        "wrote {}: {} series, {} points{skipped}\n",
         args.output.display(),
         summary.series,
         summary.points
-    );
+    ))?;
     Ok(0)
 }
