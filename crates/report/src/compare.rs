@@ -106,6 +106,9 @@ pub struct Comparison {
     pub repeated_baseline: usize,
     /// Same for the candidate.
     pub repeated_candidate: usize,
+    /// Matched pairs whose baseline was verified but whose candidate was not (`--no-check`):
+    /// their error count of 0 proves nothing.
+    pub unverified_candidate: usize,
 }
 
 /// Judges one metric. `higher_is_better` for bandwidth, not for latency.
@@ -173,11 +176,15 @@ pub fn compare(
 
     let mut rows = Vec::new();
     let mut only_baseline = Vec::new();
+    let mut unverified_candidate = 0;
     for (k, b) in &base {
         let Some(c) = cand_pos.get(k) else {
             only_baseline.push(k.clone());
             continue;
         };
+        if b.verified && !c.verified {
+            unverified_candidate += 1;
+        }
         let bw = judge(b.bw_gbps, c.bw_gbps, tolerance_pct, true);
         let lat = judge(b.lat_us.p50, c.lat_us.p50, tolerance_pct, false);
         let new_errors = c.errors > b.errors;
@@ -229,6 +236,7 @@ pub fn compare(
         only_candidate,
         repeated_baseline,
         repeated_candidate,
+        unverified_candidate,
     })
 }
 
@@ -274,6 +282,13 @@ impl Comparison {
                     "# note: {n} key(s) appear more than once in the {which}; the last record of each is compared"
                 );
             }
+        }
+        if self.unverified_candidate > 0 {
+            let _ = writeln!(
+                out,
+                "# note: {} candidate record(s) were run without verification (--no-check) where the baseline was verified; their errors are not known",
+                self.unverified_candidate
+            );
         }
         let _ = writeln!(out, "#");
 
@@ -465,6 +480,15 @@ mod tests {
         cand[0].errors = 1;
         let c = compare(&base, &cand, 1000.0).unwrap();
         assert_eq!(c.rows[0].regressed, ["errors"]);
+        assert_eq!(c.unverified_candidate, 0);
+        // An unverified candidate cannot show errors: said in a note, not hidden.
+        let mut unverified = base.clone();
+        unverified[0].verified = false;
+        let c = compare(&base, &unverified, 5.0).unwrap();
+        assert_eq!(c.unverified_candidate, 1);
+        assert!(c
+            .render_table("a", "b")
+            .contains("1 candidate record(s) were run without verification"));
         // Fewer errors than the baseline is not a regression.
         let c = compare(&cand, &base, 0.0).unwrap();
         assert_eq!(c.regressions(), 0);
