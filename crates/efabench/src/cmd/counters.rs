@@ -253,6 +253,16 @@ fn exit_status_code(st: std::process::ExitStatus) -> i32 {
         .unwrap_or(1)
 }
 
+/// The command line for the report, cut to 100 characters.
+fn short_command(cmd: &[String]) -> String {
+    let full = cmd.join(" ");
+    if full.chars().count() <= 100 {
+        full
+    } else {
+        format!("{}...", full.chars().take(97).collect::<String>())
+    }
+}
+
 fn human_bytes(b: u64) -> String {
     let units = ["B", "KB", "MB", "GB", "TB"];
     let mut v = b as f64;
@@ -341,7 +351,7 @@ fn wrap(root: &Root, cmd: &[String], as_json: bool) -> Result<i32, CliError> {
         let mut out = String::new();
         out.push_str(&format!(
             "\nefabench counters: `{}` exited with {code} after {secs:.2}s\n",
-            cmd.join(" ")
+            short_command(cmd)
         ));
         let mut rows = vec![[
             "NIC",
