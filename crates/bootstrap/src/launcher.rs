@@ -263,6 +263,27 @@ pub fn launch(opts: &LaunchOptions) -> Result<i32, BootstrapError> {
     let mut term_at: Option<Instant> = None;
     let mut kill_at: Option<Instant> = None;
     loop {
+        // Signals first, so that ranks ended by the same Ctrl-C are not taken for a failure.
+        let sig = SIGNAL.swap(0, Ordering::SeqCst);
+        if sig != 0 {
+            if signalled.is_some() {
+                // A second Ctrl-C: no more patience.
+                kill_at = Some(Instant::now());
+            } else {
+                note(&format!(
+                    "received {}; passing it on to the ranks",
+                    signal_name(sig)
+                ));
+                signalled = Some(sig);
+                kill_at = Some(Instant::now() + opts.grace);
+            }
+            // Ranks already reaped are skipped: their pids may have been reused.
+            for (r, c) in children.iter().enumerate() {
+                if status[r].is_none() {
+                    send_signal(c, sig);
+                }
+            }
+        }
         // Reap everything that ended since the last sweep. Within one sweep a rank killed by a
         // signal is taken as the first failure: the others usually exited *because* of it.
         let mut ended: Vec<(u32, ExitStatus)> = Vec::new();
@@ -297,23 +318,6 @@ pub fn launch(opts: &LaunchOptions) -> Result<i32, BootstrapError> {
         }
         if running.is_empty() {
             break;
-        }
-        let sig = SIGNAL.swap(0, Ordering::SeqCst);
-        if sig != 0 {
-            if signalled.is_some() {
-                // A second Ctrl-C: no more patience.
-                kill_at = Some(Instant::now());
-            } else {
-                note(&format!(
-                    "received {}; passing it on to the ranks",
-                    signal_name(sig)
-                ));
-                signalled = Some(sig);
-                kill_at = Some(Instant::now() + opts.grace);
-            }
-            for &r in &running {
-                send_signal(&children[r as usize], sig);
-            }
         }
         let now = Instant::now();
         if term_at.is_some_and(|t| now >= t) {
