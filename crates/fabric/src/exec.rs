@@ -85,18 +85,29 @@ impl<'a, P: Progress + ?Sized + 'a> Executor<'a, P> {
             }
             rounds = rounds.wrapping_add(1);
             if rounds % CHECK_EVERY == 0 {
-                let now = Instant::now();
-                let start = *first_check.get_or_insert(now);
-                if now >= deadline {
-                    return Err(Error::Timeout {
-                        what: "operations to complete".into(),
-                        secs: now.duration_since(start).as_secs_f64(),
-                    });
-                }
-                check()?;
+                slow_check(&mut first_check, deadline, &mut check)?;
             }
         }
     }
+}
+
+/// The deadline and health check, out of the hot loop.
+#[cold]
+#[inline(never)]
+fn slow_check(
+    first_check: &mut Option<Instant>,
+    deadline: Instant,
+    check: &mut dyn FnMut() -> Result<()>,
+) -> Result<()> {
+    let now = Instant::now();
+    let start = *first_check.get_or_insert(now);
+    if now >= deadline {
+        return Err(Error::Timeout {
+            what: "operations to complete".into(),
+            secs: now.duration_since(start).as_secs_f64(),
+        });
+    }
+    check()
 }
 
 /// Polls many futures together; resolves to their outputs in order (like `join_all`).

@@ -30,7 +30,7 @@ use efabench_fabric_sys as sys;
 use crate::error::{Error, Result};
 use crate::info::ProviderInfo;
 use crate::memory::{Hmem, MemoryBuffer};
-use crate::raw::{CqRead, RawCompletion, RawMr, RawOp, RawRail, CQ_BATCH};
+use crate::raw::{CqRead, RawMr, RawOp, RawRail};
 
 /// How a rail is opened.
 #[derive(Clone, Debug)]
@@ -707,67 +707,57 @@ impl Rail {
 
     #[inline(always)]
     fn read_cq(&self, out: &mut [Completion]) -> Result<usize> {
-        let mut raw = [RawCompletion {
-            slot: None,
-            flags: 0,
-            len: 0,
-            data: 0,
-        }; CQ_BATCH];
-        let res = self.raw.cq_read(&mut raw);
-        let mut st = self.state.borrow_mut();
-        let st = &mut *st;
-        match res {
-            CqRead::Empty => Ok(0),
-            CqRead::Entries(k) => {
-                let mut n = 0;
-                for c in &raw[..k] {
-                    let Some(s) = c.slot else {
-                        st.remote.push_back(Completion {
-                            context: Completion::REMOTE_CQ_DATA,
-                            flags: c.flags,
-                            len: c.len,
-                            data: c.data,
-                        });
-                        continue;
+        let mut guard = self.state.borrow_mut();
+        let st = &mut *guard;
+        let mut n = 0;
+        let res = self.raw.cq_read(|c| {
+            let Some(s) = c.slot else {
+                st.remote.push_back(Completion {
+                    context: Completion::REMOTE_CQ_DATA,
+                    flags: c.flags,
+                    len: c.len,
+                    data: c.data,
+                });
+                return;
+            };
+            let region = match std::mem::replace(&mut st.slots[s as usize], Slot::Free) {
+                Slot::Raw { ctx, region, .. } => {
+                    let comp = Completion {
+                        context: ctx,
+                        flags: c.flags,
+                        len: c.len,
+                        data: c.data,
                     };
-                    let region = match std::mem::replace(&mut st.slots[s as usize], Slot::Free) {
-                        Slot::Raw { ctx, region, .. } => {
-                            let comp = Completion {
-                                context: ctx,
-                                flags: c.flags,
-                                len: c.len,
-                                data: c.data,
-                            };
-                            if n < out.len() {
-                                out[n] = comp;
-                                n += 1;
-                            } else {
-                                st.ready.push_back(comp);
-                            }
-                            st.free.push(s);
-                            region
-                        }
-                        Slot::Async { region, op, .. } => {
-                            st.slots[s as usize] = Slot::Async {
-                                region,
-                                op,
-                                done: Some(Ok(OpResult {
-                                    len: c.len,
-                                    data: (c.flags & sys::FI_REMOTE_CQ_DATA != 0).then_some(c.data),
-                                })),
-                            };
-                            region
-                        }
-                        Slot::Orphan { region } => {
-                            st.free.push(s);
-                            region
-                        }
-                        Slot::Free => NO_REGION,
-                    };
-                    release(st, region);
+                    if n < out.len() {
+                        out[n] = comp;
+                        n += 1;
+                    } else {
+                        st.ready.push_back(comp);
+                    }
+                    st.free.push(s);
+                    region
                 }
-                Ok(n)
-            }
+                Slot::Async { region, op, .. } => {
+                    st.slots[s as usize] = Slot::Async {
+                        region,
+                        op,
+                        done: Some(Ok(OpResult {
+                            len: c.len,
+                            data: (c.flags & sys::FI_REMOTE_CQ_DATA != 0).then_some(c.data),
+                        })),
+                    };
+                    region
+                }
+                Slot::Orphan { region } => {
+                    st.free.push(s);
+                    region
+                }
+                Slot::Free => NO_REGION,
+            };
+            release(st, region);
+        });
+        match res {
+            CqRead::Empty | CqRead::Entries => Ok(n),
             CqRead::Error(e) => {
                 let Some(s) = e.slot else {
                     return Err(Error::Completion {

@@ -240,7 +240,7 @@ pub(crate) struct RawCqError {
 }
 
 pub(crate) enum CqRead {
-    Entries(usize),
+    Entries,
     Empty,
     Error(RawCqError),
 }
@@ -621,29 +621,27 @@ impl RawRail {
         }
     }
 
-    /// Reads up to `out.len()` completions.
+    /// Reads up to [`CQ_BATCH`] completions and hands each to `f`.
     #[inline(always)]
-    pub fn cq_read(&self, out: &mut [RawCompletion; CQ_BATCH]) -> CqRead {
-        let mut ent = [sys::fi_cq_data_entry {
-            op_context: ptr::null_mut(),
-            flags: 0,
-            len: 0,
-            buf: ptr::null_mut(),
-            data: 0,
-        }; CQ_BATCH];
-        // SAFETY: cq is live; ent has room for CQ_BATCH entries of the CQ's format (DATA).
+    pub fn cq_read(&self, mut f: impl FnMut(RawCompletion)) -> CqRead {
+        let mut ent = std::mem::MaybeUninit::<[sys::fi_cq_data_entry; CQ_BATCH]>::uninit();
+        // SAFETY: cq is live; ent has room for CQ_BATCH entries of the CQ's format (DATA). The
+        // provider writes the first `n` entries it returns.
         let n = unsafe { fi::fi_cq_read(self.cq, ent.as_mut_ptr().cast(), CQ_BATCH as _) };
         if n > 0 {
-            let n = n as usize;
-            for (o, e) in out.iter_mut().zip(&ent[..n]) {
-                *o = RawCompletion {
+            let n = (n as usize).min(CQ_BATCH);
+            let base = ent.as_ptr().cast::<sys::fi_cq_data_entry>();
+            for i in 0..n {
+                // SAFETY: entries 0..n were written by fi_cq_read (n ≤ CQ_BATCH, checked).
+                let e = unsafe { base.add(i).read() };
+                f(RawCompletion {
                     slot: self.ctx.slot_of(e.op_context),
                     flags: e.flags,
                     len: e.len as usize,
                     data: e.data,
-                };
+                });
             }
-            return CqRead::Entries(n);
+            return CqRead::Entries;
         }
         if n == -(sys::FI_EAGAIN as isize) as sys::ssize_t || n == 0 {
             return CqRead::Empty;
