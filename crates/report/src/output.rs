@@ -329,7 +329,7 @@ fn header_block(r: &Record, key: &GroupKey) -> Vec<String> {
     h.push(latency_line(&key.lat_kind));
     if key.busbw {
         h.push(
-            "# bw: per-rank bandwidth = bytes this rank sends to all peers / time, in Gbps (10^9 bit/s)"
+            "# bw: per-rank bandwidth = bytes this rank sends to all peers / time, in Gbps (10^9 bit/s); msg_rate in 10^6 messages/s"
                 .to_string(),
         );
         h.push(match &key.busbw_def {
@@ -669,6 +669,7 @@ mod tests {
         assert!(out.contains("# bw: per-rank bandwidth = bytes this rank sends to all peers"));
         assert!(out.contains("# Avg busbw: 70.00 Gbps"));
         assert!(out.contains("peer -"));
+        assert!(out.contains("# latency: time per operation"), "{out}");
         let row = out.lines().find(|l| !l.starts_with('#')).unwrap();
         assert_eq!(row.split_whitespace().nth(7), Some("70.00"));
     }

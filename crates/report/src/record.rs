@@ -99,14 +99,17 @@ pub const LATENCY_FIELDS: &[&str] = &["min", "p50", "p99", "max", "mean"];
 
 impl Record {
     /// What the latency columns mean for this record: the benchmark sets
-    /// `extra["lat_kind"]` to `one-way`, `round-trip/2` or `post-to-completion`. Records
-    /// without it fall back on DESIGN.md: a `read` is post-to-completion, other benchmarks
-    /// report one-way latency.
+    /// `extra["lat_kind"]` (e.g. `one-way`, `round-trip/2`, `post-to-completion`). Records
+    /// without it fall back on DESIGN.md: a `read` is post-to-completion, `sendrecv`/`write`
+    /// report one-way latency, anything else the time of one operation.
     pub fn lat_kind(&self) -> &str {
         match self.extra.get("lat_kind").and_then(|v| v.as_str()) {
             Some(k) => k,
-            None if self.bench == "read" => "post-to-completion",
-            None => "one-way",
+            None => match self.bench.as_str() {
+                "read" => "post-to-completion",
+                "sendrecv" | "write" => "one-way",
+                _ => "time per operation",
+            },
         }
     }
 
