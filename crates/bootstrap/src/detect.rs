@@ -16,6 +16,9 @@
 //! default block distribution), and the port is derived from the job and step ids so that two
 //! steps on the same node do not collide.
 //!
+//! Slurm variables only count in a task of a step (one with `SLURM_STEP_ID`): a batch script or
+//! an `salloc` shell carries the allocation's variables too, but is one process, not a rank.
+//!
 //! The job token keeps a stray process or a second job that reuses the port out of the rendezvous.
 
 use std::time::Duration;
@@ -207,6 +210,13 @@ fn numbers(flags: &LaunchFlags, env: Env) -> Result<(u32, u32, u32, &'static str
         (None, None) => {}
     }
     for l in LAUNCHERS {
+        // A batch script or an `salloc` shell carries the allocation's Slurm variables too, but
+        // only processes started by `srun` are tasks of a step (and have a step id). Without
+        // this, `efabench sendrecv` typed into an sbatch script would wait for ranks that srun
+        // was never asked to start.
+        if l.source == "slurm" && slurm_step(env).is_none() {
+            continue;
+        }
         let rank = get(env, l.rank);
         let size = l.size.iter().find_map(|n| get(env, n).map(|v| (*n, v)));
         match (rank, size) {
@@ -776,28 +786,47 @@ mod tests {
             ("SLURM_PROCID", "0"),
             ("SLURM_NPROCS", "2"),
             ("SLURM_JOB_ID", "7"),
+            ("SLURM_STEPID", "2"),
             ("SLURM_JOB_NODELIST", "gpu[12-13]"),
         ]);
-        assert_eq!(i.rdzv, Some(format!("gpu12:{}", slurm_port("7", "0"))));
+        assert_eq!(i.rdzv, Some(format!("gpu12:{}", slurm_port("7", "2"))));
         assert_eq!(i.local_rank, 0);
 
-        let e = err(
-            &LaunchFlags::default(),
-            &[("SLURM_PROCID", "0"), ("SLURM_NTASKS", "2")],
-        );
-        assert!(e.to_string().contains("no node list"), "{e}");
         let e = err(
             &LaunchFlags::default(),
             &[
                 ("SLURM_PROCID", "0"),
                 ("SLURM_NTASKS", "2"),
+                ("SLURM_STEP_ID", "0"),
+            ],
+        );
+        assert!(e.to_string().contains("no node list"), "{e}");
+
+        // A batch script (no step id) is not a task of a step: one rank, Slurm ignored.
+        let i = ok(&[
+            ("SLURM_PROCID", "0"),
+            ("SLURM_NTASKS", "8"),
+            ("SLURM_JOB_ID", "7"),
+            ("SLURM_JOB_NODELIST", "gpu[12-13]"),
+        ]);
+        assert_eq!((i.world, i.source, i.rdzv), (1, "none", None));
+        let e = err(
+            &LaunchFlags::default(),
+            &[
+                ("SLURM_PROCID", "0"),
+                ("SLURM_NTASKS", "2"),
+                ("SLURM_STEP_ID", "0"),
                 ("SLURM_JOB_NODELIST", "a[1-"),
             ],
         );
         assert!(e.to_string().contains("not a Slurm host list"), "{e}");
         let e = err(
             &LaunchFlags::default(),
-            &[("SLURM_PROCID", "x"), ("SLURM_NTASKS", "2")],
+            &[
+                ("SLURM_PROCID", "x"),
+                ("SLURM_NTASKS", "2"),
+                ("SLURM_STEP_ID", "0"),
+            ],
         );
         assert!(
             e.to_string()
@@ -915,6 +944,7 @@ mod tests {
         let all = [
             ("SLURM_PROCID", "1"),
             ("SLURM_NTASKS", "2"),
+            ("SLURM_STEP_ID", "0"),
             ("SLURM_JOB_NODELIST", "n1"),
             ("OMPI_COMM_WORLD_RANK", "2"),
             ("OMPI_COMM_WORLD_SIZE", "3"),
@@ -926,9 +956,9 @@ mod tests {
             ("MASTER_PORT", "1"),
         ];
         assert_eq!(ok(&all).source, "slurm");
-        assert_eq!(ok(&all[3..]).source, "open mpi");
-        assert_eq!(ok(&all[5..]).source, "mpich/pmi");
-        assert_eq!(ok(&all[7..]).source, "torchrun");
+        assert_eq!(ok(&all[4..]).source, "open mpi");
+        assert_eq!(ok(&all[6..]).source, "mpich/pmi");
+        assert_eq!(ok(&all[8..]).source, "torchrun");
     }
 
     #[test]
@@ -937,9 +967,10 @@ mod tests {
             ("SLURM_PROCID", "0"),
             ("SLURM_NTASKS", "1"),
             ("SLURM_JOB_ID", "1"),
+            ("SLURM_STEP_ID", "0"),
             ("EFABENCH_JOB_TOKEN", "mine"),
         ]);
-        assert_eq!(i.token.as_deref(), Some("mine"));
+        assert_eq!((i.source, i.token.as_deref()), ("slurm", Some("mine")));
         let long = "x".repeat(MAX_TOKEN_LEN + 1);
         assert!(err(&LaunchFlags::default(), &[("EFABENCH_JOB_TOKEN", &long)]).is_usage());
     }
