@@ -312,3 +312,26 @@ fn this_machine_does_not_panic() {
     assert!(r.checks.len() >= 15);
     assert!(r.get("efa-devices").is_some());
 }
+
+#[test]
+fn in_tree_driver_relies_on_dmabuf() {
+    // The in-tree driver has no /sys/module/efa/version and no p2p/gdr file.
+    let t = variants::copy("p5.48xlarge");
+    t.remove("sys/module/efa/version");
+    for e in std::fs::read_dir(t.dir.join("sys/class/infiniband")).unwrap() {
+        let n = e.unwrap().file_name().into_string().unwrap();
+        t.remove(&format!("sys/class/infiniband/{n}/device/p2p"));
+    }
+    let r = run(&inputs(t.path(), &[]));
+    let d = r.get("efa-driver").unwrap();
+    assert_eq!(d.status, Status::Pass);
+    assert!(d.summary.contains("in-tree"), "{d:?}");
+    let g = r.get("gpudirect-rdma").unwrap();
+    assert_eq!(g.status, Status::Pass, "open module + kernel 6.8: {g:?}");
+    assert!(g.summary.contains("dmabuf"));
+    t.write("proc/sys/kernel/osrelease", "5.10.0-28-cloud-amd64\n");
+    assert_eq!(
+        status(&run(&inputs(t.path(), &[])), "gpudirect-rdma"),
+        Status::Fail
+    );
+}

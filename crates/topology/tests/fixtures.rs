@@ -233,3 +233,27 @@ fn empty_root_gives_empty_topology() {
     assert_eq!(t.instance_type, None);
     let _ = std::fs::remove_dir_all(&d);
 }
+
+#[test]
+fn kernel_names_efa_n_are_accepted() {
+    // Without the rdma-core rename rule devices keep the kernel's efa_N names.
+    let t = variants::copy("p4d.24xlarge");
+    let class = t.dir.join("sys/class/infiniband");
+    for (i, name) in ["rdmap16s27", "rdmap32s27", "rdmap144s27", "rdmap160s27"]
+        .iter()
+        .enumerate()
+    {
+        let target = std::fs::read_link(class.join(name)).unwrap();
+        let target = target.to_string_lossy().replace(name, &format!("efa_{i}"));
+        let dir = class.join(&target);
+        std::fs::rename(dir.parent().unwrap().join(name), &dir).unwrap();
+        std::fs::remove_file(class.join(name)).unwrap();
+        std::os::unix::fs::symlink(&target, class.join(format!("efa_{i}"))).unwrap();
+    }
+    let root = Root::new(t.path()).unwrap();
+    let topo = Topology::discover(&root);
+    let names: Vec<&str> = topo.nics.iter().map(|n| n.name.as_str()).collect();
+    assert_eq!(names, ["efa_0", "efa_1", "efa_2", "efa_3"]);
+    assert_eq!(topo.gpus[5].nics, vec!["efa_2"]);
+    assert_eq!(Snapshot::read(&root).unwrap().nics[3].name, "efa_3");
+}
