@@ -273,16 +273,24 @@ fn bind(host: &str, port: u16) -> Result<TcpListener, BootstrapError> {
              process?); choose another port with --rdzv HOST:PORT or MASTER_PORT"
         ))
     };
-    for a in &addrs {
-        match TcpListener::bind(a) {
-            Ok(l) => return Ok(l),
-            Err(e) if e.kind() == io::ErrorKind::AddrInUse => return Err(in_use(a)),
-            Err(_) => {}
+    // A loopback rendezvous (`efabench launch`, tests) stays on loopback. Any other name is
+    // served on all interfaces, as torch's TCPStore does: the name may resolve to 127.0.1.1 on
+    // rank 0's own host (Debian's /etc/hosts) while the other hosts resolve it to the real
+    // address, or it may be a Kubernetes service or NAT address that is not on this host.
+    let loopback_name = host == "localhost"
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback());
+    if loopback_name {
+        for a in &addrs {
+            match TcpListener::bind(a) {
+                Ok(l) => return Ok(l),
+                Err(e) if e.kind() == io::ErrorKind::AddrInUse => return Err(in_use(a)),
+                Err(_) => {}
+            }
         }
     }
-    // The name is not an address of this host (a Kubernetes service, NAT): listen on all
-    // interfaces of the same family and let the network route it here.
-    let any: SocketAddr = if addrs.first().is_some_and(|a| a.is_ipv6()) {
+    let any: SocketAddr = if !addrs.is_empty() && addrs.iter().all(|a| a.is_ipv6()) {
         SocketAddr::from(([0u16; 8], port))
     } else {
         SocketAddr::from(([0u8; 4], port))

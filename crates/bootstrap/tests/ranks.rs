@@ -756,6 +756,26 @@ fn a_rank_that_never_comes_is_named_by_everyone() {
     assert!(t0.elapsed() < t + SLACK);
 }
 
+fn rendezvous_by_name_and_on_all_interfaces() {
+    for host in ["localhost", "0.0.0.0"] {
+        let port = free_rdzv().rsplit_once(':').unwrap().1.to_string();
+        let rdzv = format!("{host}:{port}");
+        let handles: Vec<_> = (0..3)
+            .map(|r| {
+                let i = info(r, 3, &rdzv, "name-test");
+                std::thread::spawn(move || {
+                    let b = Bootstrap::connect(&i, Duration::from_secs(20))?;
+                    b.all_gather(&[r as u8])
+                })
+            })
+            .collect();
+        for h in handles {
+            let t = h.join().unwrap().unwrap_or_else(|e| panic!("{rdzv}: {e}"));
+            assert_eq!(t, vec![vec![0], vec![1], vec![2]]);
+        }
+    }
+}
+
 fn mismatched_collectives_fail_on_every_rank() {
     let rdzv = free_rdzv();
     let handles: Vec<_> = (0..3)
@@ -806,6 +826,10 @@ fn main() {
         (
             "a_rank_that_left_cannot_be_waited_for",
             a_rank_that_left_cannot_be_waited_for,
+        ),
+        (
+            "rendezvous_by_name_and_on_all_interfaces",
+            rendezvous_by_name_and_on_all_interfaces,
         ),
         (
             "a_rank_that_never_comes_is_named_by_everyone",
