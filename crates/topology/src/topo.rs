@@ -78,6 +78,8 @@ pub struct Gpu {
     pub local_cpulist: Option<String>,
     /// NIC names paired with this GPU.
     pub nics: Vec<String>,
+    /// Sum of the paired NICs' link speeds, Gb/s (what one GPU can drive off-node).
+    pub link_gbps: Option<f64>,
     pub pairing: Pairing,
     pub nvlinks: Vec<NvLink>,
     pub sys_path: String,
@@ -158,6 +160,7 @@ impl Topology {
                     numa_node: d.numa_node,
                     local_cpulist: d.local_cpulist.clone(),
                     nics: Vec::new(),
+                    link_gbps: None,
                     pairing: Pairing::None,
                     nvlinks: Vec::new(),
                     sys_path: d.sys_path.clone(),
@@ -438,10 +441,15 @@ fn pair(gpus: &mut [Gpu], nics: &mut [Nic]) {
             g.pairing = Pairing::None;
             Vec::new()
         };
+        let mut gbps: Option<f64> = None;
         for i in chosen {
             g.nics.push(nics[i].name.clone());
             nics[i].gpus.push(g.index);
+            if let Some(l) = nics[i].link_gbps {
+                gbps = Some(gbps.unwrap_or(0.0) + l);
+            }
         }
+        g.link_gbps = gbps;
     }
 }
 
