@@ -3,7 +3,7 @@
 //! A local job is how the benchmarks are tried on one host and how CI tests multi-rank code, so
 //! the launcher has to give the same guarantees a cluster launcher does, and the one nccl-tests
 //! users miss most: when one rank fails, the job ends, with that rank's status. It
-//! * gives every rank the variables [`crate::detect`] reads first (`EFABENCH_RANK`,
+//! * gives every rank the variables [`crate::detect()`] reads first (`EFABENCH_RANK`,
 //!   `EFABENCH_WORLD_SIZE`, `EFABENCH_LOCAL_RANK`, `EFABENCH_RDZV` on a free loopback port, and a
 //!   random `EFABENCH_JOB_TOKEN` so that a leftover rank of an earlier run cannot join);
 //! * passes rank 0's stdout through untouched (tables, JSON) and prefixes every rank's stderr

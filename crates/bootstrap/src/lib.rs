@@ -5,8 +5,8 @@
 //! others stop instead of hanging (the first complaint about nccl-tests). This crate gives them
 //! without MPI, so the same binary runs under `srun`, `mpirun`, Kubernetes or `efabench launch`:
 //!
-//! * [`detect`] reads rank, world size, local rank, rendezvous address and job token from flags
-//!   or the launcher's environment ([`detect`] module docs list the order);
+//! * [`detect()`] reads rank, world size, local rank, rendezvous address and job token from flags
+//!   or the launcher's environment (the [`mod@detect`] module docs list the order);
 //! * [`Bootstrap`] is a TCP rendezvous served by rank 0: all-gather, barrier, gather, broadcast
 //!   and abort, with heartbeats so that a dead or frozen rank is named on every rank within the
 //!   timeout, and [`Bootstrap::check`] for data-path loops;
