@@ -153,6 +153,7 @@ pub fn render(t: &Topology, root: &Root) -> String {
             "PCI".into(),
             "NUMA".into(),
             "PAIRING".into(),
+            "NIC GB/S".into(),
         ]];
         if nvlink {
             rows[0].push("NVLINKS".into());
@@ -168,6 +169,7 @@ pub fn render(t: &Topology, root: &Root) -> String {
                     .ok()
                     .and_then(|v| v.as_str().map(str::to_string))
                     .unwrap_or_default(),
+                opt(&g.link_gbps),
             ];
             if nvlink {
                 let links: u32 = g.nvlinks.iter().map(|l| l.links).sum();
