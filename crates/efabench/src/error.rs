@@ -47,14 +47,47 @@ pub fn exit_on_clap_error(e: clap::Error) -> ! {
         | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => e.exit(),
         _ => {
             let rendered = e.render().to_string();
-            let first = rendered
-                .lines()
-                .find(|l| !l.trim().is_empty())
-                .unwrap_or("invalid arguments")
-                .trim_start_matches("error: ")
-                .to_string();
+            let first = one_line(&rendered);
             eprintln!("efabench: {first} (run with --help for the options)");
             std::process::exit(2)
         }
+    }
+}
+
+/// The first line of a clap error, with the indented lines that complete it when it ends with a
+/// colon ("the following required arguments were not provided:\n  --foo <FOO>").
+fn one_line(rendered: &str) -> String {
+    let mut lines = rendered.lines().filter(|l| !l.trim().is_empty());
+    let mut first = lines
+        .next()
+        .unwrap_or("invalid arguments")
+        .trim_start_matches("error: ")
+        .to_string();
+    if first.ends_with(':') {
+        let more: Vec<&str> = lines
+            .take_while(|l| l.starts_with(' ') && !l.trim_start().starts_with("Usage"))
+            .map(str::trim)
+            .collect();
+        first.push(' ');
+        first.push_str(&more.join(", "));
+    }
+    first
+}
+
+#[cfg(test)]
+mod tests {
+    use super::one_line;
+
+    #[test]
+    fn clap_errors_become_one_line_with_their_list() {
+        let r = "error: the following required arguments were not provided:\n  --output <FILE>\n  <RESULTS>...\n\nUsage: efabench plot\n";
+        assert_eq!(
+            one_line(r),
+            "the following required arguments were not provided: --output <FILE>, <RESULTS>..."
+        );
+        assert_eq!(
+            one_line("error: unexpected argument '--x' found\n\n  tip: ...\n"),
+            "unexpected argument '--x' found"
+        );
     }
 }
