@@ -54,6 +54,7 @@ pub(crate) fn all(inputs: &Inputs) -> Vec<Check> {
     let mut out = vec![
         efa_devices(&f),
         efa_driver(&f),
+        efa_uverbs(&f),
         efa_ports(&f),
         efa_counters(&f),
         efa_installer(&f),
@@ -190,6 +191,37 @@ fn efa_driver(f: &Facts) -> Check {
             kernel.as_deref().unwrap_or("?")))
             .subjects(["/sys/module/efa"]),
     }
+}
+
+fn efa_uverbs(f: &Facts) -> Check {
+    let id = "efa-uverbs";
+    let n = f.topo.nics.len();
+    if n == 0 {
+        return Check::new(id, Status::Skip, "no EFA device");
+    }
+    let root = &f.inputs.root;
+    if !root.is_dir("/dev/infiniband") {
+        return Check::new(id, Status::Fail, format!(
+            "{n} EFA device(s) in sysfs but no /dev/infiniband: user space (libfabric) cannot open them"))
+            .fix("in a container, pass the devices through (docker --device=/dev/infiniband/uverbs0 ..., or the EFA Kubernetes device plugin with vpc.amazonaws.com/efa resources); on the host, `sudo modprobe ib_uverbs`")
+            .subjects(["/dev/infiniband"]);
+    }
+    let uverbs = root
+        .list("/dev/infiniband")
+        .into_iter()
+        .filter(|d| d.starts_with("uverbs"))
+        .count();
+    if uverbs < n {
+        return Check::new(id, Status::Warn, format!(
+            "{uverbs} /dev/infiniband/uverbs* for {n} EFA devices: some devices are not usable from here"))
+            .fix("pass all uverbs devices into the container (or request all EFA interfaces from the device plugin)")
+            .subjects(["/dev/infiniband"]);
+    }
+    Check::new(
+        id,
+        Status::Pass,
+        format!("{uverbs} /dev/infiniband/uverbs* device(s)"),
+    )
 }
 
 fn efa_ports(f: &Facts) -> Check {

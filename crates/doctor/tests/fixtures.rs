@@ -105,6 +105,8 @@ fn broken_variants() {
         ("hugepages-0", "hugepages", Status::Warn),
         ("no-gdr", "gpudirect-rdma", Status::Fail),
         ("memlock-low", "memlock", Status::Fail),
+        ("no-uverbs", "efa-uverbs", Status::Fail),
+        ("no-efa", "efa-uverbs", Status::Skip),
     ];
     for (variant, id, want) in cases {
         let t = variants::variant(variant);
