@@ -164,8 +164,6 @@ struct GroupKey {
     mem: String,
     rails: u32,
     world: u32,
-    peer: Option<u32>,
-    warmup: u64,
     verified: bool,
     lat_kind: String,
     busbw: bool,
@@ -185,8 +183,6 @@ impl GroupKey {
             mem: r.mem.clone(),
             rails: r.rails,
             world: r.world,
-            peer: r.peer,
-            warmup: r.warmup,
             verified: r.verified,
             lat_kind: r.lat_kind().to_string(),
             busbw: r.busbw_gbps.is_some(),
@@ -212,6 +208,8 @@ struct GroupStats {
 // Column widths of the table (data rows are right-aligned under the `#` header line).
 const W_SIZE: usize = 12;
 const W_ITERS: usize = 8;
+const W_PEER: usize = 4;
+const W_WARM: usize = 6;
 const W_LAT: usize = 12;
 const W_BW: usize = 10;
 const W_BUSBW: usize = 12;
@@ -241,8 +239,8 @@ fn dash_or(v: Option<f64>, decimals: usize) -> String {
 /// The table's column line (with units), starting with `#`.
 fn column_line(busbw: bool) -> String {
     let mut s = format!(
-        "{:>W_SIZE$} {:>W_ITERS$} {:>W_LAT$} {:>W_LAT$} {:>W_LAT$} {:>W_LAT$} {:>W_BW$}",
-        "size(B)", "iters", "lat_min(us)", "lat_p50(us)", "lat_p99(us)", "lat_max(us)", "bw(Gbps)"
+        "{:>W_SIZE$} {:>W_PEER$} {:>W_WARM$} {:>W_ITERS$} {:>W_LAT$} {:>W_LAT$} {:>W_LAT$} {:>W_LAT$} {:>W_BW$}",
+        "size(B)", "peer", "warmup", "iters", "lat_min(us)", "lat_p50(us)", "lat_p99(us)", "lat_max(us)", "bw(Gbps)"
     );
     if busbw {
         s.push_str(&format!(" {:>W_BUSBW$}", "busbw(Gbps)"));
@@ -258,8 +256,10 @@ fn column_line(busbw: bool) -> String {
 /// One data row of the table.
 fn table_row(r: &Record, busbw: bool) -> String {
     let mut s = format!(
-        "{:>W_SIZE$} {:>W_ITERS$} {:>W_LAT$} {:>W_LAT$} {:>W_LAT$} {:>W_LAT$} {:>W_BW$}",
+        "{:>W_SIZE$} {:>W_PEER$} {:>W_WARM$} {:>W_ITERS$} {:>W_LAT$} {:>W_LAT$} {:>W_LAT$} {:>W_LAT$} {:>W_BW$}",
         r.size_bytes,
+        r.peer.map(|p| p.to_string()).unwrap_or_else(|| "-".into()),
+        r.warmup,
         r.iters,
         num(r.lat_us.min, 2),
         num(r.lat_us.p50, 2),
@@ -314,16 +314,11 @@ fn header_block(r: &Record, key: &GroupKey) -> Vec<String> {
         r.libfabric.as_deref().unwrap_or("-")
     ));
     h.push(format!(
-        "# mem {}  rails {}  world {}  peer {}  host {}",
-        r.mem,
-        r.rails,
-        r.world,
-        r.peer.map(|p| p.to_string()).unwrap_or_else(|| "-".into()),
-        r.host
+        "# mem {}  rails {}  world {}  host {}",
+        r.mem, r.rails, r.world, r.host
     ));
     h.push(format!(
-        "# warmup {} iterations per size; timed iterations per size in column \"iters\"; verification {}",
-        r.warmup,
+        "# rank 0 measures each peer in turn (column \"peer\"); untimed and timed iterations per size in columns \"warmup\" and \"iters\"; verification {}",
         if r.verified { "on" } else { "off (errors N/A)" }
     ));
     h.push(latency_line(&key.lat_kind));
@@ -572,7 +567,8 @@ mod tests {
         let lines: Vec<&str> = out.lines().collect();
         assert_eq!(lines[0], "# efabench sendrecv / pingpong");
         assert!(out.contains("# provider efa  fabric efa  domains rdmap16s27-rdm  libfabric 2.1.0"));
-        assert!(out.contains("# mem host  rails 1  world 2  peer 1"));
+        assert!(out.contains("# mem host  rails 1  world 2  host"));
+        assert!(col_has_peer(&out));
         assert!(out.contains("verification on"));
         assert!(out.contains("# latency: one-way = ping-pong round-trip / 2"));
         assert!(out.contains("Gbps (10^9 bit/s)"));
@@ -600,14 +596,15 @@ mod tests {
             .collect();
         assert_eq!(rows.len(), 2);
         assert_eq!(rows[0][0], "8");
-        assert_eq!(rows[0][1], "1000");
-        assert_eq!(rows[0][3], "2.50");
-        assert_eq!(rows[0][6], "0.0300"); // small values keep 3 significant digits
-        assert_eq!(rows[0][8], "0.0"); // util 0.03 %
+        assert_eq!(rows[0][1], "1"); // peer
+        assert_eq!(rows[0][3], "1000");
+        assert_eq!(rows[0][5], "2.50");
+        assert_eq!(rows[0][8], "0.0300"); // small values keep 3 significant digits
+        assert_eq!(rows[0][10], "0.0"); // util 0.03 %
         assert_eq!(rows[1][0], "1048576");
-        assert_eq!(rows[1][6], "97.25");
-        assert_eq!(rows[1][8], "-"); // unknown link speed
-        assert_eq!(rows[1][9], "0");
+        assert_eq!(rows[1][8], "97.25");
+        assert_eq!(rows[1][10], "-"); // unknown link speed
+        assert_eq!(rows[1][11], "0");
         // Columns line up: every row as long as the column line.
         assert_eq!(lines.iter().filter(|l| l.len() == col.len()).count(), 3);
         assert!(out.contains("# Avg bw: 48.64 Gbps over 2 sizes (peak 97.25 Gbps at 1048576 B)"));
@@ -657,6 +654,29 @@ mod tests {
         assert!(last_row.ends_with("N/A"), "{last_row}");
     }
 
+    fn col_has_peer(out: &str) -> bool {
+        out.lines().any(|l| {
+            l.starts_with('#')
+                && l.contains("size(B)")
+                && l.contains("peer")
+                && l.contains("warmup")
+        })
+    }
+
+    #[test]
+    fn rows_of_several_peers_stay_in_one_table() {
+        let a = sample("write", "stream", 8, 1.0, 2.0);
+        let mut b = a.clone();
+        b.peer = Some(2);
+        b.warmup += 7;
+        let out = render(Format::Table, &[a, b]);
+        assert_eq!(
+            out.lines().filter(|l| l.starts_with("# efabench ")).count(),
+            1,
+            "{out}"
+        );
+    }
+
     #[test]
     fn alltoall_shows_busbw_and_its_definition() {
         let mut r = sample("alltoall", "default", 1 << 20, 80.0, 100.0);
@@ -668,10 +688,14 @@ mod tests {
         assert!(out.contains("# busbw: bw x (n-1)/n with n = world = 8"));
         assert!(out.contains("# bw: per-rank bandwidth = bytes this rank sends to all peers"));
         assert!(out.contains("# Avg busbw: 70.00 Gbps"));
-        assert!(out.contains("peer -"));
-        assert!(out.contains("# latency: time per operation"), "{out}");
         let row = out.lines().find(|l| !l.starts_with('#')).unwrap();
-        assert_eq!(row.split_whitespace().nth(7), Some("70.00"));
+        assert_eq!(
+            row.split_whitespace().nth(1),
+            Some("-"),
+            "no peer in a collective: {row}"
+        );
+        assert!(out.contains("# latency: time per operation"), "{out}");
+        assert_eq!(row.split_whitespace().nth(9), Some("70.00"));
     }
 
     #[test]
