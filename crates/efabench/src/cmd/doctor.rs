@@ -9,7 +9,7 @@ use crate::error::CliError;
 use efabench_doctor::{
     memlock_from_limits, memlock_of_this_process, Inputs, LibfabricInput, Report, Status,
 };
-use efabench_topology::libfabric::{libfabric_files, parse_fi_info, run_fi_info};
+use efabench_topology::libfabric::{libfabric_files, parse_fi_info};
 use efabench_topology::Root;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -52,9 +52,16 @@ pub fn libfabric_input(root: &Root, fi_info: Option<&Path>) -> Result<LibfabricI
     }
     let mut why = String::from("--root without --fi-info FILE");
     if root.is_system() {
-        let path = std::env::var("PATH").ok();
-        match run_fi_info(path.as_deref(), Duration::from_secs(15)) {
-            Ok((exe, info)) => return Ok(LibfabricInput::from_fi_info(exe, &info)),
+        // Ask the library the benchmarks would load (EFABENCH_LIBFABRIC, /opt/amazon/efa, the
+        // system's), not whichever fi_info is first on PATH.
+        match super::libfabric::query() {
+            Ok(q) => {
+                return Ok(LibfabricInput::Found {
+                    source: q.path,
+                    version: Some(q.version),
+                    domains: Some(q.efa_domains),
+                })
+            }
             Err(e) => why = e,
         }
     }

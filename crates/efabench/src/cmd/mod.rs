@@ -5,5 +5,6 @@ pub mod counters;
 pub mod doctor;
 pub mod ipc;
 pub mod launch;
+pub mod libfabric;
 pub mod plot;
 pub mod topo;

@@ -7,10 +7,9 @@
 //! the gpu layer).
 
 use crate::error::CliError;
-use efabench_topology::libfabric::{parse_fi_info, run_fi_info, LibfabricDomain};
+use efabench_topology::libfabric::{parse_fi_info, LibfabricDomain};
 use efabench_topology::{Root, Topology};
 use std::path::PathBuf;
-use std::time::Duration;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -57,10 +56,8 @@ pub fn libfabric_domains(
     if !root.is_system() {
         return Ok(None);
     }
-    let path = std::env::var("PATH").ok();
-    Ok(run_fi_info(path.as_deref(), Duration::from_secs(15))
-        .ok()
-        .map(|(_, info)| info.efa().cloned().collect()))
+    // The library itself, as the benchmarks load it; nothing to list when none loads.
+    Ok(super::libfabric::query().ok().map(|q| q.efa_domains))
 }
 
 pub fn run(args: Args) -> Result<i32, CliError> {
