@@ -56,9 +56,9 @@ pub struct IpcArgs {
     /// Timed iterations per point (default: enough to move 4 GiB, 20 to 2000).
     #[arg(short = 'n', long = "iters")]
     pub iters: Option<u64>,
-    /// Untimed warm-up iterations per point (default: a tenth of the iterations, at least 2).
-    #[arg(short = 'w', long = "warmup")]
-    pub warmup: Option<u64>,
+    /// Untimed warm-up iterations per point.
+    #[arg(short = 'w', long = "warmup", default_value_t = 10)]
+    pub warmup: u64,
     /// Timed batches per point; each is bracketed by CUDA events, none by a host sync.
     #[arg(long, default_value_t = 5)]
     pub samples: u64,
@@ -76,6 +76,9 @@ pub struct IpcArgs {
         default_value = "1x256,16x256,128x256,smx512"
     )]
     pub shapes: Vec<String>,
+    /// Grids of the tma variant (256 threads a block): smK = K blocks per SM, or a block count.
+    #[arg(long, value_delimiter = ',', default_value = "sm2")]
+    pub tma_grids: Vec<String>,
     /// Also measure every ordered GPU pair at the largest size (automatic above 2 GPUs).
     #[arg(long)]
     pub matrix: bool,
@@ -189,22 +192,15 @@ pub enum Method {
     CopyEngine,
     Push(ShapeSpec),
     Pull(ShapeSpec),
-    /// Bulk copy: blocks per SM, 256 threads (fixed by the kernel).
-    Tma,
+    /// Bulk copy, 256 threads a block (fixed by the kernel).
+    Tma(ShapeSpec),
 }
-
-/// TMA blocks per SM (each holds two 16 KiB stages).
-const TMA_BLOCKS_PER_SM: u32 = 2;
 
 impl Method {
     pub fn shape(self, sm_count: u32) -> Option<Shape> {
         match self {
             Method::CopyEngine => None,
-            Method::Push(s) | Method::Pull(s) => Some(s.resolve(sm_count)),
-            Method::Tma => Some(Shape {
-                grid: TMA_BLOCKS_PER_SM * sm_count.max(1),
-                block: 256,
-            }),
+            Method::Push(s) | Method::Pull(s) | Method::Tma(s) => Some(s.resolve(sm_count)),
         }
     }
     /// The record's variant name.
@@ -213,24 +209,35 @@ impl Method {
             Method::CopyEngine => "copy-engine".to_string(),
             Method::Push(s) => format!("push-{}", s.label(sm_count)),
             Method::Pull(s) => format!("pull-{}", s.label(sm_count)),
-            Method::Tma => format!("tma-sm{}x256", TMA_BLOCKS_PER_SM * sm_count.max(1)),
+            Method::Tma(s) => format!("tma-{}", s.label(sm_count)),
         }
     }
 }
 
-/// The methods of `--variant` × `--shapes`, in the order given.
-pub fn methods(variants: &[String], shapes: &[String]) -> Result<Vec<Method>, String> {
+/// The methods of `--variant` × `--shapes` (`--tma-grids` for tma), in the order given.
+pub fn methods(
+    variants: &[String],
+    shapes: &[String],
+    tma_grids: &[String],
+) -> Result<Vec<Method>, String> {
     let specs = shapes
         .iter()
         .map(|s| parse_shape(s))
         .collect::<Result<Vec<_>, _>>()?;
+    let tma = tma_grids
+        .iter()
+        .map(|g| parse_shape(&format!("{}x256", g.trim())))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|_| {
+            format!("invalid --tma-grids {tma_grids:?}: use smK (K blocks per SM) or a block count, e.g. sm2,132")
+        })?;
     let mut out = Vec::new();
     for v in variants {
         match v.trim().to_ascii_lowercase().as_str() {
             "copy-engine" | "ce" => out.push(Method::CopyEngine),
             "push" => out.extend(specs.iter().map(|s| Method::Push(*s))),
             "pull" => out.extend(specs.iter().map(|s| Method::Pull(*s))),
-            "tma" => out.push(Method::Tma),
+            "tma" => out.extend(tma.iter().map(|s| Method::Tma(*s))),
             other => {
                 return Err(format!(
                     "unknown ipc variant {other:?}: use copy-engine, push, pull or tma (--variant)"
@@ -306,7 +313,8 @@ pub fn run_ipc(args: IpcArgs, build: BuildInfo) -> Result<i32, BenchError> {
     efabench_gpu::driver().map_err(gpu_err)?;
     let sizes = ipc_sizes(args.min_bytes, args.max_bytes, args.step_factor)?;
     let format: Format = args.format.parse().map_err(BenchError::usage)?;
-    let methods = methods(&args.variant, &args.shapes).map_err(BenchError::usage)?;
+    let methods =
+        methods(&args.variant, &args.shapes, &args.tma_grids).map_err(BenchError::usage)?;
     let choice: GpuChoice = args.gpu.parse().map_err(BenchError::usage)?;
     if args.samples == 0 {
         return Err(BenchError::usage("--samples must be at least 1"));
@@ -498,7 +506,7 @@ fn run_ranked(
                 .map(|g| format!("{g:.0} Gbps per direction"))
                 .unwrap_or_else(|| "speed unknown".into())
         );
-        if rank.tma.is_none() && methods.contains(&Method::Tma) {
+        if rank.tma.is_none() && methods.iter().any(|m| matches!(m, Method::Tma(_))) {
             eprintln!(
                 "efabench: tma needs compute capability 9.0; skipping it on {}",
                 gpu.name
@@ -508,7 +516,7 @@ fn run_ranked(
     let methods: Vec<Method> = methods
         .iter()
         .copied()
-        .filter(|m| *m != Method::Tma || rank.tma.is_some())
+        .filter(|m| !matches!(m, Method::Tma(_)) || rank.tma.is_some())
         .collect();
 
     let mut jsonl = match (&args.output, me) {
@@ -676,7 +684,7 @@ impl IpcArgs {
 
 fn iterations(args: &IpcArgs, size: u64) -> (u64, u64) {
     let iters = args.iters.unwrap_or_else(|| default_iters(size));
-    let warmup = args.warmup.unwrap_or((iters / 10).max(2));
+    let warmup = args.warmup;
     (iters, warmup)
 }
 
@@ -749,16 +757,13 @@ fn launch(r: &Rank, m: Method, len: usize, a: usize, b: usize, seed: u64) -> Res
                     .launch(&r.stream, s.resolve(sm), &[src, n16, seed, r.counter.ptr()])
             }
         }
-        Method::Tma => {
+        Method::Tma(s) => {
             let dst = peer(&r.peer_recv, b)?;
             let k = r
                 .tma
                 .as_ref()
                 .ok_or_else(|| GpuError::Invalid("tma needs compute capability 9.0".into()))?;
-            let shape = m.shape(sm).unwrap_or(Shape {
-                grid: 1,
-                block: 256,
-            });
+            let shape = s.resolve(sm);
             // SAFETY: efa_tma_push(unsigned char*, u64, u64); dst holds at least len bytes and
             // len is a multiple of 16 (checked by ipc_sizes).
             unsafe { k.launch(&r.stream, shape, &[dst, len as u64, seed]) }
@@ -808,7 +813,7 @@ fn measure(
     let mut out = Outcome::default();
     if me == exec {
         let seed_of = |k: u64| match m {
-            Method::Push(_) | Method::Tma => iter_seed(k),
+            Method::Push(_) | Method::Tma(_) => iter_seed(k),
             _ => data_seed,
         };
         for k in 0..warmup {
@@ -1013,23 +1018,27 @@ mod tests {
             let e = parse_shape(bad).unwrap_err();
             assert!(e.contains("GRIDxBLOCK"), "{bad}: {e}");
         }
-        assert_eq!(Method::Tma.name(132), "tma-sm264x256");
+        let t = parse_shape("sm2x256").unwrap();
+        assert_eq!(Method::Tma(t).name(132), "tma-sm264x256");
         assert_eq!(Method::CopyEngine.name(132), "copy-engine");
     }
 
     #[test]
     fn default_method_list_is_ce_four_pushes_four_pulls_and_tma() {
         let a = IpcArgsParser::parse_from(["x"]).a;
-        let m = methods(&a.variant, &a.shapes).unwrap();
+        let m = methods(&a.variant, &a.shapes, &a.tma_grids).unwrap();
         assert_eq!(m.len(), 10);
         assert_eq!(m[0], Method::CopyEngine);
-        assert_eq!(m[9], Method::Tma);
+        assert_eq!(m[9].name(132), "tma-sm264x256");
+        assert!(methods(&["tma".into()], &a.shapes, &["sm3".into(), "64".into()]).is_ok());
+        let e = methods(&["tma".into()], &a.shapes, &["x".into()]).unwrap_err();
+        assert!(e.contains("--tma-grids"), "{e}");
         let names: Vec<String> = m.iter().map(|m| m.name(132)).collect();
         assert!(names.contains(&"push-1x256".to_string()));
         assert!(names.contains(&"push-16x256".to_string()));
         assert!(names.contains(&"push-128x256".to_string()));
         assert!(names.contains(&"pull-sm132x512".to_string()));
-        let e = methods(&["store".into()], &a.shapes).unwrap_err();
+        let e = methods(&["store".into()], &a.shapes, &a.tma_grids).unwrap_err();
         assert!(e.contains("copy-engine, push, pull or tma"), "{e}");
     }
 

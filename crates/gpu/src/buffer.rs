@@ -406,6 +406,8 @@ impl DeviceBuffer {
         };
         // SAFETY: ptr..ptr+cap is the allocation just made; the context is current.
         check("cuMemsetD8", unsafe { sys::cuMemsetD8_v2(ptr, 0, cap) })?;
+        // Finished before non-blocking streams (which do not wait for the legacy one) use it.
+        gpu.synchronize()?;
         if gpu.dmabuf_supported {
             b.dmabuf = b.export_dmabuf().ok();
         }
@@ -666,7 +668,10 @@ impl Counter {
     pub fn reset(&self) -> Result<(), GpuError> {
         self.gpu.bind()?;
         // SAFETY: ptr is a live 8-byte allocation.
-        check("cuMemsetD8", unsafe { sys::cuMemsetD8_v2(self.ptr, 0, 8) })
+        check("cuMemsetD8", unsafe { sys::cuMemsetD8_v2(self.ptr, 0, 8) })?;
+        // The memset runs on the legacy stream, which the benchmarks' non-blocking streams do
+        // not wait for: finish it before any kernel adds to the counter.
+        self.gpu.synchronize()
     }
     /// Reads the value (synchronous copy: waits for the work that updates it on the legacy
     /// stream semantics of cuMemcpyDtoH; callers synchronise their stream first).

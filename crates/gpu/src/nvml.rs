@@ -20,7 +20,8 @@ const MAX_LINKS: u32 = 18;
 /// NVLinks from one GPU to one peer.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct NvlinkPeer {
-    /// Index of the peer GPU, when the remote end is a GPU of this host.
+    /// Index of the peer GPU, when the remote end is a GPU of this host; `None` for an NVSwitch
+    /// (or another device NVML cannot match to a GPU).
     pub gpu: Option<u32>,
     /// PCI bus id of the remote end (normalised, see [`normalize_bus_id`]).
     pub pci_bus_id: String,
@@ -191,14 +192,24 @@ pub fn group_links(links: &[(String, Option<f64>)], gpus: &[(u32, String)]) -> V
 }
 
 /// NVLink bandwidth per direction between the GPUs with these PCI bus ids (any format), in Gbps.
+///
+/// Links that end on the other GPU count directly. On NVSwitch boards (HGX H100/H200: every link
+/// ends on a switch, whose PCI id NVML often cannot name, e.g. `ffffffff:ff:ff.0` in a VM) any two
+/// GPUs reach each other through all of their switch links, so those count when there is no
+/// direct link.
 pub fn nvlink_gbps_between(inv: &[NvmlGpuInfo], a_bus: &str, b_bus: &str) -> Option<f64> {
     let (a, b) = (normalize_bus_id(a_bus), normalize_bus_id(b_bus));
     let g = inv.iter().find(|g| g.pci_bus_id == a)?;
-    let bi = inv.iter().find(|g| g.pci_bus_id == b).map(|g| g.index);
-    g.nvlink
-        .iter()
-        .find(|p| p.pci_bus_id == b || (p.gpu.is_some() && p.gpu == bi))
-        .and_then(|p| p.total_gbps())
+    let direct: Vec<&NvlinkPeer> = g.nvlink.iter().filter(|p| p.pci_bus_id == b).collect();
+    let chosen: Vec<&NvlinkPeer> = if direct.is_empty() {
+        // Through switches only to a GPU of this host.
+        inv.iter().find(|g| g.pci_bus_id == b)?;
+        g.nvlink.iter().filter(|p| p.gpu.is_none()).collect()
+    } else {
+        direct
+    };
+    let sum: Option<f64> = chosen.iter().map(|p| p.total_gbps()).sum();
+    sum.filter(|v| *v > 0.0)
 }
 
 #[cfg(test)]
