@@ -312,6 +312,19 @@ impl<'h> Link<'h> {
         self.rail.post_send(peer, self.out_id, off, size, ctx.encode()).map_err(fabric)
     }
 
+    /// Whether a message of `size` bytes can go by `fi_inject` (no completion to reap; the buffer
+    /// is reusable as soon as the call returns), as fi_pingpong does for small messages.
+    pub fn can_inject(&self, size: usize) -> bool {
+        size as u64 <= self.rail.info().inject_size
+    }
+
+    /// Send slot `slot` of `out` by `fi_inject`: no completion follows.
+    pub fn inject(&mut self, slot: usize, size: usize) -> Result<(), LinkError> {
+        let off = self.range(slot, size)?;
+        let (peer, ..) = self.peer()?;
+        self.rail.inject(peer, self.out_id, off, size).map_err(fabric)
+    }
+
     pub fn post_recv(&mut self, slot: usize, size: usize, ctx: Ctx) -> Result<(), LinkError> {
         let off = self.range(slot, size)?;
         self.rail.post_recv(self.inbox_id, off, size, ctx.encode()).map_err(fabric)

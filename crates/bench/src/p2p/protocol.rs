@@ -70,6 +70,7 @@ fn write_data(window: u64, slot: usize) -> u64 {
 pub fn sendrecv_pingpong_sender(link: &mut Link, s: &Step) -> Result<Outcome, LinkError> {
     let mut out = Outcome { samples: Samples::with_capacity(s.iters as usize), errors: 0 };
     let total = s.warmup + s.iters;
+    let inject = link.can_inject(s.size);
     if s.verify {
         link.fill_out(0, s.size, s.seed_to_responder(0, 0));
     }
@@ -77,8 +78,13 @@ pub fn sendrecv_pingpong_sender(link: &mut Link, s: &Step) -> Result<Outcome, Li
         let slot = (i % 2) as usize;
         link.post_recv(slot, s.size, Ctx::Recv(slot))?;
         let t0 = Instant::now();
-        link.post_send(slot, s.size, Ctx::Send(slot))?;
-        link.wait_for(&[Ctx::Send(slot), Ctx::Recv(slot)])?;
+        if inject {
+            link.inject(slot, s.size)?;
+            link.wait_for(&[Ctx::Recv(slot)])?;
+        } else {
+            link.post_send(slot, s.size, Ctx::Send(slot))?;
+            link.wait_for(&[Ctx::Send(slot), Ctx::Recv(slot)])?;
+        }
         let dt = t0.elapsed().as_nanos() as u64;
         if i >= s.warmup {
             out.samples.push(dt);
@@ -95,6 +101,7 @@ pub fn sendrecv_pingpong_sender(link: &mut Link, s: &Step) -> Result<Outcome, Li
 pub fn sendrecv_pingpong_responder(link: &mut Link, s: &Step) -> Result<Outcome, LinkError> {
     let mut out = Outcome::default();
     let total = s.warmup + s.iters;
+    let inject = link.can_inject(s.size);
     if s.verify {
         link.fill_out(0, s.size, s.seed_to_sender(0, 0));
     }
@@ -108,12 +115,18 @@ pub fn sendrecv_pingpong_responder(link: &mut Link, s: &Step) -> Result<Outcome,
             // unexpected.
             link.post_recv(next, s.size, Ctx::Recv(next))?;
         }
-        link.post_send(slot, s.size, Ctx::Send(slot))?;
+        if inject {
+            link.inject(slot, s.size)?;
+        } else {
+            link.post_send(slot, s.size, Ctx::Send(slot))?;
+        }
         if s.verify {
             out.errors += link.check_inbox(slot, s.size, s.seed_to_responder(i, slot));
             link.fill_out(next, s.size, s.seed_to_sender(i + 1, next));
         }
-        link.wait_for(&[Ctx::Send(slot)])?;
+        if !inject {
+            link.wait_for(&[Ctx::Send(slot)])?;
+        }
     }
     Ok(out)
 }
