@@ -150,7 +150,7 @@ pub fn render(t: &Topology, root: &Root) -> String {
             "PCI".into(),
             "NUMA".into(),
             "PAIRING".into(),
-            "NIC GB/S".into(),
+            "NIC Gb/s".into(),
         ]];
         if nvlink {
             rows[0].push("NVLINKS".into());
@@ -192,7 +192,7 @@ pub fn render(t: &Topology, root: &Root) -> String {
             "PCI".into(),
             "NUMA".into(),
             "STATE".into(),
-            "GB/S".into(),
+            "Gb/s".into(),
             "GPUDIRECT".into(),
             "GPUS".into(),
         ]];
