@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# GPU tests of efabench, for a machine with NVIDIA GPUs and a driver (CI has none: there the same
+# tests print "skipped: no CUDA driver" and pass).
+#
+#   scripts/gpu-tests.sh                  build in release, run the GPU tests, and with 2+ GPUs
+#                                         run `efabench ipc` and keep its records
+#   BIN_DIR=.dev/bin scripts/gpu-tests.sh use prebuilt binaries instead of cargo: BIN_DIR/efabench
+#                                         and the test binaries BIN_DIR/efabench_gpu-* and gpu-*
+#   OUT=DIR                               where logs and records go (default: results/)
+#   IPC_ARGS="-b 4K -e 1G"                extra options for the ipc run
+#   EFABENCH_LIBFABRIC=/path/libfabric.so.1  library for the registration test (else the system's)
+#
+# Exit status: non-zero when any test or the ipc verification fails.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-results}
+mkdir -p "$OUT"
+fail=0
+
+# NVRTC compiles the kernels at run time: find libnvrtc if the loader does not.
+if ! ldconfig -p 2>/dev/null | grep -q 'libnvrtc\.so'; then
+  for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
+           $(python3 -c 'import nvidia, os; print(" ".join(os.path.join(p, "cuda_nvrtc", "lib") for p in nvidia.__path__))' 2>/dev/null); do
+    if ls "$d"/libnvrtc.so* >/dev/null 2>&1; then
+      export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+      echo "using NVRTC from $d"
+      break
+    fi
+  done
+fi
+
+nvidia-smi -L || echo "nvidia-smi failed: no driver?"
+nvidia-smi topo -m 2>/dev/null || true
+ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+
+if [ -n "${BIN_DIR:-}" ]; then
+  efabench="$BIN_DIR/efabench"
+  for t in "$BIN_DIR"/efabench_gpu-* "$BIN_DIR"/gpu-*; do
+    [ -x "$t" ] || continue
+    echo "=== $t"
+    "$t" --nocapture --test-threads=1 2>&1 | tee -a "$OUT/gpu-tests.log" || fail=1
+  done
+else
+  cargo build --release -p efabench || exit 1
+  efabench=target/release/efabench
+  [ -n "${CARGO_TARGET_DIR:-}" ] && efabench="$CARGO_TARGET_DIR/release/efabench"
+  cargo test --release -p efabench-gpu -- --nocapture --test-threads=1 2>&1 | tee "$OUT/gpu-tests.log" || fail=1
+fi
+
+if [ "${ngpu:-0}" -ge 2 ]; then
+  kind=${MACHINE:-$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr ' ' '-' | tr 'A-Z' 'a-z')-x$ngpu}
+  rec="$OUT/ipc-$kind-$(date -u +%F).jsonl"
+  echo "=== efabench launch -n $ngpu -- ipc ${IPC_ARGS:-} -o $rec"
+  # shellcheck disable=SC2086
+  "$efabench" launch -n "$ngpu" -- ipc ${IPC_ARGS:-} -o "$rec" 2>&1 | tee "$OUT/ipc-$kind.log" || fail=1
+else
+  echo "ipc skipped: needs 2 or more GPUs (found ${ngpu:-0})"
+fi
+exit $fail
