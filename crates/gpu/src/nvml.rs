@@ -108,6 +108,23 @@ fn mbps_from(sample: &Result<FieldValueSample, nvml_wrapper::error::NvmlError>) 
     (mbps > 0.0).then_some(mbps / 1000.0)
 }
 
+/// The NUMA node the kernel gives a PCI device (`/sys/bus/pci/devices/<bus id>/numa_node`), for
+/// drivers or VMs where NVML has no answer; `None` for -1 (no affinity) or no file.
+pub fn sysfs_numa_node(bus_id: &str) -> Option<u32> {
+    let path = format!(
+        "/sys/bus/pci/devices/{}/numa_node",
+        normalize_bus_id(bus_id)
+    );
+    parse_numa_node(&std::fs::read_to_string(path).ok()?)
+}
+
+fn parse_numa_node(text: &str) -> Option<u32> {
+    text.trim()
+        .parse::<i64>()
+        .ok()
+        .and_then(|n| u32::try_from(n).ok())
+}
+
 /// Every GPU NVML sees, with NVLink peers grouped by remote device.
 pub fn inventory() -> Result<Vec<NvmlGpuInfo>, GpuError> {
     let nvml = Nvml::init().map_err(|e| {
@@ -130,7 +147,10 @@ pub fn inventory() -> Result<Vec<NvmlGpuInfo>, GpuError> {
             .pci_info()
             .map(|p| normalize_bus_id(&p.bus_id))
             .map_err(|e| nvml_err("PCI info", e))?;
-        let numa_node = d.numa_node_id().ok();
+        let numa_node = d
+            .numa_node_id()
+            .ok()
+            .or_else(|| sysfs_numa_node(&pci_bus_id));
         let cpus = std::thread::available_parallelism().map_or(1024, |c| c.get());
         let words = cpus.div_ceil(64).max(16);
         let cpulist = d
@@ -221,6 +241,13 @@ mod tests {
         assert_eq!(normalize_bus_id("00000000:18:00.0"), "0000:18:00.0");
         assert_eq!(normalize_bus_id("0000:AB:00.0"), "0000:ab:00.0");
         assert_eq!(normalize_bus_id("00000001:18:00.0"), "0001:18:00.0");
+    }
+
+    #[test]
+    fn numa_nodes_from_sysfs_text() {
+        assert_eq!(parse_numa_node("1\n"), Some(1));
+        assert_eq!(parse_numa_node("-1\n"), None);
+        assert_eq!(parse_numa_node("x"), None);
     }
 
     #[test]
