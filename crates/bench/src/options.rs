@@ -38,7 +38,10 @@ fn mem_arg(s: &str) -> Result<String, String> {
     if MEM_KINDS.contains(&k.as_str()) {
         Ok(k)
     } else {
-        Err(format!("unknown memory kind '{s}'; use one of {}", MEM_KINDS.join(", ")))
+        Err(format!(
+            "unknown memory kind '{s}'; use one of {}",
+            MEM_KINDS.join(", ")
+        ))
     }
 }
 
@@ -47,14 +50,19 @@ fn format_arg(s: &str) -> Result<String, String> {
     if FORMATS.contains(&k.as_str()) {
         Ok(k)
     } else {
-        Err(format!("unknown format '{s}'; use one of {}", FORMATS.join(", ")))
+        Err(format!(
+            "unknown format '{s}'; use one of {}",
+            FORMATS.join(", ")
+        ))
     }
 }
 
 fn timeout_arg(s: &str) -> Result<f64, String> {
     match s.trim().parse::<f64>() {
         Ok(t) if t > 0.0 && t.is_finite() => Ok(t),
-        _ => Err(format!("'{s}' is not a positive number of seconds; pass e.g. 30")),
+        _ => Err(format!(
+            "'{s}' is not a positive number of seconds; pass e.g. 30"
+        )),
     }
 }
 
@@ -63,7 +71,9 @@ fn rails_arg(s: &str) -> Result<Rails, String> {
         return Ok(Rails::All);
     }
     match s.trim().parse::<u32>() {
-        Ok(0) | Err(_) => Err(format!("'{s}' is not a rail count; pass a number ≥ 1 or 'all'")),
+        Ok(0) | Err(_) => Err(format!(
+            "'{s}' is not a rail count; pass a number ≥ 1 or 'all'"
+        )),
         Ok(n) => Ok(Rails::Count(n)),
     }
 }
@@ -168,7 +178,9 @@ impl CommonArgs {
     /// Iterations and warm-up for one size. `per_window` messages make one iteration of a
     /// streaming variant, so the message count, not the window count, follows fabtests' scale.
     pub fn iterations(&self, size: u64, per_window: u64) -> (u64, u64) {
-        let iters = self.iters.unwrap_or_else(|| default_iters(size, per_window));
+        let iters = self
+            .iters
+            .unwrap_or_else(|| default_iters(size, per_window));
         let warmup = self.warmup.unwrap_or_else(|| (iters / 10).clamp(2, 100));
         (iters, warmup)
     }
@@ -226,9 +238,15 @@ mod tests {
         let e = parse(&["-b", "1X"]).unwrap_err();
         assert!(e.contains("K, M or G"), "{e}");
         assert!(parse(&["-n", "0"]).unwrap_err().contains("at least 1"));
-        assert!(parse(&["--mem", "gpu"]).unwrap_err().contains("host, pinned, cuda, managed"));
-        assert!(parse(&["--format", "xml"]).unwrap_err().contains("table, json, csv"));
-        assert!(parse(&["--timeout", "-1"]).unwrap_err().contains("positive"));
+        assert!(parse(&["--mem", "gpu"])
+            .unwrap_err()
+            .contains("host, pinned, cuda, managed"));
+        assert!(parse(&["--format", "xml"])
+            .unwrap_err()
+            .contains("table, json, csv"));
+        assert!(parse(&["--timeout", "-1"])
+            .unwrap_err()
+            .contains("positive"));
         assert!(parse(&["--rails", "0"]).unwrap_err().contains("'all'"));
         let c = parse(&["-b", "1M", "-e", "8"]).unwrap();
         assert!(c.sizes().unwrap_err().is_usage());

@@ -80,9 +80,21 @@ mod tests {
     fn stale_wrong_peer_and_swapped_slots_are_caught() {
         let mut b = vec![0u8; 256];
         fill(&mut b, seed(7, 0, 1, 0));
-        assert_eq!(mismatches(&b, seed(8, 0, 1, 0)), 32, "previous iteration's data");
-        assert_eq!(mismatches(&b, seed(7, 0, 2, 0)), 32, "data meant for another peer");
-        assert_eq!(mismatches(&b, seed(7, 0, 1, 1)), 32, "data of another window slot");
+        assert_eq!(
+            mismatches(&b, seed(8, 0, 1, 0)),
+            32,
+            "previous iteration's data"
+        );
+        assert_eq!(
+            mismatches(&b, seed(7, 0, 2, 0)),
+            32,
+            "data meant for another peer"
+        );
+        assert_eq!(
+            mismatches(&b, seed(7, 0, 1, 1)),
+            32,
+            "data of another window slot"
+        );
     }
 
     #[test]
@@ -100,6 +112,9 @@ mod tests {
         assert_eq!(mix(0), 0);
         assert_eq!(word(0, 1), mix(0x9E37_79B9_7F4A_7C15));
         let s = seed(1, 2, 3, 4);
-        assert_eq!(s, mix(0x0000_0100_0000_01B3 ^ (2u64 << 48) ^ (3u64 << 32) ^ (4u64 << 8) ^ 0xEFA0_BE4C));
+        assert_eq!(
+            s,
+            mix(0x0000_0100_0000_01B3 ^ (2u64 << 48) ^ (3u64 << 32) ^ (4u64 << 8) ^ 0xEFA0_BE4C)
+        );
     }
 }

@@ -14,7 +14,9 @@ pub struct Samples {
 
 impl Samples {
     pub fn with_capacity(n: usize) -> Self {
-        Samples { ns: Vec::with_capacity(n) }
+        Samples {
+            ns: Vec::with_capacity(n),
+        }
     }
 
     #[inline]
@@ -99,7 +101,10 @@ mod tests {
 
     #[test]
     fn empty_is_zero_and_units_are_decimal() {
-        assert_eq!(Samples::default().summary_us(1.0), LatencySummary::default());
+        assert_eq!(
+            Samples::default().summary_us(1.0),
+            LatencySummary::default()
+        );
         // 1 GB in one second is 8 Gbps.
         assert_eq!(gbps(1_000_000_000, 1_000_000_000), 8.0);
         assert_eq!(mops(1_000_000, 1_000_000_000), 1.0);

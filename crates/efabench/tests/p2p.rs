@@ -192,6 +192,9 @@ fn bad_inputs_exit_2_with_one_line() {
     assert!(bad(&["read", "--window", "0"]).contains("--window"));
     assert!(bad(&["sendrecv", "-p", "nosuchprovider"]).contains("available:"));
     assert!(bad(&["sendrecv", "-o", "/nonexistent-dir/x.jsonl"]).contains("/nonexistent-dir/x.jsonl"));
+    // GPU memory over tcp: no CUDA driver here (CI); on a GPU machine tcp has no FI_HMEM.
+    let e = bad(&["write", "-p", "tcp", "--mem", "cuda"]);
+    assert!(e.contains("no CUDA driver") || e.contains("FI_HMEM"), "{e}");
 }
 
 #[test]

@@ -80,6 +80,50 @@ pub trait GpuBuffer: MemoryBuffer {
     fn mismatches(&self, seed: u64) -> Result<u64, GpuError>;
     /// The address a kernel uses (device pointer or device mapping), `None` for plain host memory.
     fn device_ptr(&self) -> Option<u64>;
+    /// Copies `src` into the buffer at byte `off` (host kinds: a memory copy; device memory:
+    /// `cuMemcpyHtoD`). This is how the point-to-point benchmarks fill one window slot.
+    fn write_at(&self, off: usize, src: &[u8]) -> Result<(), GpuError>;
+    /// Copies the bytes at `off` into `dst` (device memory: `cuMemcpyDtoH`).
+    fn read_at(&self, off: usize, dst: &mut [u8]) -> Result<(), GpuError>;
+}
+
+fn check_range(what: &str, len: usize, off: usize, n: usize) -> Result<(), GpuError> {
+    match off.checked_add(n) {
+        Some(end) if end <= len => Ok(()),
+        _ => Err(GpuError::Invalid(format!(
+            "range {off}+{n} is outside the {len}-byte {what} buffer"
+        ))),
+    }
+}
+
+/// Copy into host-accessible memory (pageable, pinned, registered or managed) at `base + off`.
+fn host_write(
+    what: &str,
+    base: *mut u8,
+    len: usize,
+    off: usize,
+    src: &[u8],
+) -> Result<(), GpuError> {
+    check_range(what, len, off, src.len())?;
+    // SAFETY: base..base+len is one live host-accessible allocation owned by the caller's buffer
+    // (checked range); src is a distinct Rust slice, so the ranges cannot overlap. The NIC may
+    // DMA into the buffer concurrently, which is why buffers are only touched by copies.
+    unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), base.add(off), src.len()) };
+    Ok(())
+}
+
+/// Copy out of host-accessible memory at `base + off`.
+fn host_read(
+    what: &str,
+    base: *const u8,
+    len: usize,
+    off: usize,
+    dst: &mut [u8],
+) -> Result<(), GpuError> {
+    check_range(what, len, off, dst.len())?;
+    // SAFETY: as in host_write, with the roles of source and destination swapped.
+    unsafe { std::ptr::copy_nonoverlapping(base.add(off), dst.as_mut_ptr(), dst.len()) };
+    Ok(())
 }
 
 fn nonzero(len: usize) -> Result<(), GpuError> {
@@ -192,6 +236,24 @@ impl GpuBuffer for HostBuffer {
     fn mismatches(&self, seed: u64) -> Result<u64, GpuError> {
         Ok(pattern::mismatches(self.as_slice(), seed))
     }
+    fn write_at(&self, off: usize, src: &[u8]) -> Result<(), GpuError> {
+        host_write(
+            "host",
+            MemoryBuffer::as_ptr(self),
+            MemoryBuffer::len(self),
+            off,
+            src,
+        )
+    }
+    fn read_at(&self, off: usize, dst: &mut [u8]) -> Result<(), GpuError> {
+        host_read(
+            "host",
+            MemoryBuffer::as_ptr(self),
+            MemoryBuffer::len(self),
+            off,
+            dst,
+        )
+    }
     fn device_ptr(&self) -> Option<u64> {
         None
     }
@@ -279,6 +341,24 @@ impl GpuBuffer for PinnedBuffer {
     fn mismatches(&self, seed: u64) -> Result<u64, GpuError> {
         Ok(pattern::mismatches(self.slice(), seed))
     }
+    fn write_at(&self, off: usize, src: &[u8]) -> Result<(), GpuError> {
+        host_write(
+            "pinned",
+            MemoryBuffer::as_ptr(self),
+            MemoryBuffer::len(self),
+            off,
+            src,
+        )
+    }
+    fn read_at(&self, off: usize, dst: &mut [u8]) -> Result<(), GpuError> {
+        host_read(
+            "pinned",
+            MemoryBuffer::as_ptr(self),
+            MemoryBuffer::len(self),
+            off,
+            dst,
+        )
+    }
     fn device_ptr(&self) -> Option<u64> {
         Some(self.dev)
     }
@@ -365,6 +445,24 @@ impl GpuBuffer for RegisteredBuffer {
     }
     fn mismatches(&self, seed: u64) -> Result<u64, GpuError> {
         Ok(pattern::mismatches(self.slice(), seed))
+    }
+    fn write_at(&self, off: usize, src: &[u8]) -> Result<(), GpuError> {
+        host_write(
+            "registered",
+            MemoryBuffer::as_ptr(self),
+            MemoryBuffer::len(self),
+            off,
+            src,
+        )
+    }
+    fn read_at(&self, off: usize, dst: &mut [u8]) -> Result<(), GpuError> {
+        host_read(
+            "registered",
+            MemoryBuffer::as_ptr(self),
+            MemoryBuffer::len(self),
+            off,
+            dst,
+        )
     }
     fn device_ptr(&self) -> Option<u64> {
         Some(self.dev)
@@ -484,6 +582,31 @@ impl GpuBuffer for DeviceBuffer {
     fn mismatches(&self, seed: u64) -> Result<u64, GpuError> {
         mismatches_on_gpu(&self.gpu, self.ptr, self.len, seed)
     }
+    fn write_at(&self, off: usize, src: &[u8]) -> Result<(), GpuError> {
+        check_range("cuda", self.len, off, src.len())?;
+        self.gpu.bind()?;
+        // SAFETY: the device range ptr+off..+src.len() lies inside this live allocation (checked);
+        // src is a host slice of that length.
+        check("cuMemcpyHtoD", unsafe {
+            sys::cuMemcpyHtoD_v2(
+                self.ptr + off as u64,
+                src.as_ptr() as *const c_void,
+                src.len(),
+            )
+        })
+    }
+    fn read_at(&self, off: usize, dst: &mut [u8]) -> Result<(), GpuError> {
+        check_range("cuda", self.len, off, dst.len())?;
+        self.gpu.bind()?;
+        // SAFETY: as in write_at; dst is a host slice of the copied length.
+        check("cuMemcpyDtoH", unsafe {
+            sys::cuMemcpyDtoH_v2(
+                dst.as_mut_ptr() as *mut c_void,
+                self.ptr + off as u64,
+                dst.len(),
+            )
+        })
+    }
     fn device_ptr(&self) -> Option<u64> {
         Some(self.ptr)
     }
@@ -564,6 +687,24 @@ impl GpuBuffer for ManagedBuffer {
     }
     fn mismatches(&self, seed: u64) -> Result<u64, GpuError> {
         mismatches_on_gpu(&self.gpu, self.ptr, self.len, seed)
+    }
+    fn write_at(&self, off: usize, src: &[u8]) -> Result<(), GpuError> {
+        host_write(
+            "managed",
+            MemoryBuffer::as_ptr(self),
+            MemoryBuffer::len(self),
+            off,
+            src,
+        )
+    }
+    fn read_at(&self, off: usize, dst: &mut [u8]) -> Result<(), GpuError> {
+        host_read(
+            "managed",
+            MemoryBuffer::as_ptr(self),
+            MemoryBuffer::len(self),
+            off,
+            dst,
+        )
     }
     fn device_ptr(&self) -> Option<u64> {
         Some(self.ptr)
@@ -739,4 +880,21 @@ pub fn alloc(kind: MemKind, len: usize, device: i32) -> Result<Box<dyn GpuBuffer
 pub fn alloc_registered(len: usize, device: i32) -> Result<RegisteredBuffer, GpuError> {
     driver()?;
     RegisteredBuffer::new(&Gpu::open(device)?, len)
+}
+
+#[cfg(test)]
+mod range_tests {
+    use super::*;
+
+    #[test]
+    fn host_ranges_copy_in_and_out_and_refuse_overruns() {
+        let b = HostBuffer::new(64).unwrap();
+        b.write_at(8, &[1, 2, 3]).unwrap();
+        let mut got = [0u8; 5];
+        b.read_at(7, &mut got).unwrap();
+        assert_eq!(got, [0, 1, 2, 3, 0]);
+        let e = b.write_at(62, &[0; 4]).unwrap_err().to_string();
+        assert!(e.contains("outside the 64-byte host buffer"), "{e}");
+        assert!(b.read_at(usize::MAX, &mut got).is_err());
+    }
 }

@@ -17,9 +17,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use efabench_fabric::{
-    get_info, Completion as FiCompletion, HostBuffer, Hints, Peer, ProviderInfo, Rail, RailConfig,
-    RegionId, RemoteRegion,
+    get_info, Completion as FiCompletion, Hints, Hmem, HostBuffer, MemoryBuffer, Peer,
+    ProviderInfo, Rail, RailConfig, RegionId, RemoteRegion,
 };
+use efabench_gpu::{GpuBuffer, GpuChoice, GpuError, MemKind};
 
 use crate::error::BenchError;
 use crate::pattern;
@@ -83,7 +84,10 @@ impl LinkError {
         LinkError::Failed(m)
     }
     pub fn unexpected(c: Completion, wanted: &str) -> Self {
-        LinkError::Failed(format!("expected {wanted}, got a completion of {:?} ({} bytes)", c.ctx, c.len))
+        LinkError::Failed(format!(
+            "expected {wanted}, got a completion of {:?} ({} bytes)",
+            c.ctx, c.len
+        ))
     }
     pub fn into_bench(self) -> BenchError {
         match self {
@@ -95,7 +99,9 @@ impl LinkError {
 
 fn fabric(e: efabench_fabric::Error) -> LinkError {
     match e {
-        efabench_fabric::Error::Load(_) | efabench_fabric::Error::NoProvider { .. } => LinkError::Usage(e.to_string()),
+        efabench_fabric::Error::Load(_) | efabench_fabric::Error::NoProvider { .. } => {
+            LinkError::Usage(e.to_string())
+        }
         _ => LinkError::Failed(e.to_string()),
     }
 }
@@ -108,6 +114,9 @@ pub struct LinkConfig {
     /// Local address to bind to (keeps tcp on loopback when all ranks share this host).
     pub node: Option<String>,
     pub mem: String,
+    /// `--gpu`: an index or `auto` (the local rank's GPU).
+    pub gpu: String,
+    pub local_rank: u32,
     /// Bytes of each of `out` and `inbox`.
     pub buf_bytes: usize,
     pub ctrl_slots: usize,
@@ -121,9 +130,9 @@ const CORRUPT_ENV: &str = "EFABENCH_TEST_CORRUPT_PAYLOAD";
 /// One rank's endpoint, buffers and peers.
 pub struct Link<'h> {
     rail: Rail,
-    out: Arc<HostBuffer>,
+    out: Arc<Box<dyn GpuBuffer>>,
     out_id: RegionId,
-    inbox: Arc<HostBuffer>,
+    inbox: Arc<Box<dyn GpuBuffer>>,
     inbox_id: RegionId,
     ctrl: Arc<HostBuffer>,
     ctrl_id: RegionId,
@@ -147,23 +156,37 @@ pub struct Link<'h> {
 impl<'h> Link<'h> {
     /// Open the rail and register the buffers. `health` is called about every millisecond while
     /// waiting; an `Err` from it ends the wait (a peer died, the job aborted).
-    pub fn open(cfg: &LinkConfig, health: &'h dyn Fn() -> Result<(), String>) -> Result<Self, LinkError> {
-        if cfg.mem != "host" {
-            return Err(LinkError::Usage(format!(
-                "--mem {}: point-to-point benchmarks over libfabric run on host memory in this build; \
-                 use --mem host (GPU memory is measured by `efabench ipc`)",
-                cfg.mem
-            )));
-        }
+    pub fn open(
+        cfg: &LinkConfig,
+        health: &'h dyn Fn() -> Result<(), String>,
+    ) -> Result<Self, LinkError> {
+        let (out, inbox) = alloc_payload(cfg)?;
+        let hmem = out.hmem() != Hmem::System;
         let hints = Hints {
             provider: Some(cfg.provider.clone()),
             domain: cfg.domain.clone(),
             node: cfg.node.clone(),
+            hmem,
             ..Hints::default()
         };
-        let info: ProviderInfo = get_info(&hints).map_err(fabric)?.into_iter().next().ok_or_else(|| {
-            LinkError::Usage(format!("provider {} offers no RDM endpoint with MSG|RMA here", cfg.provider))
-        })?;
+        let info: ProviderInfo = match get_info(&hints) {
+            Ok(v) if !v.is_empty() => v.into_iter().next().expect("non-empty"),
+            Ok(_) | Err(efabench_fabric::Error::NoProvider { .. }) if hmem => {
+                return Err(LinkError::Usage(format!(
+                    "--mem {}: provider {} cannot register GPU memory (no FI_HMEM here); this needs \
+                     EFA with GPUDirect RDMA (p4d/p5 with the EFA installer) or a libfabric built with \
+                     CUDA support; use --mem host or --mem pinned",
+                    cfg.mem, cfg.provider
+                )))
+            }
+            Ok(_) => {
+                return Err(LinkError::Usage(format!(
+                    "provider {} offers no RDM endpoint with MSG|RMA here",
+                    cfg.provider
+                )))
+            }
+            Err(e) => return Err(fabric(e)),
+        };
         if (cfg.buf_bytes as u64) > info.max_msg_size.saturating_mul(4096) {
             return Err(LinkError::Usage(format!(
                 "messages of up to {} bytes exceed what provider {} can send ({} bytes); lower -e",
@@ -172,11 +195,16 @@ impl<'h> Link<'h> {
         }
         let rail = Rail::open(
             &info,
-            &RailConfig { post_timeout: cfg.timeout, max_in_flight: 8192, ..RailConfig::default() },
+            &RailConfig {
+                post_timeout: cfg.timeout,
+                max_in_flight: 8192,
+                ..RailConfig::default()
+            },
         )
         .map_err(fabric)?;
-        let alloc = |n: usize| HostBuffer::new(n).map(Arc::new).map_err(fabric);
-        let (out, inbox, ctrl) = (alloc(cfg.buf_bytes)?, alloc(cfg.buf_bytes)?, alloc(16 * cfg.ctrl_slots)?);
+        let ctrl = HostBuffer::new(16 * cfg.ctrl_slots)
+            .map(Arc::new)
+            .map_err(fabric)?;
         let out_id = rail.register(out.clone()).map_err(fabric)?;
         let inbox_id = rail.register(inbox.clone()).map_err(fabric)?;
         let ctrl_id = rail.register(ctrl.clone()).map_err(fabric)?;
@@ -216,7 +244,11 @@ impl<'h> Link<'h> {
     }
     /// The NIC's link speed in Gbps, when the provider reports one.
     pub fn link_gbps(&self) -> Option<f64> {
-        self.rail.info().link_speed_bps.filter(|b| *b > 0).map(|b| b as f64 / 1e9)
+        self.rail
+            .info()
+            .link_speed_bps
+            .filter(|b| *b > 0)
+            .map(|b| b as f64 / 1e9)
     }
 
     /// Our endpoint address and the descriptors of `out` and `inbox`, for the all-gather.
@@ -225,8 +257,20 @@ impl<'h> Link<'h> {
         let mut v = Vec::with_capacity(2 + addr.len() + 2 * RemoteRegion::BYTES);
         v.extend_from_slice(&(addr.len() as u16).to_le_bytes());
         v.extend_from_slice(&addr);
-        v.extend_from_slice(&self.rail.remote_region(self.out_id).map_err(fabric)?.to_bytes());
-        v.extend_from_slice(&self.rail.remote_region(self.inbox_id).map_err(fabric)?.to_bytes());
+        v.extend_from_slice(
+            &self
+                .rail
+                .remote_region(self.out_id)
+                .map_err(fabric)?
+                .to_bytes(),
+        );
+        v.extend_from_slice(
+            &self
+                .rail
+                .remote_region(self.inbox_id)
+                .map_err(fabric)?
+                .to_bytes(),
+        );
         Ok(v)
     }
 
@@ -237,12 +281,16 @@ impl<'h> Link<'h> {
             if r as u32 == me || (me != 0 && r != 0) {
                 continue;
             }
-            let bad = || LinkError::Failed(format!("rank {r} sent a malformed endpoint description"));
-            let n = u16::from_le_bytes(b.get(..2).ok_or_else(bad)?.try_into().map_err(|_| bad())?) as usize;
+            let bad =
+                || LinkError::Failed(format!("rank {r} sent a malformed endpoint description"));
+            let n = u16::from_le_bytes(b.get(..2).ok_or_else(bad)?.try_into().map_err(|_| bad())?)
+                as usize;
             let addr = b.get(2..2 + n).ok_or_else(bad)?;
             let rr = |i: usize| {
                 let s = 2 + n + i * RemoteRegion::BYTES;
-                b.get(s..s + RemoteRegion::BYTES).ok_or_else(bad).and_then(|x| RemoteRegion::from_bytes(x).map_err(fabric))
+                b.get(s..s + RemoteRegion::BYTES)
+                    .ok_or_else(bad)
+                    .and_then(|x| RemoteRegion::from_bytes(x).map_err(fabric))
             };
             let (out, inbox) = (rr(0)?, rr(1)?);
             let peer = self.rail.insert_peer(addr).map_err(fabric)?;
@@ -257,20 +305,18 @@ impl<'h> Link<'h> {
     }
 
     fn peer(&self) -> Result<(Peer, RemoteRegion, RemoteRegion), LinkError> {
-        self.peers
-            .get(self.peer)
-            .copied()
-            .flatten()
-            .ok_or_else(|| LinkError::Failed(format!("rank {} is not connected to this rank", self.peer)))
+        self.peers.get(self.peer).copied().flatten().ok_or_else(|| {
+            LinkError::Failed(format!("rank {} is not connected to this rank", self.peer))
+        })
     }
 
     fn range(&mut self, slot: usize, size: usize) -> Result<usize, LinkError> {
         self.size = size;
         let off = slot * size;
-        if off + size > self.out.size() {
+        if off + size > MemoryBuffer::len(&**self.out) {
             return Err(LinkError::Failed(format!(
                 "slot {slot} of {size} bytes is outside the {}-byte buffer",
-                self.out.size()
+                MemoryBuffer::len(&**self.out)
             )));
         }
         Ok(off)
@@ -309,7 +355,9 @@ impl<'h> Link<'h> {
     pub fn post_send(&mut self, slot: usize, size: usize, ctx: Ctx) -> Result<(), LinkError> {
         let off = self.range(slot, size)?;
         let (peer, ..) = self.peer()?;
-        self.rail.post_send(peer, self.out_id, off, size, ctx.encode()).map_err(fabric)
+        self.rail
+            .post_send(peer, self.out_id, off, size, ctx.encode())
+            .map_err(fabric)
     }
 
     /// Whether a message of `size` bytes can go by `fi_inject` (no completion to reap; the buffer
@@ -322,20 +370,47 @@ impl<'h> Link<'h> {
     pub fn inject(&mut self, slot: usize, size: usize) -> Result<(), LinkError> {
         let off = self.range(slot, size)?;
         let (peer, ..) = self.peer()?;
-        self.rail.inject(peer, self.out_id, off, size).map_err(fabric)
+        self.rail
+            .inject(peer, self.out_id, off, size)
+            .map_err(fabric)
     }
 
     pub fn post_recv(&mut self, slot: usize, size: usize, ctx: Ctx) -> Result<(), LinkError> {
         let off = self.range(slot, size)?;
-        self.rail.post_recv(self.inbox_id, off, size, ctx.encode()).map_err(fabric)
+        self.rail
+            .post_recv(self.inbox_id, off, size, ctx.encode())
+            .map_err(fabric)
     }
 
-    pub fn post_write(&mut self, slot: usize, size: usize, data: Option<u64>, ctx: Ctx) -> Result<(), LinkError> {
+    pub fn post_write(
+        &mut self,
+        slot: usize,
+        size: usize,
+        data: Option<u64>,
+        ctx: Ctx,
+    ) -> Result<(), LinkError> {
         let off = self.range(slot, size)?;
         let (peer, _, inbox) = self.peer()?;
         match data {
-            Some(d) => self.rail.post_write_data(peer, self.out_id, off, size, &inbox, off as u64, d, ctx.encode()),
-            None => self.rail.post_write(peer, self.out_id, off, size, &inbox, off as u64, ctx.encode()),
+            Some(d) => self.rail.post_write_data(
+                peer,
+                self.out_id,
+                off,
+                size,
+                &inbox,
+                off as u64,
+                d,
+                ctx.encode(),
+            ),
+            None => self.rail.post_write(
+                peer,
+                self.out_id,
+                off,
+                size,
+                &inbox,
+                off as u64,
+                ctx.encode(),
+            ),
         }
         .map_err(fabric)
     }
@@ -343,7 +418,17 @@ impl<'h> Link<'h> {
     pub fn post_read(&mut self, slot: usize, size: usize, ctx: Ctx) -> Result<(), LinkError> {
         let off = self.range(slot, size)?;
         let (peer, out, _) = self.peer()?;
-        self.rail.post_read(peer, self.inbox_id, off, size, &out, off as u64, ctx.encode()).map_err(fabric)
+        self.rail
+            .post_read(
+                peer,
+                self.inbox_id,
+                off,
+                size,
+                &out,
+                off as u64,
+                ctx.encode(),
+            )
+            .map_err(fabric)
     }
 
     // ----------------------------------------------------------------- control words
@@ -352,7 +437,9 @@ impl<'h> Link<'h> {
     pub fn post_ctrl_recv(&mut self) -> Result<(), LinkError> {
         let slot = self.ctrl_recv_next;
         self.ctrl_recv_next = (slot + 1) % self.ctrl_slots;
-        self.rail.post_recv(self.ctrl_id, slot * 8, 8, Ctx::CtrlRecv(slot).encode()).map_err(fabric)
+        self.rail
+            .post_recv(self.ctrl_id, slot * 8, 8, Ctx::CtrlRecv(slot).encode())
+            .map_err(fabric)
     }
 
     /// Send one control word to the current peer.
@@ -364,10 +451,14 @@ impl<'h> Link<'h> {
             self.progress_once(deadline, "a control message to be sent")?;
         }
         let off = (self.ctrl_slots + slot) * 8;
-        self.ctrl.write_at(off, &word.to_le_bytes()).map_err(fabric)?;
+        self.ctrl
+            .write_at(off, &word.to_le_bytes())
+            .map_err(fabric)?;
         let (peer, ..) = self.peer()?;
         self.ctrl_send_busy[slot] = true;
-        self.rail.post_send(peer, self.ctrl_id, off, 8, Ctx::CtrlSend(slot).encode()).map_err(fabric)
+        self.rail
+            .post_send(peer, self.ctrl_id, off, 8, Ctx::CtrlSend(slot).encode())
+            .map_err(fabric)
     }
 
     /// The next control word received.
@@ -445,7 +536,10 @@ impl<'h> Link<'h> {
                 }
             }
             None => {
-                return Err(LinkError::Failed(format!("completion with an unknown context {:#x}", c.context)));
+                return Err(LinkError::Failed(format!(
+                    "completion with an unknown context {:#x}",
+                    c.context
+                )));
             }
         }
         Ok(())
@@ -526,13 +620,47 @@ impl<'h> Link<'h> {
     }
 }
 
+/// The `out` and `inbox` buffers, of the `--mem` kind, on the GPU `--gpu` names.
+fn alloc_payload(
+    cfg: &LinkConfig,
+) -> Result<(Arc<Box<dyn GpuBuffer>>, Arc<Box<dyn GpuBuffer>>), LinkError> {
+    let kind: MemKind = cfg.mem.parse().map_err(LinkError::Usage)?;
+    let gpu_err = |e: GpuError| {
+        let m = format!("--mem {}: {e}", cfg.mem);
+        if e.is_no_driver() {
+            LinkError::Usage(format!("{m}; use --mem host on machines without a GPU"))
+        } else {
+            LinkError::Usage(m)
+        }
+    };
+    let device = if kind.needs_gpu() {
+        let choice: GpuChoice = cfg.gpu.parse().map_err(|e: String| LinkError::Usage(e))?;
+        efabench_gpu::resolve(choice, cfg.local_rank).map_err(gpu_err)?
+    } else {
+        0
+    };
+    let one = || {
+        efabench_gpu::alloc(kind, cfg.buf_bytes, device)
+            .map(Arc::new)
+            .map_err(gpu_err)
+    };
+    Ok((one()?, one()?))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn contexts_round_trip() {
-        for c in [Ctx::Send(0), Ctx::Recv(63), Ctx::Write(7), Ctx::Read(4095), Ctx::CtrlSend(1), Ctx::CtrlRecv(2)] {
+        for c in [
+            Ctx::Send(0),
+            Ctx::Recv(63),
+            Ctx::Write(7),
+            Ctx::Read(4095),
+            Ctx::CtrlSend(1),
+            Ctx::CtrlRecv(2),
+        ] {
             assert_eq!(Ctx::decode(c.encode()), Some(c));
         }
         assert_eq!(Ctx::decode(0), None);

@@ -68,7 +68,10 @@ fn write_data(window: u64, slot: usize) -> u64 {
 // ---------------------------------------------------------------- send/recv
 
 pub fn sendrecv_pingpong_sender(link: &mut Link, s: &Step) -> Result<Outcome, LinkError> {
-    let mut out = Outcome { samples: Samples::with_capacity(s.iters as usize), errors: 0 };
+    let mut out = Outcome {
+        samples: Samples::with_capacity(s.iters as usize),
+        errors: 0,
+    };
     let total = s.warmup + s.iters;
     let inject = link.can_inject(s.size);
     if s.verify {
@@ -132,7 +135,10 @@ pub fn sendrecv_pingpong_responder(link: &mut Link, s: &Step) -> Result<Outcome,
 }
 
 pub fn sendrecv_stream_sender(link: &mut Link, s: &Step) -> Result<Outcome, LinkError> {
-    let mut out = Outcome { samples: Samples::with_capacity(s.iters as usize), errors: 0 };
+    let mut out = Outcome {
+        samples: Samples::with_capacity(s.iters as usize),
+        errors: 0,
+    };
     for win in 0..s.warmup + s.iters {
         if s.verify {
             for slot in 0..s.window {
@@ -166,7 +172,11 @@ pub fn sendrecv_stream_responder(link: &mut Link, s: &Step) -> Result<Outcome, L
         let mut seen = vec![false; s.window];
         for _ in 0..s.window {
             match link.wait()? {
-                Completion { ctx: Ctx::Recv(slot), len, .. } if slot < s.window && !seen[slot] => {
+                Completion {
+                    ctx: Ctx::Recv(slot),
+                    len,
+                    ..
+                } if slot < s.window && !seen[slot] => {
                     seen[slot] = true;
                     if len != s.size {
                         out.errors += 1;
@@ -188,7 +198,10 @@ pub fn sendrecv_stream_responder(link: &mut Link, s: &Step) -> Result<Outcome, L
 // ---------------------------------------------------------------- write
 
 pub fn write_pingpong_sender(link: &mut Link, s: &Step) -> Result<Outcome, LinkError> {
-    let mut out = Outcome { samples: Samples::with_capacity(s.iters as usize), errors: 0 };
+    let mut out = Outcome {
+        samples: Samples::with_capacity(s.iters as usize),
+        errors: 0,
+    };
     let total = s.warmup + s.iters;
     if s.verify {
         link.fill_out(0, s.size, s.seed_to_responder(0, 0));
@@ -238,7 +251,10 @@ pub fn write_pingpong_responder(link: &mut Link, s: &Step) -> Result<Outcome, Li
 }
 
 pub fn write_stream_sender(link: &mut Link, s: &Step) -> Result<Outcome, LinkError> {
-    let mut out = Outcome { samples: Samples::with_capacity(s.iters as usize), errors: 0 };
+    let mut out = Outcome {
+        samples: Samples::with_capacity(s.iters as usize),
+        errors: 0,
+    };
     for win in 0..s.warmup + s.iters {
         if s.verify {
             for slot in 0..s.window {
@@ -294,7 +310,10 @@ pub fn write_stream_responder(link: &mut Link, s: &Step) -> Result<Outcome, Link
 /// Read, both variants: the responder exposes `window` slots of fresh data per round; the sender
 /// reads them one at a time (pingpong, each read timed) or all at once (stream, the round timed).
 pub fn read_sender(link: &mut Link, s: &Step, stream: bool) -> Result<Outcome, LinkError> {
-    let mut out = Outcome { samples: Samples::with_capacity(s.iters as usize), errors: 0 };
+    let mut out = Outcome {
+        samples: Samples::with_capacity(s.iters as usize),
+        errors: 0,
+    };
     let rounds = read_rounds(s, stream);
     let mut timed_left = s.iters;
     let mut warm_left = s.warmup;

@@ -53,7 +53,9 @@ fn window_arg(s: &str) -> Result<usize, String> {
         Ok(0) => Err("must be at least 1; pass e.g. --window 64".into()),
         Ok(n) if n > 4096 => Err(format!("{n} is too large; at most 4096 messages in flight")),
         Ok(n) => Ok(n),
-        Err(_) => Err(format!("'{s}' is not a whole number; pass e.g. --window 64")),
+        Err(_) => Err(format!(
+            "'{s}' is not a whole number; pass e.g. --window 64"
+        )),
     }
 }
 
@@ -96,7 +98,12 @@ pub fn run_p2p(kind: P2pKind, args: P2pArgs, build: BuildInfo) -> Result<i32, Be
             )));
         }
     }
-    let flags = LaunchFlags { rank: c.rank, world: c.world, rdzv: c.rdzv.clone(), timeout: c.timeout() };
+    let flags = LaunchFlags {
+        rank: c.rank,
+        world: c.world,
+        rdzv: c.rdzv.clone(),
+        timeout: c.timeout(),
+    };
     let info = efabench_bootstrap::detect_from_process_env(&flags).map_err(from_bootstrap)?;
     if info.world < 2 {
         return Err(BenchError::usage(format!(
@@ -130,22 +137,27 @@ fn run_ranked(
     let bench = bench_name(kind);
 
     let mut jsonl = match (&c.output, rank) {
-        (Some(path), 0) => Some(JsonlWriter::open(path).map_err(|e| BenchError::usage(e.to_string()))?),
+        (Some(path), 0) => {
+            Some(JsonlWriter::open(path).map_err(|e| BenchError::usage(e.to_string()))?)
+        }
         _ => None,
     };
 
     // Everyone must agree on the provider: pick it from facts every rank shares.
-    let lib = efabench_fabric::load_library(c.libfabric.as_deref()).map_err(|e| BenchError::usage(e.to_string()))?;
+    let lib = efabench_fabric::load_library(c.libfabric.as_deref())
+        .map_err(|e| BenchError::usage(e.to_string()))?;
     let host = efabench_report::hostname();
     let hosts = bs.all_gather(host.as_bytes()).map_err(from_bootstrap)?;
     let one_host = hosts.iter().all(|h| h == host.as_bytes());
-    let available = efabench_fabric::list_providers().map_err(|e| BenchError::usage(e.to_string()))?;
+    let available =
+        efabench_fabric::list_providers().map_err(|e| BenchError::usage(e.to_string()))?;
     let (provider, why) = choose_provider(c.provider.as_deref(), &available, one_host)?;
     if rank == 0 {
-        eprintln!("efabench: provider {provider} ({why})");
+        eprintln!("provider: {provider} ({why})");
     }
     // Ranks on one host keep tcp on loopback rather than the first interface.
-    let node = (provider.starts_with("tcp") && one_host && c.domain.is_none()).then(|| "127.0.0.1".to_string());
+    let node = (provider.starts_with("tcp") && one_host && c.domain.is_none())
+        .then(|| "127.0.0.1".to_string());
 
     let max = *sizes.iter().max().expect("a sweep has at least one size");
     let buf_bytes = (2 * max).max((args.window as u64 * max).min(WINDOW_BYTES.max(max)));
@@ -154,6 +166,8 @@ fn run_ranked(
         domain: c.domain.clone(),
         node,
         mem: c.mem.clone(),
+        gpu: c.gpu.clone(),
+        local_rank: bs.local_rank(),
         buf_bytes: buf_bytes as usize,
         ctrl_slots: 8,
         timeout: c.timeout(),
@@ -209,7 +223,9 @@ fn run_ranked(
                     sender: 0,
                     responder: peer,
                 };
-                let before = (rank == 0).then(|| efabench_topology::Snapshot::read(&counters_root)).flatten();
+                let before = (rank == 0)
+                    .then(|| efabench_topology::Snapshot::read(&counters_root))
+                    .flatten();
                 let started = Instant::now();
                 let outcome = if rank == 0 {
                     link.set_peer(peer);
@@ -223,7 +239,9 @@ fn run_ranked(
                 let mut outcome = outcome.map_err(link_to_bench)?;
                 // The gather doubles as the fence between steps: the responder contributes only
                 // after it verified its last payload, so the next step cannot overwrite it.
-                let all = bs.gather(&outcome.errors.to_le_bytes()).map_err(from_bootstrap)?;
+                let all = bs
+                    .gather(&outcome.errors.to_le_bytes())
+                    .map_err(from_bootstrap)?;
                 if rank != 0 {
                     continue;
                 }
@@ -238,13 +256,24 @@ fn run_ranked(
                 let counters = before.and_then(|b| {
                     efabench_topology::Snapshot::read(&counters_root).map(|a| b.delta_json(&a))
                 });
-                let rec = point_record(&run, kind, variant, &step, &mut outcome, errors, counters, started.elapsed());
+                let rec = point_record(
+                    &run,
+                    kind,
+                    variant,
+                    &step,
+                    &mut outcome,
+                    errors,
+                    counters,
+                    started.elapsed(),
+                );
                 progress.step(format!("{} {}", variant.name(), crate::size::human(size)));
                 if let Some(w) = jsonl.as_mut() {
-                    w.push(&rec).map_err(|e| BenchError::failed(e.to_string()))?;
+                    w.push(&rec)
+                        .map_err(|e| BenchError::failed(e.to_string()))?;
                 }
                 if let Some(s) = sink.as_mut() {
-                    s.push(&rec).map_err(|e| BenchError::failed(e.to_string()))?;
+                    s.push(&rec)
+                        .map_err(|e| BenchError::failed(e.to_string()))?;
                 }
             }
         }
@@ -263,7 +292,12 @@ fn run_ranked(
     Ok(0)
 }
 
-fn run_sender(kind: P2pKind, variant: Variant, link: &mut Link, s: &Step) -> Result<Outcome, LinkError> {
+fn run_sender(
+    kind: P2pKind,
+    variant: Variant,
+    link: &mut Link,
+    s: &Step,
+) -> Result<Outcome, LinkError> {
     match (kind, variant) {
         (P2pKind::SendRecv, Variant::Pingpong) => protocol::sendrecv_pingpong_sender(link, s),
         (P2pKind::SendRecv, Variant::Stream) => protocol::sendrecv_stream_sender(link, s),
@@ -273,7 +307,12 @@ fn run_sender(kind: P2pKind, variant: Variant, link: &mut Link, s: &Step) -> Res
     }
 }
 
-fn run_responder(kind: P2pKind, variant: Variant, link: &mut Link, s: &Step) -> Result<Outcome, LinkError> {
+fn run_responder(
+    kind: P2pKind,
+    variant: Variant,
+    link: &mut Link,
+    s: &Step,
+) -> Result<Outcome, LinkError> {
     match (kind, variant) {
         (P2pKind::SendRecv, Variant::Pingpong) => protocol::sendrecv_pingpong_responder(link, s),
         (P2pKind::SendRecv, Variant::Stream) => protocol::sendrecv_stream_responder(link, s),
@@ -300,7 +339,11 @@ fn point_record(
     let (lat_kind, divisor, messages) = match (kind, variant) {
         (P2pKind::Read, Variant::Pingpong) => ("post-to-completion", 1.0, n),
         (_, Variant::Pingpong) => ("one-way (round trip / 2)", 2.0, n),
-        (_, Variant::Stream) => ("per message (window time / window)", s.window as f64, n * s.window as u64),
+        (_, Variant::Stream) => (
+            "per message (window time / window)",
+            s.window as f64,
+            n * s.window as u64,
+        ),
     };
     let lat_us = o.samples.summary_us(divisor);
     // Pingpong: one message in flight, so bandwidth is size over one message's time.
@@ -314,7 +357,10 @@ fn point_record(
     extra.insert("lat_kind".into(), json!(lat_kind));
     extra.insert("window".into(), json!(s.window));
     extra.insert("bw_GBps".into(), json!(bw / 8.0));
-    extra.insert("wall_s".into(), json!((wall.as_secs_f64() * 1000.0).round() / 1000.0));
+    extra.insert(
+        "wall_s".into(),
+        json!((wall.as_secs_f64() * 1000.0).round() / 1000.0),
+    );
     run.record(Point {
         variant: variant.name().to_string(),
         size_bytes: size,
@@ -363,7 +409,11 @@ fn choose_provider(
         }
     }
     if let Some(tcp) = find("tcp") {
-        let why = if one_host { "no EFA and no shm provider" } else { "no EFA; ranks on several hosts" };
+        let why = if one_host {
+            "no EFA and no shm provider"
+        } else {
+            "no EFA; ranks on several hosts"
+        };
         return Ok((tcp, why.into()));
     }
     Err(BenchError::usage(format!(
@@ -392,10 +442,19 @@ mod tests {
         let no_efa = names(&["shm", "tcp", "udp"]);
         assert_eq!(choose_provider(None, &no_efa, true).unwrap().0, "shm");
         assert_eq!(choose_provider(None, &no_efa, false).unwrap().0, "tcp");
-        assert_eq!(choose_provider(Some("tcp"), &no_efa, true).unwrap().0, "tcp");
+        assert_eq!(
+            choose_provider(Some("tcp"), &no_efa, true).unwrap().0,
+            "tcp"
+        );
         let v117 = names(&["tcp;ofi_rxm", "shm", "udp;ofi_rxd"]);
-        assert_eq!(choose_provider(Some("tcp"), &v117, true).unwrap().0, "tcp;ofi_rxm");
-        assert_eq!(choose_provider(None, &v117, false).unwrap().0, "tcp;ofi_rxm");
+        assert_eq!(
+            choose_provider(Some("tcp"), &v117, true).unwrap().0,
+            "tcp;ofi_rxm"
+        );
+        assert_eq!(
+            choose_provider(None, &v117, false).unwrap().0,
+            "tcp;ofi_rxm"
+        );
     }
 
     #[test]
@@ -403,7 +462,9 @@ mod tests {
         let e = choose_provider(Some("verbs"), &names(&["shm", "tcp"]), true).unwrap_err();
         assert!(e.is_usage());
         assert!(e.to_string().contains("available: shm, tcp"), "{e}");
-        assert!(choose_provider(None, &names(&["udp"]), false).unwrap_err().is_usage());
+        assert!(choose_provider(None, &names(&["udp"]), false)
+            .unwrap_err()
+            .is_usage());
     }
 
     #[test]
