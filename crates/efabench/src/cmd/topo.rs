@@ -66,6 +66,12 @@ pub fn run(args: Args) -> Result<i32, CliError> {
     if let Some(d) = libfabric_domains(&root, args.fi_info.as_deref())? {
         topo.set_libfabric_domains(d);
     }
+    if root.is_system() {
+        // NVML describes this machine, never a fixture root; without a driver the sysfs view stays.
+        if let Ok(gpus) = efabench_gpu::nvml::inventory() {
+            topo.merge_nvml(gpus.into_iter().map(nvml_to_topology).collect());
+        }
+    }
     if args.json {
         emit(&format!(
             "{}\n",
@@ -75,6 +81,23 @@ pub fn run(args: Args) -> Result<i32, CliError> {
         emit(&render(&topo, &root));
     }
     Ok(0)
+}
+
+/// NVML's view of one GPU in the topology layer's terms (link speed GB/s → Gb/s).
+fn nvml_to_topology(g: efabench_gpu::nvml::NvmlGpuInfo) -> efabench_topology::NvmlGpu {
+    efabench_topology::NvmlGpu {
+        pci_bus_id: g.pci_bus_id,
+        name: g.name,
+        nvlinks: g
+            .nvlink
+            .into_iter()
+            .map(|l| efabench_topology::NvLink {
+                peer_pci_bus_id: l.pci_bus_id,
+                links: l.links,
+                gbps_per_link: l.link_gbytes_per_s.map(|gb| gb * 8.0),
+            })
+            .collect(),
+    }
 }
 
 fn table(rows: &[Vec<String>]) -> String {
