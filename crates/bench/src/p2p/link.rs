@@ -205,8 +205,24 @@ impl<'h> Link<'h> {
         let ctrl = HostBuffer::new(16 * cfg.ctrl_slots)
             .map(Arc::new)
             .map_err(fabric)?;
-        let out_id = rail.register(out.clone()).map_err(fabric)?;
-        let inbox_id = rail.register(inbox.clone()).map_err(fabric)?;
+        // A provider may advertise FI_HMEM and still fail to register GPU memory when its
+        // libfabric was built without CUDA support: that is a setup problem, not a run failure.
+        let register_payload = |b: &Arc<Box<dyn GpuBuffer>>| {
+            rail.register(b.clone()).map_err(|e| {
+                if hmem {
+                    LinkError::Usage(format!(
+                        "--mem {}: provider {} could not register GPU memory ({e}); this libfabric \
+                         lacks CUDA support: use the EFA installer's libfabric (/opt/amazon/efa), \
+                         or --mem host|pinned",
+                        cfg.mem, info.provider
+                    ))
+                } else {
+                    fabric(e)
+                }
+            })
+        };
+        let out_id = register_payload(&out)?;
+        let inbox_id = register_payload(&inbox)?;
         let ctrl_id = rail.register(ctrl.clone()).map_err(fabric)?;
         Ok(Link {
             rail,
