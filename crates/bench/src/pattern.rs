@@ -27,10 +27,24 @@ pub const fn seed(iter: u64, src: u32, dst: u32, slot: u32) -> u64 {
         ^ 0xEFA0_BE4C)
 }
 
-/// 64-bit word `i` of the payload with this seed (little-endian bytes in memory).
+/// Mixed into the position stream so it shares no structure with the seeds.
+pub const SALT: u64 = 0x5EED_0FEF_A0BE_4C00;
+
+/// Word `i` of the position stream every payload shares: it makes each 8-byte position unique, so
+/// a chunk delivered at the wrong offset fails the check.
+#[inline(always)]
+pub const fn base_word(i: u64) -> u64 {
+    mix(i.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ SALT)
+}
+
+/// 64-bit word `i` of the payload with this seed (little-endian bytes in memory): the position
+/// stream XOR the seed. The seed is already a full 64-bit mix of (iteration, source, destination,
+/// slot), so a payload of any other iteration, peer or slot differs in every word; and with the
+/// position stream computed once ([`Stream`]), filling and checking run at memory speed, so
+/// verification stays cheap even when it cannot hide behind the transfer.
 #[inline(always)]
 pub const fn word(seed: u64, i: u64) -> u64 {
-    mix(seed ^ i.wrapping_mul(0x9E37_79B9_7F4A_7C15))
+    base_word(i) ^ seed
 }
 
 /// Fill `buf` with the pattern for `seed`. A trailing partial word takes the low bytes of its word.
@@ -61,6 +75,55 @@ pub fn mismatches(buf: &[u8], seed: u64) -> u64 {
         bad += (rest != &word(seed, i).to_le_bytes()[..rest.len()]) as u64;
     }
     bad
+}
+
+/// The position stream, computed once and reused: [`Stream::fill`] and [`Stream::mismatches`]
+/// give the same bytes and counts as [`fill`] and [`mismatches`], as an XOR stream.
+#[derive(Debug, Default, Clone)]
+pub struct Stream {
+    base: Vec<u64>,
+}
+
+impl Stream {
+    fn ensure(&mut self, bytes: usize) {
+        let words = bytes.div_ceil(8);
+        for i in self.base.len()..words {
+            self.base.push(base_word(i as u64));
+        }
+    }
+
+    /// Same bytes as [`fill`].
+    pub fn fill(&mut self, buf: &mut [u8], seed: u64) {
+        self.ensure(buf.len());
+        let full = buf.len() / 8;
+        let mut chunks = buf.chunks_exact_mut(8);
+        for (c, b) in (&mut chunks).zip(&self.base) {
+            c.copy_from_slice(&(b ^ seed).to_le_bytes());
+        }
+        let rest = chunks.into_remainder();
+        if !rest.is_empty() {
+            let n = rest.len();
+            let w = self.base[full] ^ seed;
+            rest.copy_from_slice(&w.to_le_bytes()[..n]);
+        }
+    }
+
+    /// Same count as [`mismatches`].
+    pub fn mismatches(&mut self, buf: &[u8], seed: u64) -> u64 {
+        self.ensure(buf.len());
+        let mut chunks = buf.chunks_exact(8);
+        let mut bad = 0u64;
+        for (c, b) in (&mut chunks).zip(&self.base) {
+            let got = u64::from_le_bytes(c.try_into().expect("chunk of 8"));
+            bad += (got != b ^ seed) as u64;
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let w = self.base[buf.len() / 8] ^ seed;
+            bad += (rest != &w.to_le_bytes()[..rest.len()]) as u64;
+        }
+        bad
+    }
 }
 
 #[cfg(test)]
@@ -107,10 +170,38 @@ mod tests {
     }
 
     #[test]
+    fn the_stream_gives_the_same_bytes_and_counts() {
+        let mut st = Stream::default();
+        for len in [0usize, 1, 7, 8, 9, 100, 4096, 4099, 70_000] {
+            let seed = seed(len as u64, 1, 2, 3);
+            let (mut a, mut b) = (vec![0u8; len], vec![0u8; len]);
+            fill(&mut a, seed);
+            st.fill(&mut b, seed);
+            assert_eq!(a, b, "len {len}");
+            assert_eq!(st.mismatches(&a, seed), 0);
+            if len > 0 {
+                a[len - 1] ^= 1;
+                assert_eq!(st.mismatches(&a, seed), 1);
+                assert_eq!(mismatches(&a, seed), 1);
+            }
+        }
+    }
+
+    #[test]
+    fn a_chunk_at_the_wrong_offset_is_caught() {
+        let s = seed(1, 0, 1, 0);
+        let mut b = vec![0u8; 64];
+        fill(&mut b, s);
+        b.copy_within(0..8, 8); // word 0 delivered where word 1 belongs
+        assert_eq!(mismatches(&b, s), 1);
+    }
+
+    #[test]
     fn words_match_a_reference_value() {
         // Pinned so the CUDA copy of the formula can be checked against the same numbers.
         assert_eq!(mix(0), 0);
-        assert_eq!(word(0, 1), mix(0x9E37_79B9_7F4A_7C15));
+        assert_eq!(word(0, 1), mix(0x9E37_79B9_7F4A_7C15 ^ SALT));
+        assert_eq!(word(5, 1), mix(0x9E37_79B9_7F4A_7C15 ^ SALT) ^ 5);
         let s = seed(1, 2, 3, 4);
         assert_eq!(
             s,

@@ -18,9 +18,10 @@ __device__ __forceinline__ efa_u64 efa_seed(efa_u64 iter, unsigned src, unsigned
                    ((efa_u64)slot << 8) ^ 0xEFA0BE4Cull);
 }
 
-// 64-bit word `i` of the payload with this seed (little-endian bytes in memory).
+// 64-bit word `i` of the payload with this seed (little-endian bytes in memory): the position
+// stream mix(i * phi ^ SALT) XOR the seed (pattern.rs: base_word, word).
 __device__ __forceinline__ efa_u64 efa_word(efa_u64 seed, efa_u64 i) {
-    return efa_mix(seed ^ (i * 0x9E3779B97F4A7C15ull));
+    return efa_mix((i * 0x9E3779B97F4A7C15ull) ^ 0x5EED0FEFA0BE4C00ull) ^ seed;
 }
 
 // Sum of a per-thread count over the warp, added once per warp to a global counter.

@@ -218,6 +218,7 @@ mod tests {
             "00000100000001B3",
             "EFA0BE4C",
             "9E3779B97F4A7C15",
+            "5EED0FEFA0BE4C00",
         ] {
             assert!(PATTERN_CUH.contains(c), "pattern.cuh lacks {c}");
             assert!(rust.contains(c), "pattern.rs lacks {c}");

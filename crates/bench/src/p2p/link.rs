@@ -150,6 +150,8 @@ pub struct Link<'h> {
     timeout: Duration,
     health: &'h dyn Fn() -> Result<(), String>,
     scratch: Vec<u8>,
+    /// The payload pattern's position stream, computed once per size.
+    stream: pattern::Stream,
     corrupt_once: bool,
 }
 
@@ -245,6 +247,7 @@ impl<'h> Link<'h> {
             timeout: cfg.timeout,
             health,
             scratch: Vec::new(),
+            stream: pattern::Stream::default(),
             corrupt_once: std::env::var_os(CORRUPT_ENV).is_some(),
         })
     }
@@ -344,7 +347,7 @@ impl<'h> Link<'h> {
     pub fn fill_out(&mut self, slot: usize, size: usize, seed: u64) {
         let off = slot * size;
         self.scratch.resize(size, 0);
-        pattern::fill(&mut self.scratch, seed);
+        self.stream.fill(&mut self.scratch, seed);
         // The range was checked when the slot was sized; a failure here is a bug, so report it
         // as errors rather than panic.
         if self.out.write_at(off, &self.scratch).is_err() {
@@ -363,7 +366,7 @@ impl<'h> Link<'h> {
             self.corrupt_once = false;
             self.scratch[size / 2] ^= 0x5A;
         }
-        pattern::mismatches(&self.scratch, seed)
+        self.stream.mismatches(&self.scratch, seed)
     }
 
     // ----------------------------------------------------------------- operations
@@ -623,9 +626,8 @@ impl<'h> Link<'h> {
         }
     }
 
-    /// Write ping-pong, sender side: our write completed locally and the peer's answer landed.
-    pub fn wait_for_write_and_data(&mut self, slot: usize, data: u64) -> Result<(), LinkError> {
-        self.wait_for(&[Ctx::Write(slot)])?;
+    /// The next remote CQ data must be `data` (write ping-pong: the peer's answer).
+    pub fn wait_data(&mut self, data: u64) -> Result<(), LinkError> {
         let got = self.wait_remote_data()?;
         if got != data {
             return Err(LinkError::Failed(format!(

@@ -86,9 +86,15 @@ pub fn sendrecv_pingpong_sender(link: &mut Link, s: &Step) -> Result<Outcome, Li
             link.wait_for(&[Ctx::Recv(slot)])?;
         } else {
             link.post_send(slot, s.size, Ctx::Send(slot))?;
-            link.wait_for(&[Ctx::Send(slot), Ctx::Recv(slot)])?;
+            link.wait_for(&[Ctx::Recv(slot)])?;
         }
+        // The reply proves the message arrived: the round trip ends here. Our own send
+        // completion is bookkeeping (on shm it can wait for the peer's next CQ poll, which comes
+        // after the peer's verification), so it is reaped outside the timed interval.
         let dt = t0.elapsed().as_nanos() as u64;
+        if !inject {
+            link.wait_for(&[Ctx::Send(slot)])?;
+        }
         if i >= s.warmup {
             out.samples.push(dt);
         }
@@ -122,13 +128,13 @@ pub fn sendrecv_pingpong_responder(link: &mut Link, s: &Step) -> Result<Outcome,
             link.inject(slot, s.size)?;
         } else {
             link.post_send(slot, s.size, Ctx::Send(slot))?;
+            // Verify only once the reply has left (on shm: once the sender has pulled it), so
+            // our verification never competes with the reply's copy inside the sender's timing.
+            link.wait_for(&[Ctx::Send(slot)])?;
         }
         if s.verify {
             out.errors += link.check_inbox(slot, s.size, s.seed_to_responder(i, slot));
             link.fill_out(next, s.size, s.seed_to_sender(i + 1, next));
-        }
-        if !inject {
-            link.wait_for(&[Ctx::Send(slot)])?;
         }
     }
     Ok(out)
@@ -210,8 +216,10 @@ pub fn write_pingpong_sender(link: &mut Link, s: &Step) -> Result<Outcome, LinkE
         let slot = (i % 2) as usize;
         let t0 = Instant::now();
         link.post_write(slot, s.size, Some(write_data(i, slot)), Ctx::Write(slot))?;
-        link.wait_for_write_and_data(slot, write_data(i, slot))?;
+        // The peer's answer ends the round trip; our write's local completion is reaped after.
+        link.wait_data(write_data(i, slot))?;
         let dt = t0.elapsed().as_nanos() as u64;
+        link.wait_for(&[Ctx::Write(slot)])?;
         if i >= s.warmup {
             out.samples.push(dt);
         }
@@ -240,12 +248,13 @@ pub fn write_pingpong_responder(link: &mut Link, s: &Step) -> Result<Outcome, Li
             )));
         }
         link.post_write(slot, s.size, Some(write_data(i, slot)), Ctx::Write(slot))?;
+        // As in send/recv: verify once our answer is on its way, not while it is being copied.
+        link.wait_for(&[Ctx::Write(slot)])?;
         if s.verify {
             out.errors += link.check_inbox(slot, s.size, s.seed_to_responder(i, slot));
             let next = ((i + 1) % 2) as usize;
             link.fill_out(next, s.size, s.seed_to_sender(i + 1, next));
         }
-        link.wait_for(&[Ctx::Write(slot)])?;
     }
     Ok(out)
 }
