@@ -11,7 +11,11 @@ fn main() {
         .unwrap_or_default();
     println!("cargo:rustc-env=EFABENCH_GIT={git}");
     let version = env!("CARGO_PKG_VERSION");
-    let long = if git.is_empty() { version.to_string() } else { format!("{version} ({git})") };
+    let long = if git.is_empty() {
+        version.to_string()
+    } else {
+        format!("{version} ({git})")
+    };
     println!("cargo:rustc-env=EFABENCH_VERSION_LONG={long}");
     println!("cargo:rerun-if-changed=../../.git/HEAD");
     println!("cargo:rerun-if-changed=../../.git/refs");

@@ -14,7 +14,11 @@ use std::time::{Duration, Instant};
 const BIN: &str = env!("CARGO_BIN_EXE_efabench");
 
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 fn tmp(name: &str) -> PathBuf {
@@ -27,7 +31,14 @@ fn tmp(name: &str) -> PathBuf {
 fn rank(r: u32, world: u32, port: u16, args: &[&str], env: &[(&str, &str)]) -> Child {
     let mut c = Command::new(BIN);
     c.args(args)
-        .args(["--rank", &r.to_string(), "--world", &world.to_string(), "--rdzv", &format!("127.0.0.1:{port}")])
+        .args([
+            "--rank",
+            &r.to_string(),
+            "--world",
+            &world.to_string(),
+            "--rdzv",
+            &format!("127.0.0.1:{port}"),
+        ])
         .env("EFABENCH_JOB_TOKEN", format!("p2p-test-{port}"))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -40,8 +51,12 @@ fn rank(r: u32, world: u32, port: u16, args: &[&str], env: &[(&str, &str)]) -> C
 /// Run `world` ranks of `args`; returns every rank's output. `env1` goes to rank 1 only.
 fn job(world: u32, args: &[&str], env1: &[(&str, &str)]) -> Vec<Output> {
     let port = free_port();
-    let kids: Vec<Child> = (0..world).map(|r| rank(r, world, port, args, if r == 1 { env1 } else { &[] })).collect();
-    kids.into_iter().map(|k| k.wait_with_output().unwrap()).collect()
+    let kids: Vec<Child> = (0..world)
+        .map(|r| rank(r, world, port, args, if r == 1 { env1 } else { &[] }))
+        .collect();
+    kids.into_iter()
+        .map(|k| k.wait_with_output().unwrap())
+        .collect()
 }
 
 fn text(b: &[u8]) -> String {
@@ -50,14 +65,18 @@ fn text(b: &[u8]) -> String {
 
 fn records(path: &Path) -> Vec<efabench_report::Record> {
     let body = std::fs::read_to_string(path).expect("records file");
-    body.lines().map(|l| efabench_report::validate_line(l).expect("record validates against the schema")).collect()
+    body.lines()
+        .map(|l| efabench_report::validate_line(l).expect("record validates against the schema"))
+        .collect()
 }
 
 fn provider_available(p: &str) -> bool {
     // `efabench topo` needs no ranks; ask libfabric through a one-rank failing run instead is
     // heavier, so trust fi_info when present and otherwise assume tcp/shm exist (Debian's build).
     match Command::new("fi_info").args(["-l"]).output() {
-        Ok(o) => text(&o.stdout).lines().any(|l| l.trim_end_matches(':') == p),
+        Ok(o) => text(&o.stdout)
+            .lines()
+            .any(|l| l.trim_end_matches(':') == p),
         Err(_) => true,
     }
 }
@@ -71,11 +90,38 @@ fn sweep(bench: &str, provider: &str) {
     let out = dir.join("r.jsonl");
     let outs = job(
         2,
-        &[bench, "-p", provider, "-b", "8", "-e", "1M", "-f", "4", "-n", "30", "-w", "3", "--window", "16", "--timeout", "30", "--format", "csv", "-o", out.to_str().unwrap()],
+        &[
+            bench,
+            "-p",
+            provider,
+            "-b",
+            "8",
+            "-e",
+            "1M",
+            "-f",
+            "4",
+            "-n",
+            "30",
+            "-w",
+            "3",
+            "--window",
+            "16",
+            "--timeout",
+            "30",
+            "--format",
+            "csv",
+            "-o",
+            out.to_str().unwrap(),
+        ],
         &[],
     );
     for (r, o) in outs.iter().enumerate() {
-        assert!(o.status.success(), "rank {r} of {bench}/{provider} failed: {}\n{}", o.status, text(&o.stderr));
+        assert!(
+            o.status.success(),
+            "rank {r} of {bench}/{provider} failed: {}\n{}",
+            o.status,
+            text(&o.stderr)
+        );
     }
     let recs = records(&out);
     // 8, 32, ..., 512K and 1M: ten sizes, two variants.
@@ -87,12 +133,23 @@ fn sweep(bench: &str, provider: &str) {
         assert_eq!(r.peer, Some(1));
         assert_eq!(r.world, 2);
         assert!(r.provider.starts_with(provider), "{}", r.provider);
-        assert!(r.bw_gbps > 0.0 && r.lat_us.min > 0.0 && r.lat_us.min <= r.lat_us.p50 && r.lat_us.p50 <= r.lat_us.max);
+        assert!(
+            r.bw_gbps > 0.0
+                && r.lat_us.min > 0.0
+                && r.lat_us.min <= r.lat_us.p50
+                && r.lat_us.p50 <= r.lat_us.max
+        );
         assert!(r.libfabric.is_some());
     }
     let variants: std::collections::BTreeSet<_> = recs.iter().map(|r| r.variant.as_str()).collect();
-    assert_eq!(variants.into_iter().collect::<Vec<_>>(), ["pingpong", "stream"]);
-    let kinds: Vec<_> = recs.iter().map(|r| r.extra["lat_kind"].as_str().unwrap().to_string()).collect();
+    assert_eq!(
+        variants.into_iter().collect::<Vec<_>>(),
+        ["pingpong", "stream"]
+    );
+    let kinds: Vec<_> = recs
+        .iter()
+        .map(|r| r.extra["lat_kind"].as_str().unwrap().to_string())
+        .collect();
     if bench == "read" {
         assert!(kinds.iter().any(|k| k == "post-to-completion"));
     } else {
@@ -100,7 +157,11 @@ fn sweep(bench: &str, provider: &str) {
     }
     // CSV on rank 0's stdout: a header and one line per record.
     let csv = text(&outs[0].stdout);
-    assert_eq!(csv.lines().filter(|l| !l.trim().is_empty()).count(), 21, "{csv}");
+    assert_eq!(
+        csv.lines().filter(|l| !l.trim().is_empty()).count(),
+        21,
+        "{csv}"
+    );
 }
 
 #[test]
@@ -135,11 +196,34 @@ fn corrupted_payload_is_reported_and_fails_the_run() {
         let out = dir.join("r.jsonl");
         let outs = job(
             2,
-            &[bench, "-p", "tcp", "-b", "4K", "-e", "4K", "-n", "20", "--variant", "pingpong", "-o", out.to_str().unwrap()],
+            &[
+                bench,
+                "-p",
+                "tcp",
+                "-b",
+                "4K",
+                "-e",
+                "4K",
+                "-n",
+                "20",
+                "--variant",
+                "pingpong",
+                "-o",
+                out.to_str().unwrap(),
+            ],
             &[("EFABENCH_TEST_CORRUPT_PAYLOAD", "1")],
         );
-        assert_eq!(outs[0].status.code(), Some(1), "rank 0 must fail: {}", text(&outs[0].stderr));
-        assert!(text(&outs[0].stderr).contains("failed verification"), "{}", text(&outs[0].stderr));
+        assert_eq!(
+            outs[0].status.code(),
+            Some(1),
+            "rank 0 must fail: {}",
+            text(&outs[0].stderr)
+        );
+        assert!(
+            text(&outs[0].stderr).contains("failed verification"),
+            "{}",
+            text(&outs[0].stderr)
+        );
         let recs = records(&out);
         assert_eq!(recs.len(), 1);
         assert_eq!(recs[0].errors, 1, "one corrupted word: {:?}", recs[0]);
@@ -151,7 +235,23 @@ fn a_killed_peer_fails_the_job_fast_and_keeps_records() {
     let dir = tmp("kill");
     let out = dir.join("r.jsonl");
     let port = free_port();
-    let args = ["sendrecv", "-p", "tcp", "-b", "8", "-e", "8", "-n", "1000000000", "--variant", "pingpong", "--timeout", "5", "-o", out.to_str().unwrap()];
+    let args = [
+        "sendrecv",
+        "-p",
+        "tcp",
+        "-b",
+        "8",
+        "-e",
+        "8",
+        "-n",
+        "1000000000",
+        "--variant",
+        "pingpong",
+        "--timeout",
+        "5",
+        "-o",
+        out.to_str().unwrap(),
+    ];
     let mut r0 = rank(0, 2, port, &args, &[]);
     let mut r1 = rank(1, 2, port, &args, &[]);
     std::thread::sleep(Duration::from_secs(2));
@@ -170,7 +270,10 @@ fn a_killed_peer_fails_the_job_fast_and_keeps_records() {
     };
     assert!(!o.status.success());
     let err = text(&o.stderr);
-    assert!(err.contains("rank 1"), "the message must name the dead rank: {err}");
+    assert!(
+        err.contains("rank 1"),
+        "the message must name the dead rank: {err}"
+    );
 }
 
 fn bad(args: &[&str]) -> String {
@@ -178,7 +281,14 @@ fn bad(args: &[&str]) -> String {
     let o = &outs[0];
     assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o.stderr));
     let err = text(&o.stderr);
-    assert_eq!(err.trim().lines().filter(|l| l.starts_with("efabench:")).count(), 1, "{err}");
+    assert_eq!(
+        err.trim()
+            .lines()
+            .filter(|l| l.starts_with("efabench:"))
+            .count(),
+        1,
+        "{err}"
+    );
     assert!(!err.contains("panicked"), "{err}");
     err
 }
@@ -191,7 +301,9 @@ fn bad_inputs_exit_2_with_one_line() {
     assert!(bad(&["write", "--mem", "gpu"]).contains("host, pinned, cuda, managed"));
     assert!(bad(&["read", "--window", "0"]).contains("--window"));
     assert!(bad(&["sendrecv", "-p", "nosuchprovider"]).contains("available:"));
-    assert!(bad(&["sendrecv", "-o", "/nonexistent-dir/x.jsonl"]).contains("/nonexistent-dir/x.jsonl"));
+    assert!(
+        bad(&["sendrecv", "-o", "/nonexistent-dir/x.jsonl"]).contains("/nonexistent-dir/x.jsonl")
+    );
     // GPU memory over tcp: no CUDA driver here (CI); on a GPU machine tcp has no FI_HMEM.
     let e = bad(&["write", "-p", "tcp", "--mem", "cuda"]);
     assert!(e.contains("no CUDA driver") || e.contains("FI_HMEM"), "{e}");
@@ -199,16 +311,43 @@ fn bad_inputs_exit_2_with_one_line() {
 
 #[test]
 fn one_rank_alone_says_how_to_start_two() {
-    let o = Command::new(BIN).args(["sendrecv"]).env_remove("RANK").env_remove("WORLD_SIZE").output().unwrap();
+    let o = Command::new(BIN)
+        .args(["sendrecv"])
+        .env_remove("RANK")
+        .env_remove("WORLD_SIZE")
+        .output()
+        .unwrap();
     assert_eq!(o.status.code(), Some(2));
-    assert!(text(&o.stderr).contains("efabench launch -n 2"), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("efabench launch -n 2"),
+        "{}",
+        text(&o.stderr)
+    );
 }
 
 #[test]
 fn three_ranks_measure_each_peer_in_turn() {
     let dir = tmp("three");
     let out = dir.join("r.jsonl");
-    let outs = job(3, &["write", "-p", "tcp", "-b", "64", "-e", "4K", "-f", "64", "-n", "20", "-o", out.to_str().unwrap()], &[]);
+    let outs = job(
+        3,
+        &[
+            "write",
+            "-p",
+            "tcp",
+            "-b",
+            "64",
+            "-e",
+            "4K",
+            "-f",
+            "64",
+            "-n",
+            "20",
+            "-o",
+            out.to_str().unwrap(),
+        ],
+        &[],
+    );
     for (r, o) in outs.iter().enumerate() {
         assert!(o.status.success(), "rank {r}: {}", text(&o.stderr));
     }
@@ -216,6 +355,11 @@ fn three_ranks_measure_each_peer_in_turn() {
     // 2 sizes × 2 variants × 2 peers.
     assert_eq!(recs.len(), 8);
     for peer in [1, 2] {
-        assert_eq!(recs.iter().filter(|r| r.peer == Some(peer) && r.errors == 0 && r.world == 3).count(), 4);
+        assert_eq!(
+            recs.iter()
+                .filter(|r| r.peer == Some(peer) && r.errors == 0 && r.world == 3)
+                .count(),
+            4
+        );
     }
 }

@@ -127,12 +127,15 @@ pub struct LinkConfig {
 /// this rank verifies, so a test can prove that verification reports errors.
 const CORRUPT_ENV: &str = "EFABENCH_TEST_CORRUPT_PAYLOAD";
 
+/// A payload buffer of any `--mem` kind, shared with the rail that registered it.
+type Payload = Arc<Box<dyn GpuBuffer>>;
+
 /// One rank's endpoint, buffers and peers.
 pub struct Link<'h> {
     rail: Rail,
-    out: Arc<Box<dyn GpuBuffer>>,
+    out: Payload,
     out_id: RegionId,
-    inbox: Arc<Box<dyn GpuBuffer>>,
+    inbox: Payload,
     inbox_id: RegionId,
     ctrl: Arc<HostBuffer>,
     ctrl_id: RegionId,
@@ -209,7 +212,7 @@ impl<'h> Link<'h> {
             .map_err(fabric)?;
         // A provider may advertise FI_HMEM and still fail to register GPU memory when its
         // libfabric was built without CUDA support: that is a setup problem, not a run failure.
-        let register_payload = |b: &Arc<Box<dyn GpuBuffer>>| {
+        let register_payload = |b: &Payload| {
             rail.register(b.clone()).map_err(|e| {
                 if hmem {
                     LinkError::Usage(format!(
@@ -639,9 +642,7 @@ impl<'h> Link<'h> {
 }
 
 /// The `out` and `inbox` buffers, of the `--mem` kind, on the GPU `--gpu` names.
-fn alloc_payload(
-    cfg: &LinkConfig,
-) -> Result<(Arc<Box<dyn GpuBuffer>>, Arc<Box<dyn GpuBuffer>>), LinkError> {
+fn alloc_payload(cfg: &LinkConfig) -> Result<(Payload, Payload), LinkError> {
     let kind: MemKind = cfg.mem.parse().map_err(LinkError::Usage)?;
     let gpu_err = |e: GpuError| {
         let m = format!("--mem {}: {e}", cfg.mem);
