@@ -140,7 +140,14 @@ pub fn sendrecv_pingpong_responder(link: &mut Link, s: &Step) -> Result<Outcome,
     Ok(out)
 }
 
-pub fn sendrecv_stream_sender(link: &mut Link, s: &Step) -> Result<Outcome, LinkError> {
+/// Stream, sender side, for both send/recv and write: fill the window (untimed), wait for the
+/// responder's READY, then time from the first post until its ACK says every message landed.
+fn stream_sender(
+    link: &mut Link,
+    s: &Step,
+    mut post: impl FnMut(&mut Link, u64, usize) -> Result<(), LinkError>,
+    wait_local: impl Fn(&mut Link, usize) -> Result<(), LinkError>,
+) -> Result<Outcome, LinkError> {
     let mut out = Outcome {
         samples: Samples::with_capacity(s.iters as usize),
         errors: 0,
@@ -156,9 +163,9 @@ pub fn sendrecv_stream_sender(link: &mut Link, s: &Step) -> Result<Outcome, Link
         link.post_ctrl_recv()?;
         let t0 = Instant::now();
         for slot in 0..s.window {
-            link.post_send(slot, s.size, Ctx::Send(slot))?;
+            post(link, win, slot)?;
         }
-        link.wait_all_sends(s.window)?;
+        wait_local(link, s.window)?;
         expect_ctrl(link, ACK, win)?;
         let dt = t0.elapsed().as_nanos() as u64;
         if win >= s.warmup {
@@ -166,6 +173,15 @@ pub fn sendrecv_stream_sender(link: &mut Link, s: &Step) -> Result<Outcome, Link
         }
     }
     Ok(out)
+}
+
+pub fn sendrecv_stream_sender(link: &mut Link, s: &Step) -> Result<Outcome, LinkError> {
+    stream_sender(
+        link,
+        s,
+        |l, _, slot| l.post_send(slot, s.size, Ctx::Send(slot)),
+        |l, n| l.wait_all_sends(n),
+    )
 }
 
 pub fn sendrecv_stream_responder(link: &mut Link, s: &Step) -> Result<Outcome, LinkError> {
@@ -260,31 +276,12 @@ pub fn write_pingpong_responder(link: &mut Link, s: &Step) -> Result<Outcome, Li
 }
 
 pub fn write_stream_sender(link: &mut Link, s: &Step) -> Result<Outcome, LinkError> {
-    let mut out = Outcome {
-        samples: Samples::with_capacity(s.iters as usize),
-        errors: 0,
-    };
-    for win in 0..s.warmup + s.iters {
-        if s.verify {
-            for slot in 0..s.window {
-                link.fill_out(slot, s.size, s.seed_to_responder(win, slot));
-            }
-        }
-        link.post_ctrl_recv()?;
-        expect_ctrl(link, READY, win)?;
-        link.post_ctrl_recv()?;
-        let t0 = Instant::now();
-        for slot in 0..s.window {
-            link.post_write(slot, s.size, Some(write_data(win, slot)), Ctx::Write(slot))?;
-        }
-        link.wait_all_writes(s.window)?;
-        expect_ctrl(link, ACK, win)?;
-        let dt = t0.elapsed().as_nanos() as u64;
-        if win >= s.warmup {
-            out.samples.push(dt);
-        }
-    }
-    Ok(out)
+    stream_sender(
+        link,
+        s,
+        |l, win, slot| l.post_write(slot, s.size, Some(write_data(win, slot)), Ctx::Write(slot)),
+        |l, n| l.wait_all_writes(n),
+    )
 }
 
 pub fn write_stream_responder(link: &mut Link, s: &Step) -> Result<Outcome, LinkError> {
