@@ -244,7 +244,7 @@ mod tests {
         assert!(parse(&["--format", "xml"])
             .unwrap_err()
             .contains("table, json, csv"));
-        assert!(parse(&["--timeout", "-1"])
+        assert!(parse(&["--timeout", "0"])
             .unwrap_err()
             .contains("positive"));
         assert!(parse(&["--rails", "0"]).unwrap_err().contains("'all'"));
