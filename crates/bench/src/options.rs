@@ -244,9 +244,7 @@ mod tests {
         assert!(parse(&["--format", "xml"])
             .unwrap_err()
             .contains("table, json, csv"));
-        assert!(parse(&["--timeout", "0"])
-            .unwrap_err()
-            .contains("positive"));
+        assert!(parse(&["--timeout", "0"]).unwrap_err().contains("positive"));
         assert!(parse(&["--rails", "0"]).unwrap_err().contains("'all'"));
         let c = parse(&["-b", "1M", "-e", "8"]).unwrap();
         assert!(c.sizes().unwrap_err().is_usage());
