@@ -80,11 +80,28 @@ pub trait GpuBuffer: MemoryBuffer {
     fn mismatches(&self, seed: u64) -> Result<u64, GpuError>;
     /// The address a kernel uses (device pointer or device mapping), `None` for plain host memory.
     fn device_ptr(&self) -> Option<u64>;
-    /// Copies `src` into the buffer at byte `off` (host kinds: a memory copy; device memory:
-    /// `cuMemcpyHtoD`). This is how the point-to-point benchmarks fill one window slot.
-    fn write_at(&self, off: usize, src: &[u8]) -> Result<(), GpuError>;
-    /// Copies the bytes at `off` into `dst` (device memory: `cuMemcpyDtoH`).
-    fn read_at(&self, off: usize, dst: &mut [u8]) -> Result<(), GpuError>;
+    /// Copies `src` into the buffer at byte `off`. This default is for host-accessible kinds
+    /// (host, pinned, registered, managed): a memory copy. Device memory overrides it with
+    /// `cuMemcpyHtoD`. This is how the point-to-point benchmarks fill one window slot.
+    fn write_at(&self, off: usize, src: &[u8]) -> Result<(), GpuError> {
+        host_only(self.kind())?;
+        host_write(self.kind().name(), self.as_ptr(), self.len(), off, src)
+    }
+    /// Copies the bytes at `off` into `dst` (device memory overrides it with `cuMemcpyDtoH`).
+    fn read_at(&self, off: usize, dst: &mut [u8]) -> Result<(), GpuError> {
+        host_only(self.kind())?;
+        host_read(self.kind().name(), self.as_ptr(), self.len(), off, dst)
+    }
+}
+
+/// The default `write_at`/`read_at` copy through the pointer: never for device memory.
+fn host_only(kind: MemKind) -> Result<(), GpuError> {
+    if kind == MemKind::Cuda {
+        return Err(GpuError::Invalid(
+            "device memory is copied with cuMemcpy, not through its pointer".to_string(),
+        ));
+    }
+    Ok(())
 }
 
 fn check_range(what: &str, len: usize, off: usize, n: usize) -> Result<(), GpuError> {
@@ -236,24 +253,6 @@ impl GpuBuffer for HostBuffer {
     fn mismatches(&self, seed: u64) -> Result<u64, GpuError> {
         Ok(pattern::mismatches(self.as_slice(), seed))
     }
-    fn write_at(&self, off: usize, src: &[u8]) -> Result<(), GpuError> {
-        host_write(
-            "host",
-            MemoryBuffer::as_ptr(self),
-            MemoryBuffer::len(self),
-            off,
-            src,
-        )
-    }
-    fn read_at(&self, off: usize, dst: &mut [u8]) -> Result<(), GpuError> {
-        host_read(
-            "host",
-            MemoryBuffer::as_ptr(self),
-            MemoryBuffer::len(self),
-            off,
-            dst,
-        )
-    }
     fn device_ptr(&self) -> Option<u64> {
         None
     }
@@ -341,24 +340,6 @@ impl GpuBuffer for PinnedBuffer {
     fn mismatches(&self, seed: u64) -> Result<u64, GpuError> {
         Ok(pattern::mismatches(self.slice(), seed))
     }
-    fn write_at(&self, off: usize, src: &[u8]) -> Result<(), GpuError> {
-        host_write(
-            "pinned",
-            MemoryBuffer::as_ptr(self),
-            MemoryBuffer::len(self),
-            off,
-            src,
-        )
-    }
-    fn read_at(&self, off: usize, dst: &mut [u8]) -> Result<(), GpuError> {
-        host_read(
-            "pinned",
-            MemoryBuffer::as_ptr(self),
-            MemoryBuffer::len(self),
-            off,
-            dst,
-        )
-    }
     fn device_ptr(&self) -> Option<u64> {
         Some(self.dev)
     }
@@ -445,24 +426,6 @@ impl GpuBuffer for RegisteredBuffer {
     }
     fn mismatches(&self, seed: u64) -> Result<u64, GpuError> {
         Ok(pattern::mismatches(self.slice(), seed))
-    }
-    fn write_at(&self, off: usize, src: &[u8]) -> Result<(), GpuError> {
-        host_write(
-            "registered",
-            MemoryBuffer::as_ptr(self),
-            MemoryBuffer::len(self),
-            off,
-            src,
-        )
-    }
-    fn read_at(&self, off: usize, dst: &mut [u8]) -> Result<(), GpuError> {
-        host_read(
-            "registered",
-            MemoryBuffer::as_ptr(self),
-            MemoryBuffer::len(self),
-            off,
-            dst,
-        )
     }
     fn device_ptr(&self) -> Option<u64> {
         Some(self.dev)
@@ -687,24 +650,6 @@ impl GpuBuffer for ManagedBuffer {
     }
     fn mismatches(&self, seed: u64) -> Result<u64, GpuError> {
         mismatches_on_gpu(&self.gpu, self.ptr, self.len, seed)
-    }
-    fn write_at(&self, off: usize, src: &[u8]) -> Result<(), GpuError> {
-        host_write(
-            "managed",
-            MemoryBuffer::as_ptr(self),
-            MemoryBuffer::len(self),
-            off,
-            src,
-        )
-    }
-    fn read_at(&self, off: usize, dst: &mut [u8]) -> Result<(), GpuError> {
-        host_read(
-            "managed",
-            MemoryBuffer::as_ptr(self),
-            MemoryBuffer::len(self),
-            off,
-            dst,
-        )
     }
     fn device_ptr(&self) -> Option<u64> {
         Some(self.ptr)
