@@ -19,6 +19,16 @@ impl Samples {
         }
     }
 
+    /// Samples measured elsewhere (another rank's, gathered by the harness).
+    pub fn from_vec(ns: Vec<u64>) -> Self {
+        Samples { ns }
+    }
+
+    /// The raw samples, in nanoseconds.
+    pub fn into_vec(self) -> Vec<u64> {
+        self.ns
+    }
+
     #[inline]
     pub fn push(&mut self, ns: u64) {
         self.ns.push(ns);

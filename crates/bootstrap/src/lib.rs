@@ -24,4 +24,4 @@ pub use detect::{
     detect, detect_from_process_env, expand_hostlist, first_host, LaunchFlags, RankInfo,
 };
 pub use error::BootstrapError;
-pub use rendezvous::Bootstrap;
+pub use rendezvous::{Bootstrap, Health};

@@ -932,6 +932,20 @@ fn client_reader(shared: Arc<Shared>, mut stream: TcpStream) {
 // ---------------------------------------------------------------------------------------------
 // The public face.
 
+/// See [`Bootstrap::health`].
+#[derive(Clone)]
+pub struct Health(Arc<Shared>);
+
+impl Health {
+    /// Err once any rank died, froze, aborted or broke the protocol (one atomic load when well).
+    pub fn check(&self) -> Result<(), BootstrapError> {
+        match self.0.failure() {
+            None => Ok(()),
+            Some(e) => Err(e),
+        }
+    }
+}
+
 impl std::fmt::Debug for Bootstrap {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Bootstrap")
@@ -1002,6 +1016,12 @@ impl Bootstrap {
             None => Ok(()),
             Some(e) => Err(e),
         }
+    }
+
+    /// A `Send + 'static` handle on [`Bootstrap::check`], for data-path objects that outlive a
+    /// borrow of the bootstrap (a benchmark's endpoints polling their CQs).
+    pub fn health(&self) -> Health {
+        Health(self.shared.clone())
     }
 
     /// Every rank's blob, indexed by rank, on every rank.
