@@ -29,7 +29,7 @@ use efabench_fabric_sys as sys;
 
 use crate::error::{Error, Result};
 use crate::info::ProviderInfo;
-use crate::memory::{Hmem, MemoryBuffer};
+use crate::memory::{path_name, Hmem, MemoryBuffer, MrPath};
 use crate::raw::{CqRead, RawMr, RawOp, RawRail};
 
 /// How a rail is opened.
@@ -57,11 +57,14 @@ impl Default for RailConfig {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Peer(pub u64);
 
-/// A memory region registered on one rail.
+/// A memory region registered on one rail: the rail, the region's slot in the rail's table and
+/// the slot's generation. Deregistering bumps the generation, so an id kept after
+/// [`Rail::deregister`] never reaches a later registration that reuses the slot.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct RegionId {
     rail: u32,
     index: u32,
+    gen: u32,
 }
 
 /// What a peer needs to target one of our regions with RMA: the remote address (a virtual
@@ -162,12 +165,27 @@ struct Region {
     mr: RawMr,
     inflight: u32,
     remote: RemoteRegion,
+    /// "dmabuf", "va" or "host": how the registration was made.
+    path: &'static str,
+}
+
+/// One entry of the region table: the registration (if any) and the generation of the slot.
+#[derive(Default)]
+struct RegionSlot {
+    gen: u32,
+    region: Option<Region>,
+}
+
+impl RegionSlot {
+    fn get(&self) -> Option<&Region> {
+        self.region.as_ref()
+    }
 }
 
 struct State {
     slots: Vec<Slot>,
     free: Vec<u32>,
-    regions: Vec<Option<Region>>,
+    regions: Vec<RegionSlot>,
     /// Raw completions read while nobody was polling (e.g. during EAGAIN progress).
     ready: VecDeque<Completion>,
     /// Completions without a local operation (remote CQ data).
@@ -261,9 +279,43 @@ impl Rail {
 
     /// Registers `buf` for send/recv and local/remote read/write, following the provider's
     /// `mr_mode` (local descriptors, virtual-address vs offset RMA, provider vs requested keys,
-    /// endpoint binding, `FI_HMEM_CUDA` with the device id, `FI_MR_DMABUF` when the buffer has a
-    /// dmabuf and the negotiated API allows it). The rail keeps `buf` alive while registered.
+    /// endpoint binding, `FI_HMEM_CUDA` with the device id) and [`MrPath::Auto`] (dmabuf on efa
+    /// when the buffer has one). The rail keeps `buf` alive while registered.
     pub fn register<B: MemoryBuffer + 'static>(&self, buf: Arc<B>) -> Result<RegionId> {
+        self.register_with(buf, MrPath::Auto)
+    }
+
+    /// Whether registering `buf` on this rail with `path` goes through its dmabuf; a usage error
+    /// when `path` is [`MrPath::Dmabuf`] and that is impossible.
+    fn use_dmabuf(&self, buf: &dyn MemoryBuffer, path: MrPath) -> Result<bool> {
+        let has = buf.dmabuf().is_some();
+        let lib_ok = self.info.dmabuf;
+        Ok(match path {
+            MrPath::Va => false,
+            MrPath::Auto => has && lib_ok && self.info.provider.starts_with("efa"),
+            MrPath::Dmabuf => {
+                if !has {
+                    return Err(Error::Usage(
+                        "--mr-path dmabuf: the buffer has no dmabuf export (host memory, or the CUDA driver refused cuMemGetHandleForAddressRange); use --mr-path auto or va".into(),
+                    ));
+                }
+                if !lib_ok {
+                    return Err(Error::Usage(format!(
+                        "--mr-path dmabuf: provider {} (domain {}) cannot register a dmabuf (needs FI_HMEM and libfabric API >= 1.20); use --mr-path va or a newer libfabric",
+                        self.info.provider, self.info.domain
+                    )));
+                }
+                true
+            }
+        })
+    }
+
+    /// Like [`Rail::register`], with an explicit registration path (see [`MrPath`]).
+    pub fn register_with<B: MemoryBuffer + 'static>(
+        &self,
+        buf: Arc<B>,
+        path: MrPath,
+    ) -> Result<RegionId> {
         if let Hmem::Cuda { device } = buf.hmem() {
             if !self.info.hmem {
                 return Err(Error::Usage(format!(
@@ -275,6 +327,8 @@ impl Rail {
         if buf.is_empty() {
             return Err(Error::Usage("cannot register an empty buffer".into()));
         }
+        let dmabuf = self.use_dmabuf(&*buf, path)?;
+        let hmem = buf.hmem();
         let mut st = self.state.borrow_mut();
         let key = if self.raw.mr_mode & sys::FI_MR_PROV_KEY != 0 {
             0
@@ -284,7 +338,7 @@ impl Rail {
         };
         let ptr = buf.as_ptr() as u64;
         let len = buf.len() as u64;
-        let mr = self.raw.register(buf, key, self.info.dmabuf)?;
+        let mr = self.raw.register(buf, key, dmabuf)?;
         let remote = RemoteRegion {
             addr: if self.raw.mr_mode & sys::FI_MR_VIRT_ADDR != 0 {
                 ptr
@@ -298,60 +352,71 @@ impl Rail {
             mr,
             inflight: 0,
             remote,
+            path: path_name(dmabuf, hmem),
         };
-        let index = match st.regions.iter().position(Option::is_none) {
-            Some(i) => {
-                st.regions[i] = Some(region);
-                i
-            }
+        let index = match st.regions.iter().position(|s| s.region.is_none()) {
+            Some(i) => i,
             None => {
-                st.regions.push(Some(region));
+                st.regions.push(RegionSlot::default());
                 st.regions.len() - 1
             }
         };
+        let slot = &mut st.regions[index];
+        slot.region = Some(region);
         Ok(RegionId {
             rail: self.id,
             index: index as u32,
+            gen: slot.gen,
         })
     }
 
-    fn check_region(&self, id: RegionId) -> Result<u32> {
+    /// The slot index of a live region `id` of this rail.
+    fn check_region(&self, st: &State, id: RegionId) -> Result<u32> {
         if id.rail != self.id {
             return Err(Error::Usage(
                 "memory region belongs to another rail; register the buffer on this rail too"
                     .into(),
             ));
         }
-        Ok(id.index)
-    }
-
-    /// The descriptor a peer needs to read or write region `id`.
-    pub fn remote_region(&self, id: RegionId) -> Result<RemoteRegion> {
-        let i = self.check_region(id)?;
-        let st = self.state.borrow();
-        match st.regions.get(i as usize) {
-            Some(Some(r)) => Ok(r.remote),
+        match st.regions.get(id.index as usize) {
+            Some(s) if s.gen == id.gen && s.region.is_some() => Ok(id.index),
             _ => Err(Error::Usage("memory region was deregistered".into())),
         }
     }
 
+    /// The descriptor a peer needs to read or write region `id`.
+    pub fn remote_region(&self, id: RegionId) -> Result<RemoteRegion> {
+        let st = self.state.borrow();
+        let i = self.check_region(&st, id)?;
+        Ok(st.regions[i as usize].get().expect("checked").remote)
+    }
+
+    /// How region `id` was registered: `"dmabuf"`, `"va"` (GPU memory by address) or `"host"`.
+    pub fn region_path(&self, id: RegionId) -> Result<&'static str> {
+        let st = self.state.borrow();
+        let i = self.check_region(&st, id)?;
+        Ok(st.regions[i as usize].get().expect("checked").path)
+    }
+
     /// Deregisters region `id`; fails while operations on it are in flight.
     pub fn deregister(&self, id: RegionId) -> Result<()> {
-        let i = self.check_region(id)? as usize;
         let mut st = self.state.borrow_mut();
-        match st.regions.get(i) {
-            Some(Some(r)) if r.inflight > 0 => Err(Error::Usage(format!(
-                "memory region has {} operations in flight; wait for them before deregistering",
-                r.inflight
-            ))),
-            Some(Some(_)) => {
-                st.regions[i] = None;
-                Ok(())
+        let i = self.check_region(&st, id).map_err(|e| match e {
+            Error::Usage(m) if m == "memory region was deregistered" => {
+                Error::Usage("memory region was already deregistered".into())
             }
-            _ => Err(Error::Usage(
-                "memory region was already deregistered".into(),
-            )),
+            e => e,
+        })? as usize;
+        let slot = &mut st.regions[i];
+        let inflight = slot.get().map_or(0, |r| r.inflight);
+        if inflight > 0 {
+            return Err(Error::Usage(format!(
+                "memory region has {inflight} operations in flight; wait for them before deregistering"
+            )));
         }
+        slot.region = None;
+        slot.gen = slot.gen.wrapping_add(1);
+        Ok(())
     }
 
     /// Posts once. `Posted::Again` means `-FI_EAGAIN` or no free slot: progress and retry.
@@ -368,7 +433,7 @@ impl Rail {
         peer: u64,
         raw_ctx: Option<u64>,
     ) -> Result<Posted> {
-        let ri = self.check_region(region)?;
+        let ri = self.check_region(st, region)?;
         let inject = matches!(op, RawOp::Inject | RawOp::InjectWrite { .. });
         let slot = if inject {
             0
@@ -378,8 +443,8 @@ impl Rail {
                 None => return Ok(Posted::Again),
             }
         };
-        let r = match st.regions.get(ri as usize) {
-            Some(Some(r)) => r,
+        let r = match st.regions.get(ri as usize).and_then(RegionSlot::get) {
+            Some(r) => r,
             _ => {
                 if !inject {
                     st.free.push(slot);
@@ -410,7 +475,11 @@ impl Rail {
                         done: None,
                     },
                 };
-                if let Some(Some(r)) = st.regions.get_mut(ri as usize) {
+                if let Some(r) = st
+                    .regions
+                    .get_mut(ri as usize)
+                    .and_then(|s| s.region.as_mut())
+                {
                     r.inflight += 1;
                 }
             }
@@ -959,7 +1028,11 @@ impl Rail {
 
 #[inline(always)]
 fn release(st: &mut State, region: u32) {
-    if let Some(Some(r)) = st.regions.get_mut(region as usize) {
+    if let Some(r) = st
+        .regions
+        .get_mut(region as usize)
+        .and_then(|s| s.region.as_mut())
+    {
         r.inflight = r.inflight.saturating_sub(1);
     }
 }

@@ -298,6 +298,15 @@ pub(crate) struct RawMr {
     _buf: Arc<dyn MemoryBuffer>,
 }
 
+// SAFETY: `mr` and `desc` are handles of a registration on a domain opened with FI_THREAD_DOMAIN;
+// libfabric lets such objects be used from any thread as long as calls on the domain are
+// serialised, which holds because a RawMr is only reached through its rail's `RefCell` state (the
+// rail is !Sync, so one thread at a time). `ptr` points into the buffer kept alive by `_buf`
+// (`MemoryBuffer: Send + Sync`); it is never dereferenced by Rust code. Moving the owner to
+// another thread therefore moves the whole registration with it, which is sound. RawMr is not
+// Sync.
+unsafe impl Send for RawMr {}
+
 impl Drop for RawMr {
     fn drop(&mut self) {
         // SAFETY: mr is a live fid_mr (closed once, here). The rail drops RawMr only when no
@@ -477,12 +486,14 @@ impl RawRail {
     }
 
     /// Registers `buf` for local and remote access. `requested_key` is used unless the provider
-    /// chooses keys (FI_MR_PROV_KEY); FI_MR_ENDPOINT binds and enables the region.
+    /// chooses keys (FI_MR_PROV_KEY); FI_MR_ENDPOINT binds and enables the region. `use_dmabuf`
+    /// (decided by the caller from [`crate::MrPath`]) registers through the buffer's dmabuf
+    /// (`FI_MR_DMABUF`); it must only be true when `buf.dmabuf()` is `Some`.
     pub fn register(
         &self,
         buf: Arc<dyn MemoryBuffer>,
         requested_key: u64,
-        dmabuf_ok: bool,
+        use_dmabuf: bool,
     ) -> Result<RawMr> {
         let ptr = buf.as_ptr();
         let len = buf.len();
@@ -509,7 +520,7 @@ impl RawRail {
                 attr.device.cuda = device;
             }
         }
-        if let (Some(d), true) = (buf.dmabuf(), dmabuf_ok) {
+        if let (Some(d), true) = (buf.dmabuf(), use_dmabuf) {
             dmabuf_desc = sys::fi_mr_dmabuf {
                 fd: d.fd,
                 offset: d.offset,

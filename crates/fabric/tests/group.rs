@@ -1,0 +1,181 @@
+//! In-process tests of [`RailGroup`] on loopback (tcp on `lo`, shm): a group of virtual rails
+//! registers one buffer on every rail, describes it with every rail's key, connects to itself
+//! rail-aligned and moves striped data over all rails; plus the `Send`-ness of a rail and the
+//! generation check of region ids.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use efabench_fabric::{
+    connect_all, get_info, join_all, load_library, pick_domain, resolve_rails, split, Error,
+    Executor, GroupAddress, Hints, HostBuffer, MrPath, Rail, RailConfig, RailCount, RailGroup,
+    RegionDescriptor,
+};
+
+/// Compile-time: a rail (and a group) may be moved to another thread.
+const _: () = {
+    const fn assert_send<T: Send>() {}
+    assert_send::<Rail>();
+    assert_send::<RailGroup>();
+};
+
+fn offered(provider: &str) -> Vec<efabench_fabric::ProviderInfo> {
+    load_library(None).expect("libfabric must be loadable for this test");
+    let v = get_info(&Hints::provider(provider)).expect("get_info");
+    assert!(!v.is_empty(), "{provider} offers nothing");
+    v
+}
+
+/// The provider's entries on one domain: `lo` for tcp (so that virtual rails stay on
+/// loopback), the only one for shm.
+fn loopback(provider: &str) -> Vec<efabench_fabric::ProviderInfo> {
+    let o = offered(provider);
+    if provider == "tcp" {
+        let lo = pick_domain(&o, "lo").expect("tcp offers lo");
+        o.into_iter()
+            .filter(|i| i.domain == lo.domain && i.fabric == lo.fabric)
+            .collect()
+    } else {
+        o
+    }
+}
+
+fn group(provider: &str, n: u32) -> RailGroup {
+    let plan = resolve_rails(&loopback(provider), RailCount::Count(n), &[]).expect("plan");
+    println!("{provider}: {}", plan.why);
+    assert_eq!(plan.infos.len(), n as usize);
+    assert_eq!(plan.virtual_rails, n > 1, "{}", plan.why);
+    RailGroup::open_plan(&plan, &RailConfig::default()).expect("open group")
+}
+
+#[test]
+fn tcp_names_its_loopback_domain_lo_and_unknown_domains_are_listed() {
+    let o = offered("tcp");
+    let names: Vec<_> = o.iter().map(|i| (&i.domain, &i.fabric)).collect();
+    println!("{names:?}");
+    let lo = pick_domain(&o, "lo").expect("lo");
+    assert!(
+        lo.fabric.starts_with("127.") || lo.fabric == "::1/128",
+        "{lo:?}"
+    );
+    let e = pick_domain(&o, "no-such-nic").unwrap_err();
+    assert!(matches!(e, Error::Usage(_)));
+    assert!(e.to_string().contains("lo"), "{e}");
+}
+
+#[test]
+fn stale_region_id_does_not_reach_a_new_registration() {
+    let g = group("shm", 1);
+    let r = g.rail(0);
+    let a = r
+        .register(Arc::new(HostBuffer::new(4096).unwrap()))
+        .unwrap();
+    r.deregister(a).unwrap();
+    let b = r
+        .register(Arc::new(HostBuffer::new(8192).unwrap()))
+        .unwrap();
+    assert_ne!(a, b);
+    assert_eq!(r.remote_region(b).unwrap().len, 8192);
+    let e = r.remote_region(a).unwrap_err();
+    assert!(e.to_string().contains("deregistered"), "{e}");
+    assert!(r.deregister(a).is_err());
+    assert!(r.post_recv(a, 0, 16, 1).is_err());
+    assert_eq!(r.remote_region(b).unwrap().len, 8192);
+}
+
+#[test]
+fn mr_path_names_and_host_registration() {
+    for p in MrPath::ALL {
+        assert_eq!(p.name().parse::<MrPath>().unwrap(), p);
+    }
+    assert!("cuda".parse::<MrPath>().is_err());
+    let g = group("shm", 2);
+    let buf = Arc::new(HostBuffer::new(4096).unwrap());
+    let r = g.register(buf.clone(), MrPath::Auto).unwrap();
+    assert_eq!(r.path_taken(), "host");
+    let r = g.register(buf.clone(), MrPath::Va).unwrap();
+    assert_eq!(r.path_taken(), "host");
+    let e = g.register(buf, MrPath::Dmabuf).unwrap_err();
+    assert!(e.to_string().contains("dmabuf"), "{e}");
+}
+
+#[test]
+fn rail_count_mismatch_is_named() {
+    let g2 = group("shm", 2);
+    let g3 = group("shm", 3);
+    let e = g2.insert_peer(&g3.address().unwrap()).unwrap_err();
+    let m = e.to_string();
+    assert!(m.contains('3') && m.contains('2'), "{m}");
+    let e = resolve_rails(&loopback("shm"), RailCount::Count(0), &[]).unwrap_err();
+    assert!(matches!(e, Error::Usage(_)));
+}
+
+fn striped_write_over_every_rail(provider: &str) {
+    const LEN: usize = 1 << 20;
+    let g = group(provider, 2);
+    assert!(g.is_virtual());
+    assert_eq!(g.domains().len(), 2);
+    let src = Arc::new(HostBuffer::new(LEN).unwrap());
+    let dst = Arc::new(HostBuffer::new(LEN).unwrap());
+    let pattern: Vec<u8> = (0..LEN).map(|i| (i * 7 + i / 251) as u8).collect();
+    src.write_at(0, &pattern).unwrap();
+    let s = g.register(src, MrPath::Auto).unwrap();
+    let d = g.register(dst.clone(), MrPath::Auto).unwrap();
+
+    // One descriptor carries every rail's key, and survives the wire.
+    let desc = g.descriptor(&d).unwrap();
+    assert_eq!(desc.rails(), 2);
+    for i in 0..2 {
+        assert_eq!(*desc.rail(i), g.rail(i).remote_region(d.id(i)).unwrap());
+    }
+    let desc = RegionDescriptor::from_bytes(&desc.to_bytes()).unwrap();
+
+    // Connect the group to itself through the all-gather hook (rank 1 of 2 here).
+    let addr = g.address().unwrap();
+    assert_eq!(GroupAddress::from_bytes(&addr.to_bytes()).unwrap(), addr);
+    let peers = connect_all(&g, |mine| Ok(vec![addr.to_bytes(), mine.to_vec()]), 1).unwrap();
+    assert!(peers[1].is_none());
+    let me = peers[0].clone().unwrap();
+    assert_eq!(me.rails(), 2);
+
+    let stripes = split(LEN, g.len(), 1);
+    assert_eq!(stripes.len(), 2);
+    let rails: Vec<&Rail> = g.rails().iter().collect();
+    let exec = Executor::new(&rails);
+    let ops = stripes.iter().map(|st| {
+        g.rail(st.rail).write_data(
+            me.rail(st.rail),
+            s.id(st.rail),
+            st.off,
+            st.len,
+            desc.rail(st.rail),
+            st.off as u64,
+            st.rail as u64,
+        )
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for r in exec.block_on(join_all(ops), deadline).expect("writes") {
+        r.expect("write");
+    }
+    // The local completion says the source may be reused; the target's remote CQ data says the
+    // bytes have landed (tcp;ofi_rxm completes a write before the target has processed it).
+    for st in &stripes {
+        let c = exec
+            .block_on(g.rail(st.rail).remote_data(), deadline)
+            .expect("remote CQ data");
+        assert_eq!(c.remote_data(), Some(st.rail as u64));
+    }
+    assert!(dst.to_vec(0, LEN).unwrap() == pattern, "payload differs");
+    g.deregister(&d).unwrap();
+    assert!(g.descriptor(&d).is_err());
+}
+
+#[test]
+fn striped_write_over_two_virtual_rails_tcp() {
+    striped_write_over_every_rail("tcp");
+}
+
+#[test]
+fn striped_write_over_two_virtual_rails_shm() {
+    striped_write_over_every_rail("shm");
+}
