@@ -36,7 +36,7 @@ use efabench_gpu::buffer::{fill_async, mismatches_async, Counter};
 use efabench_gpu::ipc::{export, IpcMapping, IPC_HANDLE_LEN};
 use efabench_gpu::kernels::{kernel, Source};
 use efabench_gpu::{DeviceBuffer, Event, Gpu, GpuChoice, GpuError, Kernel, Shape, Stream};
-use efabench_report::{Format, JsonlWriter, Record, Sink};
+use efabench_record::{Format, JsonlWriter, Record, Sink};
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
 use std::time::Duration;
@@ -491,7 +491,7 @@ fn run_ranked(
         mem: "cuda".into(),
         link_gbps: link(0, 1),
         verified: args.verify_enabled(),
-        host: efabench_report::hostname(),
+        host: efabench_record::hostname(),
         version: build.version,
         git: build.git,
     };

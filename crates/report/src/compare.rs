@@ -11,8 +11,8 @@
 //! too) but do not fail the comparison. When a file holds the same key several times (runs
 //! appended to one file), the last record is used and the output says so.
 
-use crate::error::Error;
-use crate::record::Record;
+use efabench_record::Error;
+use efabench_record::Record;
 use std::fmt::Write as _;
 
 /// What two records must share to be compared.
@@ -439,7 +439,7 @@ fn fmt_num(v: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::jsonl::tests::sample;
+    use efabench_record::testing::sample;
 
     #[test]
     fn boundary_is_not_a_regression_just_beyond_is() {

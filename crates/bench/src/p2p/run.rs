@@ -8,7 +8,7 @@
 use std::time::{Duration, Instant};
 
 use efabench_bootstrap::{Bootstrap, BootstrapError, LaunchFlags};
-use efabench_report::{Format, JsonlWriter, Record, Sink};
+use efabench_record::{Format, JsonlWriter, Record, Sink};
 use serde_json::{json, Map};
 
 use super::link::{Link, LinkConfig, LinkError};
@@ -146,7 +146,7 @@ fn run_ranked(
     // Everyone must agree on the provider: pick it from facts every rank shares.
     let lib = efabench_fabric::load_library(c.libfabric.as_deref())
         .map_err(|e| BenchError::usage(e.to_string()))?;
-    let host = efabench_report::hostname();
+    let host = efabench_record::hostname();
     let hosts = bs.all_gather(host.as_bytes()).map_err(from_bootstrap)?;
     let one_host = hosts.iter().all(|h| h == host.as_bytes());
     let available =

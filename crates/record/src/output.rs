@@ -383,7 +383,7 @@ fn summary_block(key: &GroupKey, st: &GroupStats) -> Vec<String> {
 /// Streams records to a writer (stdout in the CLI) in one [`Format`].
 ///
 /// ```
-/// use efabench_report::{Error, Format, Record, Sink};
+/// use efabench_record::{Error, Format, Record, Sink};
 ///
 /// fn show(records: &[Record]) -> Result<(), Error> {
 ///     let mut sink = Sink::stdout(Format::Table);
@@ -530,7 +530,7 @@ impl<W: Write> Sink<W> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::jsonl::tests::sample;
+    use crate::testing::sample;
 
     fn render(format: Format, records: &[Record]) -> String {
         let mut sink = Sink::new(format, Vec::new());
