@@ -213,6 +213,57 @@ fn compare_exit_codes_follow_the_tolerance() {
     assert_eq!(out.trim_end().lines().count(), 1);
 }
 
+/// Issue 14: a candidate that lacks most of the baseline's points (a run that crashed after a few
+/// sizes) used to exit 0 with "Result: OK". It fails now unless `--allow-missing`.
+#[test]
+fn compare_fails_when_the_candidate_lacks_baseline_points() {
+    let d = tempdir("comparemissing");
+    let (base, crashed) = (d.join("base.jsonl"), d.join("crashed.jsonl"));
+    write_sweep(&base, 1.0, None);
+    // The first 3 of the 20 sizes, identical to the baseline: no regression, 17 points missing.
+    let text: String = std::fs::read_to_string(&base)
+        .unwrap()
+        .lines()
+        .take(3)
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(&crashed, text).unwrap();
+    let p = |x: &PathBuf| x.to_str().unwrap().to_string();
+
+    let o = efabench(&["compare", &p(&base), &p(&crashed)]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(
+        out.contains("3 matched, 0 regression(s), 0 improvement(s), 17 missing from the candidate"),
+        "{out}"
+    );
+    assert!(
+        out.contains("# Result: FAILED (17 baseline point(s) missing from the candidate"),
+        "{out}"
+    );
+
+    let o = efabench(&["compare", &p(&base), &p(&crashed), "--format", "json"]);
+    assert_eq!(o.status.code(), Some(1));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        (j["result"].as_str(), j["missing"].as_u64()),
+        (Some("missing"), Some(17))
+    );
+
+    let o = efabench(&["compare", &p(&base), &p(&crashed), "--allow-missing"]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{out}");
+    assert!(
+        out.contains("17 missing from the candidate (allowed)"),
+        "{out}"
+    );
+    assert!(out.contains("# Result: OK"), "{out}");
+
+    // Points only the candidate has (a longer sweep) do not fail.
+    let o = efabench(&["compare", &p(&crashed), &p(&base)]);
+    assert_eq!(o.status.code(), Some(0));
+}
+
 #[test]
 fn compare_bad_input_exits_2() {
     let d = tempdir("comparebad");
