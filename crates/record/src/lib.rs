@@ -22,7 +22,10 @@ pub mod testing;
 pub mod util;
 
 pub use error::{Error, ErrorKind};
-pub use jsonl::{parse_records, read_files, read_records, validate_line, JsonlWriter};
+pub use jsonl::{
+    parse_records, parse_records_from, read_files, read_records, read_records_with_warnings,
+    validate_line, JsonlWriter, RecordsRead, MAX_LINE_BYTES,
+};
 pub use output::{Format, Sink};
 pub use record::{LatencySummary, Record, LATENCY_FIELDS, REQUIRED_FIELDS, SCHEMA};
 pub use util::{hostname, human_size, now_rfc3339, parse_size, rfc3339_from_unix};

@@ -11,7 +11,10 @@ pub mod plot;
 
 pub use efabench_record::{error, jsonl, output, record, util};
 pub use efabench_record::{hostname, human_size, now_rfc3339, parse_size, rfc3339_from_unix};
-pub use efabench_record::{parse_records, read_files, read_records, validate_line, JsonlWriter};
+pub use efabench_record::{
+    parse_records, parse_records_from, read_files, read_records, read_records_with_warnings,
+    validate_line, JsonlWriter, RecordsRead, MAX_LINE_BYTES,
+};
 pub use efabench_record::{Error, ErrorKind};
 pub use efabench_record::{Format, Sink};
 pub use efabench_record::{LatencySummary, Record, LATENCY_FIELDS, REQUIRED_FIELDS, SCHEMA};
