@@ -39,7 +39,7 @@ use efabench_gpu::buffer::{fill_async, mismatches_async, Counter};
 use efabench_gpu::ipc::{export, IpcMapping, IPC_HANDLE_LEN};
 use efabench_gpu::kernels::{kernel, Source};
 use efabench_gpu::{DeviceBuffer, Event, Gpu, GpuError, Kernel, MemKind, Shape, Stream};
-use efabench_report::Record;
+use efabench_record::Record;
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
 

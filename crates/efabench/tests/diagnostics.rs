@@ -284,6 +284,10 @@ fn bad_input_is_one_line_and_exit_2() {
         vec!["doctor", "--root", "/nonexistent/root"],
         vec!["doctor", "--root", &p4d, "--interval", "-1"],
         vec!["doctor", "--root", &p4d, "--fi-info", "/nonexistent"],
+        vec!["doctor", "--root", &p4d, "--fi-info", "/etc/passwd"],
+        vec!["topo", "--root", &p4d, "--fi-info", "/etc/passwd"],
+        vec!["topo", "--root", &p4d, "--fi-info", "/dev/zero"],
+        vec!["doctor", "--root", &p4d, "--fi-info", &p4d],
         vec!["counters", "--root", &p4d, "--watch", "0"],
         vec!["counters", "--root", &p4d, "--count", "3"],
         vec!["counters", "--root", &p4d, "--watch", "1", "--count", "0"],
@@ -298,5 +302,11 @@ fn bad_input_is_one_line_and_exit_2() {
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
         assert!(err.starts_with("efabench: "), "{err}");
+        if args.contains(&"--fi-info") {
+            // The file is named, and garbage is never taken for libfabric.
+            let file = args[args.len() - 1];
+            assert!(err.contains(&format!("--fi-info {file}")), "{err}");
+            assert!(!String::from_utf8_lossy(&o.stdout).contains("libfabric found"));
+        }
     }
 }

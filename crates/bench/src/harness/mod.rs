@@ -28,7 +28,7 @@ mod select;
 use std::time::Instant;
 
 use efabench_bootstrap::{Bootstrap, BootstrapError, LaunchFlags};
-use efabench_report::{JsonlWriter, Record, Sink};
+use efabench_record::{JsonlWriter, Record, Sink};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -236,7 +236,7 @@ fn run_connected<B: Benchmark>(
         }
         _ => None,
     };
-    let host = efabench_report::hostname();
+    let host = efabench_record::hostname();
     let hosts: Vec<String> = bs
         .all_gather(host.as_bytes())
         .map_err(from_bootstrap)?
@@ -294,7 +294,7 @@ fn run_connected<B: Benchmark>(
         extra: facts.extra.clone(),
     };
     let mut sink = (rank == 0).then(|| Sink::stdout(args.format));
-    if rank == 0 && args.format == efabench_report::Format::Table {
+    if rank == 0 && args.format == efabench_record::Format::Table {
         for line in &facts.header {
             println!("{line}");
         }

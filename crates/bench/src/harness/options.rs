@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use efabench_gpu::{GpuChoice, MemKind};
-use efabench_report::Format;
+use efabench_record::Format;
 
 use crate::error::BenchError;
 use crate::size::{parse_size, sweep};

@@ -9,7 +9,7 @@ use crate::error::CliError;
 use efabench_doctor::{
     memlock_from_limits, memlock_of_this_process, Inputs, LibfabricInput, Report, Status,
 };
-use efabench_topology::libfabric::{libfabric_files, parse_fi_info};
+use efabench_topology::libfabric::{libfabric_files, read_fi_info_file};
 use efabench_topology::Root;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -39,16 +39,13 @@ pub struct Args {
 /// direct query (`LibfabricInput::Found`).
 pub fn libfabric_input(root: &Root, fi_info: Option<&Path>) -> Result<LibfabricInput, CliError> {
     if let Some(f) = fi_info {
-        let text = std::fs::read_to_string(f).map_err(|e| {
+        // Checked, not only parsed: any text would otherwise read as "libfabric found".
+        let info = read_fi_info_file(f).map_err(|e| {
             CliError::usage(format!(
-                "--fi-info {}: {e}; give a file holding `fi_info --version; fi_info -p efa` output",
-                f.display()
+                "--fi-info {e}; give a file holding `fi_info --version; fi_info -p efa` output"
             ))
         })?;
-        return Ok(LibfabricInput::from_fi_info(
-            f.display().to_string(),
-            &parse_fi_info(&text),
-        ));
+        return Ok(LibfabricInput::from_fi_info(f.display().to_string(), &info));
     }
     let mut why = String::from("--root without --fi-info FILE");
     if root.is_system() {

@@ -7,7 +7,7 @@
 //! the gpu layer).
 
 use crate::error::CliError;
-use efabench_topology::libfabric::{parse_fi_info, LibfabricDomain};
+use efabench_topology::libfabric::{read_fi_info_file, LibfabricDomain};
 use efabench_topology::{Root, Topology};
 use std::path::PathBuf;
 
@@ -45,13 +45,13 @@ pub fn libfabric_domains(
     fi_info: Option<&std::path::Path>,
 ) -> Result<Option<Vec<LibfabricDomain>>, CliError> {
     if let Some(f) = fi_info {
-        let text = std::fs::read_to_string(f).map_err(|e| {
+        // Checked, not only parsed: any text would otherwise read as libfabric's answer.
+        let info = read_fi_info_file(f).map_err(|e| {
             CliError::usage(format!(
-                "--fi-info {}: {e}; give a file holding `fi_info -p efa` output",
-                f.display()
+                "--fi-info {e}; give a file holding `fi_info -p efa` output"
             ))
         })?;
-        return Ok(Some(parse_fi_info(&text).efa().cloned().collect()));
+        return Ok(Some(info.efa().cloned().collect()));
     }
     if !root.is_system() {
         return Ok(None);
