@@ -1040,13 +1040,32 @@ impl Rail {
         source: u16,
         n: usize,
     ) -> impl Future<Output = Vec<u16>> + use<'_> {
+        self.count_remote(n, move |d| d.source == source)
+    }
+
+    /// Resolves once `n` remote CQ data completions carrying exactly `data` (source and tag)
+    /// have arrived, consuming them: pplx-garden's `ImmCounter` keyed by the whole value, for
+    /// protocols that number their steps in the tag and must not take step *s+1*'s notification
+    /// for step *s*'s.
+    pub fn wait_remote_exact(&self, data: CqData, n: usize) -> impl Future<Output = ()> + use<'_> {
+        let count = self.count_remote(n, move |d| d == data);
+        async move {
+            count.await;
+        }
+    }
+
+    fn count_remote<M: FnMut(CqData) -> bool>(
+        &self,
+        n: usize,
+        mut matches: M,
+    ) -> impl Future<Output = Vec<u16>> + use<'_, M> {
         let mut tags = Vec::with_capacity(n);
         futures_lite::future::poll_fn(move |_| {
             let mut st = self.state.borrow_mut();
             let mut i = 0;
             while tags.len() < n && i < st.remote.len() {
                 let d = CqData::from_u64(st.remote[i].data);
-                if d.source == source {
+                if matches(d) {
                     st.remote.remove(i);
                     tags.push(d.tag);
                 } else {
