@@ -469,6 +469,22 @@ fn rank_main(b: &Bootstrap, args: &[String]) -> Result<(), String> {
             "# faster: one-thread in {} configurations, thread-per-rail in {}",
             wins[0], wins[1]
         );
+        let ratios: Vec<String> = RAILS
+            .iter()
+            .map(|&nr| {
+                let logs: Vec<f64> = results
+                    .chunks(2)
+                    .filter(|p| p[0].rails == nr)
+                    .map(|p| (median(&p[1].gbps) / median(&p[0].gbps)).ln())
+                    .collect();
+                let gm = (logs.iter().sum::<f64>() / logs.len() as f64).exp();
+                format!("{nr} rail(s) {gm:.2}")
+            })
+            .collect();
+        println!(
+            "# thread-per-rail / one-thread, geometric mean of the median ratios: {}",
+            ratios.join(", ")
+        );
     }
     b.barrier().map_err(|e| e.to_string())
 }

@@ -19,6 +19,20 @@ const _: () = {
     assert_send::<RailGroup>();
 };
 
+/// Compile-time: a rail is still not `Sync` (one thread drives it). The call below is ambiguous,
+/// and fails to compile, if `Rail: Sync`.
+#[test]
+fn rail_is_not_sync() {
+    trait AmbiguousIfSync<A> {
+        fn check() {}
+    }
+    impl<T: ?Sized> AmbiguousIfSync<()> for T {}
+    #[allow(dead_code)]
+    struct IsSync;
+    impl<T: ?Sized + Sync> AmbiguousIfSync<IsSync> for T {}
+    <Rail as AmbiguousIfSync<_>>::check();
+}
+
 fn offered(provider: &str) -> Vec<efabench_fabric::ProviderInfo> {
     load_library(None).expect("libfabric must be loadable for this test");
     let v = get_info(&Hints::provider(provider)).expect("get_info");
