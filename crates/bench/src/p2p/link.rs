@@ -383,7 +383,7 @@ impl Link {
     /// Stripes a message of `size` bytes is cut into (1 for round-robin).
     pub fn stripes(&self, size: usize) -> usize {
         match self.strategy {
-            Strategy::Split => efabench_fabric::split(size, self.group.len(), 0).len(),
+            Strategy::Split => efabench_fabric::route::stripe_count(size, self.group.len()),
             Strategy::RoundRobin => 1,
         }
     }
