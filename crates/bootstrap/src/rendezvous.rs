@@ -24,9 +24,10 @@
 //! [`wire::MAX_HELLO`] bytes and a few seconds, the number of strangers being served at once is
 //! capped, and a refusal never touches the job's state.
 
+use std::collections::VecDeque;
 use std::io::{self, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -122,7 +123,8 @@ struct Shared {
     token: String,
     timeout: Duration,
     heartbeat: Duration,
-    pending: AtomicUsize,
+    /// Connections that have not presented a valid hello yet, oldest first.
+    strangers: Mutex<Strangers>,
     writers: Mutex<Vec<JoinHandle<()>>>,
     /// This process's progress count, bumped by [`ProgressHandle::tick`]; a rank's heartbeats
     /// carry it to rank 0.
@@ -179,7 +181,7 @@ impl Shared {
             token,
             timeout,
             heartbeat: heartbeat_for(timeout),
-            pending: AtomicUsize::new(0),
+            strangers: Mutex::new(Strangers::default()),
             writers: Mutex::new(Vec::new()),
             progress: Arc::new(AtomicU64::new(0)),
             job_activity: AtomicU64::new(0),
@@ -412,8 +414,62 @@ fn start_hub(info: &RankInfo, rdzv: &str, timeout: Duration) -> Result<Bootstrap
     Ok(b)
 }
 
+/// Unauthenticated connections being served, so that a flood of idle ones cannot lock a real
+/// rank out: when the cap is reached the *oldest* stranger is cut off (a real rank sends its
+/// hello right after connecting, so it is never the oldest for long), and every stranger has
+/// [`HELLO_DEADLINE`] in all to present its hello.
+#[derive(Default)]
+struct Strangers {
+    next_id: u64,
+    list: VecDeque<(u64, TcpStream)>,
+}
+
+/// Most strangers served at once, on top of the world size.
+const STRANGERS_OVER_WORLD: usize = 64;
+/// Longest time a connection may take to send its whole hello (bounded by the timeout too).
+const HELLO_DEADLINE: Duration = Duration::from_secs(5);
+
+impl Strangers {
+    /// Register a new stranger, cutting off the oldest when `cap` are already waiting.
+    fn admit(&mut self, stream: &TcpStream, cap: usize) -> Option<u64> {
+        while self.list.len() >= cap.max(1) {
+            if let Some((_, oldest)) = self.list.pop_front() {
+                let _ = oldest.shutdown(Shutdown::Both);
+            }
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        self.list.push_back((id, stream.try_clone().ok()?));
+        Some(id)
+    }
+    /// Stop tracking `id`; false if it had been cut off already.
+    fn forget(&mut self, id: u64) -> bool {
+        let before = self.list.len();
+        self.list.retain(|(i, _)| *i != id);
+        self.list.len() != before
+    }
+}
+
+/// Reads that all end by one deadline, however slowly the bytes trickle in.
+struct DeadlineReader<'a> {
+    stream: &'a TcpStream,
+    deadline: Instant,
+}
+
+impl io::Read for DeadlineReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::Error::new(io::ErrorKind::TimedOut, "hello deadline"));
+        }
+        self.stream.set_read_timeout(Some(left))?;
+        let mut s = self.stream;
+        io::Read::read(&mut s, buf)
+    }
+}
+
 fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
-    let cap = shared.world as usize + 64;
+    let cap = shared.world as usize + STRANGERS_OVER_WORLD;
     for conn in listener.incoming() {
         if shared.closing.load(Ordering::Acquire) {
             break;
@@ -426,20 +482,19 @@ fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
                 continue;
             }
         };
-        if shared.pending.fetch_add(1, Ordering::AcqRel) >= cap {
-            shared.pending.fetch_sub(1, Ordering::AcqRel);
-            continue; // dropped: too many strangers at once
-        }
+        let Some(id) = lock(&shared.strangers).admit(&stream, cap) else {
+            continue;
+        };
         let s = shared.clone();
         let spawned = shared.spawn("rdzv-peer".into(), move || {
-            let who = handshake(&s, stream);
-            s.pending.fetch_sub(1, Ordering::AcqRel);
+            let who = handshake(&s, stream, id);
+            lock(&s.strangers).forget(id);
             if let Some((rank, stream)) = who {
                 hub_reader(&s, rank, stream);
             }
         });
         if spawned.is_err() {
-            shared.pending.fetch_sub(1, Ordering::AcqRel);
+            lock(&shared.strangers).forget(id);
         }
     }
 }
@@ -452,12 +507,20 @@ fn refuse(stream: &mut TcpStream, reason: &str) {
 }
 
 /// Check a stranger's hello; on success register it and return its rank and stream.
-fn handshake(shared: &Arc<Shared>, mut stream: TcpStream) -> Option<(u32, TcpStream)> {
-    let hello_timeout = shared.timeout.min(Duration::from_secs(10));
+fn handshake(shared: &Arc<Shared>, mut stream: TcpStream, id: u64) -> Option<(u32, TcpStream)> {
+    let hello_timeout = shared.timeout.min(HELLO_DEADLINE);
     let _ = stream.set_nodelay(true);
-    stream.set_read_timeout(Some(hello_timeout)).ok()?;
     stream.set_write_timeout(Some(hello_timeout)).ok()?;
-    let (kind, payload) = wire::read_frame(&mut stream, wire::MAX_HELLO).ok()?;
+    let mut reader = DeadlineReader {
+        stream: &stream,
+        deadline: Instant::now() + hello_timeout,
+    };
+    let (kind, payload) = wire::read_frame(&mut reader, wire::MAX_HELLO).ok()?;
+    // It said its piece: no longer a stranger to cut off. If it was cut off meanwhile, its
+    // socket is shut down, so it must not become a rank (it will connect again).
+    if !lock(&shared.strangers).forget(id) {
+        return None;
+    }
     if kind != wire::T_HELLO {
         refuse(&mut stream, "expected an efabench hello");
         return None;

@@ -715,6 +715,34 @@ fn random_and_truncated_bytes_do_not_disturb_the_rendezvous() {
     );
 }
 
+fn idle_connections_do_not_lock_the_last_rank_out() {
+    let rdzv = free_rdzv();
+    let hub = hub_thread(&rdzv);
+    let until = Instant::now() + Duration::from_secs(20);
+    while TcpStream::connect(&rdzv).is_err() {
+        assert!(Instant::now() < until, "rank 0 never listened");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // 200 connections that never say anything, held open while the last rank joins.
+    let idle: Vec<TcpStream> = (0..200)
+        .map(|_| TcpStream::connect(&rdzv).expect("connect"))
+        .collect();
+    let t0 = Instant::now();
+    let b = Bootstrap::connect(&info(1, 2, &rdzv, "good-token"), Duration::from_secs(20)).unwrap();
+    let took = t0.elapsed();
+    assert!(
+        took < Duration::from_secs(4),
+        "the last rank needed {took:?} to get in"
+    );
+    assert_eq!(
+        b.all_gather(b"one").unwrap(),
+        vec![b"zero".to_vec(), b"one".to_vec()]
+    );
+    b.barrier().unwrap();
+    hub.join().unwrap().unwrap();
+    drop(idle);
+}
+
 fn abort_reaches_every_rank_with_its_reason() {
     let rdzv = free_rdzv();
     let handles: Vec<_> = (0..3)
@@ -1031,6 +1059,10 @@ fn main() {
         (
             "random_and_truncated_bytes_do_not_disturb_the_rendezvous",
             random_and_truncated_bytes_do_not_disturb_the_rendezvous,
+        ),
+        (
+            "idle_connections_do_not_lock_the_last_rank_out",
+            idle_connections_do_not_lock_the_last_rank_out,
         ),
         (
             "abort_reaches_every_rank_with_its_reason",
