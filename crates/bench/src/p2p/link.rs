@@ -32,7 +32,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use efabench_bootstrap::Health;
+use efabench_bootstrap::{Health, ProgressHandle};
 use efabench_fabric::{
     Completion as FiCompletion, GroupPeer, GroupRegion, HostBuffer, MemoryBuffer, MrPath,
     RailGroup, RegionDescriptor,
@@ -195,6 +195,7 @@ pub struct Link {
     counting: bool,
     timeout: Duration,
     health: Health,
+    progress: ProgressHandle,
     scratch: Vec<u8>,
     /// The payload pattern's position stream, computed once per size.
     stream: pattern::Stream,
@@ -210,7 +211,7 @@ impl Link {
         (out, inbox): (Payload, Payload),
         mr: MrPath,
         timeout: Duration,
-        health: Health,
+        (health, progress): (Health, ProgressHandle),
     ) -> Result<Self, LinkError> {
         let ctrl_slots = 8;
         let ctrl = HostBuffer::new(16 * ctrl_slots)
@@ -264,6 +265,7 @@ impl Link {
             counting: false,
             timeout,
             health,
+            progress,
             scratch: Vec::new(),
             stream: pattern::Stream::default(),
             corrupt_once: std::env::var_os(CORRUPT_ENV).is_some(),
@@ -653,6 +655,9 @@ impl Link {
                 got |= n > 0;
             }
             if got {
+                // Tells the bootstrap this rank moves: idle ranks waiting in a collective meanwhile
+                // are not timed out (waits time out on lack of progress, not step length).
+                self.progress.tick();
                 return Ok(());
             }
             spins += 1;
