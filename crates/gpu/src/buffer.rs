@@ -24,6 +24,7 @@
 //! * a slice exists only through `&mut self` ([`HostBuffer::as_mut_slice`], `fill_pattern`),
 //!   which the borrow checker keeps apart from every `&self` copy and from registration (a rail
 //!   holds an `Arc` clone, so no `&mut` can be had while it is registered).
+//!
 //! Host-accessible allocations are rounded up to whole 8-byte words for this reason.
 
 use crate::driver::{check, driver, Gpu, Shape, Stream};
@@ -107,6 +108,16 @@ pub trait GpuBuffer: MemoryBuffer {
     fn read_at(&self, off: usize, dst: &mut [u8]) -> Result<(), GpuError> {
         host_only(self.kind())?;
         host_read(self.kind().name(), self.as_ptr(), self.len(), off, dst)
+    }
+    /// Waits until every copy this process has queued on the buffer's GPU has finished — the
+    /// benchmark's own and libfabric's: the shm provider's CUDA IPC path (and its bounce-buffer
+    /// path) copies device memory with `cudaMemcpy` on the legacy stream of the same primary
+    /// context, and a device-to-device `cudaMemcpy` returns (and libfabric reports the
+    /// completion) before the bytes have landed. A benchmark that stops its clock at a completion
+    /// must call this first, or it times the queueing of copies, not the copies. Host kinds have
+    /// nothing queued: a no-op.
+    fn settle(&self) -> Result<(), GpuError> {
+        Ok(())
     }
 }
 
@@ -302,6 +313,9 @@ impl HostBuffer {
     /// b.write_at(0, &[1, 2, 3]).unwrap();
     /// assert_eq!(view[0], 0);
     /// ```
+    ///
+    /// (Stable rustdoc does not check the error codes named above; the passing example below
+    /// has the same setup, so each failure comes from its marked line.)
     ///
     /// What works: copy out through `&self`, or mutate through `&mut self`.
     ///
@@ -636,6 +650,9 @@ impl GpuBuffer for DeviceBuffer {
     fn mismatches(&self, seed: u64) -> Result<u64, GpuError> {
         mismatches_on_gpu(&self.gpu, self.ptr, self.len, seed)
     }
+    /// `cuMemcpyHtoD`, then a context synchronisation: from pageable memory the copy returns
+    /// once the bytes are staged, before they reach device memory, and another process (a peer
+    /// reading through CUDA IPC, as shm does) or the NIC (GPUDirect RDMA) would read stale bytes.
     fn write_at(&self, off: usize, src: &[u8]) -> Result<(), GpuError> {
         check_range("cuda", self.len, off, src.len())?;
         self.gpu.bind()?;
@@ -647,7 +664,11 @@ impl GpuBuffer for DeviceBuffer {
                 src.as_ptr() as *const c_void,
                 src.len(),
             )
-        })
+        })?;
+        self.gpu.synchronize()
+    }
+    fn settle(&self) -> Result<(), GpuError> {
+        self.gpu.synchronize()
     }
     fn read_at(&self, off: usize, dst: &mut [u8]) -> Result<(), GpuError> {
         check_range("cuda", self.len, off, dst.len())?;
@@ -747,6 +768,9 @@ impl GpuBuffer for ManagedBuffer {
     }
     fn device_ptr(&self) -> Option<u64> {
         Some(self.ptr)
+    }
+    fn settle(&self) -> Result<(), GpuError> {
+        self.gpu.synchronize()
     }
 }
 
