@@ -97,7 +97,8 @@ list=$(IFS=,; echo "${sizes[*]}")
 port=$((20000 + RANDOM % 20000))
 
 log() { echo "$*" | tee -a "$raw"; }
-log "# $(date -u +%FT%TZ) $MACHINE, libfabric $(fi_info_v=$("$LF_PREFIX/bin/fi_info" --version 2>/dev/null | sed -n 's/^libfabric: //p'); echo "$fi_info_v") at $LF_PREFIX"
+lfver=$("$LF_PREFIX/bin/fi_info" --version 2>/dev/null | sed -n 's/^libfabric: //p')
+log "# $(date -u +%FT%TZ) $MACHINE, libfabric ${lfver:-?} at $LF_PREFIX"
 log "# efabench $("$EFABENCH" --version 2>/dev/null); GPU=$GPU PEER_GPU=$PEER_GPU MR=${MR:-} EFA_ENV='${EFA_ENV:-}' EFA_OPTS='${EFA_OPTS:-}' FT_OPTS='${FT_OPTS:-}' REPEATS=$REPEATS"
 
 # efabench: one launch per (bench, mem, repeat) over all sizes; prints "size value" lines.
@@ -118,9 +119,9 @@ run_efabench() { # bench mem
   env ${EFA_ENV:-} timeout "${RUN_TIMEOUT:-120}" "$EFABENCH" launch -n 2 -- "${args[@]}" "${mr_opt[@]}" ${EFA_OPTS:-} \
     >>"$raw" 2>&1 || echo "# efabench $b $m failed (exit $?)" | tee -a "$raw" >&2
   [ -s "$out" ] || return 0
-  python3 - "$out" "$b" "${EFA_ENV:-}" "${EFA_OPTS:-}" "${MR:-}" <<'EOF' 2>>"$raw"
+  python3 - "$out" "$b" <<'EOF' 2>>"$raw"
 import json, sys
-path, bench, env, opts, mr = sys.argv[1:]
+path, bench = sys.argv[1:]
 for line in open(path):
     r = json.loads(line)
     if bench == "lat":
