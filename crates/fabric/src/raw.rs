@@ -518,6 +518,9 @@ impl RawRail {
             Hmem::Cuda { device } => {
                 attr.iface = sys::FI_HMEM_CUDA;
                 attr.device.cuda = device;
+                if buf.device_only() {
+                    flags |= sys::FI_HMEM_DEVICE_ONLY;
+                }
             }
         }
         if let (Some(d), true) = (buf.dmabuf(), use_dmabuf) {

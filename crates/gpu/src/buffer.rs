@@ -638,6 +638,9 @@ unsafe impl MemoryBuffer for DeviceBuffer {
     fn dmabuf(&self) -> Option<DmabufHandle> {
         self.dmabuf
     }
+    fn device_only(&self) -> bool {
+        true
+    }
 }
 
 impl GpuBuffer for DeviceBuffer {
@@ -921,6 +924,9 @@ unsafe impl MemoryBuffer for Box<dyn GpuBuffer> {
     }
     fn dmabuf(&self) -> Option<DmabufHandle> {
         (**self).dmabuf()
+    }
+    fn device_only(&self) -> bool {
+        (**self).device_only()
     }
 }
 

@@ -286,7 +286,22 @@ fn run_connected<B: Benchmark>(
         ctx.fabric = Some(plan);
     }
 
-    let facts = bench.setup(&ctx)?;
+    let mut facts = bench.setup(&ctx)?;
+    if let Some(d) = ctx.device {
+        // Placement decides GPU latency (two ranks on one GPU are time-sliced): say where each
+        // rank's buffers were.
+        let all = bs.all_gather(&d.to_le_bytes()).map_err(from_bootstrap)?;
+        let gpus: Vec<Value> = all
+            .iter()
+            .map(|b| {
+                b.as_slice()
+                    .try_into()
+                    .map(|w| Value::from(i32::from_le_bytes(w)))
+                    .unwrap_or(Value::Null)
+            })
+            .collect();
+        facts.extra.insert("gpus".into(), Value::Array(gpus));
+    }
     let specs = bench.points(&ctx)?;
     let run = RunInfo {
         bench: bench.name().to_string(),

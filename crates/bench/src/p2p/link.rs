@@ -272,9 +272,15 @@ impl Link {
         })
     }
 
-    /// Which registration path the payload took (`dmabuf`, `va` or `host`).
-    pub fn mr_path(&self) -> &'static str {
-        self.out_reg.path_taken()
+    /// Which registration path the payload took (`dmabuf`, `va` or `host`), with
+    /// `+device-only` when it was registered with `FI_HMEM_DEVICE_ONLY` (device memory).
+    pub fn mr_path(&self) -> String {
+        let path = self.out_reg.path_taken();
+        if MemoryBuffer::device_only(&**self.out) {
+            format!("{path}+device-only")
+        } else {
+            path.to_string()
+        }
     }
 
     /// Bytes of each payload buffer.
@@ -466,6 +472,16 @@ impl Link {
             self.scratch[size / 2] ^= 0x5A;
         }
         self.stream.mismatches(&self.scratch, seed)
+    }
+
+    /// Waits until data that completions reported has really landed in `inbox`. On shm's CUDA
+    /// IPC path the receiving process only *queues* a device-to-device copy and reports the
+    /// completion at once, so a clock stopped at the completion times the queueing (it once
+    /// read 1624 GB/s over a 450 GB/s NVLink). A no-op for host memory.
+    pub fn settle(&self) -> Result<(), LinkError> {
+        self.inbox
+            .settle()
+            .map_err(|e| LinkError::Failed(format!("waiting for the GPU copies to land: {e}")))
     }
 
     // ----------------------------------------------------------------- operations
