@@ -18,6 +18,8 @@
 pub mod error;
 pub mod jsonl;
 pub mod output;
+#[cfg(test)]
+mod proptests;
 pub mod record;
 #[cfg(any(test, feature = "test-util"))]
 pub mod testing;
