@@ -23,7 +23,12 @@ pub struct Args {
     #[arg(long, value_name = "DIR", default_value = "/")]
     pub root: PathBuf,
     /// Seconds between the two hw_counters snapshots used to see whether error counters rise.
-    #[arg(long, value_name = "SECS", default_value_t = 1.0)]
+    #[arg(
+        long,
+        value_name = "SECS",
+        default_value_t = 1.0,
+        allow_hyphen_values = true
+    )]
     pub interval: f64,
     /// An NCCL_DEBUG=INFO log to check: did NCCL use aws-ofi-nccl on the efa provider?
     #[arg(long, value_name = "FILE")]
@@ -82,7 +87,7 @@ pub fn run(args: Args) -> Result<i32, CliError> {
     if !args.interval.is_finite() || args.interval < 0.0 || args.interval > 3600.0 {
         return Err(CliError::usage(format!(
             "--interval {}: give seconds between 0 and 3600 (0 = one counter snapshot)",
-            args.interval
+            super::topo::shown(&args.interval.to_string())
         )));
     }
     let nccl_log = match &args.nccl_log {

@@ -33,6 +33,21 @@ pub fn emit(text: &str) -> bool {
     out.write_all(text.as_bytes()).is_ok() && out.flush().is_ok()
 }
 
+/// A user-given value as an error message quotes it: at most 40 characters (a 100 KB argument
+/// must not come back whole) with control characters escaped.
+pub fn shown(value: &str) -> String {
+    let mut s: String = value
+        .chars()
+        .take(40)
+        .collect::<String>()
+        .escape_debug()
+        .to_string();
+    if value.chars().nth(40).is_some() {
+        s.push('…');
+    }
+    s
+}
+
 /// Open `--root`, or a one-line usage error.
 pub fn open_root(dir: &std::path::Path) -> Result<Root, CliError> {
     Root::new(dir).map_err(|e| CliError::usage(e.to_string()))
