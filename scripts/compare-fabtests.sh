@@ -10,10 +10,10 @@
 #   lat       sendrecv --variant pingpong, one-way      fi_rdm_pingpong usec/xfer (one-way)
 #
 # What is NOT the same, and cannot be made so from the command line:
-# - footprint: fabtests' window of 64 reuses ONE buffer of the message size; efabench gives each
-#   message of the window its own slot (window x size distinct bytes, capped at 64 MiB per
-#   buffer, so large messages get fewer slots: 16 MiB -> window 4, 64 MiB -> window 2). For host
-#   memory fabtests' 1 MiB x 64 stays in the CPU caches where efabench's 64 MiB does not.
+# - footprint: fabtests' window of 64 reuses ONE buffer of the message size; efabench bounds the
+#   distinct bytes of a window with --footprint (default 1M: one slot from 1 MiB up, up to 64
+#   slots below). EFA_OPTS="--footprint 4K" gives efabench fabtests' one-buffer layout at every
+#   size from 4 KiB (the parity runs use it, and say so).
 # - pinned memory: fabtests has no pinned (cuMemHostAlloc) kind; efabench's pinned column is
 #   compared with fabtests' host memory.
 # - verification: efabench checks every payload by default (outside the timed interval);
