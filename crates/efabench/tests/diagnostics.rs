@@ -291,6 +291,8 @@ fn bad_input_is_one_line_and_exit_2() {
         vec!["counters", "--root", &p4d, "--watch", "1", "--count", "-1"],
         vec!["doctor", "--root", &p4d, "--fi-info", "/nonexistent"],
         vec!["doctor", "--root", &p4d, "--fi-info", "/etc/passwd"],
+        vec!["doctor", "--root", &p4d, "--nccl-log", "/dev/zero"],
+        vec!["doctor", "--root", &p4d, "--nccl-log", &p4d],
         vec!["topo", "--root", &p4d, "--fi-info", "/etc/passwd"],
         vec!["topo", "--root", &p4d, "--fi-info", "/dev/zero"],
         vec!["doctor", "--root", &p4d, "--fi-info", &p4d],

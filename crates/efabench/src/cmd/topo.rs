@@ -13,7 +13,7 @@ use std::path::PathBuf;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Print JSON (shape in DESIGN.md) instead of tables.
+    /// Print JSON (shape in docs/json.md) instead of tables.
     #[arg(long)]
     pub json: bool,
     /// Directory that stands for / (a fixture tree or a copy of another node's files).
