@@ -614,7 +614,8 @@ impl Drop for DeviceBuffer {
             // SAFETY: fd was returned by the driver for this buffer and is closed once.
             unsafe { libc::close(d.fd) };
         }
-        if self.gpu.bind().is_ok() {
+        // Kernels and copies queued by the safe launches may still use the buffer: wait first.
+        if self.gpu.bind().is_ok() && self.gpu.synchronize().is_ok() {
             // SAFETY: ptr came from cuMemAlloc and is freed once.
             let _ = unsafe { sys::cuMemFree_v2(self.ptr) };
         }
@@ -892,10 +893,56 @@ impl Counter {
 
 impl Drop for Counter {
     fn drop(&mut self) {
-        if self.gpu.bind().is_ok() {
+        // Kernels queued by the safe launches may still use the counter: wait for them.
+        if self.gpu.bind().is_ok() && self.gpu.synchronize().is_ok() {
             // SAFETY: ptr came from cuMemAlloc and is freed once.
             let _ = unsafe { sys::cuMemFree_v2(self.ptr) };
         }
+    }
+}
+
+/// Queues a fill of the first `len` bytes of `buf` with the pattern of `seed` on `stream` (the
+/// safe, checked form of [`fill_async`]; `buf`'s drop waits for the GPU, so the fill cannot
+/// outlive it).
+pub fn fill(stream: &Stream, buf: &DeviceBuffer, len: usize, seed: u64) -> Result<(), GpuError> {
+    check_range("cuda", buf.len(), 0, len)?;
+    same_device(stream, &buf.gpu)?;
+    // SAFETY: len bytes of buf are a live allocation of the stream's GPU (checked above).
+    unsafe { fill_async(stream, buf.ptr(), len, seed) }
+}
+
+/// Queues a count of the words of the first `len` bytes of `buf` that differ from the pattern
+/// of `seed`, added to `counter` (the safe form of [`mismatches_async`]).
+pub fn count_mismatches(
+    stream: &Stream,
+    buf: &DeviceBuffer,
+    len: usize,
+    seed: u64,
+    counter: &Counter,
+) -> Result<(), GpuError> {
+    check_range("cuda", buf.len(), 0, len)?;
+    same_device(stream, &buf.gpu)?;
+    same_device(stream, &counter.gpu)?;
+    // SAFETY: len bytes of buf are live memory of this GPU (checked); counter is a live u64 of
+    // it; both are freed only after their drops synchronise the GPU.
+    unsafe { mismatches_async(stream, buf.ptr(), len, seed, counter.ptr()) }
+}
+
+fn same_device(stream: &Stream, gpu: &Gpu) -> Result<(), GpuError> {
+    if stream.gpu().ordinal != gpu.ordinal {
+        return Err(GpuError::Invalid(format!(
+            "the stream is on GPU {} but the memory on GPU {}",
+            stream.gpu().ordinal,
+            gpu.ordinal
+        )));
+    }
+    Ok(())
+}
+
+impl Counter {
+    /// The GPU of the counter.
+    pub fn gpu(&self) -> &Arc<Gpu> {
+        &self.gpu
     }
 }
 
