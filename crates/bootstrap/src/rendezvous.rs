@@ -93,6 +93,8 @@ struct HubState {
     peers: Vec<Option<Peer>>,
     /// The last progress count each rank's heartbeat carried (index 0: rank 0's own counter).
     progress_seen: Vec<u64>,
+    /// When rank 0 last received anything from each rank (heartbeat or message).
+    last_heard: Vec<Option<Instant>>,
     connected: u32,
     next_seq: u64,
     round: Option<Round>,
@@ -370,6 +372,7 @@ fn start_hub(info: &RankInfo, rdzv: &str, timeout: Duration) -> Result<Bootstrap
     lock(&shared.state).hub = Some(HubState {
         peers: (0..info.world).map(|_| None).collect(),
         progress_seen: vec![0; info.world as usize],
+        last_heard: vec![None; info.world as usize],
         connected: 0,
         next_seq: 1,
         round: None,
@@ -620,7 +623,12 @@ fn hub_reader(shared: &Arc<Shared>, rank: u32, mut stream: TcpStream) {
     let max = wire::MAX_BLOB as u32 + 64;
     loop {
         let (kind, payload) = match wire::read_frame(&mut stream, max) {
-            Ok(f) => f,
+            Ok(f) => {
+                if let Some(h) = lock(&shared.state).hub.as_mut() {
+                    h.last_heard[rank as usize] = Some(Instant::now());
+                }
+                f
+            }
             Err(e) => {
                 if shared.closing.load(Ordering::Acquire) || peer_left(shared, rank) {
                     return;
@@ -853,11 +861,24 @@ fn monitor_loop(shared: Arc<Shared>) {
             if last_move.elapsed() <= timeout {
                 return None;
             }
-            let missing = (0..shared.world)
+            let missing: Vec<u32> = (0..shared.world)
                 .filter(|&r| round.blobs[r as usize].is_none())
                 .collect();
             Some((format!("{} #{}", round.op.name(), round.seq), missing))
         });
+        // A missing rank that has also stopped sending heartbeats is frozen, not slow: name it
+        // as such (its reader would say so a moment later anyway).
+        let silent = expired.as_ref().and_then(|(_, missing)| {
+            let hub = st.hub.as_ref()?;
+            missing.iter().find_map(|&r| {
+                let quiet = hub.last_heard[r as usize]?.elapsed();
+                (r != 0 && quiet > (shared.heartbeat * 4).max(timeout / 2)).then_some((r, quiet))
+            })
+        });
+        if let Some((rank, silent_for)) = silent {
+            shared.report_locked(&mut st, BootstrapError::PeerSilent { rank, silent_for });
+            return;
+        }
         if let Some((op, waiting_for)) = expired {
             shared.report_locked(
                 &mut st,
@@ -1388,6 +1409,33 @@ impl Bootstrap {
         if let Err(e) = spawned {
             // Without the thread the job still fails through `check`; say what is missing.
             eprintln!("efabench: rank {rank}: cannot start the watchdog thread ({e})");
+        }
+    }
+
+    /// The job's failure, waiting at most `within` for the bootstrap to learn of one.
+    ///
+    /// For the data path's own timeouts: when a send or a completion times out because the
+    /// peer froze or died, the bootstrap usually learns the real cause ("rank 2 stopped
+    /// answering") within a heartbeat or two. Returning that instead of the data path's error
+    /// ("timed out waiting for fi_inject") names the rank on every rank. Returns `None` when the
+    /// bootstrap saw nothing wrong (the data path's error is then the real one).
+    pub fn failure_within(&self, within: Duration) -> Option<BootstrapError> {
+        let deadline = Instant::now() + within;
+        let mut st = lock(&self.shared.state);
+        loop {
+            if let Some(e) = &st.failure {
+                return Some(e.clone());
+            }
+            let now = Instant::now();
+            if now >= deadline || self.shared.closing.load(Ordering::Acquire) {
+                return None;
+            }
+            st = self
+                .shared
+                .cv
+                .wait_timeout(st, deadline - now)
+                .map(|(g, _)| g)
+                .unwrap_or_else(|e| e.into_inner().0);
         }
     }
 
