@@ -23,7 +23,7 @@ fn main() {
     let batch: u32 = std::env::var("BATCH")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(16);
+        .unwrap_or(0);
     let release = std::env::var("RELEASE").map(|v| v != "0").unwrap_or(true);
     let gpu = match efabench_gpu::driver().and_then(|_| efabench_gpu::Gpu::open(0)) {
         Ok(g) => g,
@@ -73,6 +73,10 @@ fn main() {
                     }
                     cfg.batch = batch;
                     cfg.release = release;
+                    if let Ok(p) = std::env::var("POLL") {
+                        cfg.tail_poll = p.parse().unwrap();
+                    }
+                    cfg.poll_sleep_ns = std::env::var("SLEEP").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
                     cfg.salt = salt;
                     salt += 1;
                     cfg.cpus = cpus
@@ -84,10 +88,10 @@ fn main() {
                     let t = std::time::Instant::now();
                     match measure(&gpu, &cfg) {
                         Ok(m) => println!(
-                            "{:>9} {:>8} {:>2} {:>8} {:>9} {:>10.3} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>6} {:>5} {:?} wall={:.2}s per_consumer={:?} err={:?}",
+                            "{:>9} {:>8} {:>2} {:>8} {:>9} {:>10.3} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>6} {:>5} {:?} b={} {} wall={:.2}s per_consumer={:?} err={:?}",
                             ring.name(), shape.to_string(), c, mode.name(), m.received, m.msg_rate_mops,
                             m.latency.p50 / 1e3, m.latency.p99 / 1e3, m.latency.max / 1e3, m.latency.mean / 1e3,
-                            m.errors.total(), m.truncated, m.timer_step_ns, t.elapsed().as_secs_f64(), m.per_consumer, m.errors
+                            m.errors.total(), m.truncated, m.timer_step_ns, m.batch, m.tail_poll, t.elapsed().as_secs_f64(), m.per_consumer, m.errors
                         ),
                         Err(e) => println!("{:>9} {:>8} {:>2} {:>8} error: {e}", ring.name(), shape.to_string(), c, mode.name()),
                     }

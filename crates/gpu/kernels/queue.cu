@@ -42,6 +42,8 @@ struct FifoParams {
     efa_u64 blocking;
     efa_u64 release;     // fence.sc.sys before publishing each batch (orders earlier data writes)
     efa_u64 salt;
+    efa_u64 direct;      // poll the consumers' tails themselves (few warps) instead of the cache;
+                         // above 1: nanoseconds to sleep between polls
 };
 
 struct VyukovParams {
@@ -97,13 +99,23 @@ __device__ void efa_refresh(const FifoParams& p) {
 }
 
 __device__ __forceinline__ efa_u64 efa_owner(efa_u64 pos, const FifoParams& p) {
-    return (pos >> p.chunk_log2) % p.consumers;
+    // 32-bit modulo: chunk numbers stay below 2^32 in any run (2^40 positions).
+    return (efa_u32)(pos >> p.chunk_log2) % (efa_u32)p.consumers;
 }
 
 // Waits until the cached tail of consumer c passes `need` (tail > need). False when killed.
 __device__ bool efa_wait_tail(const FifoParams& p, efa_u64 c, efa_u64 need) {
     efa_u64* st = (efa_u64*)p.state;
     unsigned spins = 0;
+    if (p.direct) {
+        // Few waiters: read the consumer's tail itself (one PCIe read per poll and warp).
+        const efa_u64* tail = (const efa_u64*)p.tails + c * TAIL_STRIDE;
+        while (efa_ld(tail) <= need) {
+            if ((++spins & 63u) == 0 && efa_ld(st + S_CTL) >= 2) return false;
+            if (p.direct > 1) __nanosleep((unsigned)p.direct);
+        }
+        return true;
+    }
     while (efa_ld(st + S_CACHE + c) <= need) {
         efa_refresh(p);
         if ((++spins & 63u) == 0 && efa_ld(st + S_CTL) >= 2) return false;
@@ -145,7 +157,7 @@ extern "C" __global__ void efa_queue_fifo(const FifoParams p) {
     const unsigned wmask = efa_lanes_mask(&nl);
     const efa_u64 n = p.per_producer;
     const efa_u64 nslots = 1ull << p.nslots_log2;
-    efa_u64 last[4] = {0, 0, 0, 0};  // per consumer: highest owned position + 1
+    efa_u64 last = 0;  // highest position this thread wrote + 1
     efa_u64 seq = 0;
     bool killed = false;
     const efa_u64 t_begin = efa_now();
@@ -162,14 +174,26 @@ extern "C" __global__ void efa_queue_fifo(const FifoParams p) {
         if (lane == 0) base = atomicAdd((unsigned long long*)(st + S_HEAD), (unsigned long long)(nl * b));
         base = __shfl_sync(wmask, base, 0);
         if (p.release) __threadfence_system();
+        // Credits: one look at the cached tails for the whole batch; per-slot waits only when the
+        // batch reaches past what the cache already allows.
+        const efa_u64 top = base + b * nl - 1;
+        bool credit = top < nslots;
+        if (!credit) {
+            efa_u64 lo = ~0ull;
+            const efa_u64* tails = p.direct ? (const efa_u64*)p.tails : st + S_CACHE;
+            const efa_u64 stride = p.direct ? TAIL_STRIDE : 1;
+            for (efa_u64 c = 0; c < p.consumers; ++c) lo = min(lo, efa_ld(tails + c * stride));
+            credit = lo > top - nslots;
+        }
+#pragma unroll 4
         for (efa_u64 j = 0; j < b; ++j) {
             const efa_u64 pos = base + j * nl + lane;
             // The slot is free once the consumer of its previous lap has passed it.
-            if (pos >= nslots && !killed && !efa_wait_tail(p, efa_owner(pos - nslots, p), pos - nslots)) killed = true;
+            if (!credit && pos >= nslots && !killed && !efa_wait_tail(p, efa_owner(pos - nslots, p), pos - nslots)) killed = true;
             if (killed) continue;
             efa_u64* s = slots + 2 * (pos & (nslots - 1));
             efa_store16(s, efa_cmd_fst(seq + j, me, p.salt), efa_cmd_snd(seq + j, me, pos, p.nslots_log2));
-            last[efa_owner(pos, p)] = pos + 1;
+            last = pos + 1;
         }
         if (p.blocking) {
             const efa_u64 pos = base + lane;
@@ -183,9 +207,11 @@ extern "C" __global__ void efa_queue_fifo(const FifoParams p) {
         seq += b;
         __syncwarp(wmask);
     }
-    // Quiet: every command of this thread acknowledged by its consumer.
-    for (efa_u64 c = 0; c < p.consumers && c < 4 && !killed; ++c) {
-        if (last[c] != 0 && !efa_wait_tail(p, c, last[c] - 1)) killed = true;
+    // Quiet: every command of this thread acknowledged. A consumer's tail is the first position
+    // it owns and has not consumed, so tail > last - 1 for every consumer means that each has
+    // consumed all of its positions up to this thread's last one.
+    for (efa_u64 c = 0; c < p.consumers && last != 0 && !killed; ++c) {
+        if (!efa_wait_tail(p, c, last - 1)) killed = true;
     }
     ((efa_u32*)p.pushed)[me] = (efa_u32)seq;
     const efa_u64 t_end = efa_now();

@@ -48,6 +48,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// Up to this many producer warps poll the consumers' tails themselves; more poll the device
+/// cache of them, refreshed by one warp at a time (so PCIe reads stay bounded).
+pub const DIRECT_POLL_WARPS: u64 = 4;
 /// Most consumer threads a ring supports (the kernel keeps one cached tail per consumer).
 pub const MAX_CONSUMERS: usize = 4;
 /// Consumer tails are this many u64 apart (64 bytes: one cache line each).
@@ -153,6 +156,31 @@ impl FromStr for Mode {
             .into_iter()
             .find(|m| m.name().eq_ignore_ascii_case(s.trim()))
             .ok_or_else(|| format!("unknown mode {s:?}: use nbi or blocking"))
+    }
+}
+
+/// How producers wait for credits and acknowledgements.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TailPoll {
+    /// `direct` up to [`DIRECT_POLL_WARPS`] producer warps, `cached` above.
+    Auto,
+    /// Read the consumers' tails where they live (a PCIe read per poll for host memory).
+    Direct,
+    /// Read the device-memory copy, refreshed by one warp at a time.
+    Cached,
+}
+
+impl FromStr for TailPoll {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "auto" => Ok(TailPoll::Auto),
+            "direct" => Ok(TailPoll::Direct),
+            "cached" => Ok(TailPoll::Cached),
+            _ => Err(format!(
+                "unknown tail poll {s:?}: use auto, direct or cached"
+            )),
+        }
     }
 }
 
@@ -517,6 +545,9 @@ pub fn consume_fifo(view: &FifoView<'_>, c: u32, v: &Verifier, end: &EndSignal) 
     let g = view.geometry;
     let mask = g.nslots() - 1;
     let mut pos = g.first_owned(c);
+    // Publish the starting position at once: a producer's quiet waits for every consumer's tail
+    // to pass its last position, including consumers that own none of its positions.
+    view.publish(c, pos);
     let mut published = pos;
     let mut r = ConsumerReport::default();
     loop {
@@ -654,7 +685,7 @@ pub struct QueueConfig {
     pub mode: Mode,
     /// Commands in the whole point (split over the producers, at least one each).
     pub commands: u64,
-    /// nbi: commands per lane per claim.
+    /// nbi: commands per lane per claim; 0 picks enough for 512 commands per warp claim.
     pub batch: u32,
     /// A system-scope fence before each publish (orders the producer's earlier data writes, as a
     /// real proxy command needs).
@@ -667,6 +698,10 @@ pub struct QueueConfig {
     pub budget: Duration,
     /// Changes the pattern per point.
     pub salt: u64,
+    /// How producers wait for the consumers' tails.
+    pub tail_poll: TailPoll,
+    /// Direct polling: nanoseconds a producer sleeps between two reads of a tail (0: none).
+    pub poll_sleep_ns: u32,
     /// CPUs the consumers are pinned to, in order (empty: not pinned).
     pub cpus: Vec<usize>,
 }
@@ -679,12 +714,14 @@ impl QueueConfig {
             consumers,
             mode,
             commands: 1 << 22,
-            batch: 16,
+            batch: 0,
             release: true,
             ring_log2: 16,
             vyukov_capacity: 8192,
             budget: Duration::from_millis(1500),
             salt: 1,
+            tail_poll: TailPoll::Auto,
+            poll_sleep_ns: 0,
             cpus: Vec::new(),
         }
     }
@@ -741,6 +778,10 @@ pub struct QueueMeasurement {
     /// The smallest step of %globaltimer seen (ns), FIFO rings only.
     pub timer_step_ns: Option<u64>,
     pub per_consumer: Vec<u64>,
+    /// nbi: commands per lane per claim (1 in blocking mode and for Libefaxx).
+    pub batch: u32,
+    /// `direct` (producers read the consumers' tails) or `cached` (the device copy).
+    pub tail_poll: &'static str,
 }
 
 /// Why a ring cannot run on this machine (printed as one line, and the point is skipped).
@@ -824,8 +865,9 @@ struct FifoParams {
     blocking: u64,
     release: u64,
     salt: u64,
+    direct: u64,
 }
-// SAFETY: repr(C), thirteen u64 fields in the order of `struct FifoParams` in kernels/queue.cu.
+// SAFETY: repr(C), fourteen u64 fields in the order of `struct FifoParams` in kernels/queue.cu.
 unsafe impl KernelParams for FifoParams {}
 
 #[repr(C)]
@@ -951,6 +993,8 @@ pub fn measure(gpu: &Arc<Gpu>, cfg: &QueueConfig) -> Result<QueueMeasurement, Gp
         }
     };
     let blocking = cfg.mode == Mode::Blocking;
+    // (nbi commands per lane per claim, how producers poll the tails); Libefaxx: one, direct.
+    let mut claim: (u32, &'static str) = (1, "direct");
 
     let (reports, timer_step) = if cfg.ring == RingKind::Libefaxx {
         let cap = cfg.vyukov_capacity.next_power_of_two().max(2);
@@ -1018,12 +1062,28 @@ pub fn measure(gpu: &Arc<Gpu>, cfg: &QueueConfig) -> Result<QueueMeasurement, Gp
         };
         slots.zero();
         tails.zero();
+        for c in 0..g.consumers {
+            tails.words()[c as usize * TAIL_STRIDE].store(g.first_owned(c), Ordering::Relaxed);
+        }
         let view = FifoView {
             slots: slots.words(),
             tails: tails.words(),
             geometry: g,
             tails_write_combined: matches!(tails, HostMem::Gdr(_)),
         };
+        let lanes = shape.block.min(32);
+        let batch = if cfg.batch == 0 {
+            (512 / lanes).max(16)
+        } else {
+            cfg.batch
+        };
+        let warps = shape.grid as u64 * shape.block.div_ceil(32) as u64;
+        let direct = match cfg.tail_poll {
+            TailPoll::Auto => warps <= DIRECT_POLL_WARPS,
+            TailPoll::Direct => true,
+            TailPoll::Cached => false,
+        };
+        claim = (batch, if direct { "direct" } else { "cached" });
         let k = kernel(gpu, Source::Queue, "efa_queue_fifo")?;
         // SAFETY: efa_queue_fifo takes one `FifoParams` by value.
         let k = unsafe { TypedKernel::<FifoParams>::bind(k) };
@@ -1037,10 +1097,15 @@ pub fn measure(gpu: &Arc<Gpu>, cfg: &QueueConfig) -> Result<QueueMeasurement, Gp
             chunk_log2: g.chunk_log2 as u64,
             consumers: g.consumers as u64,
             per_producer,
-            batch: cfg.batch.max(1) as u64,
+            batch: batch as u64,
             blocking: blocking as u64,
             release: cfg.release as u64,
             salt: cfg.salt,
+            direct: if direct {
+                cfg.poll_sleep_ns.max(1) as u64
+            } else {
+                0
+            },
         };
         let reports = std::thread::scope(|s| -> Result<Vec<ConsumerReport>, GpuError> {
             let handles: Vec<_> = (0..cfg.consumers)
@@ -1116,6 +1181,8 @@ pub fn measure(gpu: &Arc<Gpu>, cfg: &QueueConfig) -> Result<QueueMeasurement, Gp
         truncated: pushed_total < total,
         timer_step_ns: timer_step,
         per_consumer: reports.iter().map(|r| r.consumed).collect(),
+        batch: if blocking { 1 } else { claim.0 },
+        tail_poll: claim.1,
     })
 }
 
