@@ -40,7 +40,7 @@ struct FifoParams {
     efa_u64 per_producer;
     efa_u64 batch;       // nbi: commands per lane per claim (blocking: 1)
     efa_u64 blocking;
-    efa_u64 release;     // fence.sc.sys before publishing each batch (orders earlier data writes)
+    efa_u64 release;     // fence.acq_rel.sys before publishing each batch (orders earlier data writes)
     efa_u64 salt;
     efa_u64 direct;      // poll the consumers' tails themselves (few warps) instead of the cache;
                          // above 1: nanoseconds to sleep between polls
@@ -93,8 +93,7 @@ __device__ void efa_refresh(const FifoParams& p) {
             efa_u64 t = efa_ld(tails + c * TAIL_STRIDE);
             atomicMax(st + S_CACHE + c, t);
         }
-        __threadfence();
-        atomicExch(lock, 0u);
+        atomicExch(lock, 0u);  // the atomics above are performed at L2 before this one
     }
 }
 
@@ -173,7 +172,9 @@ extern "C" __global__ void efa_queue_fifo(const FifoParams p) {
         efa_u64 base = 0;
         if (lane == 0) base = atomicAdd((unsigned long long*)(st + S_HEAD), (unsigned long long)(nl * b));
         base = __shfl_sync(wmask, base, 0);
-        if (p.release) __threadfence_system();
+        // Release: the producer's earlier writes (a real command's payload) become visible
+        // system-wide before the slots; one acq_rel fence per batch, then plain stores.
+        if (p.release) asm volatile("fence.acq_rel.sys;" ::: "memory");
         // Credits: one look at the cached tails for the whole batch; per-slot waits only when the
         // batch reaches past what the cache already allows.
         const efa_u64 top = base + b * nl - 1;
