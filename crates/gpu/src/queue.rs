@@ -698,6 +698,9 @@ pub struct QueueConfig {
     pub vyukov_capacity: u64,
     /// Stop claiming after this long (slow rings report what they did in the time).
     pub budget: Duration,
+    /// After the budget, how long a wait may last before producers give up their waits, and as
+    /// long again before the run is declared hung.
+    pub hang: Duration,
     /// Changes the pattern per point.
     pub salt: u64,
     /// How producers wait for the consumers' tails.
@@ -721,6 +724,7 @@ impl QueueConfig {
             ring_log2: 16,
             vyukov_capacity: 8192,
             budget: Duration::from_millis(1500),
+            hang: Duration::from_secs(10),
             salt: 1,
             tail_poll: TailPoll::Auto,
             poll_sleep_ns: 0,
@@ -1038,7 +1042,8 @@ pub fn measure(gpu: &Arc<Gpu>, cfg: &QueueConfig) -> Result<QueueMeasurement, Gp
             // SAFETY: every address in params belongs to an allocation that outlives the wait
             // below (the kernel is finished or abandoned before they are dropped).
             let launched = unsafe { k.launch(&stream, shape, &params) };
-            let waited = launched.and_then(|_| wait_kernel(&stream, cfg.budget, &set_ctl));
+            let waited =
+                launched.and_then(|_| wait_kernel(&stream, cfg.budget, cfg.hang, &set_ctl));
             end.finish(u64::MAX);
             if waited.is_err() {
                 end.abandon();
@@ -1123,13 +1128,14 @@ pub fn measure(gpu: &Arc<Gpu>, cfg: &QueueConfig) -> Result<QueueMeasurement, Gp
             // SAFETY: every address in params belongs to an allocation that outlives the wait
             // below (the kernel is finished or abandoned before they are dropped).
             let launched = unsafe { k.launch(&stream, shape, &params) };
-            let waited = launched.and_then(|_| wait_kernel(&stream, cfg.budget, &set_ctl));
+            let waited =
+                launched.and_then(|_| wait_kernel(&stream, cfg.budget, cfg.hang, &set_ctl));
             match &waited {
                 Ok(()) => {
                     let st = read_u64s(&state)?;
                     end.finish(st[S_HEAD]);
                     // A consumer stuck at a claimed but unwritten slot would wait forever.
-                    let deadline = Instant::now() + Duration::from_secs(10);
+                    let deadline = Instant::now() + cfg.hang;
                     while handles.iter().any(|h| !h.is_finished()) && Instant::now() < deadline {
                         std::thread::sleep(Duration::from_millis(1));
                     }
@@ -1195,11 +1201,12 @@ fn read_u64s(b: &DeviceBuffer) -> Result<Vec<u64>, GpuError> {
         .collect())
 }
 
-/// Waits for the producers: after `budget` they are told to stop claiming; 10 s later to give up
-/// every wait; 10 s after that the run is declared hung.
+/// Waits for the producers: after `budget` they are told to stop claiming; `hang` later to give up
+/// every wait; `hang` after that the run is declared hung.
 fn wait_kernel(
     stream: &Stream,
     budget: Duration,
+    hang: Duration,
     set_ctl: &dyn Fn(usize) -> Result<(), GpuError>,
 ) -> Result<(), GpuError> {
     let start = Instant::now();
@@ -1212,10 +1219,10 @@ fn wait_kernel(
         if level == 0 && t > budget {
             set_ctl(STATE_WORDS)?;
             level = 1;
-        } else if level == 1 && t > budget + Duration::from_secs(10) {
+        } else if level == 1 && t > budget + hang {
             set_ctl(STATE_WORDS + 1)?;
             level = 2;
-        } else if level == 2 && t > budget + Duration::from_secs(20) {
+        } else if level == 2 && t > budget + 2 * hang {
             return Err(GpuError::Invalid(format!(
                 "the queue kernel did not finish {} s after it was told to stop: the consumers \
                  stopped acknowledging (a hung ring)",
