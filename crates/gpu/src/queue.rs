@@ -48,11 +48,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Up to this many producer warps poll the consumers' tails themselves under `TailPoll::Auto`;
-/// more poll the device cache of them, refreshed by one warp at a time (so PCIe reads stay
-/// bounded). 0: on an H100 the cache was faster even for one thread (blocking 1x1 round trip
-/// p50 3.46 us cached against 3.78 us direct; direct with a 200 ns back-off 5.09 us).
-pub const DIRECT_POLL_WARPS: u64 = 0;
 /// Most consumer threads a ring supports (the kernel keeps one cached tail per consumer).
 pub const MAX_CONSUMERS: usize = 4;
 /// Consumer tails are this many u64 apart (64 bytes: one cache line each).
@@ -162,10 +157,12 @@ impl FromStr for Mode {
 }
 
 /// How producers wait for credits and acknowledgements.
+///
+/// `Cached` is the default: on an H100 it was faster even for one producer thread (blocking 1x1
+/// round trip p50 3.46 us cached against 3.78 us direct, 5.09 us direct with a 200 ns back-off),
+/// and it bounds the PCIe reads of thousands of waiting warps to one at a time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum TailPoll {
-    /// `direct` up to [`DIRECT_POLL_WARPS`] producer warps, `cached` above.
-    Auto,
     /// Read the consumers' tails where they live (a PCIe read per poll for host memory).
     Direct,
     /// Read the device-memory copy, refreshed by one warp at a time.
@@ -176,12 +173,9 @@ impl FromStr for TailPoll {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
         match s.trim().to_ascii_lowercase().as_str() {
-            "auto" => Ok(TailPoll::Auto),
             "direct" => Ok(TailPoll::Direct),
             "cached" => Ok(TailPoll::Cached),
-            _ => Err(format!(
-                "unknown tail poll {s:?}: use auto, direct or cached"
-            )),
+            _ => Err(format!("unknown tail poll {s:?}: use direct or cached")),
         }
     }
 }
@@ -726,7 +720,7 @@ impl QueueConfig {
             budget: Duration::from_millis(1500),
             hang: Duration::from_secs(10),
             salt: 1,
-            tail_poll: TailPoll::Auto,
+            tail_poll: TailPoll::Cached,
             poll_sleep_ns: 0,
             cpus: Vec::new(),
         }
@@ -1084,12 +1078,7 @@ pub fn measure(gpu: &Arc<Gpu>, cfg: &QueueConfig) -> Result<QueueMeasurement, Gp
         } else {
             cfg.batch
         };
-        let warps = shape.grid as u64 * shape.block.div_ceil(32) as u64;
-        let direct = match cfg.tail_poll {
-            TailPoll::Auto => warps <= DIRECT_POLL_WARPS,
-            TailPoll::Direct => true,
-            TailPoll::Cached => false,
-        };
+        let direct = cfg.tail_poll == TailPoll::Direct;
         claim = (batch, if direct { "direct" } else { "cached" });
         let k = kernel(gpu, Source::Queue, "efa_queue_fifo")?;
         // SAFETY: efa_queue_fifo takes one `FifoParams` by value.
