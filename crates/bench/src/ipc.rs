@@ -26,41 +26,30 @@
 //! * with more than two ranks (or `--matrix`), an N×N matrix of copy-engine and push at the
 //!   largest size, one pair at a time.
 
-use crate::harness::{Point, RunInfo};
+use crate::harness::{
+    from_bootstrap, Benchmark, BuildInfo, CommonArgs, Ctx, Measured, MrChoice, Needs, Point, Rails,
+    RunFacts, Strategy,
+};
 use crate::pattern;
-use crate::size::{parse_size, sweep};
+use crate::size::sweep;
 use crate::stats::Samples;
 use crate::BenchError;
-use efabench_bootstrap::{Bootstrap, BootstrapError, LaunchFlags};
-use efabench_gpu::buffer::{fill_async, mismatches_async, Counter};
-use efabench_gpu::ipc::{export, IpcMapping, IPC_HANDLE_LEN};
+use efabench_bootstrap::Bootstrap;
+use efabench_gpu::buffer::{count_mismatches, fill, Counter};
+use efabench_gpu::ipc::{export, IpcKernels, IpcMapping, IPC_HANDLE_LEN};
 use efabench_gpu::kernels::{kernel, Source};
-use efabench_gpu::{DeviceBuffer, Event, Gpu, GpuChoice, GpuError, Kernel, Shape, Stream};
-use efabench_report::{Format, JsonlWriter, Record, Sink};
+use efabench_gpu::{DeviceBuffer, Event, Gpu, GpuError, MemKind, Shape, Stream};
+use efabench_record::Record;
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
-use std::time::Duration;
 
-/// Options of `efabench ipc`.
+/// Options of `efabench ipc` (the shared ones, plus the kernels' own).
 #[derive(clap::Args, Debug, Clone)]
 pub struct IpcArgs {
-    /// Smallest size (multiple of 16 bytes; 4K, 1M, 1G: powers of 1024).
-    #[arg(short = 'b', long = "min-bytes", default_value = "4K", value_parser = parse_size)]
-    pub min_bytes: u64,
-    /// Largest size.
-    #[arg(short = 'e', long = "max-bytes", default_value = "1G", value_parser = parse_size)]
-    pub max_bytes: u64,
-    /// Multiply the size by this factor at each step.
-    #[arg(short = 'f', long = "step-factor", default_value_t = 2)]
-    pub step_factor: u64,
-    /// Timed iterations per point (default: enough to move 4 GiB, 20 to 2000).
-    #[arg(short = 'n', long = "iters")]
-    pub iters: Option<u64>,
-    /// Untimed warm-up iterations per point.
-    #[arg(short = 'w', long = "warmup", default_value_t = 10)]
-    pub warmup: u64,
+    #[command(flatten)]
+    pub common: CommonArgs,
     /// Timed batches per point; each is bracketed by CUDA events, none by a host sync.
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value = "5", value_parser = samples_arg, allow_hyphen_values = true)]
     pub samples: u64,
     /// Variants, comma-separated: copy-engine, push, pull, tma.
     #[arg(
@@ -82,41 +71,20 @@ pub struct IpcArgs {
     /// Also measure every ordered GPU pair at the largest size (automatic above 2 GPUs).
     #[arg(long)]
     pub matrix: bool,
-    /// GPU of this rank: an index, or auto (= local rank).
-    #[arg(long, default_value = "auto")]
-    pub gpu: String,
-    /// Verify payloads (the default).
-    #[arg(long, overrides_with = "no_check")]
-    pub check: bool,
-    /// Do not verify payloads.
-    #[arg(long = "no-check", overrides_with = "check")]
-    pub no_check: bool,
-    /// Append JSON Lines records to this file (rank 0 writes).
-    #[arg(short = 'o', long)]
-    pub output: Option<std::path::PathBuf>,
-    /// Standard output format: table, json or csv.
-    #[arg(long, default_value = "table")]
-    pub format: String,
-    /// Longest any wait may last, in seconds.
-    #[arg(long, default_value_t = 60.0)]
-    pub timeout: f64,
-    /// Rendezvous HOST:PORT served by rank 0 (manual runs).
-    #[arg(long)]
-    pub rdzv: Option<String>,
-    /// This process's rank (manual runs).
-    #[arg(long)]
-    pub rank: Option<u32>,
-    /// Number of ranks (manual runs).
-    #[arg(long)]
-    pub world: Option<u32>,
 }
 
-/// Version facts stamped on records.
-#[derive(Clone, Debug, Default)]
-pub struct BuildInfo {
-    pub version: String,
-    pub git: Option<String>,
+fn samples_arg(s: &str) -> Result<u64, String> {
+    crate::harness::bounded(s, "--samples", 1, 4096, "5")
 }
+
+/// Defaults of the shared options that differ for ipc (applied with clap's `mut_arg`): NVLink
+/// needs large messages to reach its peak, and the kernels move 16-byte vectors.
+pub const IPC_DEFAULTS: [(&str, &str); 4] = [
+    ("min_bytes", "4K"),
+    ("max_bytes", "1G"),
+    ("warmup", "10"),
+    ("timeout", "60"),
+];
 
 /// How many blocks: a number, or a multiple of the SM count.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -299,54 +267,296 @@ fn gpu_err(e: GpuError) -> BenchError {
     }
 }
 
-fn bs_err(e: BootstrapError) -> BenchError {
-    if e.is_usage() {
-        BenchError::usage(e.to_string())
-    } else {
-        BenchError::failed(e.to_string())
+/// One point: a method at a size, from GPU rank `a` to GPU rank `b`.
+#[derive(Clone, Copy, Debug)]
+pub struct IpcSpec {
+    m: Method,
+    size: u64,
+    a: usize,
+    b: usize,
+    iters: u64,
+    warmup: u64,
+    /// Part of the all-pairs matrix (recorded with `matrix: true`).
+    matrix: bool,
+    /// Unique per point: seeds differ between points.
+    index: u64,
+}
+
+/// `efabench ipc` on the shared harness.
+pub struct Ipc<'a> {
+    args: &'a IpcArgs,
+    sizes: Vec<u64>,
+    methods: Vec<Method>,
+    rank: Option<Rank>,
+    /// PCI bus id of every rank's GPU.
+    buses: Vec<String>,
+    inventory: Option<Vec<efabench_gpu::nvml::NvmlGpuInfo>>,
+}
+
+impl<'a> Ipc<'a> {
+    /// Checks every option, then that a CUDA driver is there (before any bootstrap).
+    pub fn new(args: &'a IpcArgs) -> Result<Self, BenchError> {
+        let c = &args.common;
+        let sizes = ipc_sizes(c.min_bytes, c.max_bytes, c.step_factor)?;
+        let methods =
+            methods(&args.variant, &args.shapes, &args.tma_grids).map_err(BenchError::usage)?;
+        let unused = [
+            (c.provider.is_some(), "--provider"),
+            (c.domain.is_some(), "--domain"),
+            (c.rails != Rails::Count(1), "--rails"),
+            (c.strategy != Strategy::Split, "--strategy"),
+            (c.mr != MrChoice::Auto, "--mr"),
+            (c.mem != MemKind::Host, "--mem"),
+            (c.per_rail, "--per-rail"),
+        ];
+        if let Some((_, opt)) = unused.iter().find(|(set, _)| *set) {
+            return Err(BenchError::usage(format!(
+                "ipc moves device memory over NVLink with CUDA IPC and does not use libfabric: drop {opt}"
+            )));
+        }
+        efabench_gpu::driver().map_err(gpu_err)?;
+        Ok(Ipc {
+            args,
+            sizes,
+            methods,
+            rank: None,
+            buses: Vec::new(),
+            inventory: None,
+        })
+    }
+
+    fn link(&self, a: usize, b: usize) -> Option<f64> {
+        self.inventory.as_ref().and_then(|inv| {
+            efabench_gpu::nvml::nvlink_gbps_between(inv, self.buses.get(a)?, self.buses.get(b)?)
+        })
+    }
+
+    fn iterations(&self, size: u64) -> (u64, u64) {
+        let c = &self.args.common;
+        let iters = c.iters.unwrap_or_else(|| default_iters(size));
+        (iters, c.warmup.unwrap_or(10))
     }
 }
 
-/// Runs one rank of `efabench ipc`. Returns 0 when clean, 1 when verification failed.
-pub fn run_ipc(args: IpcArgs, build: BuildInfo) -> Result<i32, BenchError> {
-    // Checked before anything else: without a driver there is nothing to bootstrap for.
-    efabench_gpu::driver().map_err(gpu_err)?;
-    let sizes = ipc_sizes(args.min_bytes, args.max_bytes, args.step_factor)?;
-    let format: Format = args.format.parse().map_err(BenchError::usage)?;
-    let methods =
-        methods(&args.variant, &args.shapes, &args.tma_grids).map_err(BenchError::usage)?;
-    let choice: GpuChoice = args.gpu.parse().map_err(BenchError::usage)?;
-    if args.samples == 0 {
-        return Err(BenchError::usage("--samples must be at least 1"));
+impl Benchmark for Ipc<'_> {
+    type Spec = IpcSpec;
+
+    fn name(&self) -> &'static str {
+        "ipc"
     }
-    if args.iters == Some(0) {
-        return Err(BenchError::usage("--iters must be at least 1"));
-    }
-    if !(args.timeout > 0.0 && args.timeout.is_finite()) {
-        return Err(BenchError::usage(
-            "--timeout must be a positive number of seconds",
-        ));
-    }
-    let flags = LaunchFlags {
-        rank: args.rank,
-        world: args.world,
-        rdzv: args.rdzv.clone(),
-        timeout: Duration::from_secs_f64(args.timeout),
-    };
-    let info = efabench_bootstrap::detect_from_process_env(&flags).map_err(bs_err)?;
-    if info.world < 2 {
-        return Err(BenchError::usage(
-            "ipc needs one rank per GPU and at least 2 GPUs: run `efabench launch -n <GPUs> -- ipc ...`",
-        ));
-    }
-    let bs = Bootstrap::connect(&info, flags.timeout).map_err(bs_err)?;
-    match run_ranked(&args, &sizes, &methods, format, choice, &bs, build) {
-        Ok(c) => Ok(c),
-        Err(e) => {
-            bs.abort(&e.to_string());
-            Err(e)
+
+    fn needs(&self) -> Needs {
+        Needs {
+            fabric: false,
+            min_world: 2,
+            how_to_launch: "ipc runs one rank per GPU: `efabench launch -n <GPUs> -- ipc ...`",
         }
     }
+
+    fn setup(&mut self, ctx: &Ctx) -> Result<RunFacts, BenchError> {
+        let bs = ctx.bs;
+        let (me, world) = (ctx.rank, ctx.world);
+        let ordinal =
+            efabench_gpu::resolve(self.args.common.gpu, ctx.local_rank).map_err(gpu_err)?;
+        let gpu = Gpu::open(ordinal).map_err(gpu_err)?;
+        let max = *self.sizes.iter().max().unwrap_or(&16) as usize;
+
+        // Everyone must be on a different GPU.
+        let buses: Vec<String> = bs
+            .all_gather(gpu.pci_bus_id.as_bytes())
+            .map_err(from_bootstrap)?
+            .iter()
+            .map(|b| String::from_utf8_lossy(b).into_owned())
+            .collect();
+        for (i, a) in buses.iter().enumerate() {
+            if let Some(j) = buses.iter().skip(i + 1).position(|b| b == a) {
+                return Err(BenchError::usage(format!(
+                    "ranks {i} and {} share GPU {a}: run one rank per GPU (launch -n <GPUs>) or give each a different --gpu",
+                    i + 1 + j
+                )));
+            }
+        }
+
+        let mut rank = setup(&gpu, max)?;
+        rank.peer_recv = (0..world).map(|_| None).collect();
+        rank.peer_src = (0..world).map(|_| None).collect();
+        let mut blob = export(&rank.recv).map_err(gpu_err)?.to_vec();
+        blob.extend_from_slice(&export(&rank.src).map_err(gpu_err)?);
+        let blobs = bs.all_gather(&blob).map_err(from_bootstrap)?;
+        for (r, b) in blobs.iter().enumerate() {
+            if r as u32 == me {
+                continue;
+            }
+            if b.len() != 2 * IPC_HANDLE_LEN {
+                return Err(BenchError::failed(format!(
+                    "rank {r} sent {} bytes of IPC handles, expected {}",
+                    b.len(),
+                    2 * IPC_HANDLE_LEN
+                )));
+            }
+            let map = |h: &[u8]| {
+                // Every rank allocated the same size (check_same compared the options).
+                IpcMapping::open(&gpu, h, max).map_err(|e| {
+                    BenchError::failed(format!(
+                        "could not map rank {r}'s GPU buffer ({e}): GPUs {} and {} must reach each other peer-to-peer (NVLink or PCIe P2P) and run on one host",
+                        gpu.pci_bus_id, buses[r]
+                    ))
+                })
+            };
+            rank.peer_recv[r] = Some(map(&b[..IPC_HANDLE_LEN])?);
+            rank.peer_src[r] = Some(map(&b[IPC_HANDLE_LEN..])?);
+        }
+
+        // NVLink bandwidth between the measured GPUs (rank 0 → rank 1 for the sweep).
+        match efabench_gpu::nvml::inventory() {
+            Ok(inv) => self.inventory = Some(inv),
+            Err(e) if me == 0 => eprintln!("efabench: {e}; link_gbps and util_pct stay empty"),
+            Err(_) => {}
+        }
+        self.buses = buses.clone();
+        let link_gbps = self.link(0, 1);
+        if me == 0 {
+            eprintln!(
+                "efabench: ipc on {world} GPUs ({}, {} SMs); sweep GPU {} -> GPU {}, NVLink {}",
+                gpu.name,
+                gpu.sm_count,
+                buses[0],
+                buses[1],
+                link_gbps
+                    .map(|g| format!("{g:.0} Gbps per direction"))
+                    .unwrap_or_else(|| "speed unknown".into())
+            );
+            if !rank.kernels.has_tma() && self.methods.iter().any(|m| matches!(m, Method::Tma(_))) {
+                eprintln!(
+                    "efabench: tma needs compute capability 9.0; skipping it on {}",
+                    gpu.name
+                );
+            }
+        }
+        let has_tma = rank.kernels.has_tma();
+        self.methods
+            .retain(|m| !matches!(m, Method::Tma(_)) || has_tma);
+        self.rank = Some(rank);
+        Ok(RunFacts {
+            provider: "cuda-ipc".into(),
+            fabric: "nvlink".into(),
+            domains: buses,
+            libfabric: None,
+            rails: 1,
+            mem: "cuda".into(),
+            link_gbps,
+            ..RunFacts::default()
+        })
+    }
+
+    fn points(&self, ctx: &Ctx) -> Result<Vec<IpcSpec>, BenchError> {
+        let mut out = Vec::new();
+        let mut index = 0u64;
+        for &m in &self.methods {
+            for &size in &self.sizes {
+                index += 1;
+                let (iters, warmup) = self.iterations(size);
+                out.push(IpcSpec {
+                    m,
+                    size,
+                    a: 0,
+                    b: 1,
+                    iters,
+                    warmup,
+                    matrix: false,
+                    index,
+                });
+            }
+        }
+        if ctx.world > 2 || self.args.matrix {
+            let size = *self.sizes.iter().max().unwrap_or(&16);
+            let (iters, warmup) = self.iterations(size);
+            let best_push = self
+                .methods
+                .iter()
+                .copied()
+                .rfind(|m| matches!(m, Method::Push(_)));
+            for m in [Some(Method::CopyEngine), best_push].into_iter().flatten() {
+                for a in 0..ctx.world as usize {
+                    for b in (0..ctx.world as usize).filter(|b| *b != a) {
+                        index += 1;
+                        out.push(IpcSpec {
+                            m,
+                            size,
+                            a,
+                            b,
+                            iters,
+                            warmup,
+                            matrix: true,
+                            index,
+                        });
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn label(&self, s: &IpcSpec) -> String {
+        let sm = self.rank.as_ref().map_or(0, |r| r.gpu.sm_count);
+        format!(
+            "{} {} {}->{}",
+            s.m.name(sm),
+            crate::size::human(s.size),
+            s.a,
+            s.b
+        )
+    }
+
+    fn measure(&mut self, ctx: &Ctx, s: &IpcSpec) -> Result<Measured, BenchError> {
+        let rank = self
+            .rank
+            .as_mut()
+            .ok_or_else(|| BenchError::failed("measure before setup"))?;
+        let o = measure(rank, ctx.bs, s, self.args)?;
+        Ok(Measured {
+            samples_ns: o
+                .batch_ms
+                .iter()
+                .map(|ms| (ms * 1e6).round().max(1.0) as u64)
+                .collect(),
+            errors: o.errors,
+            ..Measured::default()
+        })
+    }
+
+    fn point(&self, _ctx: &Ctx, s: &IpcSpec, all: &[Measured]) -> Point {
+        let sm = self.rank.as_ref().map_or(0, |r| r.gpu.sm_count);
+        let exec = &all[exec_rank(s.m, s.a, s.b)];
+        let mut p = point(
+            s.m,
+            sm,
+            s.size,
+            s.iters,
+            s.warmup,
+            self.args.samples,
+            &exec.samples_ns,
+            s.a,
+            s.b,
+        );
+        if s.matrix {
+            p.extra.insert("matrix".into(), json!(true));
+            p.link_gbps = self.link(s.a, s.b);
+        }
+        p
+    }
+
+    fn summary(&self, records: &[Record]) -> Vec<String> {
+        let mut lines = summary(records);
+        lines.extend(matrix_lines(records));
+        lines
+    }
+}
+
+/// Runs one rank of `efabench ipc`.
+pub fn run_ipc(args: &IpcArgs, build: &BuildInfo) -> Result<i32, BenchError> {
+    let mut b = Ipc::new(args)?;
+    crate::harness::run(&mut b, &args.common, build)
 }
 
 /// What one rank holds: its GPU, buffers and every peer's mapped buffers.
@@ -359,333 +569,62 @@ struct Rank {
     /// Peer r's receive / source buffer mapped here (None for this rank).
     peer_recv: Vec<Option<IpcMapping>>,
     peer_src: Vec<Option<IpcMapping>>,
-    push: Kernel,
-    pull: Kernel,
-    tma: Option<Kernel>,
+    kernels: IpcKernels,
 }
 
-/// One measured point as it travels to rank 0.
+/// One measured point on this rank.
 #[derive(Debug, Default, Clone, PartialEq)]
 struct Outcome {
     errors: u64,
-    /// Milliseconds of each timed batch (executor only).
+    /// Milliseconds per iteration of each timed batch (executor only).
     batch_ms: Vec<f64>,
-}
-
-fn encode(o: &Outcome) -> Vec<u8> {
-    let mut v = o.errors.to_le_bytes().to_vec();
-    for m in &o.batch_ms {
-        v.extend_from_slice(&m.to_le_bytes());
-    }
-    v
-}
-
-fn decode(b: &[u8]) -> Result<Outcome, BenchError> {
-    if b.len() < 8 || (b.len() - 8) % 8 != 0 || b.len() > 8 + 8 * 4096 {
-        return Err(BenchError::failed(format!(
-            "a rank sent a malformed ipc result of {} bytes: all ranks must run the same efabench",
-            b.len()
-        )));
-    }
-    let word = |c: &[u8]| {
-        let mut w = [0u8; 8];
-        w.copy_from_slice(c);
-        w
-    };
-    Ok(Outcome {
-        errors: u64::from_le_bytes(word(&b[..8])),
-        batch_ms: b[8..]
-            .chunks_exact(8)
-            .map(|c| f64::from_le_bytes(word(c)))
-            .collect(),
-    })
 }
 
 const POISON_SLOT: u32 = 0xFFFF;
 
-fn run_ranked(
-    args: &IpcArgs,
-    sizes: &[u64],
-    methods: &[Method],
-    format: Format,
-    choice: GpuChoice,
-    bs: &Bootstrap,
-    build: BuildInfo,
-) -> Result<i32, BenchError> {
-    let (me, world) = (bs.rank(), bs.world());
-    let ordinal = efabench_gpu::resolve(choice, bs.local_rank()).map_err(gpu_err)?;
-    let gpu = Gpu::open(ordinal).map_err(gpu_err)?;
-    let max = *sizes.iter().max().unwrap_or(&16) as usize;
-
-    // Everyone must be on a different GPU, and all must agree on the launch shapes.
-    let ids = bs
-        .all_gather(format!("{}|{}", gpu.pci_bus_id, gpu.sm_count).as_bytes())
-        .map_err(bs_err)?;
-    let ids: Vec<String> = ids
+/// The GPU-pair matrices of copy-engine and push at the largest size, GB/s.
+fn matrix_lines(records: &[Record]) -> Vec<String> {
+    let cells: Vec<&Record> = records
         .iter()
-        .map(|b| String::from_utf8_lossy(b).into_owned())
+        .filter(|r| r.extra.get("matrix").is_some())
         .collect();
-    let buses: Vec<String> = ids
-        .iter()
-        .map(|s| s.split('|').next().unwrap_or("").to_string())
-        .collect();
-    for (i, a) in buses.iter().enumerate() {
-        if let Some(j) = buses.iter().skip(i + 1).position(|b| b == a) {
-            return Err(BenchError::usage(format!(
-                "ranks {i} and {} share GPU {a}: run one rank per GPU (launch -n <GPUs>) or give each a different --gpu",
-                i + 1 + j
-            )));
+    let mut lines = Vec::new();
+    let mut variants: Vec<&str> = Vec::new();
+    for r in &cells {
+        if !variants.contains(&r.variant.as_str()) {
+            variants.push(&r.variant);
         }
     }
-
-    let mut rank = setup(&gpu, max)?;
-    rank.peer_recv = (0..world).map(|_| None).collect();
-    rank.peer_src = (0..world).map(|_| None).collect();
-    let mut blob = export(&rank.recv).map_err(gpu_err)?.to_vec();
-    blob.extend_from_slice(&export(&rank.src).map_err(gpu_err)?);
-    let blobs = bs.all_gather(&blob).map_err(bs_err)?;
-    for (r, b) in blobs.iter().enumerate() {
-        if r as u32 == me {
-            continue;
-        }
-        if b.len() != 2 * IPC_HANDLE_LEN {
-            return Err(BenchError::failed(format!(
-                "rank {r} sent {} bytes of IPC handles, expected {}",
-                b.len(),
-                2 * IPC_HANDLE_LEN
-            )));
-        }
-        let map = |h: &[u8]| {
-            IpcMapping::open(&gpu, h).map_err(|e| {
-                BenchError::failed(format!(
-                    "could not map rank {r}'s GPU buffer ({e}): GPUs {} and {} must reach each other peer-to-peer (NVLink or PCIe P2P) and run on one host",
-                    gpu.pci_bus_id, buses[r]
-                ))
-            })
-        };
-        rank.peer_recv[r] = Some(map(&b[..IPC_HANDLE_LEN])?);
-        rank.peer_src[r] = Some(map(&b[IPC_HANDLE_LEN..])?);
-    }
-
-    // NVLink bandwidth between the measured GPUs (rank 0 → rank 1 for the sweep).
-    let inventory = efabench_gpu::nvml::inventory();
-    if me == 0 {
-        if let Err(e) = &inventory {
-            eprintln!("efabench: {e}; link_gbps and util_pct stay empty");
-        }
-    }
-    let link = |a: usize, b: usize| {
-        inventory
-            .as_ref()
-            .ok()
-            .and_then(|inv| efabench_gpu::nvml::nvlink_gbps_between(inv, &buses[a], &buses[b]))
-    };
-    let run = RunInfo {
-        bench: "ipc".into(),
-        world,
-        provider: "cuda-ipc".into(),
-        fabric: "nvlink".into(),
-        domains: buses.clone(),
-        libfabric: None,
-        rails: 1,
-        mem: "cuda".into(),
-        link_gbps: link(0, 1),
-        verified: args.verify_enabled(),
-        host: efabench_report::hostname(),
-        version: build.version,
-        git: build.git,
-    };
-    if me == 0 {
-        eprintln!(
-            "efabench: ipc on {world} GPUs ({}, {} SMs); sweep GPU {} -> GPU {}, NVLink {}",
-            gpu.name,
-            gpu.sm_count,
-            buses[0],
-            buses[1],
-            run.link_gbps
-                .map(|g| format!("{g:.0} Gbps per direction"))
-                .unwrap_or_else(|| "speed unknown".into())
-        );
-        if rank.tma.is_none() && methods.iter().any(|m| matches!(m, Method::Tma(_))) {
-            eprintln!(
-                "efabench: tma needs compute capability 9.0; skipping it on {}",
-                gpu.name
-            );
-        }
-    }
-    let methods: Vec<Method> = methods
-        .iter()
-        .copied()
-        .filter(|m| !matches!(m, Method::Tma(_)) || rank.tma.is_some())
-        .collect();
-
-    let mut jsonl = match (&args.output, me) {
-        (Some(p), 0) => Some(JsonlWriter::open(p).map_err(|e| BenchError::usage(e.to_string()))?),
-        _ => None,
-    };
-    let mut sink = (me == 0).then(|| Sink::stdout(format));
-    let mut records: Vec<Record> = Vec::new();
-    let mut total_errors = 0u64;
-    let mut point_index = 0u64;
-    let sm = gpu.sm_count;
-
-    let mut emit = |r: Record,
-                    sink: &mut Option<Sink<std::io::Stdout>>,
-                    records: &mut Vec<Record>|
-     -> Result<(), BenchError> {
-        if let Some(j) = jsonl.as_mut() {
-            j.push(&r).map_err(|e| BenchError::failed(e.to_string()))?;
-        }
-        if let Some(s) = sink.as_mut() {
-            s.push(&r).map_err(|e| BenchError::failed(e.to_string()))?;
-        }
-        records.push(r);
-        Ok(())
-    };
-
-    for &m in &methods {
-        for &size in sizes {
-            point_index += 1;
-            let (iters, warmup) = iterations(args, size);
-            let out = measure(
-                &mut rank,
-                bs,
-                m,
-                size as usize,
-                0,
-                1,
-                iters,
-                warmup,
-                args,
-                point_index,
-            )?;
-            if me == 0 {
-                let errors = out.iter().map(|o| o.errors).sum::<u64>();
-                total_errors += errors;
-                let p = point(
-                    m,
-                    sm,
-                    size,
-                    iters,
-                    warmup,
-                    args.samples,
-                    &out[exec_rank(m, 0, 1)],
-                    errors,
-                    0,
-                    1,
-                );
-                emit(run.record(p), &mut sink, &mut records)?;
-            }
-        }
-    }
-
-    if world > 2 || args.matrix {
-        let size = max as u64;
-        let (iters, warmup) = iterations(args, size);
-        let best_push = methods
+    let world = records.first().map_or(0, |r| r.world as usize);
+    for v in variants {
+        let size = cells
             .iter()
-            .copied()
-            .rfind(|m| matches!(m, Method::Push(_)));
-        let mat_methods: Vec<Method> = [Some(Method::CopyEngine), best_push]
-            .into_iter()
-            .flatten()
-            .collect();
-        let mut grid: Vec<(Method, Vec<Vec<Option<f64>>>)> = Vec::new();
-        for &m in &mat_methods {
-            let mut cells = vec![vec![None; world as usize]; world as usize];
-            for a in 0..world as usize {
-                for b in 0..world as usize {
-                    if a == b {
-                        continue;
-                    }
-                    point_index += 1;
-                    let out = measure(
-                        &mut rank,
-                        bs,
-                        m,
-                        max,
-                        a,
-                        b,
-                        iters,
-                        warmup,
-                        args,
-                        point_index,
-                    )?;
-                    if me == 0 {
-                        let errors = out.iter().map(|o| o.errors).sum::<u64>();
-                        total_errors += errors;
-                        let mut p = point(
-                            m,
-                            sm,
-                            size,
-                            iters,
-                            warmup,
-                            args.samples,
-                            &out[exec_rank(m, a, b)],
-                            errors,
-                            a,
-                            b,
-                        );
-                        p.extra.insert("matrix".into(), json!(true));
-                        cells[a][b] = Some(p.bw_gbps / 8.0);
-                        let mut ri = run.clone();
-                        ri.link_gbps = link(a, b);
-                        let r = ri.record(p);
-                        if let Some(j) = jsonl.as_mut() {
-                            j.push(&r).map_err(|e| BenchError::failed(e.to_string()))?;
-                        }
-                    }
-                }
-            }
-            grid.push((m, cells));
-        }
-        if me == 0 {
-            for (m, cells) in &grid {
-                eprintln!(
-                    "# {} matrix at {} B, GB/s (row = source GPU rank, column = destination)",
-                    m.name(sm),
-                    size
-                );
-                let head: String = (0..world).map(|b| format!("{b:>9}")).collect();
-                eprintln!("#      {head}");
-                for (a, row) in cells.iter().enumerate() {
-                    let cols: String = row
+            .find(|r| r.variant == v)
+            .map_or(0, |r| r.size_bytes);
+        lines.push(format!(
+            "# {v} matrix at {size} B, GB/s (row = source GPU rank, column = destination)"
+        ));
+        let head: String = (0..world).map(|b| format!("{b:>9}")).collect();
+        lines.push(format!("#      {head}"));
+        for a in 0..world {
+            let cols: String = (0..world)
+                .map(|b| {
+                    cells
                         .iter()
-                        .map(|c| c.map_or(format!("{:>9}", "-"), |v| format!("{v:>9.1}")))
-                        .collect();
-                    eprintln!("# {a:>4} {cols}");
-                }
-            }
+                        .find(|r| {
+                            r.variant == v
+                                && r.extra.get("src").and_then(Value::as_u64) == Some(a as u64)
+                                && r.extra.get("dst").and_then(Value::as_u64) == Some(b as u64)
+                        })
+                        .map_or(format!("{:>9}", "-"), |r| {
+                            format!("{:>9.1}", r.bw_gbps / 8.0)
+                        })
+                })
+                .collect();
+            lines.push(format!("# {a:>4} {cols}"));
         }
     }
-
-    if let Some(s) = sink.take() {
-        s.finish().map_err(|e| BenchError::failed(e.to_string()))?;
-    }
-    if me == 0 {
-        for line in summary(&records) {
-            eprintln!("{line}");
-        }
-    }
-    bs.barrier().map_err(bs_err)?;
-    if total_errors > 0 {
-        return Err(BenchError::failed(format!(
-            "{total_errors} words failed verification on the receiving GPU (see the records' errors field)"
-        )));
-    }
-    Ok(0)
-}
-
-impl IpcArgs {
-    fn verify_enabled(&self) -> bool {
-        !self.no_check
-    }
-}
-
-fn iterations(args: &IpcArgs, size: u64) -> (u64, u64) {
-    let iters = args.iters.unwrap_or_else(|| default_iters(size));
-    let warmup = args.warmup;
-    (iters, warmup)
+    lines
 }
 
 /// The rank whose stream runs (and times) a method for the pair `a → b`.
@@ -701,16 +640,10 @@ fn setup(gpu: &Arc<Gpu>, max: usize) -> Result<Rank, BenchError> {
     let recv = DeviceBuffer::new(gpu, max).map_err(gpu_err)?;
     let src = DeviceBuffer::new(gpu, max).map_err(gpu_err)?;
     let counter = Counter::new(gpu).map_err(gpu_err)?;
-    let push = kernel(gpu, Source::Ipc, "efa_push").map_err(gpu_err)?;
-    let pull = kernel(gpu, Source::Ipc, "efa_pull").map_err(gpu_err)?;
+    let kernels = IpcKernels::load(gpu).map_err(gpu_err)?;
     // Also compiles the pattern kernels now, outside any timed region.
     kernel(gpu, Source::Buffer, "efa_fill").map_err(gpu_err)?;
     kernel(gpu, Source::Buffer, "efa_mismatches").map_err(gpu_err)?;
-    let tma = if gpu.cc >= Source::IpcTma.min_cc() {
-        Some(kernel(gpu, Source::IpcTma, "efa_tma_push").map_err(gpu_err)?)
-    } else {
-        None
-    };
     Ok(Rank {
         gpu: gpu.clone(),
         stream,
@@ -719,75 +652,52 @@ fn setup(gpu: &Arc<Gpu>, max: usize) -> Result<Rank, BenchError> {
         counter,
         peer_recv: Vec::new(),
         peer_src: Vec::new(),
-        push,
-        pull,
-        tma,
+        kernels,
     })
 }
 
-/// Queues one iteration of `m` from this rank for the pair `a → b`.
+/// Queues one iteration of `m` from this rank for the pair `a → b` (typed, checked launches).
 fn launch(r: &Rank, m: Method, len: usize, a: usize, b: usize, seed: u64) -> Result<(), GpuError> {
     let sm = r.gpu.sm_count;
-    let n16 = (len / 16) as u64;
-    let peer = |v: &Vec<Option<IpcMapping>>, i: usize| {
-        v.get(i)
-            .and_then(|x| x.as_ref())
-            .map(|x| x.ptr())
-            .ok_or_else(|| GpuError::Invalid(format!("rank {i}'s buffer is not mapped here")))
-    };
     match m {
-        // SAFETY: both ranges hold at least len bytes (buffers of the largest size) and stay
-        // mapped until the run ends, after the stream has been synchronised.
-        Method::CopyEngine => unsafe {
-            r.stream
-                .copy_async(peer(&r.peer_recv, b)?, r.src.ptr(), len)
-        },
+        Method::CopyEngine => IpcKernels::copy(&r.stream, peer(&r.peer_recv, b)?, &r.src, len),
         Method::Push(s) => {
-            let dst = peer(&r.peer_recv, b)?;
-            // SAFETY: efa_push(ulonglong2*, u64, u64); dst is the peer's receive buffer of at
-            // least len bytes, mapped until the end of the run.
-            unsafe { r.push.launch(&r.stream, s.resolve(sm), &[dst, n16, seed]) }
+            r.kernels
+                .push(&r.stream, s.resolve(sm), peer(&r.peer_recv, b)?, len, seed)
         }
-        Method::Pull(s) => {
-            let src = peer(&r.peer_src, a)?;
-            // SAFETY: efa_pull(const ulonglong2*, u64, u64, u64*); src is the peer's source
-            // buffer of at least len bytes; counter is a live device u64 of this GPU.
-            unsafe {
-                r.pull
-                    .launch(&r.stream, s.resolve(sm), &[src, n16, seed, r.counter.ptr()])
-            }
-        }
+        Method::Pull(s) => r.kernels.pull(
+            &r.stream,
+            s.resolve(sm),
+            peer(&r.peer_src, a)?,
+            len,
+            seed,
+            &r.counter,
+        ),
         Method::Tma(s) => {
-            let dst = peer(&r.peer_recv, b)?;
-            let k = r
-                .tma
-                .as_ref()
-                .ok_or_else(|| GpuError::Invalid("tma needs compute capability 9.0".into()))?;
-            let shape = s.resolve(sm);
-            // SAFETY: efa_tma_push(unsigned char*, u64, u64); dst holds at least len bytes and
-            // len is a multiple of 16 (checked by ipc_sizes).
-            unsafe { k.launch(&r.stream, shape, &[dst, len as u64, seed]) }
+            r.kernels
+                .tma_push(&r.stream, s.resolve(sm), peer(&r.peer_recv, b)?, len, seed)
         }
     }
 }
 
-/// Runs one point on every rank (all ranks call it in step). Returns every rank's outcome on
-/// rank 0 and an empty list elsewhere.
-#[allow(clippy::too_many_arguments)]
+/// Rank `i`'s buffer as mapped here.
+fn peer(v: &[Option<IpcMapping>], i: usize) -> Result<&IpcMapping, GpuError> {
+    v.get(i)
+        .and_then(Option::as_ref)
+        .ok_or_else(|| GpuError::Invalid(format!("rank {i}'s buffer is not mapped here")))
+}
+
+/// Runs one point on this rank (all ranks call it in step; the harness gathers the outcomes).
 fn measure(
     r: &mut Rank,
     bs: &Bootstrap,
-    m: Method,
-    len: usize,
-    a: usize,
-    b: usize,
-    iters: u64,
-    warmup: u64,
+    s: &IpcSpec,
     args: &IpcArgs,
-    point_index: u64,
-) -> Result<Vec<Outcome>, BenchError> {
+) -> Result<Outcome, BenchError> {
+    let (m, len, a, b, iters, warmup) = (s.m, s.size as usize, s.a, s.b, s.iters, s.warmup);
+    let point_index = s.index;
     let me = bs.rank() as usize;
-    let verify = args.verify_enabled();
+    let verify = args.common.verify();
     let exec = exec_rank(m, a, b);
     let base = point_index << 24;
     let iter_seed = |k: u64| pattern::seed(base + k, a as u32, b as u32, 0);
@@ -797,18 +707,16 @@ fn measure(
     // Prepare: the receiver poisons what it will check, the source fills what is copied/pulled.
     if me == b && !matches!(m, Method::Pull(_)) {
         let poison = pattern::seed(base, a as u32, b as u32, POISON_SLOT);
-        // SAFETY: recv is this rank's buffer of the largest size.
-        unsafe { fill_async(&r.stream, r.recv.ptr(), len, poison) }.map_err(g)?;
+        fill(&r.stream, &r.recv, len, poison).map_err(g)?;
     }
     if me == a && matches!(m, Method::CopyEngine | Method::Pull(_)) {
-        // SAFETY: src is this rank's buffer of the largest size.
-        unsafe { fill_async(&r.stream, r.src.ptr(), len, data_seed) }.map_err(g)?;
+        fill(&r.stream, &r.src, len, data_seed).map_err(g)?;
     }
     if me == b {
         r.counter.reset().map_err(g)?;
     }
     r.stream.synchronize().map_err(g)?;
-    bs.barrier().map_err(bs_err)?;
+    bs.barrier().map_err(from_bootstrap)?;
 
     let mut out = Outcome::default();
     if me == exec {
@@ -847,7 +755,7 @@ fn measure(
             .map(|(ms, n)| ms / *n as f64)
             .collect();
     }
-    bs.barrier().map_err(bs_err)?;
+    bs.barrier().map_err(from_bootstrap)?;
 
     // Check on the receiving GPU.
     if me == b && verify {
@@ -858,22 +766,16 @@ fn measure(
                     Method::CopyEngine => data_seed,
                     _ => iter_seed(warmup + iters - 1),
                 };
-                // SAFETY: recv holds at least len bytes; counter is a live device u64.
-                unsafe { mismatches_async(&r.stream, r.recv.ptr(), len, expect, r.counter.ptr()) }
-                    .map_err(g)?;
+                count_mismatches(&r.stream, &r.recv, len, expect, &r.counter).map_err(g)?;
             }
         }
         r.stream.synchronize().map_err(g)?;
         out.errors = r.counter.read().map_err(g)?;
     }
-    let all = bs.gather(&encode(&out)).map_err(bs_err)?;
-    match all {
-        Some(v) => v.iter().map(|x| decode(x)).collect(),
-        None => Ok(Vec::new()),
-    }
+    Ok(out)
 }
 
-/// The record fields of one point.
+/// The record fields of one point (errors are summed by the harness).
 #[allow(clippy::too_many_arguments)]
 fn point(
     m: Method,
@@ -882,15 +784,11 @@ fn point(
     iters: u64,
     warmup: u64,
     samples: u64,
-    exec: &Outcome,
-    errors: u64,
+    batch_ns: &[u64],
     a: usize,
     b: usize,
 ) -> Point {
-    let mut s = Samples::with_capacity(exec.batch_ms.len());
-    for ms in &exec.batch_ms {
-        s.push((ms * 1e6).round().max(1.0) as u64);
-    }
+    let mut s = Samples::from_vec(batch_ns.to_vec());
     let lat = s.summary_us(1.0);
     let bw_gbps = if lat.p50 > 0.0 {
         size as f64 * 8.0 / (lat.p50 * 1e3)
@@ -932,9 +830,8 @@ fn point(
         bw_gbps,
         busbw_gbps: None,
         msg_rate_mops: if lat.p50 > 0.0 { 1.0 / lat.p50 } else { 0.0 },
-        errors,
-        counters: None,
         extra,
+        ..Point::default()
     }
 }
 
@@ -1047,6 +944,7 @@ mod tests {
         #[command(flatten)]
         a: IpcArgs,
     }
+    use crate::harness::RunInfo;
     use clap::Parser;
 
     #[test]
@@ -1068,17 +966,6 @@ mod tests {
         assert_eq!(default_iters(1 << 30), 20);
         assert_eq!(default_iters(4096), 2000);
         assert_eq!(default_iters(64 << 20), 64);
-    }
-
-    #[test]
-    fn outcome_round_trips_and_malformed_is_rejected() {
-        let o = Outcome {
-            errors: 7,
-            batch_ms: vec![1.5, 2.25],
-        };
-        assert_eq!(decode(&encode(&o)).unwrap(), o);
-        assert!(decode(&[1, 2, 3]).is_err());
-        assert!(decode(&[0u8; 13]).is_err());
     }
 
     #[test]
@@ -1106,13 +993,11 @@ mod tests {
             host: "h".into(),
             version: "0".into(),
             git: None,
+            extra: Map::new(),
         };
         let mk = |m: Method, size: u64, ms: f64| {
-            let o = Outcome {
-                errors: 0,
-                batch_ms: vec![ms; 5],
-            };
-            run.record(point(m, 132, size, 20, 2, 5, &o, 0, 0, 1))
+            let ns = vec![(ms * 1e6) as u64; 5];
+            run.record(point(m, 132, size, 20, 2, 5, &ns, 0, 1))
         };
         let push = Method::Push(parse_shape("128x256").unwrap());
         // 64 MiB in 0.2 ms = 335.5 GB/s; 1 GiB in 2.7 ms = 397.7 GB/s.
@@ -1149,8 +1034,8 @@ mod tests {
             println!("skipped: a CUDA driver is present (this test is for machines without one)");
             return;
         }
-        let a = IpcArgsParser::parse_from(["x"]).a;
-        let e = run_ipc(a, BuildInfo::default()).unwrap_err();
+        let a = IpcArgsParser::parse_from(["x", "-b", "4K"]).a;
+        let e = run_ipc(&a, &BuildInfo::default()).unwrap_err();
         assert!(e.is_usage(), "{e}");
         assert!(e.to_string().contains("no CUDA driver was found"), "{e}");
     }

@@ -1,20 +1,25 @@
 //! efabench-bench: the shared benchmark harness and one module per benchmark.
 //!
-//! The harness (options, sizes, statistics, records, progress, the payload pattern) is what
-//! nccl-tests calls `common.cu`: every benchmark uses it, so adding a benchmark means one new
-//! file that only knows how to move bytes and time them.
+//! * [`harness`]: what nccl-tests calls `common.cu` — typed options, the size sweep, bootstrap,
+//!   provider/domain/rail choice, memory, records, sinks, counters, errors, exit codes. A
+//!   benchmark implements [`harness::Benchmark`] and calls [`harness::run`].
+//! * One module per benchmark: [`p2p`] (`sendrecv`, `write`, `read`), [`ipc`] (NVLink).
+//! * [`pattern`], [`size`], [`stats`]: payload patterns, sizes, timing statistics.
+//!
+//! Adding a benchmark means one new file here and one line in the CLI.
+
+#![forbid(unsafe_code)]
 
 pub mod error;
 pub mod harness;
 pub mod ipc;
-pub mod options;
 pub mod p2p;
 pub mod pattern;
 pub mod size;
 pub mod stats;
 
 pub use error::BenchError;
-pub use options::CommonArgs;
+pub use harness::{BuildInfo, CommonArgs};
 
 /// Which point-to-point benchmark to run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -22,4 +27,45 @@ pub enum P2pKind {
     SendRecv,
     Write,
     Read,
+}
+
+/// Declares the benchmark subcommands: one line each (`"name" Variant(Args) => runner`), so
+/// adding a benchmark is one file plus one line here. Generates [`BenchCommand`] (a clap
+/// subcommand enum the CLI flattens in), its dispatch, and [`BENCHMARKS`] (the names `launch`
+/// accepts).
+macro_rules! benchmarks {
+    ($( $(#[$meta:meta])* $name:literal $variant:ident($args:ty) => $run:expr ;)*) => {
+        /// The benchmark subcommands.
+        #[derive(clap::Subcommand, Debug)]
+        pub enum BenchCommand {
+            $( $(#[$meta])* #[command(name = $name)] $variant($args), )*
+        }
+
+        /// Names of every benchmark subcommand.
+        pub const BENCHMARKS: &[&str] = &[$($name),*];
+
+        impl BenchCommand {
+            /// Runs one rank of the benchmark; returns the exit status.
+            pub fn run(&self, build: &BuildInfo) -> Result<i32, BenchError> {
+                match self {
+                    $( BenchCommand::$variant(a) => ($run)(a, build), )*
+                }
+            }
+        }
+    };
+}
+
+benchmarks! {
+    /// Two-sided send/recv: ping-pong latency and streaming bandwidth, over 1..N rails.
+    "sendrecv" Sendrecv(p2p::P2pArgs) => |a, b| p2p::run_p2p(P2pKind::SendRecv, a, b);
+    /// RDMA write with remote CQ data: ping-pong latency and streaming bandwidth, over 1..N rails.
+    "write" Write(p2p::P2pArgs) => |a, b| p2p::run_p2p(P2pKind::Write, a, b);
+    /// RDMA read: post-to-completion latency and streaming bandwidth, over 1..N rails.
+    "read" Read(p2p::P2pArgs) => |a, b| p2p::run_p2p(P2pKind::Read, a, b);
+    /// NVLink through CUDA IPC: kernels and copy engine writing into a peer GPU.
+    #[command(mut_arg("min_bytes", |a| a.default_value(ipc::IPC_DEFAULTS[0].1)),
+              mut_arg("max_bytes", |a| a.default_value(ipc::IPC_DEFAULTS[1].1)),
+              mut_arg("warmup", |a| a.default_value(ipc::IPC_DEFAULTS[2].1)),
+              mut_arg("timeout", |a| a.default_value(ipc::IPC_DEFAULTS[3].1)))]
+    "ipc" Ipc(ipc::IpcArgs) => ipc::run_ipc;
 }

@@ -4,8 +4,11 @@
 use crate::error::BenchError;
 
 /// Parse `8`, `4K`, `4k`, `4KiB`, `1M`, `1G` into bytes (powers of 1024).
-pub fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
+pub fn parse_size(input: &str) -> Result<u64, String> {
+    // Messages echo the input clipped, so a 100 KB argument is not printed whole.
+    let shown = clip(input);
+    let s = shown.as_str();
+    let t = input.trim();
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (digits, suffix) = t.split_at(split);
     if digits.is_empty() {
@@ -20,7 +23,8 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         "G" | "GB" | "GIB" => 30,
         _ => {
             return Err(format!(
-                "invalid size '{s}': unknown suffix '{suffix}'; use K, M or G (powers of 1024), like 4K or 1M"
+                "invalid size '{s}': unknown suffix '{}'; use K, M or G (powers of 1024), like 4K or 1M",
+                clip(suffix)
             ))
         }
     };
@@ -62,6 +66,16 @@ pub fn sweep(min: u64, max: u64, factor: u64) -> Result<Vec<u64>, BenchError> {
         sizes.push(max);
     }
     Ok(sizes)
+}
+
+/// User input as it may be echoed in a one-line error: at most 40 characters, with an ellipsis.
+pub fn clip(s: &str) -> String {
+    const MAX: usize = 40;
+    if s.chars().count() <= MAX {
+        return s.to_string();
+    }
+    let head: String = s.chars().take(MAX).collect();
+    format!("{head}...")
 }
 
 /// `8`, `4K`, `1M`, `1G` for exact powers, else the plain byte count.

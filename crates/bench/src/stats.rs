@@ -4,7 +4,7 @@
 //! percentiles with no histogram bucketing error, and the mean comes along for comparisons with
 //! tools that print only a mean.
 
-use efabench_report::LatencySummary;
+use efabench_record::LatencySummary;
 
 /// Collects one duration per timed iteration, in nanoseconds.
 #[derive(Debug, Default, Clone)]
@@ -17,6 +17,16 @@ impl Samples {
         Samples {
             ns: Vec::with_capacity(n),
         }
+    }
+
+    /// Samples measured elsewhere (another rank's, gathered by the harness).
+    pub fn from_vec(ns: Vec<u64>) -> Self {
+        Samples { ns }
+    }
+
+    /// The raw samples, in nanoseconds.
+    pub fn into_vec(self) -> Vec<u64> {
+        self.ns
     }
 
     #[inline]

@@ -5,6 +5,8 @@
 //! report). This file only parses the command line and turns errors into exit codes:
 //! 0 success, 1 a measured or checked failure, 2 bad input or a missing prerequisite.
 
+#![forbid(unsafe_code)]
+
 mod cmd;
 mod error;
 
@@ -27,14 +29,9 @@ enum Command {
     Counters(cmd::counters::Args),
     /// Start N local ranks of an efabench command on this host.
     Launch(cmd::launch::Args),
-    /// Two-sided send/recv: ping-pong latency and streaming bandwidth.
-    Sendrecv(cmd::bench::P2pArgs),
-    /// RDMA write with remote CQ data: ping-pong latency and streaming bandwidth.
-    Write(cmd::bench::P2pArgs),
-    /// RDMA read: post-to-completion latency and streaming bandwidth.
-    Read(cmd::bench::P2pArgs),
-    /// NVLink through CUDA IPC: kernels and copy engine writing into a peer GPU.
-    Ipc(cmd::ipc::Args),
+    /// The benchmarks (sendrecv, write, read, ipc, ...), declared in `efabench_bench`.
+    #[command(flatten)]
+    Bench(efabench_bench::BenchCommand),
     /// Plot JSONL records to PNG or SVG.
     Plot(cmd::plot::Args),
     /// Compare two JSONL result files; exit 1 on a regression beyond the tolerance.
@@ -51,10 +48,7 @@ fn main() {
         Command::Topo(a) => cmd::topo::run(a),
         Command::Counters(a) => cmd::counters::run(a),
         Command::Launch(a) => cmd::launch::run(a),
-        Command::Sendrecv(a) => cmd::bench::run(efabench_bench::P2pKind::SendRecv, a),
-        Command::Write(a) => cmd::bench::run(efabench_bench::P2pKind::Write, a),
-        Command::Read(a) => cmd::bench::run(efabench_bench::P2pKind::Read, a),
-        Command::Ipc(a) => cmd::ipc::run(a),
+        Command::Bench(b) => cmd::bench::run(b),
         Command::Plot(a) => cmd::plot::run(a),
         Command::Compare(a) => cmd::compare::run(a),
     };

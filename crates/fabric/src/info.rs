@@ -250,18 +250,3 @@ pub fn list_providers() -> Result<Vec<String>> {
     }
     Ok(names)
 }
-
-/// The default provider per DESIGN.md: `efa` when present, else `shm` when all ranks share one
-/// host, else `tcp`; `None` when none of these is available.
-pub fn default_provider(single_host: bool) -> Result<Option<String>> {
-    let names = list_providers()?;
-    let has = |p: &str| {
-        names
-            .iter()
-            .any(|n| n == p || n.split(';').next() == Some(p))
-    };
-    Ok(["efa", if single_host { "shm" } else { "tcp" }, "tcp"]
-        .into_iter()
-        .find(|p| has(p))
-        .map(str::to_string))
-}

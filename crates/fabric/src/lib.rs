@@ -6,6 +6,10 @@
 //! * [`Rail`]: one NIC's endpoint; [`Rail::address`]/[`Rail::insert_peer`] to connect,
 //!   [`Rail::register`] (any [`MemoryBuffer`]: [`HostBuffer`] here, CUDA buffers from the gpu
 //!   crate) and [`RemoteRegion`] for RMA.
+//! * [`RailGroup`]: the rails of one rank (one per NIC, or virtual rails on one domain), with
+//!   one-call registration on every rail, rail-aligned addresses and descriptors, and
+//!   [`resolve_rails`]/[`pick_domain`] for `--rails`/`--domain`; [`route`] says which rail
+//!   carries which bytes ([`split`], [`round_robin_rail`]).
 //! * Two ways to run operations on one completion mechanism: `post_*` + [`Rail::poll`] (the
 //!   cheapest path, for latency benchmarks) and async [`Op`]s driven by an [`Executor`] with
 //!   [`join_all`] for many in flight, always with a deadline.
@@ -17,6 +21,7 @@
 
 pub mod error;
 pub mod exec;
+pub mod group;
 pub mod host;
 pub mod info;
 #[allow(unsafe_code)] // declares the `unsafe trait MemoryBuffer` contract; no unsafe code
@@ -24,18 +29,26 @@ pub mod memory;
 pub mod rail;
 #[allow(unsafe_code)]
 mod raw;
+pub mod route;
 
 pub use error::{Error, Result};
 pub use exec::{join_all, Executor, JoinAll, Progress};
+/// futures-lite's future combinators (`zip`, `try_zip`, `or`, `race`, `poll_fn`, …): they work
+/// with [`Executor::block_on`], which re-polls after every progress round (the waker is unused).
+pub use futures_lite::future;
+pub use group::{
+    connect_all, pick_domain, resolve_rails, GroupAddress, GroupPeer, GroupRegion, RailCount,
+    RailGroup, RailPlan, RegionDescriptor,
+};
 pub use host::HostBuffer;
 pub use info::{
-    default_provider, first_provider, get_info, list_providers, load_library, Hints, LibraryInfo,
-    ProviderInfo,
+    first_provider, get_info, list_providers, load_library, Hints, LibraryInfo, ProviderInfo,
 };
-pub use memory::{DmabufHandle, Hmem, MemoryBuffer};
+pub use memory::{DmabufHandle, Hmem, MemoryBuffer, MrPath};
 pub use rail::{
-    Completion, Op, OpResult, Peer, Rail, RailConfig, RegionId, RemoteData, RemoteRegion,
+    Completion, CqData, Op, OpResult, Peer, Rail, RailConfig, RegionId, RemoteData, RemoteRegion,
 };
+pub use route::{next_first_rail, round_robin_rail, split, Stripe};
 
 /// libfabric completion and capability flags callers may test in [`Completion::flags`].
 pub mod flags {

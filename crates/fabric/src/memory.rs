@@ -44,4 +44,77 @@ pub unsafe trait MemoryBuffer: Send + Sync {
     fn dmabuf(&self) -> Option<DmabufHandle> {
         None
     }
+    /// Whether the memory is reachable only by the device (`cuMemAlloc` memory, not managed or
+    /// host memory). Registered with `FI_HMEM_DEVICE_ONLY`, which is what lets libfabric's `shm`
+    /// move it with CUDA IPC (one device-to-device copy) instead of 32 KiB host bounce buffers,
+    /// as fabtests do for every device buffer.
+    fn device_only(&self) -> bool {
+        false
+    }
+}
+
+/// How a buffer is registered (issue 13).
+///
+/// GPU memory can be registered two ways: through a dmabuf export of the buffer
+/// (`FI_MR_DMABUF`, what EFA needs for GPUDirect RDMA without the nvidia-peermem module), or by
+/// its device virtual address with `iface = FI_HMEM_CUDA` and the device ordinal (what providers
+/// with their own CUDA support, e.g. shm, expect). Which one works depends on the provider, the
+/// kernel and the library version, so the choice is explicit and the path actually taken is
+/// reported back ([`crate::Rail::region_path`], [`crate::GroupRegion::path_taken`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum MrPath {
+    /// dmabuf where the provider needs it (efa) and the buffer has one and the negotiated API
+    /// allows it; otherwise plain VA registration.
+    #[default]
+    Auto,
+    /// Require a dmabuf: a buffer without one, or a library/provider that cannot take one, is a
+    /// usage error.
+    Dmabuf,
+    /// Never dmabuf: plain VA registration (`FI_HMEM_CUDA` + device for GPU memory).
+    Va,
+}
+
+impl MrPath {
+    /// Every path, in the order the CLI lists them.
+    pub const ALL: [MrPath; 3] = [MrPath::Auto, MrPath::Dmabuf, MrPath::Va];
+
+    /// The CLI name: `auto`, `dmabuf`, `va`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            MrPath::Auto => "auto",
+            MrPath::Dmabuf => "dmabuf",
+            MrPath::Va => "va",
+        }
+    }
+}
+
+impl std::fmt::Display for MrPath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for MrPath {
+    type Err = crate::Error;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        MrPath::ALL
+            .into_iter()
+            .find(|p| p.name().eq_ignore_ascii_case(s))
+            .ok_or_else(|| {
+                crate::Error::Usage(format!(
+                    "unknown memory registration path {s:?}; use one of auto, dmabuf, va"
+                ))
+            })
+    }
+}
+
+/// What a registration actually used: `"dmabuf"` (`FI_MR_DMABUF`), `"va"` (GPU memory by device
+/// virtual address with `FI_HMEM_CUDA`) or `"host"` (host memory by virtual address).
+pub(crate) fn path_name(dmabuf: bool, hmem: Hmem) -> &'static str {
+    match (dmabuf, hmem) {
+        (true, _) => "dmabuf",
+        (false, Hmem::Cuda { .. }) => "va",
+        (false, Hmem::System) => "host",
+    }
 }

@@ -29,7 +29,7 @@ use efabench_fabric_sys as sys;
 
 use crate::error::{Error, Result};
 use crate::info::ProviderInfo;
-use crate::memory::{Hmem, MemoryBuffer};
+use crate::memory::{path_name, Hmem, MemoryBuffer, MrPath};
 use crate::raw::{CqRead, RawMr, RawOp, RawRail};
 
 /// How a rail is opened.
@@ -57,11 +57,14 @@ impl Default for RailConfig {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Peer(pub u64);
 
-/// A memory region registered on one rail.
+/// A memory region registered on one rail: the rail, the region's slot in the rail's table and
+/// the slot's generation. Deregistering bumps the generation, so an id kept after
+/// [`Rail::deregister`] never reaches a later registration that reuses the slot.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct RegionId {
     rail: u32,
     index: u32,
+    gen: u32,
 }
 
 /// What a peer needs to target one of our regions with RMA: the remote address (a virtual
@@ -129,6 +132,29 @@ impl Completion {
     }
 }
 
+/// The convention efabench uses for remote CQ data: the sender's rank (`source`) and a `tag`
+/// packed into the low 32 bits, which every provider carries (EFA's `cq_data_size` is 4 bytes).
+/// [`Rail::wait_remote_data_from`] and [`Rail::wait_remote_count`] select on `source`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct CqData {
+    pub source: u16,
+    pub tag: u16,
+}
+
+impl CqData {
+    /// `source << 16 | tag`.
+    pub fn to_u64(self) -> u64 {
+        (self.source as u64) << 16 | self.tag as u64
+    }
+    /// The inverse of [`CqData::to_u64`] (bits above 32 are ignored).
+    pub fn from_u64(d: u64) -> Self {
+        CqData {
+            source: (d >> 16) as u16,
+            tag: d as u16,
+        }
+    }
+}
+
 /// What an async operation returns.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct OpResult {
@@ -162,12 +188,27 @@ struct Region {
     mr: RawMr,
     inflight: u32,
     remote: RemoteRegion,
+    /// "dmabuf", "va" or "host": how the registration was made.
+    path: &'static str,
+}
+
+/// One entry of the region table: the registration (if any) and the generation of the slot.
+#[derive(Default)]
+struct RegionSlot {
+    gen: u32,
+    region: Option<Region>,
+}
+
+impl RegionSlot {
+    fn get(&self) -> Option<&Region> {
+        self.region.as_ref()
+    }
 }
 
 struct State {
     slots: Vec<Slot>,
     free: Vec<u32>,
-    regions: Vec<Option<Region>>,
+    regions: Vec<RegionSlot>,
     /// Raw completions read while nobody was polling (e.g. during EAGAIN progress).
     ready: VecDeque<Completion>,
     /// Completions without a local operation (remote CQ data).
@@ -261,9 +302,43 @@ impl Rail {
 
     /// Registers `buf` for send/recv and local/remote read/write, following the provider's
     /// `mr_mode` (local descriptors, virtual-address vs offset RMA, provider vs requested keys,
-    /// endpoint binding, `FI_HMEM_CUDA` with the device id, `FI_MR_DMABUF` when the buffer has a
-    /// dmabuf and the negotiated API allows it). The rail keeps `buf` alive while registered.
+    /// endpoint binding, `FI_HMEM_CUDA` with the device id) and [`MrPath::Auto`] (dmabuf on efa
+    /// when the buffer has one). The rail keeps `buf` alive while registered.
     pub fn register<B: MemoryBuffer + 'static>(&self, buf: Arc<B>) -> Result<RegionId> {
+        self.register_with(buf, MrPath::Auto)
+    }
+
+    /// Whether registering `buf` on this rail with `path` goes through its dmabuf; a usage error
+    /// when `path` is [`MrPath::Dmabuf`] and that is impossible.
+    fn use_dmabuf(&self, buf: &dyn MemoryBuffer, path: MrPath) -> Result<bool> {
+        let has = buf.dmabuf().is_some();
+        let lib_ok = self.info.dmabuf;
+        Ok(match path {
+            MrPath::Va => false,
+            MrPath::Auto => has && lib_ok && self.info.provider.starts_with("efa"),
+            MrPath::Dmabuf => {
+                if !has {
+                    return Err(Error::Usage(
+                        "--mr-path dmabuf: the buffer has no dmabuf export (host memory, or the CUDA driver refused cuMemGetHandleForAddressRange); use --mr-path auto or va".into(),
+                    ));
+                }
+                if !lib_ok {
+                    return Err(Error::Usage(format!(
+                        "--mr-path dmabuf: provider {} (domain {}) cannot register a dmabuf (needs FI_HMEM and libfabric API >= 1.20); use --mr-path va or a newer libfabric",
+                        self.info.provider, self.info.domain
+                    )));
+                }
+                true
+            }
+        })
+    }
+
+    /// Like [`Rail::register`], with an explicit registration path (see [`MrPath`]).
+    pub fn register_with<B: MemoryBuffer + 'static>(
+        &self,
+        buf: Arc<B>,
+        path: MrPath,
+    ) -> Result<RegionId> {
         if let Hmem::Cuda { device } = buf.hmem() {
             if !self.info.hmem {
                 return Err(Error::Usage(format!(
@@ -275,6 +350,8 @@ impl Rail {
         if buf.is_empty() {
             return Err(Error::Usage("cannot register an empty buffer".into()));
         }
+        let dmabuf = self.use_dmabuf(&*buf, path)?;
+        let hmem = buf.hmem();
         let mut st = self.state.borrow_mut();
         let key = if self.raw.mr_mode & sys::FI_MR_PROV_KEY != 0 {
             0
@@ -284,7 +361,7 @@ impl Rail {
         };
         let ptr = buf.as_ptr() as u64;
         let len = buf.len() as u64;
-        let mr = self.raw.register(buf, key, self.info.dmabuf)?;
+        let mr = self.raw.register(buf, key, dmabuf)?;
         let remote = RemoteRegion {
             addr: if self.raw.mr_mode & sys::FI_MR_VIRT_ADDR != 0 {
                 ptr
@@ -298,60 +375,71 @@ impl Rail {
             mr,
             inflight: 0,
             remote,
+            path: path_name(dmabuf, hmem),
         };
-        let index = match st.regions.iter().position(Option::is_none) {
-            Some(i) => {
-                st.regions[i] = Some(region);
-                i
-            }
+        let index = match st.regions.iter().position(|s| s.region.is_none()) {
+            Some(i) => i,
             None => {
-                st.regions.push(Some(region));
+                st.regions.push(RegionSlot::default());
                 st.regions.len() - 1
             }
         };
+        let slot = &mut st.regions[index];
+        slot.region = Some(region);
         Ok(RegionId {
             rail: self.id,
             index: index as u32,
+            gen: slot.gen,
         })
     }
 
-    fn check_region(&self, id: RegionId) -> Result<u32> {
+    /// The slot index of a live region `id` of this rail.
+    fn check_region(&self, st: &State, id: RegionId) -> Result<u32> {
         if id.rail != self.id {
             return Err(Error::Usage(
                 "memory region belongs to another rail; register the buffer on this rail too"
                     .into(),
             ));
         }
-        Ok(id.index)
-    }
-
-    /// The descriptor a peer needs to read or write region `id`.
-    pub fn remote_region(&self, id: RegionId) -> Result<RemoteRegion> {
-        let i = self.check_region(id)?;
-        let st = self.state.borrow();
-        match st.regions.get(i as usize) {
-            Some(Some(r)) => Ok(r.remote),
+        match st.regions.get(id.index as usize) {
+            Some(s) if s.gen == id.gen && s.region.is_some() => Ok(id.index),
             _ => Err(Error::Usage("memory region was deregistered".into())),
         }
     }
 
+    /// The descriptor a peer needs to read or write region `id`.
+    pub fn remote_region(&self, id: RegionId) -> Result<RemoteRegion> {
+        let st = self.state.borrow();
+        let i = self.check_region(&st, id)?;
+        Ok(st.regions[i as usize].get().expect("checked").remote)
+    }
+
+    /// How region `id` was registered: `"dmabuf"`, `"va"` (GPU memory by address) or `"host"`.
+    pub fn region_path(&self, id: RegionId) -> Result<&'static str> {
+        let st = self.state.borrow();
+        let i = self.check_region(&st, id)?;
+        Ok(st.regions[i as usize].get().expect("checked").path)
+    }
+
     /// Deregisters region `id`; fails while operations on it are in flight.
     pub fn deregister(&self, id: RegionId) -> Result<()> {
-        let i = self.check_region(id)? as usize;
         let mut st = self.state.borrow_mut();
-        match st.regions.get(i) {
-            Some(Some(r)) if r.inflight > 0 => Err(Error::Usage(format!(
-                "memory region has {} operations in flight; wait for them before deregistering",
-                r.inflight
-            ))),
-            Some(Some(_)) => {
-                st.regions[i] = None;
-                Ok(())
+        let i = self.check_region(&st, id).map_err(|e| match e {
+            Error::Usage(m) if m == "memory region was deregistered" => {
+                Error::Usage("memory region was already deregistered".into())
             }
-            _ => Err(Error::Usage(
-                "memory region was already deregistered".into(),
-            )),
+            e => e,
+        })? as usize;
+        let slot = &mut st.regions[i];
+        let inflight = slot.get().map_or(0, |r| r.inflight);
+        if inflight > 0 {
+            return Err(Error::Usage(format!(
+                "memory region has {inflight} operations in flight; wait for them before deregistering"
+            )));
         }
+        slot.region = None;
+        slot.gen = slot.gen.wrapping_add(1);
+        Ok(())
     }
 
     /// Posts once. `Posted::Again` means `-FI_EAGAIN` or no free slot: progress and retry.
@@ -368,7 +456,7 @@ impl Rail {
         peer: u64,
         raw_ctx: Option<u64>,
     ) -> Result<Posted> {
-        let ri = self.check_region(region)?;
+        let ri = self.check_region(st, region)?;
         let inject = matches!(op, RawOp::Inject | RawOp::InjectWrite { .. });
         let slot = if inject {
             0
@@ -378,8 +466,8 @@ impl Rail {
                 None => return Ok(Posted::Again),
             }
         };
-        let r = match st.regions.get(ri as usize) {
-            Some(Some(r)) => r,
+        let r = match st.regions.get(ri as usize).and_then(RegionSlot::get) {
+            Some(r) => r,
             _ => {
                 if !inject {
                     st.free.push(slot);
@@ -410,7 +498,11 @@ impl Rail {
                         done: None,
                     },
                 };
-                if let Some(Some(r)) = st.regions.get_mut(ri as usize) {
+                if let Some(r) = st
+                    .regions
+                    .get_mut(ri as usize)
+                    .and_then(|s| s.region.as_mut())
+                {
                     r.inflight += 1;
                 }
             }
@@ -920,6 +1012,74 @@ impl Rail {
         RemoteData { rail: self }
     }
 
+    /// The next remote CQ data completion whose data has source field `source` (see
+    /// [`CqData`]), leaving completions from other sources queued in their order. Lets a rank
+    /// that writes to several peers tell their notifications apart without relying on arrival
+    /// order (EFA's SRD delivers unordered). Looks through the queued completions, so the cost is
+    /// the queue's length.
+    pub fn wait_remote_data_from(&self, source: u16) -> impl Future<Output = Completion> + use<'_> {
+        futures_lite::future::poll_fn(move |_| {
+            let mut st = self.state.borrow_mut();
+            match st
+                .remote
+                .iter()
+                .position(|c| CqData::from_u64(c.data).source == source)
+            {
+                Some(i) => Poll::Ready(st.remote.remove(i).expect("index from position")),
+                None => Poll::Pending,
+            }
+        })
+    }
+
+    /// Resolves once `n` remote CQ data completions from `source` have arrived, consuming
+    /// them; like pplx-garden's `ImmCounter::wait`, it counts instead of matching one by one,
+    /// so several notifications of one transfer (e.g. one per stripe) may arrive in any order.
+    /// Resolves to the completions' tags in arrival order.
+    pub fn wait_remote_count(
+        &self,
+        source: u16,
+        n: usize,
+    ) -> impl Future<Output = Vec<u16>> + use<'_> {
+        self.count_remote(n, move |d| d.source == source)
+    }
+
+    /// Resolves once `n` remote CQ data completions carrying exactly `data` (source and tag)
+    /// have arrived, consuming them: pplx-garden's `ImmCounter` keyed by the whole value, for
+    /// protocols that number their steps in the tag and must not take step *s+1*'s notification
+    /// for step *s*'s.
+    pub fn wait_remote_exact(&self, data: CqData, n: usize) -> impl Future<Output = ()> + use<'_> {
+        let count = self.count_remote(n, move |d| d == data);
+        async move {
+            count.await;
+        }
+    }
+
+    fn count_remote<M: FnMut(CqData) -> bool>(
+        &self,
+        n: usize,
+        mut matches: M,
+    ) -> impl Future<Output = Vec<u16>> + use<'_, M> {
+        let mut tags = Vec::with_capacity(n);
+        futures_lite::future::poll_fn(move |_| {
+            let mut st = self.state.borrow_mut();
+            let mut i = 0;
+            while tags.len() < n && i < st.remote.len() {
+                let d = CqData::from_u64(st.remote[i].data);
+                if matches(d) {
+                    st.remote.remove(i);
+                    tags.push(d.tag);
+                } else {
+                    i += 1;
+                }
+            }
+            if tags.len() == n {
+                Poll::Ready(std::mem::take(&mut tags))
+            } else {
+                Poll::Pending
+            }
+        })
+    }
+
     fn take_done(&self, slot: u32) -> Option<Result<OpResult>> {
         let mut st = self.state.borrow_mut();
         let s = &mut st.slots[slot as usize];
@@ -959,7 +1119,11 @@ impl Rail {
 
 #[inline(always)]
 fn release(st: &mut State, region: u32) {
-    if let Some(Some(r)) = st.regions.get_mut(region as usize) {
+    if let Some(r) = st
+        .regions
+        .get_mut(region as usize)
+        .and_then(|s| s.region.as_mut())
+    {
         r.inflight = r.inflight.saturating_sub(1);
     }
 }

@@ -1,31 +1,50 @@
-//! One rank's endpoint for the point-to-point benchmarks, and the only file of the benchmarks
-//! that talks to the fabric layer.
+//! One rank's endpoints for the point-to-point benchmarks, and the only file of the benchmarks
+//! that posts fabric operations.
 //!
-//! A [`Link`] owns one rail and three registered regions: `out` (what this rank sends, writes, or
+//! A [`Link`] owns a rail group (one rail per NIC, or virtual rails on loopback) and three
+//! regions registered on every rail with one call each: `out` (what this rank sends, writes, or
 //! exposes for reads), `inbox` (where receives, peers' writes and our reads land) and a small
-//! `ctrl` region for the 8-byte control words of the protocols. Both regions are cut into slots of
-//! the current message size, and slot `k` of a sender's `out` always travels to slot `k` of the
-//! receiver's `inbox`, so both sides know where every payload must be without telling each other.
+//! `ctrl` region for the 8-byte control words of the protocols (always on rail 0). Payload
+//! buffers are cut into `slots` slots of the current message size; message `pos` of a window
+//! uses slot `pos % slots` on both sides, so both know where every payload must be without
+//! telling each other, and the buffer footprint stays bounded however large the window
+//! (`--footprint`): slots reused within a window carry the same pattern, so verification stays
+//! exact.
+//!
+//! # Routing over rails
+//! * `split`: every message is cut into stripes by [`efabench_fabric::split`] (a minimum stripe,
+//!   128-byte aligned boundaries, the first rail rotating with the message number), each stripe
+//!   posted on its rail. The message completes when every stripe has.
+//! * `round-robin`: whole messages go to rail `n % rails`.
+//!
+//! Both sides derive the route of a message from its number: the k-th send a rank posts meets the
+//! k-th receive its peer posts (both count per step), a write's or read's route is the poster's
+//! own count. A write target learns that a message landed from the remote CQ data of *every*
+//! stripe — it knows from the size how many stripes each message has — never from ordering
+//! across rails, which no NIC guarantees.
 //!
 //! Operations go through the fabric layer's cheapest path (`post_*` with a `u64` context, then
-//! `poll`); completions that arrive before anyone waits for them are kept in a small stash.
-//! Every wait is bounded by `--timeout` and checks the bootstrap's health about every
-//! millisecond, so a dead peer ends the run with its rank named instead of a hang.
+//! `poll` on every rail). Every wait is bounded by `--timeout` of no progress and checks the
+//! bootstrap's health about every millisecond, so a dead peer ends the run with its rank named
+//! instead of a hang.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use efabench_bootstrap::{Health, ProgressHandle};
 use efabench_fabric::{
-    get_info, Completion as FiCompletion, Hints, Hmem, HostBuffer, MemoryBuffer, Peer,
-    ProviderInfo, Rail, RailConfig, RegionId, RemoteRegion,
+    Completion as FiCompletion, GroupPeer, GroupRegion, HostBuffer, MemoryBuffer, MrPath,
+    RailGroup, RegionDescriptor,
 };
-use efabench_gpu::{GpuBuffer, GpuChoice, GpuError, MemKind};
+use efabench_gpu::{GpuBuffer, MemKind};
+use serde_json::{json, Value};
 
 use crate::error::BenchError;
+use crate::harness::Strategy;
 use crate::pattern;
 
-/// Which operation a completion belongs to, and on which slot.
+/// Which operation a completion belongs to, and on which window position.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Ctx {
     Send(usize),
@@ -36,16 +55,23 @@ pub enum Ctx {
     CtrlRecv(usize),
 }
 
+/// Most positions a context may name (the largest `--window`).
+pub const MAX_POS: usize = 4096;
+
 impl Ctx {
-    fn encode(self) -> u64 {
-        let (k, s) = match self {
-            Ctx::Send(s) => (1u64, s),
+    fn kind(self) -> (u64, usize) {
+        match self {
+            Ctx::Send(s) => (1, s),
             Ctx::Recv(s) => (2, s),
             Ctx::Write(s) => (3, s),
             Ctx::Read(s) => (4, s),
             Ctx::CtrlSend(s) => (5, s),
             Ctx::CtrlRecv(s) => (6, s),
-        };
+        }
+    }
+
+    fn encode(self) -> u64 {
+        let (k, s) = self.kind();
         (k << 32) | s as u64
     }
 
@@ -61,9 +87,15 @@ impl Ctx {
             _ => return None,
         })
     }
+
+    /// Index into the per-context stripe counters.
+    fn index(self) -> Option<usize> {
+        let (k, s) = self.kind();
+        (s < MAX_POS).then(|| (k as usize - 1) * MAX_POS + s)
+    }
 }
 
-/// A local completion the protocols care about.
+/// A local completion the protocols care about (every stripe of the message completed).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Completion {
     pub ctx: Ctx,
@@ -97,256 +129,326 @@ impl LinkError {
     }
 }
 
-fn fabric(e: efabench_fabric::Error) -> LinkError {
-    match e {
-        efabench_fabric::Error::Load(_) | efabench_fabric::Error::NoProvider { .. } => {
-            LinkError::Usage(e.to_string())
+impl From<BenchError> for LinkError {
+    fn from(e: BenchError) -> Self {
+        match e {
+            BenchError::Usage(m) => LinkError::Usage(m),
+            BenchError::Failed(m) => LinkError::Failed(m),
         }
-        _ => LinkError::Failed(e.to_string()),
     }
 }
 
-/// How to open a link.
-#[derive(Clone, Debug)]
-pub struct LinkConfig {
-    pub provider: String,
-    pub domain: Option<String>,
-    /// Local address to bind to (keeps tcp on loopback when all ranks share this host).
-    pub node: Option<String>,
-    pub mem: String,
-    /// `--gpu`: an index or `auto` (the local rank's GPU).
-    pub gpu: String,
-    pub local_rank: u32,
-    /// Bytes of each of `out` and `inbox`.
-    pub buf_bytes: usize,
-    pub ctrl_slots: usize,
-    pub timeout: Duration,
+fn fabric(e: efabench_fabric::Error) -> LinkError {
+    crate::harness::fabric_error(e).into()
 }
 
 /// Test-only hook (integration tests set it on one rank): corrupt one byte of the first payload
 /// this rank verifies, so a test can prove that verification reports errors.
 const CORRUPT_ENV: &str = "EFABENCH_TEST_CORRUPT_PAYLOAD";
 
-/// A payload buffer of any `--mem` kind, shared with the rail that registered it.
-type Payload = Arc<Box<dyn GpuBuffer>>;
+/// A payload buffer of any `--mem` kind, shared with the rails that registered it.
+pub type Payload = Arc<Box<dyn GpuBuffer>>;
 
-/// One rank's endpoint, buffers and peers.
-pub struct Link<'h> {
-    rail: Rail,
+/// What a peer needs from us: our rails' addresses and the descriptors of `out` and `inbox`.
+struct PeerInfo {
+    peer: GroupPeer,
+    out: RegionDescriptor,
+    inbox: RegionDescriptor,
+}
+
+/// Bytes and operations each rail carried since [`Link::mark_timed`].
+#[derive(Clone, Debug, Default)]
+struct RailStats {
+    bytes: u64,
+    ops: u64,
+}
+
+/// One rank's endpoints, buffers and peers.
+pub struct Link {
+    group: RailGroup,
+    strategy: Strategy,
     out: Payload,
-    out_id: RegionId,
+    out_reg: GroupRegion,
     inbox: Payload,
-    inbox_id: RegionId,
+    inbox_reg: GroupRegion,
     ctrl: Arc<HostBuffer>,
-    ctrl_id: RegionId,
+    ctrl_reg: GroupRegion,
     ctrl_slots: usize,
-    peers: Vec<Option<(Peer, RemoteRegion, RemoteRegion)>>,
+    peers: Vec<Option<PeerInfo>>,
     peer: usize,
-    /// Current message size: the slot stride.
+    /// Current message size and the number of buffer slots in use.
     size: usize,
+    slots: usize,
+    /// Messages posted this step, per direction: the route of the next one.
+    sends: u64,
+    recvs: u64,
+    rmas: u64,
+    /// Stripes still outstanding and bytes completed, per context.
+    pending: Vec<(u32, usize)>,
     stash: VecDeque<Completion>,
     remote_data: VecDeque<u64>,
     ctrl_words: VecDeque<u64>,
     ctrl_recv_next: usize,
     ctrl_send_next: usize,
     ctrl_send_busy: Vec<bool>,
+    stats: Vec<RailStats>,
+    counting: bool,
     timeout: Duration,
-    health: &'h dyn Fn() -> Result<(), String>,
+    health: Health,
+    progress: ProgressHandle,
     scratch: Vec<u8>,
     /// The payload pattern's position stream, computed once per size.
     stream: pattern::Stream,
     corrupt_once: bool,
 }
 
-impl<'h> Link<'h> {
-    /// Open the rail and register the buffers. `health` is called about every millisecond while
-    /// waiting; an `Err` from it ends the wait (a peer died, the job aborted).
-    pub fn open(
-        cfg: &LinkConfig,
-        health: &'h dyn Fn() -> Result<(), String>,
+impl Link {
+    /// Registers `out`, `inbox` and a control region on every rail of `group`. `health` is
+    /// checked about every millisecond while waiting; a failed job ends the wait.
+    pub fn new(
+        group: RailGroup,
+        strategy: Strategy,
+        (out, inbox): (Payload, Payload),
+        mr: MrPath,
+        timeout: Duration,
+        (health, progress): (Health, ProgressHandle),
     ) -> Result<Self, LinkError> {
-        let (out, inbox) = alloc_payload(cfg)?;
-        let hmem = out.hmem() != Hmem::System;
-        let hints = Hints {
-            provider: Some(cfg.provider.clone()),
-            domain: cfg.domain.clone(),
-            node: cfg.node.clone(),
-            hmem,
-            ..Hints::default()
-        };
-        let info: ProviderInfo = match get_info(&hints) {
-            Ok(v) if !v.is_empty() => v.into_iter().next().expect("non-empty"),
-            Ok(_) | Err(efabench_fabric::Error::NoProvider { .. }) if hmem => {
-                return Err(LinkError::Usage(format!(
-                    "--mem {}: provider {} cannot register GPU memory (no FI_HMEM here); this needs \
-                     EFA with GPUDirect RDMA (p4d/p5 with the EFA installer) or a libfabric built with \
-                     CUDA support; use --mem host or --mem pinned",
-                    cfg.mem, cfg.provider
-                )))
-            }
-            Ok(_) => {
-                return Err(LinkError::Usage(format!(
-                    "provider {} offers no RDM endpoint with MSG|RMA here",
-                    cfg.provider
-                )))
-            }
-            Err(e) => return Err(fabric(e)),
-        };
-        if (cfg.buf_bytes as u64) > info.max_msg_size.saturating_mul(4096) {
-            return Err(LinkError::Usage(format!(
-                "messages of up to {} bytes exceed what provider {} can send ({} bytes); lower -e",
-                cfg.buf_bytes, info.provider, info.max_msg_size
-            )));
-        }
-        let rail = Rail::open(
-            &info,
-            &RailConfig {
-                post_timeout: cfg.timeout,
-                max_in_flight: 8192,
-                ..RailConfig::default()
-            },
-        )
-        .map_err(fabric)?;
-        let ctrl = HostBuffer::new(16 * cfg.ctrl_slots)
+        let ctrl_slots = 8;
+        let ctrl = HostBuffer::new(16 * ctrl_slots)
             .map(Arc::new)
             .map_err(fabric)?;
-        // A provider may advertise FI_HMEM and still fail to register GPU memory when its
-        // libfabric was built without CUDA support: that is a setup problem, not a run failure.
-        let register_payload = |b: &Payload| {
-            rail.register(b.clone()).map_err(|e| {
-                if hmem {
+        let gpu_mem = out.kind() != MemKind::Host && out.kind() != MemKind::Pinned;
+        let provider = group.rail(0).info().provider.clone();
+        let register = |b: &Payload| {
+            group.register(b.clone(), mr).map_err(|e| {
+                if gpu_mem {
                     LinkError::Usage(format!(
-                        "--mem {}: provider {} could not register GPU memory ({e}); this libfabric \
-                         lacks CUDA support: use the EFA installer's libfabric (/opt/amazon/efa), \
-                         or --mem host|pinned",
-                        cfg.mem, info.provider
+                        "--mem {}: provider {provider} could not register GPU memory ({e}); this \
+                         libfabric lacks CUDA support: use the EFA installer's libfabric \
+                         (/opt/amazon/efa) or one built with --with-cuda, or --mem host|pinned",
+                        b.kind()
                     ))
                 } else {
                     fabric(e)
                 }
             })
         };
-        let out_id = register_payload(&out)?;
-        let inbox_id = register_payload(&inbox)?;
-        let ctrl_id = rail.register(ctrl.clone()).map_err(fabric)?;
+        let out_reg = register(&out)?;
+        let inbox_reg = register(&inbox)?;
+        let ctrl_reg = group.register(ctrl.clone(), MrPath::Auto).map_err(fabric)?;
+        let rails = group.len();
         Ok(Link {
-            rail,
+            group,
+            strategy,
             out,
-            out_id,
+            out_reg,
             inbox,
-            inbox_id,
+            inbox_reg,
             ctrl,
-            ctrl_id,
-            ctrl_slots: cfg.ctrl_slots,
+            ctrl_reg,
+            ctrl_slots,
             peers: Vec::new(),
             peer: 0,
             size: 0,
+            slots: 1,
+            sends: 0,
+            recvs: 0,
+            rmas: 0,
+            pending: vec![(0, 0); 6 * MAX_POS],
             stash: VecDeque::new(),
             remote_data: VecDeque::new(),
             ctrl_words: VecDeque::new(),
             ctrl_recv_next: 0,
             ctrl_send_next: 0,
-            ctrl_send_busy: vec![false; cfg.ctrl_slots],
-            timeout: cfg.timeout,
+            ctrl_send_busy: vec![false; ctrl_slots],
+            stats: vec![RailStats::default(); rails],
+            counting: false,
+            timeout,
             health,
+            progress,
             scratch: Vec::new(),
             stream: pattern::Stream::default(),
             corrupt_once: std::env::var_os(CORRUPT_ENV).is_some(),
         })
     }
 
-    pub fn provider_name(&self) -> String {
-        self.rail.info().provider.clone()
-    }
-    pub fn fabric_name(&self) -> String {
-        self.rail.info().fabric.clone()
-    }
-    pub fn domain_name(&self) -> String {
-        self.rail.info().domain.clone()
-    }
-    /// The NIC's link speed in Gbps, when the provider reports one.
-    pub fn link_gbps(&self) -> Option<f64> {
-        self.rail
-            .info()
-            .link_speed_bps
-            .filter(|b| *b > 0)
-            .map(|b| b as f64 / 1e9)
+    /// Which registration path the payload took (`dmabuf`, `va` or `host`), with
+    /// `+device-only` when it was registered with `FI_HMEM_DEVICE_ONLY` (device memory).
+    pub fn mr_path(&self) -> String {
+        let path = self.out_reg.path_taken();
+        if MemoryBuffer::device_only(&**self.out) {
+            format!("{path}+device-only")
+        } else {
+            path.to_string()
+        }
     }
 
-    /// Our endpoint address and the descriptors of `out` and `inbox`, for the all-gather.
+    /// Bytes of each payload buffer.
+    pub fn buffer_bytes(&self) -> usize {
+        MemoryBuffer::len(&**self.out)
+    }
+
+    /// Our endpoint addresses and the descriptors of `out` and `inbox`, for the all-gather.
     pub fn local_blob(&self) -> Result<Vec<u8>, LinkError> {
-        let addr = self.rail.address().map_err(fabric)?;
-        let mut v = Vec::with_capacity(2 + addr.len() + 2 * RemoteRegion::BYTES);
-        v.extend_from_slice(&(addr.len() as u16).to_le_bytes());
-        v.extend_from_slice(&addr);
-        v.extend_from_slice(
-            &self
-                .rail
-                .remote_region(self.out_id)
+        let mut v = Vec::new();
+        for part in [
+            self.group.address().map_err(fabric)?.to_bytes(),
+            self.group
+                .descriptor(&self.out_reg)
                 .map_err(fabric)?
                 .to_bytes(),
-        );
-        v.extend_from_slice(
-            &self
-                .rail
-                .remote_region(self.inbox_id)
+            self.group
+                .descriptor(&self.inbox_reg)
                 .map_err(fabric)?
                 .to_bytes(),
-        );
+        ] {
+            v.extend_from_slice(&(part.len() as u32).to_le_bytes());
+            v.extend_from_slice(&part);
+        }
         Ok(v)
     }
 
-    /// Insert the peers we talk to: rank 0 talks to everyone, every other rank to rank 0.
+    /// Inserts the peers we talk to: rank 0 talks to everyone, every other rank to rank 0.
     pub fn connect(&mut self, me: u32, blobs: &[Vec<u8>]) -> Result<(), LinkError> {
-        self.peers = vec![None; blobs.len()];
+        self.peers = (0..blobs.len()).map(|_| None).collect();
         for (r, b) in blobs.iter().enumerate() {
             if r as u32 == me || (me != 0 && r != 0) {
                 continue;
             }
-            let bad =
-                || LinkError::Failed(format!("rank {r} sent a malformed endpoint description"));
-            let n = u16::from_le_bytes(b.get(..2).ok_or_else(bad)?.try_into().map_err(|_| bad())?)
-                as usize;
-            let addr = b.get(2..2 + n).ok_or_else(bad)?;
-            let rr = |i: usize| {
-                let s = 2 + n + i * RemoteRegion::BYTES;
-                b.get(s..s + RemoteRegion::BYTES)
-                    .ok_or_else(bad)
-                    .and_then(|x| RemoteRegion::from_bytes(x).map_err(fabric))
+            let bad = || {
+                LinkError::Failed(format!(
+                    "rank {r} sent a malformed endpoint description (same efabench version and options everywhere?)"
+                ))
             };
-            let (out, inbox) = (rr(0)?, rr(1)?);
-            let peer = self.rail.insert_peer(addr).map_err(fabric)?;
-            self.peers[r] = Some((peer, out, inbox));
+            let mut parts = Vec::new();
+            let mut rest = b.as_slice();
+            for _ in 0..3 {
+                let n = rest
+                    .get(..4)
+                    .and_then(|x| x.try_into().ok())
+                    .map(u32::from_le_bytes)
+                    .ok_or_else(bad)? as usize;
+                let part = rest.get(4..4 + n).ok_or_else(bad)?;
+                parts.push(part);
+                rest = &rest[4 + n..];
+            }
+            let addr = efabench_fabric::GroupAddress::from_bytes(parts[0]).map_err(fabric)?;
+            let out = RegionDescriptor::from_bytes(parts[1]).map_err(fabric)?;
+            let inbox = RegionDescriptor::from_bytes(parts[2]).map_err(fabric)?;
+            if out.rails() != self.group.len() || inbox.rails() != self.group.len() {
+                return Err(LinkError::Usage(format!(
+                    "rank {r} has {} rails and this rank {}: give every rank the same --rails",
+                    out.rails(),
+                    self.group.len()
+                )));
+            }
+            let peer = self.group.insert_peer(&addr).map_err(fabric)?;
+            self.peers[r] = Some(PeerInfo { peer, out, inbox });
         }
         Ok(())
     }
 
-    /// Direct the next operations at this rank.
+    /// Directs the next operations at this rank.
     pub fn set_peer(&mut self, rank: u32) {
         self.peer = rank as usize;
     }
 
-    fn peer(&self) -> Result<(Peer, RemoteRegion, RemoteRegion), LinkError> {
-        self.peers.get(self.peer).copied().flatten().ok_or_else(|| {
-            LinkError::Failed(format!("rank {} is not connected to this rank", self.peer))
-        })
+    /// Starts a step: message size, buffer slots in use, and fresh route counters.
+    pub fn begin_step(&mut self, size: usize, slots: usize) {
+        self.size = size;
+        self.slots = slots.max(1);
+        self.sends = 0;
+        self.recvs = 0;
+        self.rmas = 0;
+        self.counting = false;
+        for s in &mut self.stats {
+            *s = RailStats::default();
+        }
     }
 
-    fn range(&mut self, slot: usize, size: usize) -> Result<usize, LinkError> {
-        self.size = size;
-        let off = slot * size;
-        if off + size > MemoryBuffer::len(&**self.out) {
+    /// From now on, count per-rail bytes and operations (the timed part of the step).
+    pub fn mark_timed(&mut self) {
+        self.counting = true;
+        for s in &mut self.stats {
+            *s = RailStats::default();
+        }
+    }
+
+    /// `per_rail` of the record: `{rail, domain, bytes, ops}` of the timed part.
+    pub fn per_rail(&self) -> Value {
+        let domains = self.group.domains();
+        Value::Array(
+            self.stats
+                .iter()
+                .enumerate()
+                .map(|(i, s)| {
+                    json!({"rail": i, "domain": domains.get(i), "bytes": s.bytes, "ops": s.ops})
+                })
+                .collect(),
+        )
+    }
+
+    /// Stripes a message of `size` bytes is cut into (1 for round-robin).
+    pub fn stripes(&self, size: usize) -> usize {
+        match self.strategy {
+            Strategy::Split => efabench_fabric::route::stripe_count(size, self.group.len()),
+            Strategy::RoundRobin => 1,
+        }
+    }
+
+    /// Stripes of message number `n` of `size` bytes: `(rail, offset in message, length)`.
+    fn route(&self, n: u64, size: usize) -> Vec<(usize, usize, usize)> {
+        let rails = self.group.len();
+        match self.strategy {
+            Strategy::Split => efabench_fabric::split(size, rails, (n % rails as u64) as usize)
+                .into_iter()
+                .map(|s| (s.rail, s.off, s.len))
+                .collect(),
+            Strategy::RoundRobin => vec![(efabench_fabric::round_robin_rail(n, rails), 0, size)],
+        }
+    }
+
+    fn peer_info(&self) -> Result<&PeerInfo, LinkError> {
+        self.peers
+            .get(self.peer)
+            .and_then(Option::as_ref)
+            .ok_or_else(|| {
+                LinkError::Failed(format!("rank {} is not connected to this rank", self.peer))
+            })
+    }
+
+    /// Byte offset of window position `pos` (slot `pos % slots`).
+    fn offset(&self, pos: usize, size: usize) -> Result<usize, LinkError> {
+        let off = (pos % self.slots) * size;
+        if off + size > self.buffer_bytes() {
             return Err(LinkError::Failed(format!(
-                "slot {slot} of {size} bytes is outside the {}-byte buffer",
-                MemoryBuffer::len(&**self.out)
+                "slot {} of {size} bytes is outside the {}-byte buffer",
+                pos % self.slots,
+                self.buffer_bytes()
             )));
         }
         Ok(off)
     }
 
+    fn expect(&mut self, ctx: Ctx, stripes: usize) -> Result<(), LinkError> {
+        let i = ctx.index().ok_or_else(|| {
+            LinkError::Failed(format!("window position of {ctx:?} is beyond {MAX_POS}"))
+        })?;
+        self.pending[i].0 += stripes as u32;
+        Ok(())
+    }
+
+    fn count(&mut self, rail: usize, bytes: usize) {
+        if self.counting {
+            let s = &mut self.stats[rail];
+            s.bytes += bytes as u64;
+            s.ops += 1;
+        }
+    }
+
     // ----------------------------------------------------------------- payloads
 
-    /// Write the pattern of `seed` into slot `slot` of `out`.
+    /// Writes the pattern of `seed` into buffer slot `slot` of `out`.
     pub fn fill_out(&mut self, slot: usize, size: usize, seed: u64) {
         let off = slot * size;
         self.scratch.resize(size, 0);
@@ -358,7 +460,7 @@ impl<'h> Link<'h> {
         }
     }
 
-    /// Words of slot `slot` of `inbox` that differ from the pattern of `seed`.
+    /// Words of buffer slot `slot` of `inbox` that differ from the pattern of `seed`.
     pub fn check_inbox(&mut self, slot: usize, size: usize, seed: u64) -> u64 {
         let off = slot * size;
         self.scratch.resize(size, 0);
@@ -372,99 +474,144 @@ impl<'h> Link<'h> {
         self.stream.mismatches(&self.scratch, seed)
     }
 
+    /// Waits until data that completions reported has really landed in `inbox`. On shm's CUDA
+    /// IPC path the receiving process only *queues* a device-to-device copy and reports the
+    /// completion at once, so a clock stopped at the completion times the queueing (it once
+    /// read 1624 GB/s over a 450 GB/s NVLink). A no-op for host memory.
+    pub fn settle(&self) -> Result<(), LinkError> {
+        self.inbox
+            .settle()
+            .map_err(|e| LinkError::Failed(format!("waiting for the GPU copies to land: {e}")))
+    }
+
     // ----------------------------------------------------------------- operations
 
-    pub fn post_send(&mut self, slot: usize, size: usize, ctx: Ctx) -> Result<(), LinkError> {
-        let off = self.range(slot, size)?;
-        let (peer, ..) = self.peer()?;
-        self.rail
-            .post_send(peer, self.out_id, off, size, ctx.encode())
-            .map_err(fabric)
+    pub fn post_send(&mut self, pos: usize, size: usize, ctx: Ctx) -> Result<(), LinkError> {
+        let off = self.offset(pos, size)?;
+        let route = self.route(self.sends, size);
+        self.sends += 1;
+        self.expect(ctx, route.len())?;
+        for (rail, o, len) in route {
+            let peer = self.peer_info()?.peer.rail(rail);
+            self.group
+                .rail(rail)
+                .post_send(peer, self.out_reg.id(rail), off + o, len, ctx.encode())
+                .map_err(fabric)?;
+            self.count(rail, len);
+        }
+        Ok(())
     }
 
     /// Whether a message of `size` bytes can go by `fi_inject` (no completion to reap; the buffer
     /// is reusable as soon as the call returns), as fi_pingpong does for small messages.
     pub fn can_inject(&self, size: usize) -> bool {
-        size as u64 <= self.rail.info().inject_size
+        self.stripes(size) == 1
+            && (0..self.group.len()).all(|r| size as u64 <= self.group.rail(r).info().inject_size)
     }
 
-    /// Send slot `slot` of `out` by `fi_inject`: no completion follows.
-    pub fn inject(&mut self, slot: usize, size: usize) -> Result<(), LinkError> {
-        let off = self.range(slot, size)?;
-        let (peer, ..) = self.peer()?;
-        self.rail
-            .inject(peer, self.out_id, off, size)
-            .map_err(fabric)
+    /// Sends position `pos` of `out` by `fi_inject`: no completion follows.
+    pub fn inject(&mut self, pos: usize, size: usize) -> Result<(), LinkError> {
+        let off = self.offset(pos, size)?;
+        let route = self.route(self.sends, size);
+        self.sends += 1;
+        for (rail, o, len) in route {
+            let peer = self.peer_info()?.peer.rail(rail);
+            self.group
+                .rail(rail)
+                .inject(peer, self.out_reg.id(rail), off + o, len)
+                .map_err(fabric)?;
+            self.count(rail, len);
+        }
+        Ok(())
     }
 
-    pub fn post_recv(&mut self, slot: usize, size: usize, ctx: Ctx) -> Result<(), LinkError> {
-        let off = self.range(slot, size)?;
-        self.rail
-            .post_recv(self.inbox_id, off, size, ctx.encode())
-            .map_err(fabric)
+    pub fn post_recv(&mut self, pos: usize, size: usize, ctx: Ctx) -> Result<(), LinkError> {
+        let off = self.offset(pos, size)?;
+        let route = self.route(self.recvs, size);
+        self.recvs += 1;
+        self.expect(ctx, route.len())?;
+        for (rail, o, len) in route {
+            self.group
+                .rail(rail)
+                .post_recv(self.inbox_reg.id(rail), off + o, len, ctx.encode())
+                .map_err(fabric)?;
+        }
+        Ok(())
     }
 
+    /// RDMA-writes position `pos` of `out` into the same position of the peer's inbox; every
+    /// stripe carries `data` as remote CQ data when given.
     pub fn post_write(
         &mut self,
-        slot: usize,
+        pos: usize,
         size: usize,
         data: Option<u64>,
         ctx: Ctx,
     ) -> Result<(), LinkError> {
-        let off = self.range(slot, size)?;
-        let (peer, _, inbox) = self.peer()?;
-        match data {
-            Some(d) => self.rail.post_write_data(
-                peer,
-                self.out_id,
-                off,
-                size,
-                &inbox,
-                off as u64,
-                d,
-                ctx.encode(),
-            ),
-            None => self.rail.post_write(
-                peer,
-                self.out_id,
-                off,
-                size,
-                &inbox,
-                off as u64,
-                ctx.encode(),
-            ),
+        let off = self.offset(pos, size)?;
+        let route = self.route(self.rmas, size);
+        self.rmas += 1;
+        self.expect(ctx, route.len())?;
+        for (rail, o, len) in route {
+            let p = self.peer_info()?;
+            let (peer, remote) = (p.peer.rail(rail), *p.inbox.rail(rail));
+            let r = self.group.rail(rail);
+            let local = self.out_reg.id(rail);
+            let (at, c) = ((off + o) as u64, ctx.encode());
+            match data {
+                Some(d) => r.post_write_data(peer, local, off + o, len, &remote, at, d, c),
+                None => r.post_write(peer, local, off + o, len, &remote, at, c),
+            }
+            .map_err(fabric)?;
+            self.count(rail, len);
         }
-        .map_err(fabric)
+        Ok(())
     }
 
-    pub fn post_read(&mut self, slot: usize, size: usize, ctx: Ctx) -> Result<(), LinkError> {
-        let off = self.range(slot, size)?;
-        let (peer, out, _) = self.peer()?;
-        self.rail
-            .post_read(
-                peer,
-                self.inbox_id,
-                off,
-                size,
-                &out,
-                off as u64,
-                ctx.encode(),
-            )
-            .map_err(fabric)
+    /// RDMA-reads the peer's `out` at position `pos` into our inbox.
+    pub fn post_read(&mut self, pos: usize, size: usize, ctx: Ctx) -> Result<(), LinkError> {
+        let off = self.offset(pos, size)?;
+        let route = self.route(self.rmas, size);
+        self.rmas += 1;
+        self.expect(ctx, route.len())?;
+        for (rail, o, len) in route {
+            let p = self.peer_info()?;
+            let (peer, remote) = (p.peer.rail(rail), *p.out.rail(rail));
+            self.group
+                .rail(rail)
+                .post_read(
+                    peer,
+                    self.inbox_reg.id(rail),
+                    off + o,
+                    len,
+                    &remote,
+                    (off + o) as u64,
+                    ctx.encode(),
+                )
+                .map_err(fabric)?;
+            self.count(rail, len);
+        }
+        Ok(())
     }
 
     // ----------------------------------------------------------------- control words
 
-    /// Post a receive for one control word.
+    /// Posts a receive for one control word (rail 0).
     pub fn post_ctrl_recv(&mut self) -> Result<(), LinkError> {
         let slot = self.ctrl_recv_next;
         self.ctrl_recv_next = (slot + 1) % self.ctrl_slots;
-        self.rail
-            .post_recv(self.ctrl_id, slot * 8, 8, Ctx::CtrlRecv(slot).encode())
+        self.group
+            .rail(0)
+            .post_recv(
+                self.ctrl_reg.id(0),
+                slot * 8,
+                8,
+                Ctx::CtrlRecv(slot).encode(),
+            )
             .map_err(fabric)
     }
 
-    /// Send one control word to the current peer.
+    /// Sends one control word to the current peer (rail 0).
     pub fn send_ctrl(&mut self, word: u64) -> Result<(), LinkError> {
         let slot = self.ctrl_send_next;
         self.ctrl_send_next = (slot + 1) % self.ctrl_slots;
@@ -476,10 +623,17 @@ impl<'h> Link<'h> {
         self.ctrl
             .write_at(off, &word.to_le_bytes())
             .map_err(fabric)?;
-        let (peer, ..) = self.peer()?;
+        let peer = self.peer_info()?.peer.rail(0);
         self.ctrl_send_busy[slot] = true;
-        self.rail
-            .post_send(peer, self.ctrl_id, off, 8, Ctx::CtrlSend(slot).encode())
+        self.group
+            .rail(0)
+            .post_send(
+                peer,
+                self.ctrl_reg.id(0),
+                off,
+                8,
+                Ctx::CtrlSend(slot).encode(),
+            )
             .map_err(fabric)
     }
 
@@ -500,24 +654,35 @@ impl<'h> Link<'h> {
         Instant::now() + self.timeout
     }
 
-    /// Poll the CQ once (spinning up to a millisecond when it is empty) and sort what arrives.
+    /// Polls every rail's CQ once (spinning up to a millisecond when all are empty) and sorts
+    /// what arrives. `deadline` moves forward whenever something completes: waits time out on
+    /// lack of progress, not on the length of a step.
     fn progress_once(&mut self, deadline: Instant, what: &str) -> Result<(), LinkError> {
         let mut buf = [FiCompletion::default(); 16];
         let start = Instant::now();
         let mut spins = 0u32;
         loop {
-            let n = self.rail.poll(&mut buf).map_err(fabric)?;
-            if n > 0 {
+            let mut got = false;
+            for r in 0..self.group.len() {
+                let n = self.group.rail(r).poll(&mut buf).map_err(fabric)?;
                 for c in &buf[..n] {
                     self.sort(c)?;
                 }
+                got |= n > 0;
+            }
+            if got {
+                // Tells the bootstrap this rank moves: idle ranks waiting in a collective meanwhile
+                // are not timed out (waits time out on lack of progress, not step length).
+                self.progress.tick();
                 return Ok(());
             }
             spins += 1;
             if spins % 256 == 0 {
                 let now = Instant::now();
                 if now.duration_since(start) >= Duration::from_millis(1) {
-                    (self.health)().map_err(LinkError::Failed)?;
+                    self.health
+                        .check()
+                        .map_err(|e| LinkError::Failed(e.to_string()))?;
                     if now >= deadline {
                         return Err(LinkError::Failed(format!(
                             "waited {:.1} s for {what} from rank {} without progress; the peer is stuck \
@@ -550,11 +715,25 @@ impl<'h> Link<'h> {
             }
             Some(ctx) => {
                 // A receive that also carried data (send_data) is still a receive.
-                self.stash.push_back(Completion { ctx, len: c.len });
                 if let Some(d) = c.remote_data() {
                     if !matches!(ctx, Ctx::Recv(_)) {
                         self.remote_data.push_back(d);
                     }
+                }
+                let i = ctx.index().ok_or_else(|| {
+                    LinkError::Failed(format!("completion for {ctx:?} beyond the window"))
+                })?;
+                let p = &mut self.pending[i];
+                if p.0 == 0 {
+                    return Err(LinkError::Failed(format!(
+                        "a completion of {ctx:?} arrived that was never posted (or arrived twice)"
+                    )));
+                }
+                p.0 -= 1;
+                p.1 += c.len;
+                if p.0 == 0 {
+                    let len = std::mem::take(&mut p.1);
+                    self.stash.push_back(Completion { ctx, len });
                 }
             }
             None => {
@@ -567,7 +746,8 @@ impl<'h> Link<'h> {
         Ok(())
     }
 
-    /// The next local completion (control traffic and remote CQ data are sorted aside).
+    /// The next local completion of a whole message (control traffic and remote CQ data are
+    /// sorted aside).
     pub fn wait(&mut self) -> Result<Completion, LinkError> {
         let deadline = self.deadline();
         loop {
@@ -583,24 +763,26 @@ impl<'h> Link<'h> {
         self.stash.remove(i)
     }
 
-    /// Wait until every listed operation has completed.
+    /// Waits until every listed operation has completed.
     pub fn wait_for(&mut self, ctxs: &[Ctx]) -> Result<(), LinkError> {
-        let deadline = self.deadline();
+        let mut deadline = self.deadline();
         for &ctx in ctxs {
             while self.take(ctx).is_none() {
                 self.progress_once(deadline, "an operation to complete")?;
             }
+            deadline = self.deadline();
         }
         Ok(())
     }
 
     fn wait_n(&mut self, n: usize, is: fn(Ctx) -> bool, what: &str) -> Result<(), LinkError> {
-        let deadline = self.deadline();
+        let mut deadline = self.deadline();
         let mut got = 0;
         while got < n {
             if let Some(i) = self.stash.iter().position(|c| is(c.ctx)) {
                 self.stash.remove(i);
                 got += 1;
+                deadline = self.deadline();
             } else {
                 self.progress_once(deadline, what)?;
             }
@@ -618,7 +800,7 @@ impl<'h> Link<'h> {
         self.wait_n(n, |c| matches!(c, Ctx::Read(_)), "reads of the window")
     }
 
-    /// The next remote CQ data (a peer's write landed in our inbox).
+    /// The next remote CQ data (a stripe of a peer's write landed in our inbox).
     pub fn wait_remote_data(&mut self) -> Result<u64, LinkError> {
         let deadline = self.deadline();
         loop {
@@ -629,39 +811,38 @@ impl<'h> Link<'h> {
         }
     }
 
-    /// The next remote CQ data must be `data` (write ping-pong: the peer's answer).
-    pub fn wait_data(&mut self, data: u64) -> Result<(), LinkError> {
-        let got = self.wait_remote_data()?;
-        if got != data {
-            return Err(LinkError::Failed(format!(
-                "the peer's answer carried CQ data {got:#x}, expected {data:#x}; a write was lost or reordered"
-            )));
+    /// The peer's whole answer (every stripe of one message of `size` bytes) must carry `data`
+    /// (write ping-pong).
+    pub fn wait_data(&mut self, data: u64, size: usize) -> Result<(), LinkError> {
+        for _ in 0..self.stripes(size) {
+            let got = self.wait_remote_data()?;
+            if got != data {
+                return Err(LinkError::Failed(format!(
+                    "the peer's answer carried CQ data {got:#x}, expected {data:#x}; a write was lost or reordered"
+                )));
+            }
         }
         Ok(())
     }
 }
 
-/// The `out` and `inbox` buffers, of the `--mem` kind, on the GPU `--gpu` names.
-fn alloc_payload(cfg: &LinkConfig) -> Result<(Payload, Payload), LinkError> {
-    let kind: MemKind = cfg.mem.parse().map_err(LinkError::Usage)?;
-    let gpu_err = |e: GpuError| {
-        let m = format!("--mem {}: {e}", cfg.mem);
-        if e.is_no_driver() {
-            LinkError::Usage(format!("{m}; use --mem host on machines without a GPU"))
-        } else {
-            LinkError::Usage(m)
-        }
-    };
-    let device = if kind.needs_gpu() {
-        let choice: GpuChoice = cfg.gpu.parse().map_err(|e: String| LinkError::Usage(e))?;
-        efabench_gpu::resolve(choice, cfg.local_rank).map_err(gpu_err)?
-    } else {
-        0
-    };
+/// The `out` and `inbox` buffers, `len` bytes each, of the `--mem` kind on GPU `device`.
+pub fn alloc_payload(
+    mem: MemKind,
+    len: usize,
+    device: Option<i32>,
+) -> Result<(Payload, Payload), BenchError> {
     let one = || {
-        efabench_gpu::alloc(kind, cfg.buf_bytes, device)
+        efabench_gpu::alloc(mem, len, device.unwrap_or(0))
             .map(Arc::new)
-            .map_err(gpu_err)
+            .map_err(|e| {
+                let m = format!("--mem {mem}: {e}");
+                if e.is_no_driver() {
+                    BenchError::usage(format!("{m}; use --mem host on machines without a GPU"))
+                } else {
+                    BenchError::usage(m)
+                }
+            })
     };
     Ok((one()?, one()?))
 }
@@ -681,8 +862,10 @@ mod tests {
             Ctx::CtrlRecv(2),
         ] {
             assert_eq!(Ctx::decode(c.encode()), Some(c));
+            assert!(c.index().is_some());
         }
         assert_eq!(Ctx::decode(0), None);
         assert_eq!(Ctx::decode(FiCompletion::REMOTE_CQ_DATA), None);
+        assert_eq!(Ctx::Send(MAX_POS).index(), None);
     }
 }

@@ -20,10 +20,407 @@
 //!   [`crate::pattern`]. A write's target learns that a message landed from the remote CQ data of
 //!   *that* message (window and slot in 32 bits, which EFA's 4-byte CQ data can carry), never from
 //!   the last one: EFA does not order RMA, so "the last write arrived" proves nothing about the
-//!   others (Libefaxx's mistake).
+//!
+//! # Rails and footprint
+//! `--rails N|all` and `--strategy split|round-robin` come from the harness's rail plan; the
+//! record carries `rails`, `strategy`, `virtual_rails` and `per_rail` (bytes and operations each
+//! rail carried in the timed part). `--footprint` bounds the distinct bytes a stream touches per
+//! buffer (default 1 MiB, the buffer `fi_rma_bw` uses at 1 MiB): with 64 messages of 1 MiB in
+//! flight, efabench measures the NIC and not DRAM bandwidth.
 
 mod link;
 mod protocol;
-mod run;
 
-pub use run::{run_p2p, BuildInfo, P2pArgs, Variant};
+use efabench_fabric::{MrPath, RailConfig};
+use serde_json::{json, Map};
+
+use self::link::{alloc_payload, Link, LinkError};
+use self::protocol::{Outcome, Step};
+use crate::error::BenchError;
+use crate::harness::{
+    self, Benchmark, CommonArgs, Ctx, Measured, MrChoice, Needs, Point, RunFacts, Strategy,
+};
+use crate::stats::{gbps, mops, Samples};
+use crate::P2pKind;
+
+/// Options of the point-to-point benchmarks.
+#[derive(clap::Args, Debug, Clone)]
+pub struct P2pArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// Messages in flight in the stream variant (and reads per round of read pingpong), 1 to 4096.
+    #[arg(long, default_value = "64", value_parser = window_arg, allow_hyphen_values = true)]
+    pub window: usize,
+    /// Distinct bytes a stream window touches per buffer (messages beyond it reuse slots).
+    #[arg(long, default_value = "1M", value_parser = footprint_arg, allow_hyphen_values = true)]
+    pub footprint: u64,
+    /// Variants to run, comma-separated: pingpong, stream.
+    #[arg(long, value_delimiter = ',', value_enum, default_values_t = [Variant::Pingpong, Variant::Stream])]
+    pub variant: Vec<Variant>,
+}
+
+/// `pingpong` (latency) or `stream` (bandwidth).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Variant {
+    Pingpong,
+    Stream,
+}
+
+impl Variant {
+    fn name(self) -> &'static str {
+        match self {
+            Variant::Pingpong => "pingpong",
+            Variant::Stream => "stream",
+        }
+    }
+}
+
+fn window_arg(s: &str) -> Result<usize, String> {
+    harness::bounded(s, "--window", 1, link::MAX_POS as u64, "64").map(|n| n as usize)
+}
+
+fn footprint_arg(s: &str) -> Result<u64, String> {
+    let n = crate::size::parse_size(s)?;
+    if n == 0 || n > harness::MAX_SIZE {
+        return Err(format!(
+            "--footprint {} is out of range: use 1 to 64G, e.g. --footprint 1M",
+            crate::size::clip(s)
+        ));
+    }
+    Ok(n)
+}
+
+/// One point: a variant at a size, measured against one peer.
+#[derive(Clone, Debug)]
+pub struct P2pSpec {
+    variant: Variant,
+    step: Step,
+}
+
+/// `sendrecv`, `write` or `read` on the shared harness.
+pub struct P2p<'a> {
+    kind: P2pKind,
+    args: &'a P2pArgs,
+    sizes: Vec<u64>,
+    buf_bytes: u64,
+    link: Option<Link>,
+}
+
+impl<'a> P2p<'a> {
+    /// Checks the options (before anything touches hardware).
+    pub fn new(kind: P2pKind, args: &'a P2pArgs) -> Result<Self, BenchError> {
+        let sizes = args.common.sizes()?;
+        let max = *sizes.iter().max().expect("a sweep has at least one size");
+        let window = args.window as u64;
+        // Pingpong alternates two slots; a stream uses up to `window` slots within the footprint.
+        let buf_bytes = (2 * max).max(args.footprint.min(window.saturating_mul(max)));
+        if buf_bytes > harness::MAX_SIZE {
+            return Err(BenchError::usage(format!(
+                "buffers of {buf_bytes} bytes exceed 64G; lower -e or --footprint"
+            )));
+        }
+        Ok(P2p {
+            kind,
+            args,
+            sizes,
+            buf_bytes,
+            link: None,
+        })
+    }
+
+    fn name_of(kind: P2pKind) -> &'static str {
+        match kind {
+            P2pKind::SendRecv => "sendrecv",
+            P2pKind::Write => "write",
+            P2pKind::Read => "read",
+        }
+    }
+
+    /// Buffer slots a point of `size` with `window` messages uses.
+    fn slots(&self, size: u64, window: usize) -> usize {
+        let fit = (self.args.footprint / size.max(1)).max(1) as usize;
+        let cap = (self.buf_bytes / size.max(1)).max(1) as usize;
+        fit.min(window).min(cap).max(1)
+    }
+}
+
+fn mr_path(c: MrChoice) -> MrPath {
+    match c {
+        MrChoice::Auto => MrPath::Auto,
+        MrChoice::Dmabuf => MrPath::Dmabuf,
+        MrChoice::Va => MrPath::Va,
+    }
+}
+
+impl<'a> Benchmark for P2p<'a> {
+    type Spec = P2pSpec;
+
+    fn name(&self) -> &'static str {
+        Self::name_of(self.kind)
+    }
+
+    fn needs(&self) -> Needs {
+        Needs {
+            fabric: true,
+            min_world: 2,
+            how_to_launch: "run `efabench launch -n 2 -- <benchmark> ...`, or start it under \
+                            srun/mpirun, or by hand with --rank/--world/--rdzv",
+        }
+    }
+
+    fn setup(&mut self, ctx: &Ctx) -> Result<RunFacts, BenchError> {
+        let c = &self.args.common;
+        let plan = ctx.plan()?;
+        let group = plan.open(&RailConfig {
+            post_timeout: c.timeout(),
+            max_in_flight: 8192,
+            ..RailConfig::default()
+        })?;
+        let max_msg = group.rail(0).info().max_msg_size;
+        let max = *self.sizes.iter().max().unwrap_or(&0);
+        if max > max_msg.saturating_mul(group.len() as u64) && c.strategy == Strategy::Split
+            || max > max_msg && c.strategy == Strategy::RoundRobin
+        {
+            return Err(BenchError::usage(format!(
+                "messages of {max} bytes exceed what provider {} can send ({max_msg} bytes); lower -e",
+                plan.provider
+            )));
+        }
+        let payload = alloc_payload(c.mem, self.buf_bytes as usize, ctx.device)?;
+        let mut link = Link::new(
+            group,
+            c.strategy,
+            payload,
+            mr_path(c.mr),
+            c.timeout(),
+            (ctx.bs.health(), ctx.bs.progress()),
+        )
+        .map_err(LinkError::into_bench)?;
+        let blob = link.local_blob().map_err(LinkError::into_bench)?;
+        let blobs = ctx.bs.all_gather(&blob).map_err(harness::from_bootstrap)?;
+        link.connect(ctx.rank, &blobs)
+            .map_err(LinkError::into_bench)?;
+
+        let rails = plan.rails.len() as u32;
+        let domains = plan.domains();
+        let mut extra = Map::new();
+        extra.insert("strategy".into(), json!(c.strategy.name()));
+        extra.insert("virtual_rails".into(), json!(plan.virtual_rails));
+        extra.insert("mr".into(), json!(link.mr_path()));
+        let mut distinct = domains.clone();
+        distinct.dedup();
+        let header = vec![format!(
+            "# rails: {rails}{} on {} | strategy: {} | footprint: {} per buffer | window: {} | mr: {}",
+            if plan.virtual_rails {
+                " virtual (endpoints of one domain, not separate NICs)"
+            } else {
+                ""
+            },
+            distinct.join(","),
+            c.strategy.name(),
+            crate::size::human(self.args.footprint),
+            self.args.window,
+            link.mr_path()
+        )];
+        let link_gbps = if plan.virtual_rails {
+            None
+        } else {
+            link_speed(&plan.rails)
+        };
+        self.link = Some(link);
+        Ok(RunFacts {
+            provider: plan.provider.clone(),
+            fabric: plan.rails[0].fabric.clone(),
+            domains,
+            libfabric: Some(plan.libfabric.clone()),
+            rails,
+            mem: c.mem.to_string(),
+            link_gbps,
+            header,
+            extra,
+        })
+    }
+
+    fn points(&self, ctx: &Ctx) -> Result<Vec<P2pSpec>, BenchError> {
+        let c = &self.args.common;
+        let mut out = Vec::new();
+        for &variant in &self.args.variant {
+            for &size in &self.sizes {
+                let window = match (variant, self.kind) {
+                    (Variant::Stream, _) | (Variant::Pingpong, P2pKind::Read) => self.args.window,
+                    (Variant::Pingpong, _) => 2,
+                };
+                let slots = match variant {
+                    Variant::Pingpong if self.kind != P2pKind::Read => 2,
+                    _ => self.slots(size, window),
+                };
+                let (iters, warmup) = match variant {
+                    Variant::Stream => c.iterations(size, window as u64),
+                    Variant::Pingpong => c.iterations(size, 1),
+                };
+                for peer in 1..ctx.world {
+                    out.push(P2pSpec {
+                        variant,
+                        step: Step {
+                            size: size as usize,
+                            iters,
+                            warmup,
+                            window,
+                            slots,
+                            verify: c.verify(),
+                            sender: 0,
+                            responder: peer,
+                        },
+                    });
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn label(&self, spec: &P2pSpec) -> String {
+        format!(
+            "{} {} peer {}",
+            spec.variant.name(),
+            crate::size::human(spec.step.size as u64),
+            spec.step.responder
+        )
+    }
+
+    fn measure(&mut self, ctx: &Ctx, spec: &P2pSpec) -> Result<Measured, BenchError> {
+        let link = self
+            .link
+            .as_mut()
+            .ok_or_else(|| BenchError::failed("measure before setup"))?;
+        let s = &spec.step;
+        let outcome = if ctx.rank == s.sender {
+            link.set_peer(s.responder);
+            link.begin_step(s.size, s.slots);
+            run_sender(self.kind, spec.variant, link, s)
+        } else if ctx.rank == s.responder {
+            link.set_peer(s.sender);
+            link.begin_step(s.size, s.slots);
+            run_responder(self.kind, spec.variant, link, s)
+        } else {
+            Ok(Outcome::default())
+        }
+        .map_err(LinkError::into_bench)?;
+        let mut extra = Map::new();
+        if ctx.rank == s.sender {
+            extra.insert("per_rail".into(), link.per_rail());
+        }
+        Ok(Measured {
+            samples_ns: outcome.samples.into_vec(),
+            errors: outcome.errors,
+            extra,
+        })
+    }
+
+    fn point(&self, _ctx: &Ctx, spec: &P2pSpec, all: &[Measured]) -> Point {
+        let s = &spec.step;
+        let timer = &all[s.sender as usize];
+        let mut samples = Samples::from_vec(timer.samples_ns.clone());
+        let size = s.size as u64;
+        let n = samples.len() as u64;
+        let total_ns = samples.total_ns();
+        let (lat_kind, divisor, messages) = match (self.kind, spec.variant) {
+            (P2pKind::Read, Variant::Pingpong) => ("post-to-completion", 1.0, n),
+            (_, Variant::Pingpong) => ("one-way (round trip / 2)", 2.0, n),
+            (_, Variant::Stream) => (
+                "per message (window time / window)",
+                s.window as f64,
+                n * s.window as u64,
+            ),
+        };
+        let lat_us = samples.summary_us(divisor);
+        // Stream: the windows' total time; pingpong: the messages' own (one-way or read) time.
+        let busy_ns = match spec.variant {
+            Variant::Stream => total_ns,
+            Variant::Pingpong => (total_ns as f64 / divisor) as u64,
+        };
+        let bw = gbps(size * messages, busy_ns);
+        let mut extra = Map::new();
+        extra.insert("lat_kind".into(), json!(lat_kind));
+        extra.insert("window".into(), json!(s.window));
+        extra.insert("footprint_bytes".into(), json!(s.slots as u64 * size));
+        extra.insert("bw_GBps".into(), json!(bw / 8.0));
+        if let Some(pr) = timer.extra.get("per_rail") {
+            extra.insert("per_rail".into(), pr.clone());
+        }
+        Point {
+            variant: spec.variant.name().to_string(),
+            size_bytes: size,
+            iters: s.iters,
+            warmup: s.warmup,
+            peer: Some(s.responder),
+            lat_us,
+            bw_gbps: bw,
+            busbw_gbps: None,
+            msg_rate_mops: mops(messages, busy_ns),
+            ..Point::with_extra(extra)
+        }
+    }
+}
+
+/// Sum of the rails' link speeds in Gbps, when every rail reports one.
+fn link_speed(rails: &[efabench_fabric::ProviderInfo]) -> Option<f64> {
+    rails
+        .iter()
+        .map(|i| i.link_speed_bps.filter(|b| *b > 0).map(|b| b as f64 / 1e9))
+        .sum()
+}
+
+fn run_sender(
+    kind: P2pKind,
+    variant: Variant,
+    link: &mut Link,
+    s: &Step,
+) -> Result<Outcome, LinkError> {
+    match (kind, variant) {
+        (P2pKind::SendRecv, Variant::Pingpong) => protocol::sendrecv_pingpong_sender(link, s),
+        (P2pKind::SendRecv, Variant::Stream) => protocol::sendrecv_stream_sender(link, s),
+        (P2pKind::Write, Variant::Pingpong) => protocol::write_pingpong_sender(link, s),
+        (P2pKind::Write, Variant::Stream) => protocol::write_stream_sender(link, s),
+        (P2pKind::Read, v) => protocol::read_sender(link, s, v == Variant::Stream),
+    }
+}
+
+fn run_responder(
+    kind: P2pKind,
+    variant: Variant,
+    link: &mut Link,
+    s: &Step,
+) -> Result<Outcome, LinkError> {
+    match (kind, variant) {
+        (P2pKind::SendRecv, Variant::Pingpong) => protocol::sendrecv_pingpong_responder(link, s),
+        (P2pKind::SendRecv, Variant::Stream) => protocol::sendrecv_stream_responder(link, s),
+        (P2pKind::Write, Variant::Pingpong) => protocol::write_pingpong_responder(link, s),
+        (P2pKind::Write, Variant::Stream) => protocol::write_stream_responder(link, s),
+        (P2pKind::Read, v) => protocol::read_responder(link, s, v == Variant::Stream),
+    }
+}
+
+/// Runs one rank of `sendrecv`, `write` or `read`.
+pub fn run_p2p(
+    kind: P2pKind,
+    args: &P2pArgs,
+    build: &harness::BuildInfo,
+) -> Result<i32, BenchError> {
+    let mut b = P2p::new(kind, args)?;
+    harness::run(&mut b, &args.common, build)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn window_and_footprint_are_bounded() {
+        assert!(window_arg("0").is_err());
+        assert!(window_arg("x").is_err());
+        assert!(window_arg("-1").unwrap_err().contains("negative"));
+        assert_eq!(window_arg("64"), Ok(64));
+        assert!(footprint_arg("0").is_err());
+        assert_eq!(footprint_arg("1M"), Ok(1 << 20));
+    }
+}

@@ -26,8 +26,11 @@ pub struct Step {
     pub size: usize,
     pub iters: u64,
     pub warmup: u64,
-    /// Messages per window (stream) or slots per read round (read pingpong).
+    /// Messages per window (stream) or reads per round (read pingpong).
     pub window: usize,
+    /// Buffer slots in use (≤ window): position `pos` of a window uses slot `pos % slots`, and
+    /// a slot carries the pattern of `(iteration, slot)` (the bounded footprint).
+    pub slots: usize,
     pub verify: bool,
     /// Ranks of the sender (rank 0) and the responder.
     pub sender: u32,
@@ -78,6 +81,9 @@ pub fn sendrecv_pingpong_sender(link: &mut Link, s: &Step) -> Result<Outcome, Li
         link.fill_out(0, s.size, s.seed_to_responder(0, 0));
     }
     for i in 0..total {
+        if i == s.warmup {
+            link.mark_timed();
+        }
         let slot = (i % 2) as usize;
         link.post_recv(slot, s.size, Ctx::Recv(slot))?;
         let t0 = Instant::now();
@@ -88,6 +94,7 @@ pub fn sendrecv_pingpong_sender(link: &mut Link, s: &Step) -> Result<Outcome, Li
             link.post_send(slot, s.size, Ctx::Send(slot))?;
             link.wait_for(&[Ctx::Recv(slot)])?;
         }
+        link.settle()?;
         // The reply proves the message arrived: the round trip ends here. Our own send
         // completion is bookkeeping (on shm it can wait for the peer's next CQ poll, which comes
         // after the peer's verification), so it is reaped outside the timed interval.
@@ -118,6 +125,7 @@ pub fn sendrecv_pingpong_responder(link: &mut Link, s: &Step) -> Result<Outcome,
     for i in 0..total {
         let slot = (i % 2) as usize;
         link.wait_for(&[Ctx::Recv(slot)])?;
+        link.settle()?;
         let next = ((i + 1) % 2) as usize;
         if i + 1 < total {
             // Post the next receive before replying, so the sender's next message never arrives
@@ -153,8 +161,11 @@ fn stream_sender(
         errors: 0,
     };
     for win in 0..s.warmup + s.iters {
+        if win == s.warmup {
+            link.mark_timed();
+        }
         if s.verify {
-            for slot in 0..s.window {
+            for slot in 0..s.slots {
                 link.fill_out(slot, s.size, s.seed_to_responder(win, slot));
             }
         }
@@ -207,9 +218,11 @@ pub fn sendrecv_stream_responder(link: &mut Link, s: &Step) -> Result<Outcome, L
                 other => return Err(LinkError::unexpected(other, "a receive of the window")),
             }
         }
+        // The ACK ends the sender's clock: the data must be in place, not queued.
+        link.settle()?;
         link.send_ctrl(ACK | win)?;
         if s.verify {
-            for slot in 0..s.window {
+            for slot in 0..s.slots {
                 out.errors += link.check_inbox(slot, s.size, s.seed_to_responder(win, slot));
             }
         }
@@ -229,11 +242,15 @@ pub fn write_pingpong_sender(link: &mut Link, s: &Step) -> Result<Outcome, LinkE
         link.fill_out(0, s.size, s.seed_to_responder(0, 0));
     }
     for i in 0..total {
+        if i == s.warmup {
+            link.mark_timed();
+        }
         let slot = (i % 2) as usize;
         let t0 = Instant::now();
         link.post_write(slot, s.size, Some(write_data(i, slot)), Ctx::Write(slot))?;
         // The peer's answer ends the round trip; our write's local completion is reaped after.
-        link.wait_data(write_data(i, slot))?;
+        link.wait_data(write_data(i, slot), s.size)?;
+        link.settle()?;
         let dt = t0.elapsed().as_nanos() as u64;
         link.wait_for(&[Ctx::Write(slot)])?;
         if i >= s.warmup {
@@ -256,13 +273,17 @@ pub fn write_pingpong_responder(link: &mut Link, s: &Step) -> Result<Outcome, Li
     }
     for i in 0..total {
         let slot = (i % 2) as usize;
-        let data = link.wait_remote_data()?;
-        if data != write_data(i, slot) {
-            return Err(LinkError::protocol(format!(
-                "write {i}: remote CQ data {data:#x}, expected {:#x}; a write was lost or reordered",
-                write_data(i, slot)
-            )));
+        // Every stripe of the write carries the same CQ data: count them all.
+        for _ in 0..link.stripes(s.size) {
+            let data = link.wait_remote_data()?;
+            if data != write_data(i, slot) {
+                return Err(LinkError::protocol(format!(
+                    "write {i}: remote CQ data {data:#x}, expected {:#x}; a write was lost or reordered",
+                    write_data(i, slot)
+                )));
+            }
         }
+        link.settle()?;
         link.post_write(slot, s.size, Some(write_data(i, slot)), Ctx::Write(slot))?;
         // As in send/recv: verify once our answer is on its way, not while it is being copied.
         link.wait_for(&[Ctx::Write(slot)])?;
@@ -288,22 +309,26 @@ pub fn write_stream_responder(link: &mut Link, s: &Step) -> Result<Outcome, Link
     let mut out = Outcome::default();
     for win in 0..s.warmup + s.iters {
         link.send_ctrl(READY | win)?;
-        // Count the remote CQ data of every write of the window: each slot exactly once.
-        let mut seen = vec![false; s.window];
-        for _ in 0..s.window {
+        // Count the remote CQ data of every stripe of every write of the window: each
+        // position exactly `stripes` times, whatever order the rails deliver them in.
+        let stripes = link.stripes(s.size);
+        let mut seen = vec![0usize; s.window];
+        for _ in 0..s.window * stripes {
             let data = link.wait_remote_data()?;
-            let (w, slot) = (data >> 16, (data & 0xFFFF) as usize);
-            if w != win & 0xFFFF || slot >= s.window || seen[slot] {
+            let (w, pos) = (data >> 16, (data & 0xFFFF) as usize);
+            if w != win & 0xFFFF || pos >= s.window || seen[pos] == stripes {
                 return Err(LinkError::protocol(format!(
-                    "window {win}: unexpected remote CQ data {data:#x} (window {w}, slot {slot}); \
+                    "window {win}: unexpected remote CQ data {data:#x} (window {w}, position {pos}); \
                      a write was duplicated, lost or belongs to another window"
                 )));
             }
-            seen[slot] = true;
+            seen[pos] += 1;
         }
+        // The ACK ends the sender's clock: the data must be in place, not queued.
+        link.settle()?;
         link.send_ctrl(ACK | win)?;
         if s.verify {
-            for slot in 0..s.window {
+            for slot in 0..s.slots {
                 out.errors += link.check_inbox(slot, s.size, s.seed_to_responder(win, slot));
             }
         }
@@ -323,17 +348,26 @@ pub fn read_sender(link: &mut Link, s: &Step, stream: bool) -> Result<Outcome, L
     let rounds = read_rounds(s, stream);
     let mut timed_left = s.iters;
     let mut warm_left = s.warmup;
+    let mut marked = false;
+    let mut mark = |link: &mut Link, warm_left: u64| {
+        if warm_left == 0 && !marked {
+            marked = true;
+            link.mark_timed();
+        }
+    };
     for round in 0..rounds {
         link.post_ctrl_recv()?;
         expect_ctrl(link, READY, round)?;
         // Slots of this round that were read (all of them, except in pingpong's last round).
         let mut used = s.window;
         if stream {
+            mark(link, warm_left);
             let t0 = Instant::now();
             for slot in 0..s.window {
                 link.post_read(slot, s.size, Ctx::Read(slot))?;
             }
             link.wait_all_reads(s.window)?;
+            link.settle()?;
             let dt = t0.elapsed().as_nanos() as u64;
             if warm_left > 0 {
                 warm_left -= 1;
@@ -346,9 +380,11 @@ pub fn read_sender(link: &mut Link, s: &Step, stream: bool) -> Result<Outcome, L
                     used = slot;
                     break;
                 }
+                mark(link, warm_left);
                 let t0 = Instant::now();
                 link.post_read(slot, s.size, Ctx::Read(slot))?;
                 link.wait_for(&[Ctx::Read(slot)])?;
+                link.settle()?;
                 let dt = t0.elapsed().as_nanos() as u64;
                 if warm_left > 0 {
                     warm_left -= 1;
@@ -359,7 +395,7 @@ pub fn read_sender(link: &mut Link, s: &Step, stream: bool) -> Result<Outcome, L
             }
         }
         if s.verify {
-            for slot in 0..used {
+            for slot in 0..used.min(s.slots) {
                 out.errors += link.check_inbox(slot, s.size, s.seed_to_sender(round, slot));
             }
         }
@@ -371,7 +407,7 @@ pub fn read_sender(link: &mut Link, s: &Step, stream: bool) -> Result<Outcome, L
 pub fn read_responder(link: &mut Link, s: &Step, stream: bool) -> Result<Outcome, LinkError> {
     for round in 0..read_rounds(s, stream) {
         if s.verify {
-            for slot in 0..s.window {
+            for slot in 0..s.slots {
                 link.fill_out(slot, s.size, s.seed_to_sender(round, slot));
             }
         }

@@ -1,15 +1,19 @@
-//! `efabench sendrecv|write|read`: thin glue over `efabench_bench::p2p`.
+//! Every benchmark subcommand: thin glue over `efabench_bench::BenchCommand`, which declares
+//! them (one line each) and runs them on the shared harness.
 
 use crate::error::CliError;
-pub use efabench_bench::p2p::P2pArgs;
-use efabench_bench::{p2p, BenchError, P2pKind};
+use efabench_bench::{BenchCommand, BenchError, BuildInfo};
 
-pub fn run(kind: P2pKind, args: P2pArgs) -> Result<i32, CliError> {
-    let build = p2p::BuildInfo {
+pub fn run(cmd: BenchCommand) -> Result<i32, CliError> {
+    // Ranks started by `efabench launch` die with it (SIGKILL/SIGHUP of launch included).
+    efabench_bootstrap::launcher::die_with_launcher();
+    let build = BuildInfo {
         version: env!("CARGO_PKG_VERSION").to_string(),
-        git: Some(env!("EFABENCH_GIT").to_string()).filter(|g| !g.is_empty()),
+        git: option_env!("EFABENCH_GIT")
+            .map(str::to_string)
+            .filter(|g| !g.is_empty()),
     };
-    p2p::run_p2p(kind, args, build).map_err(from_bench)
+    cmd.run(&build).map_err(from_bench)
 }
 
 /// Bad input stays exit 2, a failed run exit 1.

@@ -3,7 +3,6 @@ pub mod bench;
 pub mod compare;
 pub mod counters;
 pub mod doctor;
-pub mod ipc;
 pub mod launch;
 pub mod libfabric;
 pub mod plot;

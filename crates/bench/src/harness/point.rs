@@ -7,7 +7,7 @@
 
 use std::io::IsTerminal;
 
-use efabench_report::{LatencySummary, Record, SCHEMA};
+use efabench_record::{LatencySummary, Record, SCHEMA};
 use serde_json::{Map, Value};
 
 /// Facts about a run that every record of it repeats.
@@ -27,6 +27,8 @@ pub struct RunInfo {
     pub host: String,
     pub version: String,
     pub git: Option<String>,
+    /// Fields added to every record of the run (`strategy`, `virtual_rails`, `footprint_bytes`).
+    pub extra: Map<String, Value>,
 }
 
 /// One measured point of a benchmark.
@@ -43,14 +45,26 @@ pub struct Point {
     pub msg_rate_mops: f64,
     pub errors: u64,
     pub counters: Option<Value>,
+    /// The links this point drove, when they differ from the run's (one GPU pair of a matrix).
+    pub link_gbps: Option<f64>,
     pub extra: Map<String, Value>,
+}
+
+impl Point {
+    /// A point with these extra fields and everything else at its default.
+    pub fn with_extra(extra: Map<String, Value>) -> Self {
+        Point {
+            extra,
+            ..Point::default()
+        }
+    }
 }
 
 impl RunInfo {
     /// The record of one point, with utilisation computed against the links this run drives.
     pub fn record(&self, p: Point) -> Record {
-        let util_pct = self
-            .link_gbps
+        let link_gbps = p.link_gbps.or(self.link_gbps);
+        let util_pct = link_gbps
             .filter(|l| *l > 0.0)
             .map(|l| (p.bw_gbps / l * 100.0 * 100.0).round() / 100.0);
         Record {
@@ -72,16 +86,20 @@ impl RunInfo {
             bw_gbps: p.bw_gbps,
             busbw_gbps: p.busbw_gbps,
             msg_rate_mops: p.msg_rate_mops,
-            link_gbps: self.link_gbps,
+            link_gbps,
             util_pct,
             errors: p.errors,
             verified: self.verified,
             counters: p.counters,
             host: self.host.clone(),
-            timestamp: efabench_report::now_rfc3339(),
+            timestamp: efabench_record::now_rfc3339(),
             version: self.version.clone(),
             git: self.git.clone(),
-            extra: p.extra,
+            extra: {
+                let mut extra = self.extra.clone();
+                extra.extend(p.extra);
+                extra
+            },
         }
     }
 }
@@ -147,6 +165,7 @@ mod tests {
             host: "h".into(),
             version: "0.1.0".into(),
             git: None,
+            extra: Map::new(),
         }
     }
 

@@ -1,0 +1,442 @@
+//! The shared benchmark harness: what nccl-tests calls `common.cu`.
+//!
+//! A benchmark implements [`Benchmark`] — its setup, the list of points it measures, one measured
+//! point on this rank, and how the ranks' outcomes turn into a record (latency, `bw`, `busbw`) —
+//! and [`run`] does everything else, identically for every benchmark:
+//!
+//! 1. options are already typed and bounded by clap ([`CommonArgs`]); the benchmark's own options
+//!    are checked by its constructor, before anything touches hardware;
+//! 2. find this process's rank (flags, `efabench launch`, Slurm, MPI, torchrun variables) and
+//!    connect the bootstrap;
+//! 3. check that every rank runs the same options (a fingerprint all-gathered once), open `-o`
+//!    on rank 0, choose the provider, the domain(s) and the rails (when the benchmark needs the
+//!    fabric), and resolve the GPU of `--gpu` (when `--mem` needs one);
+//! 4. `setup`, then for every point: counter snapshot, `measure` on every rank, a gather of every
+//!    rank's [`Measured`] to rank 0 (which doubles as the fence between points), the record, the
+//!    table/JSON/CSV row and the JSONL line (flushed per record, so a later failure never loses
+//!    what was measured);
+//! 5. the summary, a final barrier, and the exit status: 0 clean, 1 when payloads failed
+//!    verification or the run failed, 2 for bad input.
+//!
+//! Any error on any rank after the bootstrap connected is broadcast as an abort, so every rank
+//! stops with the same one-line reason instead of waiting for a rank that already gave up.
+
+mod options;
+mod point;
+mod select;
+
+use std::time::Instant;
+
+use efabench_bootstrap::{Bootstrap, BootstrapError, LaunchFlags};
+use efabench_record::{JsonlWriter, Record, Sink};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+pub use options::{
+    bounded, default_iters, CommonArgs, MrChoice, Rails, Strategy, MAX_ITERS, MAX_RAILS, MAX_SIZE,
+};
+pub use point::{Point, Progress, RunInfo};
+pub use select::{choose_provider, fabric_err as fabric_error, FabricPlan};
+
+use crate::error::BenchError;
+
+/// Version and commit of the binary, stamped into every record.
+#[derive(Clone, Debug, Default)]
+pub struct BuildInfo {
+    pub version: String,
+    pub git: Option<String>,
+}
+
+/// What a benchmark needs the harness to set up.
+#[derive(Clone, Copy, Debug)]
+pub struct Needs {
+    /// Open libfabric and choose provider, domain and rails.
+    pub fabric: bool,
+    /// Fewest ranks the benchmark runs with.
+    pub min_world: u32,
+    /// How to start it when there are too few ranks (shown in the error).
+    pub how_to_launch: &'static str,
+}
+
+/// Facts a benchmark learns in `setup` that every record repeats.
+#[derive(Clone, Debug, Default)]
+pub struct RunFacts {
+    pub provider: String,
+    pub fabric: String,
+    pub domains: Vec<String>,
+    pub libfabric: Option<String>,
+    pub rails: u32,
+    pub mem: String,
+    pub link_gbps: Option<f64>,
+    /// Lines rank 0 prints above the table (`# rails: 2 virtual on lo, strategy split, ...`).
+    pub header: Vec<String>,
+    /// Fields added to every record of the run (`strategy`, `virtual_rails`, ...).
+    pub extra: Map<String, Value>,
+}
+
+/// One rank's outcome of one point, as it travels to rank 0.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct Measured {
+    /// This rank's timed samples in nanoseconds (empty on ranks that do not time this point).
+    pub samples_ns: Vec<u64>,
+    /// Payload words (or commands) that failed verification on this rank.
+    pub errors: u64,
+    /// Benchmark-specific facts (per-rail bytes, per-peer times, ...).
+    pub extra: Map<String, Value>,
+}
+
+/// How long a rank may stay alive after the bootstrap learned the job failed (the normal way
+/// out takes milliseconds, an abort message up to 2 s).
+const WATCHDOG_GRACE: std::time::Duration = std::time::Duration::from_secs(4);
+
+/// Largest serialised [`Measured`] a rank accepts from another (bounded decoding).
+const MAX_MEASURED: usize = 48 << 20;
+
+impl Measured {
+    fn encode(&self) -> Result<Vec<u8>, BenchError> {
+        serde_json::to_vec(self)
+            .map_err(|e| BenchError::failed(format!("cannot encode a measured point: {e}")))
+    }
+
+    fn decode(rank: usize, b: &[u8]) -> Result<Measured, BenchError> {
+        if b.len() > MAX_MEASURED {
+            return Err(BenchError::failed(format!(
+                "rank {rank} sent a result of {} bytes (limit {MAX_MEASURED}); all ranks must run the same efabench",
+                b.len()
+            )));
+        }
+        serde_json::from_slice(b).map_err(|e| {
+            BenchError::failed(format!(
+                "rank {rank} sent a malformed result ({e}); all ranks must run the same efabench version"
+            ))
+        })
+    }
+}
+
+/// What `setup`, `measure` and `point` see of the run.
+pub struct Ctx<'a> {
+    pub bs: &'a Bootstrap,
+    pub args: &'a CommonArgs,
+    pub rank: u32,
+    pub world: u32,
+    pub local_rank: u32,
+    /// This host's name, and every rank's.
+    pub host: String,
+    pub hosts: Vec<String>,
+    /// Provider, domains and rails, when the benchmark needs the fabric.
+    pub fabric: Option<FabricPlan>,
+    /// CUDA ordinal of this rank when `--mem` needs a GPU.
+    pub device: Option<i32>,
+}
+
+impl Ctx<'_> {
+    /// Whether every rank is on this host.
+    pub fn one_host(&self) -> bool {
+        self.hosts.iter().all(|h| *h == self.host)
+    }
+
+    /// The fabric plan; a benchmark that declared `Needs::fabric` always has one.
+    pub fn plan(&self) -> Result<&FabricPlan, BenchError> {
+        self.fabric
+            .as_ref()
+            .ok_or_else(|| BenchError::failed("the fabric was not set up for this benchmark"))
+    }
+
+    /// `Err` once the job has failed anywhere (a peer died, a rank aborted): call it while
+    /// waiting, about every millisecond.
+    pub fn health(&self) -> Result<(), String> {
+        self.bs.check().map_err(|e| e.to_string())
+    }
+}
+
+/// A benchmark on the shared harness (the nccl-tests `testColl` shape).
+pub trait Benchmark {
+    /// What one point is (variant, size, peer, ...): the same list on every rank.
+    type Spec: Clone;
+
+    /// The `bench` field of the records.
+    fn name(&self) -> &'static str;
+
+    /// What the harness must set up.
+    fn needs(&self) -> Needs;
+
+    /// Once per run, on every rank, after the bootstrap connected and the fabric plan was made:
+    /// buffers, endpoints, connections. Returns what every record repeats.
+    fn setup(&mut self, ctx: &Ctx) -> Result<RunFacts, BenchError>;
+
+    /// The points to measure, in order. Must be identical on every rank.
+    fn points(&self, ctx: &Ctx) -> Result<Vec<Self::Spec>, BenchError>;
+
+    /// A short label of a point for the progress bar.
+    fn label(&self, spec: &Self::Spec) -> String;
+
+    /// Measures one point on this rank (every rank is called for every point).
+    fn measure(&mut self, ctx: &Ctx, spec: &Self::Spec) -> Result<Measured, BenchError>;
+
+    /// On rank 0: every rank's outcome (indexed by rank) → the record's numbers. `bw_gbps` and
+    /// `busbw_gbps` are the benchmark's definition (DESIGN.md "Metric definitions").
+    fn point(&self, ctx: &Ctx, spec: &Self::Spec, all: &[Measured]) -> Point;
+
+    /// Lines printed on rank 0 after the table (per-benchmark conclusions).
+    fn summary(&self, _records: &[Record]) -> Vec<String> {
+        Vec::new()
+    }
+}
+
+pub(crate) fn from_bootstrap(e: BootstrapError) -> BenchError {
+    if e.is_usage() {
+        BenchError::usage(e.to_string())
+    } else {
+        BenchError::failed(e.to_string())
+    }
+}
+
+/// Runs one rank of `bench`. Returns the exit status: 0 clean, 1 when payloads failed
+/// verification (the records say where); errors are bad input (exit 2) or a failed run (exit 1).
+pub fn run<B: Benchmark>(
+    bench: &mut B,
+    args: &CommonArgs,
+    build: &BuildInfo,
+) -> Result<i32, BenchError> {
+    let needs = bench.needs();
+    let flags = LaunchFlags {
+        rank: args.rank,
+        world: args.world,
+        rdzv: args.rdzv.clone(),
+        timeout: args.timeout(),
+    };
+    let info = efabench_bootstrap::detect_from_process_env(&flags).map_err(from_bootstrap)?;
+    if info.world < needs.min_world {
+        return Err(BenchError::usage(format!(
+            "{} needs at least {} ranks; {}",
+            bench.name(),
+            needs.min_world,
+            needs.how_to_launch
+        )));
+    }
+    let bs = Bootstrap::connect(&info, args.timeout()).map_err(from_bootstrap)?;
+    // A rank stuck inside a provider call (shm's spin lock after a peer died) never returns to
+    // check the bootstrap: the watchdog ends it with the job's reason.
+    bs.arm_watchdog(WATCHDOG_GRACE);
+    match run_connected(bench, args, build, &bs) {
+        Ok(code) => Ok(code),
+        Err(e) => {
+            // Tell every rank why, so nobody waits for a rank that already gave up.
+            bs.abort(&e.to_string());
+            Err(e)
+        }
+    }
+}
+
+fn run_connected<B: Benchmark>(
+    bench: &mut B,
+    args: &CommonArgs,
+    build: &BuildInfo,
+    bs: &Bootstrap,
+) -> Result<i32, BenchError> {
+    let (rank, world) = (bs.rank(), bs.world());
+    bs.check_same(
+        "options",
+        &format!("{} {}", bench.name(), args.fingerprint()),
+    )
+    .map_err(from_bootstrap)?;
+
+    let mut jsonl = match (&args.output, rank) {
+        (Some(path), 0) => {
+            Some(JsonlWriter::open(path).map_err(|e| BenchError::usage(e.to_string()))?)
+        }
+        _ => None,
+    };
+    let host = efabench_record::hostname();
+    let hosts: Vec<String> = bs
+        .all_gather(host.as_bytes())
+        .map_err(from_bootstrap)?
+        .iter()
+        .map(|h| String::from_utf8_lossy(h).into_owned())
+        .collect();
+    let device = if args.mem.needs_gpu() {
+        let d = efabench_gpu::resolve(args.gpu, bs.local_rank()).map_err(|e| {
+            let m = format!("--mem {}: {e}", args.mem);
+            if e.is_no_driver() {
+                BenchError::usage(format!("{m}; use --mem host on machines without a GPU"))
+            } else {
+                BenchError::usage(m)
+            }
+        })?;
+        Some(d)
+    } else {
+        None
+    };
+    let mut ctx = Ctx {
+        bs,
+        args,
+        rank,
+        world,
+        local_rank: bs.local_rank(),
+        host: host.clone(),
+        hosts,
+        fabric: None,
+        device,
+    };
+    if bench.needs().fabric {
+        let plan = select::plan(&ctx)?;
+        if rank == 0 {
+            eprintln!("efabench: {}", plan.describe());
+        }
+        ctx.fabric = Some(plan);
+    }
+
+    let mut facts = bench.setup(&ctx)?;
+    if let Some(d) = ctx.device {
+        // Placement decides GPU latency (two ranks on one GPU are time-sliced): say where each
+        // rank's buffers were.
+        let all = bs.all_gather(&d.to_le_bytes()).map_err(from_bootstrap)?;
+        let gpus: Vec<Value> = all
+            .iter()
+            .map(|b| {
+                b.as_slice()
+                    .try_into()
+                    .map(|w| Value::from(i32::from_le_bytes(w)))
+                    .unwrap_or(Value::Null)
+            })
+            .collect();
+        facts.extra.insert("gpus".into(), Value::Array(gpus));
+    }
+    let specs = bench.points(&ctx)?;
+    let run = RunInfo {
+        bench: bench.name().to_string(),
+        world,
+        provider: facts.provider.clone(),
+        fabric: facts.fabric.clone(),
+        domains: facts.domains.clone(),
+        libfabric: facts.libfabric.clone(),
+        rails: facts.rails,
+        mem: facts.mem.clone(),
+        link_gbps: facts.link_gbps,
+        verified: args.verify(),
+        host,
+        version: build.version.clone(),
+        git: build.git.clone(),
+        extra: facts.extra.clone(),
+    };
+    let mut sink = (rank == 0).then(|| Sink::stdout(args.format));
+    if rank == 0 && args.format == efabench_record::Format::Table {
+        for line in &facts.header {
+            println!("{line}");
+        }
+    }
+    let progress = Progress::new(rank == 0, specs.len() as u64, bench.name());
+    let counters_root = efabench_topology::Root::system();
+    let mut records = Vec::new();
+    let mut total_errors = 0u64;
+    let progress_handle = bs.progress();
+
+    for spec in &specs {
+        let before = (rank == 0)
+            .then(|| efabench_topology::Snapshot::read(&counters_root))
+            .flatten();
+        let started = Instant::now();
+        let mine = bench.measure(&ctx, spec)?;
+        progress_handle.tick();
+        let gathered = bs.gather(&mine.encode()?).map_err(from_bootstrap)?;
+        let Some(blobs) = gathered else { continue };
+        let mut all = Vec::with_capacity(blobs.len());
+        let mut mine = Some(mine);
+        for (r, b) in blobs.iter().enumerate() {
+            if r == 0 {
+                all.push(mine.take().unwrap_or_default());
+            } else {
+                all.push(Measured::decode(r, b)?);
+            }
+        }
+        let mut p = bench.point(&ctx, spec, &all);
+        p.errors = all.iter().map(|m| m.errors).sum();
+        total_errors += p.errors;
+        p.counters = before.and_then(|b| {
+            efabench_topology::Snapshot::read(&counters_root).map(|a| b.delta_json(&a))
+        });
+        p.extra.insert(
+            "wall_s".into(),
+            Value::from((started.elapsed().as_secs_f64() * 1e6).round() / 1e6),
+        );
+        let rec = run.record(p);
+        progress.step(bench.label(spec));
+        if let Some(w) = jsonl.as_mut() {
+            w.push(&rec)
+                .map_err(|e| BenchError::failed(e.to_string()))?;
+        }
+        if let Some(s) = sink.as_mut() {
+            s.push(&rec)
+                .map_err(|e| BenchError::failed(e.to_string()))?;
+            if args.per_rail {
+                for line in per_rail_rows(&rec) {
+                    println!("{line}");
+                }
+            }
+        }
+        records.push(rec);
+    }
+    progress.finish();
+    if let Some(s) = sink {
+        s.finish().map_err(|e| BenchError::failed(e.to_string()))?;
+        for line in bench.summary(&records) {
+            eprintln!("{line}");
+        }
+    }
+    bs.barrier().map_err(from_bootstrap)?;
+    if total_errors > 0 {
+        eprintln!(
+            "efabench: {total_errors} payload words failed verification; the records' `errors` field says where"
+        );
+        return Ok(1);
+    }
+    Ok(0)
+}
+
+/// `--per-rail`: one line per rail under a record's row.
+fn per_rail_rows(r: &Record) -> Vec<String> {
+    let Some(Value::Array(rails)) = r.extra.get("per_rail") else {
+        return Vec::new();
+    };
+    let total: f64 = rails
+        .iter()
+        .filter_map(|x| x.get("bytes").and_then(Value::as_f64))
+        .sum();
+    rails
+        .iter()
+        .map(|x| {
+            let bytes = x.get("bytes").and_then(Value::as_f64).unwrap_or(0.0);
+            format!(
+                "#   rail {:>2} {:<16} {:>14} B {:>10} ops {:>6.1}%",
+                x.get("rail").and_then(Value::as_u64).unwrap_or(0),
+                x.get("domain").and_then(Value::as_str).unwrap_or("?"),
+                bytes as u64,
+                x.get("ops").and_then(Value::as_u64).unwrap_or(0),
+                if total > 0.0 {
+                    bytes / total * 100.0
+                } else {
+                    0.0
+                }
+            )
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn measured_round_trips_and_refuses_junk() {
+        let mut m = Measured {
+            samples_ns: vec![1, 2, 3],
+            errors: 4,
+            ..Measured::default()
+        };
+        m.extra.insert("x".into(), Value::from(5));
+        let b = m.encode().unwrap();
+        assert_eq!(Measured::decode(1, &b).unwrap(), m);
+        let e = Measured::decode(3, b"{not json").unwrap_err();
+        assert!(e.to_string().contains("rank 3"), "{e}");
+    }
+}

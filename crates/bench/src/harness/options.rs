@@ -1,0 +1,379 @@
+//! Options every benchmark shares, parsed once into typed values. Names follow nccl-tests and
+//! fabtests where one exists (`-b -e -f -n -w`), so users can carry their muscle memory over.
+//!
+//! Every numeric option has explicit bounds, chosen so that the arithmetic that follows cannot
+//! overflow and no allocation can be absurd: `-n` at most 10^7 samples (80 MB of timings), sizes
+//! at most 64 GiB, `--timeout` at most a day (so `Instant + timeout` never overflows). A value
+//! outside its bounds is refused by clap's value parser with a message that names the bound and a
+//! fix, and the CLI turns it into one line and exit status 2. Numeric options accept a leading `-`
+//! so that `-n -1` reaches this check instead of clap's "unexpected argument".
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use efabench_gpu::{GpuChoice, MemKind};
+use efabench_record::Format;
+
+use crate::error::BenchError;
+use crate::size::{parse_size, sweep};
+
+/// Largest message or buffer size any option accepts: 64 GiB.
+pub const MAX_SIZE: u64 = 64 << 30;
+/// Most timed iterations per point (each keeps an 8-byte sample).
+pub const MAX_ITERS: u64 = 10_000_000;
+/// Most warm-up iterations per point.
+pub const MAX_WARMUP: u64 = 1_000_000;
+/// Longest `--timeout`, seconds.
+pub const MAX_TIMEOUT_S: f64 = 86_400.0;
+/// Most rails a rank may ask for.
+pub const MAX_RAILS: u32 = 64;
+
+/// Parses a whole number in `lo..=hi`; `what` names the option in the message.
+pub fn bounded(s: &str, what: &str, lo: u64, hi: u64, example: &str) -> Result<u64, String> {
+    let t = s.trim();
+    match t.parse::<u64>() {
+        Ok(n) if (lo..=hi).contains(&n) => Ok(n),
+        Ok(n) => Err(format!(
+            "{what} {n} is out of range: use {lo} to {hi}, e.g. {what} {example}"
+        )),
+        Err(_) if t.starts_with('-') && t[1..].chars().all(|c| c.is_ascii_digit()) => Err(format!(
+            "{what} {t} is negative: use {lo} to {hi}, e.g. {what} {example}"
+        )),
+        Err(_) if !t.is_empty() && t.chars().all(|c| c.is_ascii_digit()) => Err(format!(
+            "{what} {} is too large: use {lo} to {hi}",
+            crate::size::clip(t)
+        )),
+        Err(_) => Err(format!(
+            "{what} '{}' is not a whole number: use {lo} to {hi}, e.g. {what} {example}",
+            crate::size::clip(t)
+        )),
+    }
+}
+
+fn size_arg(s: &str) -> Result<u64, String> {
+    let n = parse_size(s)?;
+    if n > MAX_SIZE {
+        return Err(format!(
+            "size {} is larger than the 64G efabench accepts; pass at most 64G",
+            crate::size::clip(s)
+        ));
+    }
+    Ok(n)
+}
+
+fn factor_arg(s: &str) -> Result<u64, String> {
+    bounded(s, "-f/--step-factor", 2, 1024, "2")
+}
+
+fn iters_arg(s: &str) -> Result<u64, String> {
+    bounded(s, "-n/--iters", 1, MAX_ITERS, "1000")
+}
+
+fn warmup_arg(s: &str) -> Result<u64, String> {
+    bounded(s, "-w/--warmup", 0, MAX_WARMUP, "10")
+}
+
+fn timeout_arg(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(t) if t > 0.0 && t <= MAX_TIMEOUT_S => Ok(t),
+        _ => Err(format!(
+            "--timeout '{}' is not a number of seconds above 0 and at most {MAX_TIMEOUT_S}; pass e.g. --timeout 30",
+            crate::size::clip(s)
+        )),
+    }
+}
+
+fn mem_arg(s: &str) -> Result<MemKind, String> {
+    s.parse()
+}
+
+fn gpu_arg(s: &str) -> Result<GpuChoice, String> {
+    s.parse()
+}
+
+fn format_arg(s: &str) -> Result<Format, String> {
+    s.parse::<Format>().map_err(|e| e.to_string())
+}
+
+fn rails_arg(s: &str) -> Result<Rails, String> {
+    if s.trim().eq_ignore_ascii_case("all") {
+        return Ok(Rails::All);
+    }
+    bounded(s, "--rails", 1, MAX_RAILS as u64, "2 or --rails all").map(|n| Rails::Count(n as u32))
+}
+
+fn rank_arg(s: &str) -> Result<u32, String> {
+    bounded(s, "--rank", 0, 65_535, "0").map(|n| n as u32)
+}
+
+fn world_arg(s: &str) -> Result<u32, String> {
+    bounded(s, "--world", 1, 65_536, "2").map(|n| n as u32)
+}
+
+/// How many NICs (rails) a rank drives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rails {
+    Count(u32),
+    All,
+}
+
+impl std::fmt::Display for Rails {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Rails::Count(n) => write!(f, "{n}"),
+            Rails::All => f.write_str("all"),
+        }
+    }
+}
+
+/// How a multi-rail transfer is spread.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Strategy {
+    /// Each message is cut into stripes, one per rail (128-byte aligned, rotating first rail).
+    Split,
+    /// Whole messages go to the rails in turn.
+    RoundRobin,
+}
+
+impl Strategy {
+    pub fn name(self) -> &'static str {
+        match self {
+            Strategy::Split => "split",
+            Strategy::RoundRobin => "round-robin",
+        }
+    }
+}
+
+/// How device memory is registered (`--mr`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum MrChoice {
+    /// dmabuf where the provider needs it (efa), plain virtual-address registration otherwise.
+    Auto,
+    /// Always register through a dmabuf export (`FI_MR_DMABUF`).
+    Dmabuf,
+    /// Always register the virtual address with `FI_HMEM_CUDA`.
+    Va,
+}
+
+/// The shared benchmark options (DESIGN.md "Benchmark options shared by all").
+#[derive(clap::Args, Debug, Clone)]
+pub struct CommonArgs {
+    /// Smallest message size (8, 4K, 1M, 1G; powers of 1024; at most 64G).
+    #[arg(short = 'b', long = "min-bytes", default_value = "8", value_parser = size_arg, allow_hyphen_values = true)]
+    pub min_bytes: u64,
+    /// Largest message size.
+    #[arg(short = 'e', long = "max-bytes", default_value = "1M", value_parser = size_arg, allow_hyphen_values = true)]
+    pub max_bytes: u64,
+    /// Multiply the size by this factor at each step (2 to 1024).
+    #[arg(short = 'f', long = "step-factor", default_value = "2", value_parser = factor_arg, allow_hyphen_values = true)]
+    pub step_factor: u64,
+    /// Timed iterations per size (default: scaled with the size, as fabtests does).
+    #[arg(short = 'n', long = "iters", value_parser = iters_arg, allow_hyphen_values = true)]
+    pub iters: Option<u64>,
+    /// Untimed warm-up iterations per size (default: a tenth of the iterations, 2 to 100).
+    #[arg(short = 'w', long = "warmup", value_parser = warmup_arg, allow_hyphen_values = true)]
+    pub warmup: Option<u64>,
+    /// libfabric provider (default: efa when present, else shm on one host, else tcp).
+    #[arg(short = 'p', long)]
+    pub provider: Option<String>,
+    /// libfabric domain (NIC), e.g. rdmap16s27 or lo (default: the rank's paired NICs, else the first).
+    #[arg(long)]
+    pub domain: Option<String>,
+    /// Buffer memory: host, pinned, cuda or managed.
+    #[arg(long, default_value = "host", value_parser = mem_arg)]
+    pub mem: MemKind,
+    /// GPU for --mem cuda|pinned|managed: an index, or auto (= local rank).
+    #[arg(long, default_value = "auto", value_parser = gpu_arg)]
+    pub gpu: GpuChoice,
+    /// Device-memory registration: auto, dmabuf or va.
+    #[arg(long, value_enum, default_value_t = MrChoice::Auto)]
+    pub mr: MrChoice,
+    /// NICs (rails) to drive per rank: a number or all.
+    #[arg(long, default_value = "1", value_parser = rails_arg)]
+    pub rails: Rails,
+    /// How messages are spread over several rails: split or round-robin.
+    #[arg(long, value_enum, default_value_t = Strategy::Split)]
+    pub strategy: Strategy,
+    /// Add a row per rail to the table (bytes and operations each rail carried).
+    #[arg(long)]
+    pub per_rail: bool,
+    /// Verify every payload (the default).
+    #[arg(long, overrides_with = "no_check")]
+    pub check: bool,
+    /// Do not verify payloads.
+    #[arg(long = "no-check", overrides_with = "check")]
+    pub no_check: bool,
+    /// Append JSON Lines records to this file (rank 0 writes).
+    #[arg(short = 'o', long)]
+    pub output: Option<PathBuf>,
+    /// Standard output format: table, json or csv.
+    #[arg(long, default_value = "table", value_parser = format_arg)]
+    pub format: Format,
+    /// Longest any wait may go without progress, in seconds, before the whole job aborts.
+    #[arg(long, default_value = "30", value_parser = timeout_arg, allow_hyphen_values = true)]
+    pub timeout: f64,
+    /// Rendezvous HOST:PORT served by rank 0 (manual multi-host runs).
+    #[arg(long)]
+    pub rdzv: Option<String>,
+    /// This process's rank (manual runs, with --world and --rdzv).
+    #[arg(long, value_parser = rank_arg, allow_hyphen_values = true)]
+    pub rank: Option<u32>,
+    /// Number of ranks (manual runs).
+    #[arg(long, value_parser = world_arg, allow_hyphen_values = true)]
+    pub world: Option<u32>,
+    /// Path of libfabric.so.1 to load (default: /opt/amazon/efa, then the system's).
+    #[arg(long, env = "EFABENCH_LIBFABRIC")]
+    pub libfabric: Option<PathBuf>,
+}
+
+impl CommonArgs {
+    /// Whether payloads are verified.
+    pub fn verify(&self) -> bool {
+        !self.no_check
+    }
+
+    /// The `--timeout` as a duration (bounded by the parser, so this never panics).
+    pub fn timeout(&self) -> Duration {
+        Duration::from_secs_f64(self.timeout)
+    }
+
+    /// The sizes to measure, after checking -b, -e and -f together.
+    pub fn sizes(&self) -> Result<Vec<u64>, BenchError> {
+        sweep(self.min_bytes, self.max_bytes, self.step_factor)
+    }
+
+    /// Iterations and warm-up for one size. `per_window` messages make one iteration of a
+    /// streaming variant, so the message count, not the window count, follows fabtests' scale.
+    pub fn iterations(&self, size: u64, per_window: u64) -> (u64, u64) {
+        let iters = self
+            .iters
+            .unwrap_or_else(|| default_iters(size, per_window));
+        let warmup = self.warmup.unwrap_or_else(|| (iters / 10).clamp(2, 100));
+        (iters, warmup)
+    }
+
+    /// What must be equal on every rank of a job, as text: every option except the ones that
+    /// place this process (rank, rendezvous) or name local paths.
+    pub fn fingerprint(&self) -> String {
+        let mut c = self.clone();
+        c.rank = None;
+        c.rdzv = None;
+        c.output = None;
+        c.libfabric = None;
+        c.check = false;
+        format!("{c:?}")
+    }
+}
+
+/// fabtests scales iterations down as messages grow so a sweep ends in reasonable time:
+/// 10 000 below 64 KiB, 1 000 up to 1 MiB, 100 above. A streaming iteration moves a whole window,
+/// so the message budget is divided by the window.
+pub fn default_iters(size: u64, per_window: u64) -> u64 {
+    let messages: u64 = if size < 64 << 10 {
+        10_000
+    } else if size <= 1 << 20 {
+        1_000
+    } else {
+        100
+    };
+    if per_window <= 1 {
+        messages
+    } else {
+        (messages * 2).div_ceil(per_window).max(10)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser, Debug)]
+    struct T {
+        #[command(flatten)]
+        c: CommonArgs,
+    }
+
+    fn parse(args: &[&str]) -> Result<CommonArgs, String> {
+        let mut v = vec!["t"];
+        v.extend_from_slice(args);
+        T::try_parse_from(v).map(|t| t.c).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn defaults_are_sane() {
+        let c = parse(&[]).unwrap();
+        assert_eq!((c.min_bytes, c.max_bytes, c.step_factor), (8, 1 << 20, 2));
+        assert!(c.verify());
+        assert_eq!(c.format, Format::Table);
+        assert_eq!(c.mem, MemKind::Host);
+        assert_eq!(c.gpu, GpuChoice::Auto);
+        assert_eq!(c.rails, Rails::Count(1));
+        assert_eq!(c.iterations(8, 1), (10_000, 100));
+        assert_eq!(c.iterations(4 << 20, 1), (100, 10));
+        assert_eq!(c.iterations(8, 64), (313, 31));
+    }
+
+    #[test]
+    fn bad_values_are_rejected_with_a_fix() {
+        let e = parse(&["-b", "1X"]).unwrap_err();
+        assert!(e.contains("K, M or G"), "{e}");
+        assert!(parse(&["-n", "0"]).unwrap_err().contains("1 to 10000000"));
+        assert!(parse(&["--mem", "gpu"])
+            .unwrap_err()
+            .contains("host, pinned, cuda, managed"));
+        assert!(parse(&["--format", "xml"]).unwrap_err().contains("table"));
+        assert!(parse(&["--timeout", "0"]).unwrap_err().contains("above 0"));
+        assert!(parse(&["--rails", "0"])
+            .unwrap_err()
+            .contains("--rails all"));
+        assert!(parse(&["--gpu", "abc"]).unwrap_err().contains("GPU index"));
+        let c = parse(&["-b", "1M", "-e", "8"]).unwrap();
+        assert!(c.sizes().unwrap_err().is_usage());
+    }
+
+    #[test]
+    fn extremes_are_refused_before_any_arithmetic() {
+        for (args, needle) in [
+            (vec!["-n", "18446744073709551615"], "out of range"),
+            (vec!["-n", "4000000000"], "out of range"),
+            (vec!["-n", "99999999999999999999999"], "too large"),
+            (vec!["-n", "-1"], "negative"),
+            (vec!["-w", "18446744073709551615"], "out of range"),
+            (vec!["--timeout", "1e300"], "at most"),
+            (vec!["--timeout", "-1"], "above 0"),
+            (vec!["--timeout", "NaN"], "above 0"),
+            (vec!["--timeout", "inf"], "above 0"),
+            (vec!["-f", "1"], "2 to 1024"),
+            (vec!["-f", "-3"], "negative"),
+            (vec!["-e", "100G"], "64G"),
+            (vec!["--rails", "100000"], "out of range"),
+            (vec!["--rank", "-2"], "negative"),
+        ] {
+            let e = parse(&args).unwrap_err();
+            assert!(e.contains(needle), "{args:?}: {e}");
+        }
+        // A long value is not echoed whole by our own message (clap's echo is capped by the
+        // CLI's one-line rewriting).
+        let long = "9".repeat(100_000);
+        let e = iters_arg(&long).unwrap_err();
+        assert!(e.len() < 200, "{} bytes", e.len());
+        let e = size_arg(&format!("{long}X")).unwrap_err();
+        assert!(e.len() < 200, "{} bytes", e.len());
+    }
+
+    #[test]
+    fn no_check_turns_verification_off() {
+        assert!(!parse(&["--no-check"]).unwrap().verify());
+        assert!(parse(&["--no-check", "--check"]).unwrap().verify());
+    }
+
+    #[test]
+    fn fingerprint_ignores_placement_but_not_measurement() {
+        let a = parse(&["--rank", "0", "-o", "/tmp/x"]).unwrap();
+        let b = parse(&["--rank", "1"]).unwrap();
+        assert_eq!(a.fingerprint(), b.fingerprint());
+        let c = parse(&["--no-check"]).unwrap();
+        assert_ne!(a.fingerprint(), c.fingerprint());
+    }
+}

@@ -1,0 +1,232 @@
+//! Multi-rail point-to-point runs over loopback: every benchmark × strategy × rails ∈ {1, 2, 4}
+//! on tcp and shm, payloads verified, with 2 ranks, and 3 ranks for two rails. On loopback the
+//! rails are virtual (several endpoints of one domain), which exercises everything a multi-NIC
+//! run does except the NICs: striping, routing, per-rail completion counting, per-rail records.
+//! Also `--domain` (honoured or refused with the list) and `--rails all` (says what it resolved
+//! to).
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+const BIN: &str = env!("CARGO_BIN_EXE_efabench");
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("efabench-rails-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// `world` ranks of `args`, started by hand; every rank's output.
+fn job(world: u32, args: &[&str]) -> Vec<Output> {
+    let port = free_port();
+    let kids: Vec<_> = (0..world)
+        .map(|r| {
+            Command::new(BIN)
+                .args(args)
+                .args(["--rank", &r.to_string(), "--world", &world.to_string()])
+                .args(["--rdzv", &format!("127.0.0.1:{port}")])
+                .env("EFABENCH_JOB_TOKEN", format!("rails-test-{port}"))
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("start efabench")
+        })
+        .collect();
+    kids.into_iter()
+        .map(|k| k.wait_with_output().unwrap())
+        .collect()
+}
+
+fn records(path: &Path) -> Vec<efabench_report::Record> {
+    std::fs::read_to_string(path)
+        .expect("records file")
+        .lines()
+        .map(|l| efabench_report::validate_line(l).expect("record validates"))
+        .collect()
+}
+
+fn run_rails(bench: &str, provider: &str, rails: u32, strategy: &str, world: u32) {
+    let dir = tmp(&format!("{bench}-{provider}-{rails}-{strategy}-{world}"));
+    let out = dir.join("r.jsonl");
+    let rails_s = rails.to_string();
+    let outs = job(
+        world,
+        &[
+            bench,
+            "-p",
+            provider,
+            "-b",
+            "64",
+            "-e",
+            "256K",
+            "-f",
+            "64",
+            "-n",
+            "16",
+            "-w",
+            "2",
+            "--window",
+            "8",
+            "--rails",
+            &rails_s,
+            "--strategy",
+            strategy,
+            "--timeout",
+            "30",
+            "-o",
+            out.to_str().unwrap(),
+        ],
+    );
+    for (r, o) in outs.iter().enumerate() {
+        assert!(
+            o.status.success(),
+            "rank {r} of {bench}/{provider}/rails {rails}/{strategy}/{world} ranks failed: {}\n{}",
+            o.status,
+            text(&o.stderr)
+        );
+    }
+    if rails > 1 {
+        let err = text(&outs[0].stderr);
+        assert!(
+            err.contains("virtual"),
+            "rank 0 says the rails are virtual: {err}"
+        );
+        assert!(
+            text(&outs[0].stdout).contains(&format!("# rails: {rails} virtual")),
+            "table header names the rails: {}",
+            text(&outs[0].stdout)
+        );
+    }
+    let recs = records(&out);
+    // 64, 4K, 256K × pingpong, stream × (world − 1) peers.
+    assert_eq!(recs.len(), 6 * (world as usize - 1), "{recs:?}");
+    for r in &recs {
+        assert_eq!(r.errors, 0, "{r:?}");
+        assert!(r.verified);
+        assert_eq!(r.rails, rails);
+        assert_eq!(r.domains.len(), rails as usize);
+        assert_eq!(r.extra["strategy"], strategy);
+        assert_eq!(r.extra["virtual_rails"], rails > 1);
+        let per_rail = r.extra["per_rail"].as_array().expect("per_rail");
+        assert_eq!(per_rail.len(), rails as usize);
+        let bytes: Vec<f64> = per_rail
+            .iter()
+            .map(|x| x["bytes"].as_f64().unwrap())
+            .collect();
+        let total: f64 = bytes.iter().sum();
+        assert!(total > 0.0, "{r:?}");
+        // Every rail carries its share of a large stream: split stripes each message, and
+        // round-robin spreads whole messages (the window is a multiple of the rail count).
+        if r.variant == "stream" && r.size_bytes >= 4096 {
+            let share = total / rails as f64;
+            for b in &bytes {
+                assert!(
+                    (b - share).abs() <= 0.1 * share,
+                    "unbalanced per_rail {bytes:?} in {} {} {}",
+                    r.bench,
+                    r.variant,
+                    r.size_bytes
+                );
+            }
+        }
+    }
+}
+
+fn all_combinations(bench: &str) {
+    for provider in ["tcp", "shm"] {
+        for rails in [1, 2, 4] {
+            for strategy in ["split", "round-robin"] {
+                run_rails(bench, provider, rails, strategy, 2);
+            }
+        }
+        for strategy in ["split", "round-robin"] {
+            run_rails(bench, provider, 2, strategy, 3);
+        }
+    }
+}
+
+#[test]
+fn sendrecv_over_rails() {
+    all_combinations("sendrecv");
+}
+
+#[test]
+fn write_over_rails() {
+    all_combinations("write");
+}
+
+#[test]
+fn read_over_rails() {
+    all_combinations("read");
+}
+
+#[test]
+fn unknown_domain_lists_the_offered_ones() {
+    let outs = job(2, &["sendrecv", "-p", "tcp", "--domain", "nosuchnic0"]);
+    let err = text(&outs[0].stderr);
+    assert_eq!(outs[0].status.code(), Some(2), "{err}");
+    assert!(err.contains("nosuchnic0") && err.contains("lo"), "{err}");
+    assert_eq!(
+        err.lines().filter(|l| l.starts_with("efabench:")).count(),
+        1,
+        "{err}"
+    );
+}
+
+#[test]
+fn tcp_on_lo_runs_on_lo() {
+    let dir = tmp("lo");
+    let out = dir.join("r.jsonl");
+    let outs = job(
+        2,
+        &[
+            "write",
+            "-p",
+            "tcp",
+            "--domain",
+            "lo",
+            "-b",
+            "4K",
+            "-e",
+            "4K",
+            "-n",
+            "10",
+            "-o",
+            out.to_str().unwrap(),
+        ],
+    );
+    assert!(outs[0].status.success(), "{}", text(&outs[0].stderr));
+    for r in records(&out) {
+        assert_eq!(r.domains, vec!["lo".to_string()], "{r:?}");
+    }
+}
+
+#[test]
+fn rails_all_says_what_it_resolved_to() {
+    let outs = job(
+        2,
+        &[
+            "sendrecv", "-p", "shm", "--rails", "all", "-b", "64", "-e", "64", "-n", "10",
+        ],
+    );
+    assert!(outs[0].status.success(), "{}", text(&outs[0].stderr));
+    let err = text(&outs[0].stderr);
+    assert!(
+        err.contains("rail"),
+        "rank 0 says what --rails all became: {err}"
+    );
+}
