@@ -353,6 +353,18 @@ impl Benchmark for Ipc<'_> {
         }
     }
 
+    fn fingerprint(&self) -> String {
+        let a = self.args;
+        format!(
+            "--samples {} --variant {} --shapes {} --tma-grids {} --matrix {}",
+            a.samples,
+            a.variant.join(","),
+            a.shapes.join(","),
+            a.tma_grids.join(","),
+            a.matrix
+        )
+    }
+
     fn setup(&mut self, ctx: &Ctx) -> Result<RunFacts, BenchError> {
         let bs = ctx.bs;
         let (me, world) = (ctx.rank, ctx.world);

@@ -117,6 +117,8 @@ pub struct LaunchOptions {
 /// It asks the kernel for SIGKILL when the parent dies (`prctl(PR_SET_PDEATHSIG)`, through
 /// rustix: no `unsafe`), then closes the race with a launcher that died before that request:
 /// if the parent is no longer the launcher, this rank exits at once (status 1, one line).
+/// (The kernel sends the signal when the *thread* that started the rank ends, which is why
+/// [`launch`] starts the ranks from the thread that then waits for them.)
 pub fn die_with_launcher() {
     let Some(launcher) = std::env::var(vars::LAUNCHER_PID)
         .ok()

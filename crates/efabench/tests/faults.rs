@@ -413,7 +413,6 @@ fn stop_rank_0_of_2_tcp() {
 /// the bootstrap notices the silence, and only the bootstrap knows which rank froze
 /// (`Bootstrap::failure_within` in the harness).
 #[test]
-#[ignore = "needs harness wiring"]
 fn stop_rank_2_of_4_tcp() {
     mid_sweep(4, "tcp", None, 2, Fault::Stop);
 }
@@ -446,13 +445,11 @@ fn kill_rank_1_of_2_shm_libfabric_2() {
 /// A frozen shm peer can leave the survivor spinning inside libfabric, where only the
 /// bootstrap's watchdog can end it.
 #[test]
-#[ignore = "needs harness wiring"]
 fn stop_rank_1_of_2_shm() {
     mid_sweep(2, "shm", None, 1, Fault::Stop);
 }
 
 #[test]
-#[ignore = "needs harness wiring"]
 fn stop_rank_0_of_4_shm() {
     mid_sweep(4, "shm", None, 0, Fault::Stop);
 }
@@ -659,7 +656,6 @@ fn sigterm_to_launch_ends_every_rank() {
 /// SIGKILL cannot be passed on: the ranks must die by themselves (PR_SET_PDEATHSIG, set by
 /// `die_with_launcher` at the start of efabench's main).
 #[test]
-#[ignore = "needs harness wiring"]
 fn sigkill_to_launch_ends_every_rank() {
     let _one = serial();
     let (launch, _) = launch_hit_mid_sweep(Signal::KILL);
@@ -785,7 +781,6 @@ fn a_taken_port_is_named_with_the_fix() {
 /// Ranks started by hand with different options are told so (issue 14: they used to see
 /// "Truncation error" or millions of payload errors).
 #[test]
-#[ignore = "needs harness wiring"]
 fn different_options_are_named() {
     let _one = serial();
     let port = TcpListener::bind("127.0.0.1:0")
@@ -835,7 +830,6 @@ fn different_options_are_named() {
 /// With three ranks, rank 2 idles in a collective while ranks 0 and 1 run a step longer than
 /// --timeout: healthy, and it must pass (it did with two ranks, not with three).
 #[test]
-#[ignore = "needs harness wiring"]
 fn a_long_step_with_an_idle_third_rank_is_not_a_timeout() {
     let _one = serial();
     let mut launch = start(efabench(&[

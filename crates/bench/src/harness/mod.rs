@@ -89,6 +89,10 @@ pub struct Measured {
 /// out takes milliseconds, an abort message up to 2 s).
 const WATCHDOG_GRACE: std::time::Duration = std::time::Duration::from_secs(4);
 
+/// How long a failed rank waits for the bootstrap to name the cause (a frozen or dead peer is
+/// noticed within a couple of heartbeats).
+const FAILURE_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+
 /// Largest serialised [`Measured`] a rank accepts from another (bounded decoding).
 const MAX_MEASURED: usize = 48 << 20;
 
@@ -177,6 +181,12 @@ pub trait Benchmark {
     /// `busbw_gbps` are the benchmark's definition (DESIGN.md "Metric definitions").
     fn point(&self, ctx: &Ctx, spec: &Self::Spec, all: &[Measured]) -> Point;
 
+    /// The benchmark's own options that every rank must share, as command-line words
+    /// (`--window 64 --variant pingpong,stream`); the harness adds the shared ones.
+    fn fingerprint(&self) -> String {
+        String::new()
+    }
+
     /// Lines printed on rank 0 after the table (per-benchmark conclusions).
     fn summary(&self, _records: &[Record]) -> Vec<String> {
         Vec::new()
@@ -221,6 +231,16 @@ pub fn run<B: Benchmark>(
     match run_connected(bench, args, build, &bs) {
         Ok(code) => Ok(code),
         Err(e) => {
+            // A data-path timeout ("waited 30 s for a completion") is usually a peer that froze
+            // or died: the bootstrap learns which within a heartbeat or two, and that is the
+            // message every rank should print.
+            let e = if e.is_usage() {
+                e
+            } else {
+                bs.failure_within(args.timeout().min(FAILURE_WAIT))
+                    .map(from_bootstrap)
+                    .unwrap_or(e)
+            };
             // Tell every rank why, so nobody waits for a rank that already gave up.
             bs.abort(&e.to_string());
             Err(e)
@@ -235,11 +255,14 @@ fn run_connected<B: Benchmark>(
     bs: &Bootstrap,
 ) -> Result<i32, BenchError> {
     let (rank, world) = (bs.rank(), bs.world());
-    bs.check_same(
-        "options",
-        &format!("{} {}", bench.name(), args.fingerprint()),
-    )
-    .map_err(from_bootstrap)?;
+    let fp = format!(
+        "{} {} {}",
+        bench.name(),
+        args.fingerprint(),
+        bench.fingerprint()
+    );
+    bs.check_same("options", fp.trim())
+        .map_err(from_bootstrap)?;
 
     let mut jsonl = match (&args.output, rank) {
         (Some(path), 0) => {
