@@ -15,6 +15,7 @@ pub mod harness;
 pub mod ipc;
 pub mod p2p;
 pub mod pattern;
+pub mod queue;
 pub mod size;
 pub mod stats;
 
@@ -68,4 +69,6 @@ benchmarks! {
               mut_arg("warmup", |a| a.default_value(ipc::IPC_DEFAULTS[2].1)),
               mut_arg("timeout", |a| a.default_value(ipc::IPC_DEFAULTS[3].1)))]
     "ipc" Ipc(ipc::IpcArgs) => ipc::run_ipc;
+    /// GPU->CPU command rings of a GPU-initiated proxy: M ops/s, round trip, every command verified.
+    "queue" Queue(queue::QueueArgs) => queue::run_queue;
 }
