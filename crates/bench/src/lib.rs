@@ -8,10 +8,13 @@
 //!
 //! Adding a benchmark means one new file here and one line in the CLI.
 
+pub mod alltoall;
 pub mod error;
 pub mod harness;
 pub mod ipc;
+pub mod mesh;
 pub mod p2p;
+pub mod pairs;
 pub mod pattern;
 pub mod size;
 pub mod stats;
@@ -66,4 +69,10 @@ benchmarks! {
               mut_arg("warmup", |a| a.default_value(ipc::IPC_DEFAULTS[2].1)),
               mut_arg("timeout", |a| a.default_value(ipc::IPC_DEFAULTS[3].1)))]
     "ipc" Ipc(ipc::IpcArgs) => ipc::run_ipc;
+    /// All-to-all with nccl-tests' semantics (algbw, busbw = algbw x (n-1)/n), write or send/recv.
+    #[command(mut_arg("min_bytes", |a| a.default_value("1K")))]
+    "alltoall" Alltoall(alltoall::AlltoallArgs) => alltoall::run_alltoall;
+    /// Bandwidth of every ordered pair of ranks (ring shift), outliers named, --min-bw gate.
+    #[command(mut_arg("min_bytes", |a| a.default_value("1M")), mut_arg("max_bytes", |a| a.default_value("1M")))]
+    "pairs" Pairs(pairs::PairsArgs) => pairs::run_pairs;
 }
