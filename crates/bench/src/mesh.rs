@@ -56,6 +56,10 @@ pub enum Kind {
     Ready = 2,
 }
 
+/// How long an idle wait sleeps when ranks outnumber cores, after yielding for IDLE_YIELD.
+const IDLE_SLEEP_US: u64 = 20;
+const IDLE_YIELD: Duration = Duration::from_micros(200);
+
 /// Iterations are carried modulo this (14 bits); a peer is never more than one ahead.
 pub const ITER_MOD: u64 = 1 << 14;
 
@@ -140,6 +144,8 @@ pub struct Mesh {
     counting: bool,
     timeout: Duration,
     health: Health,
+    /// How a rank that found nothing to do waits (see [`Mesh::set_ranks_on_host`]).
+    idle_sleep: Option<Duration>,
     scratch: Vec<u8>,
     stream: pattern::Stream,
     corrupt_once: bool,
@@ -197,10 +203,20 @@ impl Mesh {
             counting: false,
             timeout,
             health,
+            idle_sleep: None,
             scratch: Vec::new(),
             stream: pattern::Stream::default(),
             corrupt_once: std::env::var_os(CORRUPT_ENV).is_some(),
         })
+    }
+
+    /// With more ranks on this host than cores, idle waits sleep a few microseconds instead
+    /// of yielding, so the ranks doing work get the cores.
+    pub fn set_ranks_on_host(&mut self, ranks: usize) {
+        let cores = std::thread::available_parallelism()
+            .map(|c| c.get())
+            .unwrap_or(1);
+        self.idle_sleep = (ranks > cores).then(|| Duration::from_micros(IDLE_SLEEP_US));
     }
 
     pub fn rails(&self) -> usize {
@@ -530,10 +546,16 @@ impl Mesh {
             }
             spins = spins.wrapping_add(1);
             // Ranks often outnumber cores (8 ranks on a 2-core CI host): a rank that found
-            // nothing gives its core to the rank it waits for instead of spinning out its slice.
-            // With a core to itself, `sched_yield` returns at once.
+            // nothing gives its core to the rank it waits for instead of spinning out its slice
+            // (on shm the peer's process does the copy, so it must run). With a core to itself,
+            // `sched_yield` returns at once; with more ranks than cores on the host, a wait
+            // that found nothing for IDLE_YIELD sleeps in short steps instead (a yield alone
+            // leaves 8 spinning ranks on 2 cores competing with the ones copying data).
             if spins > 16 {
-                std::thread::yield_now();
+                match self.idle_sleep {
+                    Some(d) if last.elapsed() >= IDLE_YIELD => std::thread::sleep(d),
+                    _ => std::thread::yield_now(),
+                }
             }
             if spins % 256 == 0 {
                 self.health

@@ -15,8 +15,9 @@
 //! # Output
 //! One record per pair (`peer` = destination, `src` in the record), an n × n table of Gbps
 //! after the sweep, the pairs below `--outlier PCT` of the median of their size named with host
-//! and NIC of both ends, and the ranks that take part in at least n − 1 of those outliers named
-//! as suspects. `--min-bw GBPS` makes the run exit 1 when any pair is below it.
+//! and NIC of both ends, and as suspects the ranks whose own pairs' median is below that line
+//! (a slow node slows all 2(n−1) pairs it is in; a healthy node shares only 2 of its pairs
+//! with it). `--min-bw GBPS` makes the run exit 1 when any pair is below it.
 
 use std::cell::Cell;
 use std::time::{Duration, Instant};
@@ -382,16 +383,11 @@ pub fn summarize(records: &[Record], outlier: f64, min_bw: Option<f64>) -> Vec<S
             l => (bws[l / 2 - 1] + bws[l / 2]) / 2.0,
         };
         let limit = median * outlier / 100.0;
-        let mut count = vec![0usize; n];
         let mut outliers = 0;
         for r in &rs {
             if r.bw_gbps < limit {
                 outliers += 1;
                 let (s, d) = (src_of(r), r.peer.unwrap_or(0) as usize);
-                if s < n && d < n {
-                    count[s] += 1;
-                    count[d] += 1;
-                }
                 out.push(format!(
                     "# outlier at {size} B: {s} -> {d}: {:.2} Gbps ({:.0}% of the median {:.2}); \
                      src rank {s} on {} NIC {}, dst rank {d} on {} NIC {}",
@@ -409,19 +405,38 @@ pub fn summarize(records: &[Record], outlier: f64, min_bw: Option<f64>) -> Vec<S
             out.push(format!(
                 "# no pair at {size} B below {outlier}% of the median {median:.2} Gbps"
             ));
-        } else if n >= 3 {
-            let suspects: Vec<String> = (0..n)
-                .filter(|&r| count[r] >= n - 1)
-                .map(|r| {
+        }
+        // A slow node slows every pair it is in, sending and receiving; a healthy node shares
+        // only 2 of its 2(n-1) pairs with it. So a rank is suspect when the median of the pairs
+        // it takes part in is itself below the outlier line.
+        if n >= 3 {
+            let mut suspects = Vec::new();
+            for rank in 0..n {
+                let mut mine: Vec<f64> = rs
+                    .iter()
+                    .filter(|r| src_of(r) == rank || r.peer == Some(rank as u32))
+                    .map(|r| r.bw_gbps)
+                    .collect();
+                mine.sort_by(f64::total_cmp);
+                let m = match mine.len() {
+                    0 => continue,
+                    l if l % 2 == 1 => mine[l / 2],
+                    l => (mine[l / 2 - 1] + mine[l / 2]) / 2.0,
+                };
+                if m < limit {
                     let host = rs
                         .iter()
-                        .find(|x| src_of(x) == r)
+                        .find(|x| src_of(x) == rank)
                         .map(|x| format!("{} NIC {}", text(x, "src_host"), text(x, "src_nic")))
                         .unwrap_or_default();
-                    format!("rank {r} ({host}; in {} of {outliers} outlier pairs)", count[r])
-                })
-                .collect();
-            if !suspects.is_empty() {
+                    suspects.push(format!(
+                        "rank {rank} on {host} (median of its pairs {m:.2} Gbps)"
+                    ));
+                }
+            }
+            if suspects.is_empty() {
+                out.push(format!("# no suspect rank at {size} B"));
+            } else {
                 out.push(format!("# suspect at {size} B: {}", suspects.join("; ")));
             }
         }
