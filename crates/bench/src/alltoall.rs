@@ -48,7 +48,9 @@ use efabench_report::Record;
 use serde_json::{json, Map, Value};
 
 use crate::error::BenchError;
-use crate::harness::{self, Benchmark, CommonArgs, Ctx, Measured, MrChoice, Needs, Point, RunFacts};
+use crate::harness::{
+    self, Benchmark, CommonArgs, Ctx, Measured, MrChoice, Needs, Point, RunFacts,
+};
 use crate::mesh::{self, cq_data, parse_cq_data, Kind, Mesh, ITER_MOD};
 use crate::pattern;
 use crate::stats::Samples;
@@ -390,7 +392,10 @@ impl<'a> Benchmark for Alltoall<'a> {
         let mut extra = Map::new();
         extra.insert("op".into(), json!(self.args.op.name()));
         extra.insert("chunk_bytes".into(), json!(spec.chunk));
-        extra.insert("lat_kind".into(), json!("time per iteration of the slowest rank"));
+        extra.insert(
+            "lat_kind".into(),
+            json!("time per iteration of the slowest rank"),
+        );
         extra.insert(
             "busbw_def".into(),
             json!(format!(
@@ -422,12 +427,16 @@ impl<'a> Benchmark for Alltoall<'a> {
     }
 
     fn summary(&self, records: &[Record]) -> Vec<String> {
-        let mut out = vec!["# slowest rank per size (its mean time per iteration sets bw):".to_string()];
+        let mut out =
+            vec!["# slowest rank per size (its mean time per iteration sets bw):".to_string()];
         for r in records {
             out.push(format!(
                 "#   {:>12} B  rank {} on {}  ({:.2} us)",
                 r.size_bytes,
-                r.extra.get("slowest_rank").and_then(Value::as_u64).unwrap_or(0),
+                r.extra
+                    .get("slowest_rank")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(0),
                 r.extra
                     .get("slowest_host")
                     .and_then(Value::as_str)
@@ -618,7 +627,8 @@ impl<'m> Run<'m> {
         if check {
             for p in 0..n {
                 if p == me {
-                    self.mesh.fill_send(me as usize * chunk, chunk, pattern::seed(g, me, me, 0))?;
+                    self.mesh
+                        .fill_send(me as usize * chunk, chunk, pattern::seed(g, me, me, 0))?;
                     continue;
                 }
                 for (i, st) in self.stripes_out[p as usize].clone().iter().enumerate() {
@@ -650,8 +660,11 @@ impl<'m> Run<'m> {
                 }
             }
         }
-        self.mesh
-            .copy_local(me as usize * chunk, half * size + me as usize * chunk, chunk)?;
+        self.mesh.copy_local(
+            me as usize * chunk,
+            half * size + me as usize * chunk,
+            chunk,
+        )?;
         // Wait for this iteration's arrivals and our completions.
         let p = parity;
         loop {
@@ -668,7 +681,10 @@ impl<'m> Run<'m> {
                         r.len, slot.len
                     )));
                 }
-                let it = self.count(r.data, delays.as_deref_mut().map(|v| (v.as_mut_slice(), t0)))?;
+                let it = self.count(
+                    r.data,
+                    delays.as_deref_mut().map(|v| (v.as_mut_slice(), t0)),
+                )?;
                 let src = (r.data & 0xFFFF) as u32;
                 // Reposted once its iteration is over (and checked), so a later message cannot
                 // overwrite it first.
@@ -706,9 +722,11 @@ impl<'m> Run<'m> {
         let mut errors = 0;
         if check {
             // Our own chunk, then every peer's, stripe by stripe.
-            errors += self
-                .mesh
-                .check_recv(half * size + me as usize * chunk, chunk, pattern::seed(g, me, me, 0));
+            errors += self.mesh.check_recv(
+                half * size + me as usize * chunk,
+                chunk,
+                pattern::seed(g, me, me, 0),
+            );
             match self.op {
                 Op::Write => {
                     for s in (0..n).filter(|&s| s != me) {
@@ -729,9 +747,9 @@ impl<'m> Run<'m> {
                             continue;
                         }
                         let s = self.slots[idx];
-                        errors += self
-                            .mesh
-                            .check_recv(s.off, s.len, pattern::seed(g, src, me, s.stripe));
+                        errors +=
+                            self.mesh
+                                .check_recv(s.off, s.len, pattern::seed(g, src, me, s.stripe));
                         self.post_slot(idx)?;
                     }
                     self.landed = keep;

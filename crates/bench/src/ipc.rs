@@ -27,8 +27,8 @@
 //!   largest size, one pair at a time.
 
 use crate::harness::{
-    from_bootstrap, Benchmark, BuildInfo, CommonArgs, Ctx, Measured, MrChoice, Needs, Point,
-    Rails, RunFacts, Strategy,
+    from_bootstrap, Benchmark, BuildInfo, CommonArgs, Ctx, Measured, MrChoice, Needs, Point, Rails,
+    RunFacts, Strategy,
 };
 use crate::pattern;
 use crate::size::sweep;
@@ -356,7 +356,8 @@ impl Benchmark for Ipc<'_> {
     fn setup(&mut self, ctx: &Ctx) -> Result<RunFacts, BenchError> {
         let bs = ctx.bs;
         let (me, world) = (ctx.rank, ctx.world);
-        let ordinal = efabench_gpu::resolve(self.args.common.gpu, ctx.local_rank).map_err(gpu_err)?;
+        let ordinal =
+            efabench_gpu::resolve(self.args.common.gpu, ctx.local_rank).map_err(gpu_err)?;
         let gpu = Gpu::open(ordinal).map_err(gpu_err)?;
         let max = *self.sizes.iter().max().unwrap_or(&16) as usize;
 
@@ -454,18 +455,40 @@ impl Benchmark for Ipc<'_> {
             for &size in &self.sizes {
                 index += 1;
                 let (iters, warmup) = self.iterations(size);
-                out.push(IpcSpec { m, size, a: 0, b: 1, iters, warmup, matrix: false, index });
+                out.push(IpcSpec {
+                    m,
+                    size,
+                    a: 0,
+                    b: 1,
+                    iters,
+                    warmup,
+                    matrix: false,
+                    index,
+                });
             }
         }
         if ctx.world > 2 || self.args.matrix {
             let size = *self.sizes.iter().max().unwrap_or(&16);
             let (iters, warmup) = self.iterations(size);
-            let best_push = self.methods.iter().copied().rfind(|m| matches!(m, Method::Push(_)));
+            let best_push = self
+                .methods
+                .iter()
+                .copied()
+                .rfind(|m| matches!(m, Method::Push(_)));
             for m in [Some(Method::CopyEngine), best_push].into_iter().flatten() {
                 for a in 0..ctx.world as usize {
                     for b in (0..ctx.world as usize).filter(|b| *b != a) {
                         index += 1;
-                        out.push(IpcSpec { m, size, a, b, iters, warmup, matrix: true, index });
+                        out.push(IpcSpec {
+                            m,
+                            size,
+                            a,
+                            b,
+                            iters,
+                            warmup,
+                            matrix: true,
+                            index,
+                        });
                     }
                 }
             }
@@ -475,7 +498,13 @@ impl Benchmark for Ipc<'_> {
 
     fn label(&self, s: &IpcSpec) -> String {
         let sm = self.rank.as_ref().map_or(0, |r| r.gpu.sm_count);
-        format!("{} {} {}->{}", s.m.name(sm), crate::size::human(s.size), s.a, s.b)
+        format!(
+            "{} {} {}->{}",
+            s.m.name(sm),
+            crate::size::human(s.size),
+            s.a,
+            s.b
+        )
     }
 
     fn measure(&mut self, ctx: &Ctx, s: &IpcSpec) -> Result<Measured, BenchError> {
@@ -485,7 +514,11 @@ impl Benchmark for Ipc<'_> {
             .ok_or_else(|| BenchError::failed("measure before setup"))?;
         let o = measure(rank, ctx.bs, s, self.args)?;
         Ok(Measured {
-            samples_ns: o.batch_ms.iter().map(|ms| (ms * 1e6).round().max(1.0) as u64).collect(),
+            samples_ns: o
+                .batch_ms
+                .iter()
+                .map(|ms| (ms * 1e6).round().max(1.0) as u64)
+                .collect(),
             errors: o.errors,
             ..Measured::default()
         })
@@ -494,7 +527,17 @@ impl Benchmark for Ipc<'_> {
     fn point(&self, _ctx: &Ctx, s: &IpcSpec, all: &[Measured]) -> Point {
         let sm = self.rank.as_ref().map_or(0, |r| r.gpu.sm_count);
         let exec = &all[exec_rank(s.m, s.a, s.b)];
-        let mut p = point(s.m, sm, s.size, s.iters, s.warmup, self.args.samples, &exec.samples_ns, s.a, s.b);
+        let mut p = point(
+            s.m,
+            sm,
+            s.size,
+            s.iters,
+            s.warmup,
+            self.args.samples,
+            &exec.samples_ns,
+            s.a,
+            s.b,
+        );
         if s.matrix {
             p.extra.insert("matrix".into(), json!(true));
             p.link_gbps = self.link(s.a, s.b);
@@ -542,7 +585,10 @@ const POISON_SLOT: u32 = 0xFFFF;
 
 /// The GPU-pair matrices of copy-engine and push at the largest size, GB/s.
 fn matrix_lines(records: &[Record]) -> Vec<String> {
-    let cells: Vec<&Record> = records.iter().filter(|r| r.extra.get("matrix").is_some()).collect();
+    let cells: Vec<&Record> = records
+        .iter()
+        .filter(|r| r.extra.get("matrix").is_some())
+        .collect();
     let mut lines = Vec::new();
     let mut variants: Vec<&str> = Vec::new();
     for r in &cells {
@@ -552,7 +598,10 @@ fn matrix_lines(records: &[Record]) -> Vec<String> {
     }
     let world = records.first().map_or(0, |r| r.world as usize);
     for v in variants {
-        let size = cells.iter().find(|r| r.variant == v).map_or(0, |r| r.size_bytes);
+        let size = cells
+            .iter()
+            .find(|r| r.variant == v)
+            .map_or(0, |r| r.size_bytes);
         lines.push(format!(
             "# {v} matrix at {size} B, GB/s (row = source GPU rank, column = destination)"
         ));
@@ -568,7 +617,9 @@ fn matrix_lines(records: &[Record]) -> Vec<String> {
                                 && r.extra.get("src").and_then(Value::as_u64) == Some(a as u64)
                                 && r.extra.get("dst").and_then(Value::as_u64) == Some(b as u64)
                         })
-                        .map_or(format!("{:>9}", "-"), |r| format!("{:>9.1}", r.bw_gbps / 8.0))
+                        .map_or(format!("{:>9}", "-"), |r| {
+                            format!("{:>9.1}", r.bw_gbps / 8.0)
+                        })
                 })
                 .collect();
             lines.push(format!("# {a:>4} {cols}"));
@@ -661,7 +712,12 @@ fn launch(r: &Rank, m: Method, len: usize, a: usize, b: usize, seed: u64) -> Res
 }
 
 /// Runs one point on this rank (all ranks call it in step; the harness gathers the outcomes).
-fn measure(r: &mut Rank, bs: &Bootstrap, s: &IpcSpec, args: &IpcArgs) -> Result<Outcome, BenchError> {
+fn measure(
+    r: &mut Rank,
+    bs: &Bootstrap,
+    s: &IpcSpec,
+    args: &IpcArgs,
+) -> Result<Outcome, BenchError> {
     let (m, len, a, b, iters, warmup) = (s.m, s.size as usize, s.a, s.b, s.iters, s.warmup);
     let point_index = s.index;
     let me = bs.rank() as usize;
@@ -916,8 +972,8 @@ mod tests {
         #[command(flatten)]
         a: IpcArgs,
     }
-    use clap::Parser;
     use crate::harness::RunInfo;
+    use clap::Parser;
 
     #[test]
     fn sizes_must_be_multiples_of_16() {

@@ -449,7 +449,13 @@ impl Mesh {
     }
 
     /// Posts receive number `index` into `recv[off..off+len]` on `rail`.
-    pub fn post_recv(&mut self, index: usize, rail: usize, off: usize, len: usize) -> MeshResult<()> {
+    pub fn post_recv(
+        &mut self,
+        index: usize,
+        rail: usize,
+        off: usize,
+        len: usize,
+    ) -> MeshResult<()> {
         self.group
             .rail(rail)
             .post_recv(self.recv_reg.id(rail), off, len, CTX_RECV | index as u64)

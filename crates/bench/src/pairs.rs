@@ -608,22 +608,20 @@ fn stream(
         }
         if !moved {
             let (rw_, sw_) = (rw, sw);
-            mesh.wait_progress(
-                move |_| {
-                    let mut parts = Vec::new();
-                    if let Some(s) = from {
-                        if rw_ < total {
-                            parts.push(format!("window {rw_} from rank {s}"));
-                        }
+            mesh.wait_progress(move |_| {
+                let mut parts = Vec::new();
+                if let Some(s) = from {
+                    if rw_ < total {
+                        parts.push(format!("window {rw_} from rank {s}"));
                     }
-                    if let Some(d) = to {
-                        if sw_ < total {
-                            parts.push(format!("rank {d} to acknowledge window {sw_}"));
-                        }
+                }
+                if let Some(d) = to {
+                    if sw_ < total {
+                        parts.push(format!("rank {d} to acknowledge window {sw_}"));
                     }
-                    parts.join(" and ")
-                },
-            )?;
+                }
+                parts.join(" and ")
+            })?;
         }
     }
     mesh.drain_local()?;

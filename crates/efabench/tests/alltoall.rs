@@ -131,7 +131,11 @@ fn alltoall_to(provider: &str, world: u32, op: &str, extra: &[&str], max: &str, 
         assert!(r.verified && r.errors == 0, "{what}: {}", r.describe());
         let chunk = r.extra["chunk_bytes"].as_u64().unwrap();
         assert_eq!(chunk % 16, 0, "{what}: chunks are 16-byte aligned");
-        assert_eq!(r.size_bytes, chunk * world as u64, "{what}: size = n chunks");
+        assert_eq!(
+            r.size_bytes,
+            chunk * world as u64,
+            "{what}: size = n chunks"
+        );
         assert!(r.bw_gbps > 0.0, "{what}");
         let busbw = r.busbw_gbps.expect("busbw");
         assert!(
@@ -148,7 +152,10 @@ fn alltoall_to(provider: &str, world: u32, op: &str, extra: &[&str], max: &str, 
             .map(|x| x["mean"].as_f64().unwrap())
             .fold(0.0, f64::max);
         assert!((ranks[slowest]["mean"].as_f64().unwrap() - worst).abs() < 1e-9);
-        assert!((r.lat_us.mean - worst).abs() <= 1e-6 * worst.max(1.0), "{what}");
+        assert!(
+            (r.lat_us.mean - worst).abs() <= 1e-6 * worst.max(1.0),
+            "{what}"
+        );
         let m = r.extra["matrix_gbps"].as_array().unwrap();
         assert_eq!(m.len(), world as usize);
         // Every rank's per-rail bytes sum to what it sent to peers (n-1 chunks per iteration).
@@ -177,10 +184,29 @@ fn alltoall_shm_2_3_4_8_ranks() {
         alltoall("shm", n, "write", &[]);
     }
     alltoall("shm", 3, "sendrecv", &[]);
-    alltoall("shm", 4, "write", &["--rails", "2", "--strategy", "round-robin"]);
+    alltoall(
+        "shm",
+        4,
+        "write",
+        &["--rails", "2", "--strategy", "round-robin"],
+    );
     // Chunks of 256 KiB: split into stripes over both rails.
-    alltoall_to("shm", 4, "sendrecv", &["--rails", "2", "--strategy", "split"], "1M", 5);
-    alltoall_to("shm", 3, "write", &["--rails", "2", "--strategy", "split"], "1M", 5);
+    alltoall_to(
+        "shm",
+        4,
+        "sendrecv",
+        &["--rails", "2", "--strategy", "split"],
+        "1M",
+        5,
+    );
+    alltoall_to(
+        "shm",
+        3,
+        "write",
+        &["--rails", "2", "--strategy", "split"],
+        "1M",
+        5,
+    );
 }
 
 #[test]
@@ -188,7 +214,12 @@ fn alltoall_tcp_2_3_4_8_ranks() {
     for n in [2, 3, 4, 8] {
         alltoall("tcp", n, "write", &[]);
     }
-    alltoall("tcp", 4, "sendrecv", &["--rails", "2", "--strategy", "round-robin"]);
+    alltoall(
+        "tcp",
+        4,
+        "sendrecv",
+        &["--rails", "2", "--strategy", "round-robin"],
+    );
 }
 
 #[test]
@@ -198,7 +229,18 @@ fn a_corrupted_chunk_is_caught() {
     let outs = job(
         3,
         &[
-            "alltoall", "-p", "shm", "-b", "4K", "-e", "4K", "-n", "4", "-w", "1", "-o",
+            "alltoall",
+            "-p",
+            "shm",
+            "-b",
+            "4K",
+            "-e",
+            "4K",
+            "-n",
+            "4",
+            "-w",
+            "1",
+            "-o",
             out.to_str().unwrap(),
         ],
         &[],
@@ -214,8 +256,19 @@ fn a_corrupted_chunk_is_caught() {
 fn a_killed_rank_fails_the_job_fast_and_is_named() {
     let port = free_port();
     let args = [
-        "alltoall", "-p", "tcp", "-b", "4K", "-e", "4K", "-n", "10000000", "-w", "1",
-        "--timeout", "5",
+        "alltoall",
+        "-p",
+        "tcp",
+        "-b",
+        "4K",
+        "-e",
+        "4K",
+        "-n",
+        "10000000",
+        "-w",
+        "1",
+        "--timeout",
+        "5",
     ];
     let mut kids: Vec<Child> = (0..4).map(|r| rank(r, 4, port, &args, &[])).collect();
     std::thread::sleep(Duration::from_secs(3));
@@ -244,18 +297,29 @@ fn a_killed_rank_fails_the_job_fast_and_is_named() {
         let o = k.wait_with_output().unwrap();
         assert!(!o.status.success(), "rank {r}");
         let err = text(&o.stderr);
-        assert!(err.contains("rank 2"), "rank {r} must name the dead rank: {err}");
+        assert!(
+            err.contains("rank 2"),
+            "rank {r} must name the dead rank: {err}"
+        );
     }
 }
 
 #[test]
 fn too_small_sizes_are_refused_with_exit_2() {
-    let outs = job(4, &["alltoall", "-p", "shm", "-b", "8", "-e", "32"], &[], &[]);
+    let outs = job(
+        4,
+        &["alltoall", "-p", "shm", "-b", "8", "-e", "32"],
+        &[],
+        &[],
+    );
     // Every rank finds it; the first to tell the others wins, so look at all of them.
     assert!(outs.iter().all(|o| !o.status.success()));
     assert!(outs.iter().any(|o| o.status.code() == Some(2)));
     let err = text(&outs[0].stderr);
-    assert!(err.contains("too small for 4 ranks") && err.contains("-e 64"), "{err}");
+    assert!(
+        err.contains("too small for 4 ranks") && err.contains("-e 64"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -265,8 +329,24 @@ fn pairs_names_the_slowed_rank_and_gates_on_min_bw() {
     let outs = job(
         4,
         &[
-            "pairs", "-p", "tcp", "-b", "64K", "-e", "64K", "-n", "5", "-w", "1", "--window",
-            "8", "--min-bw", "1000000", "--timeout", "60", "-o",
+            "pairs",
+            "-p",
+            "tcp",
+            "-b",
+            "64K",
+            "-e",
+            "64K",
+            "-n",
+            "5",
+            "-w",
+            "1",
+            "--window",
+            "8",
+            "--min-bw",
+            "1000000",
+            "--timeout",
+            "60",
+            "-o",
             out.to_str().unwrap(),
         ],
         &[
@@ -276,8 +356,15 @@ fn pairs_names_the_slowed_rank_and_gates_on_min_bw() {
         &[],
     );
     let err = text(&outs[0].stderr);
-    assert_eq!(outs[0].status.code(), Some(1), "--min-bw fails the run: {err}");
-    assert!(err.contains("--min-bw 1000000: FAILED, 12 pair(s)"), "{err}");
+    assert_eq!(
+        outs[0].status.code(),
+        Some(1),
+        "--min-bw fails the run: {err}"
+    );
+    assert!(
+        err.contains("--min-bw 1000000: FAILED, 12 pair(s)"),
+        "{err}"
+    );
     let suspect = err
         .lines()
         .find(|l| l.starts_with("# suspect at 65536 B"))
@@ -297,7 +384,9 @@ fn pairs_names_the_slowed_rank_and_gates_on_min_bw() {
     pairs.dedup();
     assert_eq!(pairs.len(), 12);
     assert!(recs.iter().all(|r| r.errors == 0 && r.verified));
-    assert!(recs.iter().all(|r| r.extra.get("src_nic") != Some(&Value::Null)));
+    assert!(recs
+        .iter()
+        .all(|r| r.extra.get("src_nic") != Some(&Value::Null)));
 }
 
 #[test]
@@ -307,8 +396,21 @@ fn pairs_one_at_a_time_covers_every_pair() {
     let outs = job(
         3,
         &[
-            "pairs", "-p", "shm", "-b", "4K", "-e", "4K", "-n", "3", "-w", "1",
-            "--one-at-a-time", "--min-bw", "0", "-o",
+            "pairs",
+            "-p",
+            "shm",
+            "-b",
+            "4K",
+            "-e",
+            "4K",
+            "-n",
+            "3",
+            "-w",
+            "1",
+            "--one-at-a-time",
+            "--min-bw",
+            "0",
+            "-o",
             out.to_str().unwrap(),
         ],
         &[],

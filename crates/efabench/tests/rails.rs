@@ -101,7 +101,10 @@ fn run_rails(bench: &str, provider: &str, rails: u32, strategy: &str, world: u32
     }
     if rails > 1 {
         let err = text(&outs[0].stderr);
-        assert!(err.contains("virtual"), "rank 0 says the rails are virtual: {err}");
+        assert!(
+            err.contains("virtual"),
+            "rank 0 says the rails are virtual: {err}"
+        );
         assert!(
             text(&outs[0].stdout).contains(&format!("# rails: {rails} virtual")),
             "table header names the rails: {}",
@@ -177,7 +180,11 @@ fn unknown_domain_lists_the_offered_ones() {
     let err = text(&outs[0].stderr);
     assert_eq!(outs[0].status.code(), Some(2), "{err}");
     assert!(err.contains("nosuchnic0") && err.contains("lo"), "{err}");
-    assert_eq!(err.lines().filter(|l| l.starts_with("efabench:")).count(), 1, "{err}");
+    assert_eq!(
+        err.lines().filter(|l| l.starts_with("efabench:")).count(),
+        1,
+        "{err}"
+    );
 }
 
 #[test]
@@ -187,7 +194,18 @@ fn tcp_on_lo_runs_on_lo() {
     let outs = job(
         2,
         &[
-            "write", "-p", "tcp", "--domain", "lo", "-b", "4K", "-e", "4K", "-n", "10", "-o",
+            "write",
+            "-p",
+            "tcp",
+            "--domain",
+            "lo",
+            "-b",
+            "4K",
+            "-e",
+            "4K",
+            "-n",
+            "10",
+            "-o",
             out.to_str().unwrap(),
         ],
     );
@@ -207,5 +225,8 @@ fn rails_all_says_what_it_resolved_to() {
     );
     assert!(outs[0].status.success(), "{}", text(&outs[0].stderr));
     let err = text(&outs[0].stderr);
-    assert!(err.contains("rail"), "rank 0 says what --rails all became: {err}");
+    assert!(
+        err.contains("rail"),
+        "rank 0 says what --rails all became: {err}"
+    );
 }

@@ -36,9 +36,9 @@ pub fn bounded(s: &str, what: &str, lo: u64, hi: u64, example: &str) -> Result<u
         Ok(n) => Err(format!(
             "{what} {n} is out of range: use {lo} to {hi}, e.g. {what} {example}"
         )),
-        Err(_) if t.starts_with('-') && t[1..].chars().all(|c| c.is_ascii_digit()) => Err(
-            format!("{what} {t} is negative: use {lo} to {hi}, e.g. {what} {example}"),
-        ),
+        Err(_) if t.starts_with('-') && t[1..].chars().all(|c| c.is_ascii_digit()) => Err(format!(
+            "{what} {t} is negative: use {lo} to {hi}, e.g. {what} {example}"
+        )),
         Err(_) if !t.is_empty() && t.chars().all(|c| c.is_ascii_digit()) => Err(format!(
             "{what} {} is too large: use {lo} to {hi}",
             crate::size::clip(t)
@@ -324,7 +324,9 @@ mod tests {
             .contains("host, pinned, cuda, managed"));
         assert!(parse(&["--format", "xml"]).unwrap_err().contains("table"));
         assert!(parse(&["--timeout", "0"]).unwrap_err().contains("above 0"));
-        assert!(parse(&["--rails", "0"]).unwrap_err().contains("--rails all"));
+        assert!(parse(&["--rails", "0"])
+            .unwrap_err()
+            .contains("--rails all"));
         assert!(parse(&["--gpu", "abc"]).unwrap_err().contains("GPU index"));
         let c = parse(&["-b", "1M", "-e", "8"]).unwrap();
         assert!(c.sizes().unwrap_err().is_usage());

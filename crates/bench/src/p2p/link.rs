@@ -32,11 +32,11 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use efabench_bootstrap::Health;
 use efabench_fabric::{
     Completion as FiCompletion, GroupPeer, GroupRegion, HostBuffer, MemoryBuffer, MrPath,
     RailGroup, RegionDescriptor,
 };
-use efabench_bootstrap::Health;
 use efabench_gpu::{GpuBuffer, MemKind};
 use serde_json::{json, Value};
 
@@ -392,12 +392,10 @@ impl Link {
     fn route(&self, n: u64, size: usize) -> Vec<(usize, usize, usize)> {
         let rails = self.group.len();
         match self.strategy {
-            Strategy::Split => {
-                efabench_fabric::split(size, rails, (n % rails as u64) as usize)
-                    .into_iter()
-                    .map(|s| (s.rail, s.off, s.len))
-                    .collect()
-            }
+            Strategy::Split => efabench_fabric::split(size, rails, (n % rails as u64) as usize)
+                .into_iter()
+                .map(|s| (s.rail, s.off, s.len))
+                .collect(),
             Strategy::RoundRobin => vec![(efabench_fabric::round_robin_rail(n, rails), 0, size)],
         }
     }
