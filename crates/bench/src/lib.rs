@@ -8,6 +8,8 @@
 //!
 //! Adding a benchmark means one new file here and one line in the CLI.
 
+#![forbid(unsafe_code)]
+
 pub mod alltoall;
 pub mod error;
 pub mod harness;

@@ -4,7 +4,7 @@
 //! percentiles with no histogram bucketing error, and the mean comes along for comparisons with
 //! tools that print only a mean.
 
-use efabench_report::LatencySummary;
+use efabench_record::LatencySummary;
 
 /// Collects one duration per timed iteration, in nanoseconds.
 #[derive(Debug, Default, Clone)]

@@ -12,11 +12,15 @@
 //!   timeout, and [`Bootstrap::check`] for data-path loops;
 //! * [`launcher`] starts N local ranks (`efabench launch`) and ends the job when one fails.
 //!
-//! Only std and libc (for signals) are used: blocking sockets and threads, no async runtime.
+//! Blocking sockets and threads, no async runtime; signals, `prctl` and `kill` go through
+//! `rustix` and `signal-hook`, so this crate has no `unsafe` code at all.
+
+#![forbid(unsafe_code)]
 
 pub mod detect;
 mod error;
 pub mod launcher;
+pub use launcher::die_with_launcher;
 mod rendezvous;
 pub mod wire;
 
@@ -24,4 +28,4 @@ pub use detect::{
     detect, detect_from_process_env, expand_hostlist, first_host, LaunchFlags, RankInfo,
 };
 pub use error::BootstrapError;
-pub use rendezvous::{Bootstrap, Health};
+pub use rendezvous::{Bootstrap, Health, ProgressHandle};

@@ -244,7 +244,7 @@ fn a_killed_peer_fails_the_job_fast_and_keeps_records() {
         "-e",
         "8",
         "-n",
-        "1000000000",
+        "10000000",
         "--variant",
         "pingpong",
         "--timeout",

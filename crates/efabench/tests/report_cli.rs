@@ -213,6 +213,111 @@ fn compare_exit_codes_follow_the_tolerance() {
     assert_eq!(out.trim_end().lines().count(), 1);
 }
 
+/// Issue 14: a candidate that lacks most of the baseline's points (a run that crashed after a few
+/// sizes) used to exit 0 with "Result: OK". It fails now unless `--allow-missing`.
+#[test]
+fn compare_fails_when_the_candidate_lacks_baseline_points() {
+    let d = tempdir("comparemissing");
+    let (base, crashed) = (d.join("base.jsonl"), d.join("crashed.jsonl"));
+    write_sweep(&base, 1.0, None);
+    // The first 3 of the 20 sizes, identical to the baseline: no regression, 17 points missing.
+    let text: String = std::fs::read_to_string(&base)
+        .unwrap()
+        .lines()
+        .take(3)
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(&crashed, text).unwrap();
+    let p = |x: &PathBuf| x.to_str().unwrap().to_string();
+
+    let o = efabench(&["compare", &p(&base), &p(&crashed)]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(
+        out.contains("3 matched, 0 regression(s), 0 improvement(s), 17 missing from the candidate"),
+        "{out}"
+    );
+    assert!(
+        out.contains("# Result: FAILED (17 baseline point(s) missing from the candidate"),
+        "{out}"
+    );
+
+    let o = efabench(&["compare", &p(&base), &p(&crashed), "--format", "json"]);
+    assert_eq!(o.status.code(), Some(1));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        (j["result"].as_str(), j["missing"].as_u64()),
+        (Some("missing"), Some(17))
+    );
+
+    let o = efabench(&["compare", &p(&base), &p(&crashed), "--allow-missing"]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{out}");
+    assert!(
+        out.contains("17 missing from the candidate (allowed)"),
+        "{out}"
+    );
+    assert!(out.contains("# Result: OK"), "{out}");
+
+    // Points only the candidate has (a longer sweep) do not fail.
+    let o = efabench(&["compare", &p(&crashed), &p(&base)]);
+    assert_eq!(o.status.code(), Some(0));
+}
+
+/// Issue 14: a full disk or a killed writer leaves a torn last line, which `compare` and `plot`
+/// used to reject (exit 2), losing every record of the run. The records before it are read now,
+/// with one warning naming the file and line; a corrupt line in the middle is still an error.
+#[test]
+fn a_torn_last_line_is_a_warning_not_a_lost_run() {
+    let d = tempdir("torn");
+    let (base, torn, middle) = (
+        d.join("base.jsonl"),
+        d.join("torn.jsonl"),
+        d.join("middle.jsonl"),
+    );
+    write_sweep(&base, 1.0, None);
+    let full = std::fs::read_to_string(&base).unwrap();
+    let last = full.lines().last().unwrap();
+    // Disk full half-way through the 20th record: no newline, half a line.
+    let cut = full.len() - 1 - last.len() / 2;
+    std::fs::write(&torn, &full[..cut]).unwrap();
+    let p = |x: &PathBuf| x.to_str().unwrap().to_string();
+
+    let o = efabench(&["compare", &p(&base), &p(&torn), "--allow-missing"]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let e = stderr_line(&o);
+    assert!(
+        e.starts_with(&format!(
+            "efabench: warning: {}:20: ignoring the torn last line",
+            p(&torn)
+        )) && e.contains("the 19 record(s) before it are read"),
+        "{e}"
+    );
+    assert!(String::from_utf8_lossy(&o.stdout).contains("19 matched"));
+
+    let png = d.join("t.png");
+    let o = efabench(&["plot", &p(&torn), "-o", png.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(stderr_line(&o).contains("torn.jsonl:20: ignoring the torn last line"));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("19 points"));
+
+    // The same cut line followed by more records is corruption: exit 2 naming the line.
+    let mut text = full[..cut].to_string();
+    text.push('\n');
+    text.push_str(full.lines().next().unwrap());
+    text.push('\n');
+    std::fs::write(&middle, text).unwrap();
+    let o = efabench(&["compare", &p(&base), &p(&middle)]);
+    assert_eq!(o.status.code(), Some(2));
+    let e = stderr_line(&o);
+    assert!(e.contains("middle.jsonl:20: not valid JSON"), "{e}");
+}
+
 #[test]
 fn compare_bad_input_exits_2() {
     let d = tempdir("comparebad");
@@ -221,6 +326,7 @@ fn compare_bad_input_exits_2() {
     let other = d.join("other.jsonl");
     std::fs::write(&other, record("pingpong", 3, 1.0, 1.0, 0) + "\n").unwrap();
     let b = base.to_str().unwrap();
+    let long = "a".repeat(100_000);
     let cases: &[(&[&str], &str)] = &[
         (
             &["compare", b, "/nonexistent/c.jsonl"],
@@ -229,6 +335,25 @@ fn compare_bad_input_exits_2() {
         (&["compare", b, other.to_str().unwrap()], "no record of"),
         (&["compare", b, b, "--format", "xml"], "use table or json"),
         (&["compare", b, b, "--tolerance=-3"], "--tolerance"),
+        // Issue 14: a negative number reaches the option's own check (it used to read
+        // "unexpected argument '-3' found"), and long values are not echoed whole.
+        (
+            &["compare", b, b, "--tolerance", "-3"],
+            "tolerance -3 is not a percentage",
+        ),
+        (&["compare", b, b, "--tolerance", "1e400"], "--tolerance"),
+        (
+            &["compare", b, b, "--format", &long],
+            "unknown format `aaaa",
+        ),
+        (
+            &["plot", b, "-o", "x.png", "--width", "-5"],
+            "'--width <WIDTH>'",
+        ),
+        (
+            &["plot", b, "-o", "x.png", "--y", &long],
+            "unknown field `aaaa",
+        ),
     ];
     for (args, needle) in cases {
         let o = efabench(args);
@@ -240,5 +365,48 @@ fn compare_bad_input_exits_2() {
         );
         let e = stderr_line(&o);
         assert!(e.contains(needle), "{args:?}: {e}");
+        assert!(
+            e.len() < 400,
+            "{args:?}: the message echoes too much: {} bytes",
+            e.len()
+        );
     }
+}
+
+/// Issue 14: records written into an `-o` file deleted mid-run used to vanish with exit 0. A real
+/// two-rank run over tcp loopback: the file is deleted as soon as its first record lands, and the
+/// run must end non-zero naming the file.
+#[test]
+fn a_records_file_deleted_mid_run_fails_the_run() {
+    let d = tempdir("deleted");
+    let out = d.join("r.jsonl");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_efabench"))
+        .args(["launch", "-n", "2", "--", "sendrecv", "-p", "tcp"])
+        .args(["-b", "8", "-e", "64K", "-n", "3000", "-o"])
+        .arg(&out)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start efabench launch");
+    let start = std::time::Instant::now();
+    let mut deleted = false;
+    while start.elapsed() < std::time::Duration::from_secs(60) {
+        if std::fs::metadata(&out).is_ok_and(|m| m.len() > 0) {
+            std::fs::remove_file(&out).unwrap();
+            deleted = true;
+            break;
+        }
+        if child.try_wait().unwrap().is_some() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        deleted,
+        "the run ended before its first record was written: {err}"
+    );
+    assert_ne!(o.status.code(), Some(0), "{err}");
+    assert!(err.contains("r.jsonl was deleted during the run"), "{err}");
 }

@@ -285,6 +285,20 @@ impl RailGroup {
         })
     }
 
+    /// A group of rails opened separately, e.g. the rails of [`RailGroup::into_rails`] given
+    /// back by their threads (in the same order, so that regions and peers stay rail-aligned).
+    /// Rails sharing a domain make a virtual group.
+    pub fn from_rails(rails: Vec<Rail>) -> Result<RailGroup> {
+        check_count(rails.len(), "rail group")?;
+        let mut domains: Vec<&str> = rails.iter().map(|r| r.info().domain.as_str()).collect();
+        domains.sort_unstable();
+        domains.dedup();
+        Ok(RailGroup {
+            virtual_rails: domains.len() < rails.len(),
+            rails,
+        })
+    }
+
     /// Opens the rails a [`RailPlan`] chose.
     pub fn open_plan(plan: &RailPlan, cfg: &RailConfig) -> Result<RailGroup> {
         let mut g = RailGroup::open(&plan.infos, cfg)?;

@@ -33,6 +33,9 @@ pub mod route;
 
 pub use error::{Error, Result};
 pub use exec::{join_all, Executor, JoinAll, Progress};
+/// futures-lite's future combinators (`zip`, `try_zip`, `or`, `race`, `poll_fn`, …): they work
+/// with [`Executor::block_on`], which re-polls after every progress round (the waker is unused).
+pub use futures_lite::future;
 pub use group::{
     connect_all, pick_domain, resolve_rails, GroupAddress, GroupPeer, GroupRegion, RailCount,
     RailGroup, RailPlan, RegionDescriptor,
@@ -43,7 +46,7 @@ pub use info::{
 };
 pub use memory::{DmabufHandle, Hmem, MemoryBuffer, MrPath};
 pub use rail::{
-    Completion, Op, OpResult, Peer, Rail, RailConfig, RegionId, RemoteData, RemoteRegion,
+    Completion, CqData, Op, OpResult, Peer, Rail, RailConfig, RegionId, RemoteData, RemoteRegion,
 };
 pub use route::{next_first_rail, round_robin_rail, split, Stripe};
 

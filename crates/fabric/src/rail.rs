@@ -132,6 +132,29 @@ impl Completion {
     }
 }
 
+/// The convention efabench uses for remote CQ data: the sender's rank (`source`) and a `tag`
+/// packed into the low 32 bits, which every provider carries (EFA's `cq_data_size` is 4 bytes).
+/// [`Rail::wait_remote_data_from`] and [`Rail::wait_remote_count`] select on `source`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct CqData {
+    pub source: u16,
+    pub tag: u16,
+}
+
+impl CqData {
+    /// `source << 16 | tag`.
+    pub fn to_u64(self) -> u64 {
+        (self.source as u64) << 16 | self.tag as u64
+    }
+    /// The inverse of [`CqData::to_u64`] (bits above 32 are ignored).
+    pub fn from_u64(d: u64) -> Self {
+        CqData {
+            source: (d >> 16) as u16,
+            tag: d as u16,
+        }
+    }
+}
+
 /// What an async operation returns.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct OpResult {
@@ -987,6 +1010,74 @@ impl Rail {
     /// `write_data`), in arrival order.
     pub fn remote_data(&self) -> RemoteData<'_> {
         RemoteData { rail: self }
+    }
+
+    /// The next remote CQ data completion whose data has source field `source` (see
+    /// [`CqData`]), leaving completions from other sources queued in their order. Lets a rank
+    /// that writes to several peers tell their notifications apart without relying on arrival
+    /// order (EFA's SRD delivers unordered). Looks through the queued completions, so the cost is
+    /// the queue's length.
+    pub fn wait_remote_data_from(&self, source: u16) -> impl Future<Output = Completion> + use<'_> {
+        futures_lite::future::poll_fn(move |_| {
+            let mut st = self.state.borrow_mut();
+            match st
+                .remote
+                .iter()
+                .position(|c| CqData::from_u64(c.data).source == source)
+            {
+                Some(i) => Poll::Ready(st.remote.remove(i).expect("index from position")),
+                None => Poll::Pending,
+            }
+        })
+    }
+
+    /// Resolves once `n` remote CQ data completions from `source` have arrived, consuming
+    /// them; like pplx-garden's `ImmCounter::wait`, it counts instead of matching one by one,
+    /// so several notifications of one transfer (e.g. one per stripe) may arrive in any order.
+    /// Resolves to the completions' tags in arrival order.
+    pub fn wait_remote_count(
+        &self,
+        source: u16,
+        n: usize,
+    ) -> impl Future<Output = Vec<u16>> + use<'_> {
+        self.count_remote(n, move |d| d.source == source)
+    }
+
+    /// Resolves once `n` remote CQ data completions carrying exactly `data` (source and tag)
+    /// have arrived, consuming them: pplx-garden's `ImmCounter` keyed by the whole value, for
+    /// protocols that number their steps in the tag and must not take step *s+1*'s notification
+    /// for step *s*'s.
+    pub fn wait_remote_exact(&self, data: CqData, n: usize) -> impl Future<Output = ()> + use<'_> {
+        let count = self.count_remote(n, move |d| d == data);
+        async move {
+            count.await;
+        }
+    }
+
+    fn count_remote<M: FnMut(CqData) -> bool>(
+        &self,
+        n: usize,
+        mut matches: M,
+    ) -> impl Future<Output = Vec<u16>> + use<'_, M> {
+        let mut tags = Vec::with_capacity(n);
+        futures_lite::future::poll_fn(move |_| {
+            let mut st = self.state.borrow_mut();
+            let mut i = 0;
+            while tags.len() < n && i < st.remote.len() {
+                let d = CqData::from_u64(st.remote[i].data);
+                if matches(d) {
+                    st.remote.remove(i);
+                    tags.push(d.tag);
+                } else {
+                    i += 1;
+                }
+            }
+            if tags.len() == n {
+                Poll::Ready(std::mem::take(&mut tags))
+            } else {
+                Poll::Pending
+            }
+        })
     }
 
     fn take_done(&self, slot: u32) -> Option<Result<OpResult>> {

@@ -19,6 +19,20 @@ const _: () = {
     assert_send::<RailGroup>();
 };
 
+/// Compile-time: a rail is still not `Sync` (one thread drives it). The call below is ambiguous,
+/// and fails to compile, if `Rail: Sync`.
+#[test]
+fn rail_is_not_sync() {
+    trait AmbiguousIfSync<A> {
+        fn check() {}
+    }
+    impl<T: ?Sized> AmbiguousIfSync<()> for T {}
+    #[allow(dead_code)]
+    struct IsSync;
+    impl<T: ?Sized + Sync> AmbiguousIfSync<IsSync> for T {}
+    <Rail as AmbiguousIfSync<_>>::check();
+}
+
 fn offered(provider: &str) -> Vec<efabench_fabric::ProviderInfo> {
     load_library(None).expect("libfabric must be loadable for this test");
     let v = get_info(&Hints::provider(provider)).expect("get_info");
@@ -178,4 +192,46 @@ fn striped_write_over_two_virtual_rails_tcp() {
 #[test]
 fn striped_write_over_two_virtual_rails_shm() {
     striped_write_over_every_rail("shm");
+}
+
+#[test]
+fn remote_data_is_told_apart_by_source_with_futures_lite_combinators() {
+    use efabench_fabric::{future, CqData};
+    let g = group("shm", 1);
+    let r = g.rail(0);
+    let buf = Arc::new(HostBuffer::new(4096).unwrap());
+    let reg = g.register(buf, MrPath::Auto).unwrap();
+    let desc = g.descriptor(&reg).unwrap();
+    let me = connect_all(&g, |mine| Ok(vec![mine.to_vec()]), 0).unwrap();
+    assert!(me[0].is_none());
+    let peer = g.insert_peer(&g.address().unwrap()).unwrap().rail(0);
+    let exec = Executor::for_rail(r);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    // Notifications from "sources" 1, 2, 3, 3, 1 in that order.
+    let order = [(1u16, 10u16), (2, 20), (3, 30), (3, 31), (1, 11)];
+    for (i, &(source, tag)) in order.iter().enumerate() {
+        let data = CqData { source, tag }.to_u64();
+        let op = r.write_data(peer, reg.id(0), i * 8, 8, desc.rail(0), i as u64 * 8, data);
+        exec.block_on(op, deadline).unwrap().unwrap();
+    }
+    // Source 3's pair and source 2's single one, waited for together (zip), whatever the order.
+    let (threes, two) = exec
+        .block_on(
+            future::zip(r.wait_remote_count(3, 2), r.wait_remote_data_from(2)),
+            deadline,
+        )
+        .unwrap();
+    assert_eq!(threes, [30, 31]);
+    assert_eq!(CqData::from_u64(two.data), CqData { source: 2, tag: 20 });
+    // What is left is source 1's, still in arrival order.
+    let ones = exec.block_on(r.wait_remote_count(1, 2), deadline).unwrap();
+    assert_eq!(ones, [10, 11]);
+    // Nothing from source 9: the wait ends at its deadline instead of hanging.
+    let e = exec
+        .block_on(
+            r.wait_remote_data_from(9),
+            Instant::now() + Duration::from_millis(200),
+        )
+        .unwrap_err();
+    assert!(matches!(e, Error::Timeout { .. }), "{e}");
 }

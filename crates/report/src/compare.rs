@@ -7,12 +7,15 @@
 //! a regression, whatever the tolerance). A change is a regression only when it is worse by
 //! *more than* the tolerance, so noise within it passes; the comparison is done on
 //! `|Δ| × 100 > tol × base` so that a change of exactly the tolerance is never flagged by
-//! rounding. Keys present in only one run are listed (a sweep that stopped early is a finding
-//! too) but do not fail the comparison. When a file holds the same key several times (runs
-//! appended to one file), the last record is used and the output says so.
+//! rounding. A baseline point the candidate lacks is a failure: a run that crashed half-way
+//! measured nothing at the sizes it never reached, and a CI gate must not pass it. Runs that
+//! measure a deliberately smaller sweep pass `allow_missing` (`--allow-missing`); the missing
+//! points are still listed and counted. Points only the candidate has are listed and never fail.
+//! When a file holds the same key several times (runs appended to one file), the last record is
+//! used and the output says so.
 
-use crate::error::Error;
-use crate::record::Record;
+use efabench_record::Error;
+use efabench_record::Record;
 use std::fmt::Write as _;
 
 /// What two records must share to be compared.
@@ -100,8 +103,11 @@ pub struct Comparison {
     pub baseline_records: usize,
     pub candidate_records: usize,
     pub rows: Vec<Row>,
+    /// Baseline points the candidate lacks (a failure unless `allow_missing`).
     pub only_baseline: Vec<Key>,
     pub only_candidate: Vec<Key>,
+    /// Whether baseline points missing from the candidate are accepted (`--allow-missing`).
+    pub allow_missing: bool,
     /// Keys that appeared more than once in the baseline (the last record was used).
     pub repeated_baseline: usize,
     /// Same for the candidate.
@@ -157,11 +163,13 @@ fn index(records: &[Record]) -> (Vec<(Key, &Record)>, usize) {
     (out, repeated.len())
 }
 
-/// Compares two runs. `tolerance_pct` must be finite and ≥ 0.
+/// Compares two runs. `tolerance_pct` must be finite and ≥ 0. With `allow_missing`, baseline
+/// points the candidate lacks are listed but do not fail the comparison.
 pub fn compare(
     baseline: &[Record],
     candidate: &[Record],
     tolerance_pct: f64,
+    allow_missing: bool,
 ) -> Result<Comparison, Error> {
     if !tolerance_pct.is_finite() || tolerance_pct < 0.0 {
         return Err(Error::bad_input(format!(
@@ -234,6 +242,7 @@ pub fn compare(
         rows,
         only_baseline,
         only_candidate,
+        allow_missing,
         repeated_baseline,
         repeated_candidate,
         unverified_candidate,
@@ -246,6 +255,36 @@ impl Comparison {
             .iter()
             .filter(|r| r.verdict == Verdict::Regression)
             .count()
+    }
+
+    /// Baseline points the candidate lacks.
+    pub fn missing(&self) -> usize {
+        self.only_baseline.len()
+    }
+
+    /// Whether the comparison fails: a regression, or a missing point without `allow_missing`.
+    pub fn failed(&self) -> bool {
+        self.regressions() > 0 || (!self.allow_missing && self.missing() > 0)
+    }
+
+    /// The failure reasons for the verdict line, e.g. `2 regression(s) beyond 5%, 3 baseline
+    /// point(s) missing from the candidate`; empty when the comparison passes.
+    fn failure_reasons(&self) -> Vec<String> {
+        let mut why = Vec::new();
+        if self.regressions() > 0 {
+            why.push(format!(
+                "{} regression(s) beyond {}%",
+                self.regressions(),
+                fmt_num(self.tolerance_pct)
+            ));
+        }
+        if !self.allow_missing && self.missing() > 0 {
+            why.push(format!(
+                "{} baseline point(s) missing from the candidate; pass --allow-missing if the candidate ran a smaller sweep on purpose",
+                self.missing()
+            ));
+        }
+        why
     }
 
     pub fn improvements(&self) -> usize {
@@ -363,8 +402,13 @@ impl Comparison {
             };
             let _ = writeln!(out, "{line}");
         }
+        let missing_label = if self.allow_missing {
+            "only in the baseline (missing from the candidate; allowed by --allow-missing)"
+        } else {
+            "only in the baseline (missing from the candidate: a failure)"
+        };
         for (keys, which) in [
-            (&self.only_baseline, "only in the baseline"),
+            (&self.only_baseline, missing_label),
             (&self.only_candidate, "only in the candidate"),
         ] {
             if !keys.is_empty() {
@@ -376,24 +420,26 @@ impl Comparison {
         }
         let _ = writeln!(
             out,
-            "# {} matched, {} regression(s), {} improvement(s), {} only in baseline, {} only in candidate",
+            "# {} matched, {} regression(s), {} improvement(s), {} missing from the candidate{}, {} only in candidate",
             self.rows.len(),
             self.regressions(),
             self.improvements(),
-            self.only_baseline.len(),
+            self.missing(),
+            if self.allow_missing && self.missing() > 0 {
+                " (allowed)"
+            } else {
+                ""
+            },
             self.only_candidate.len()
         );
+        let why = self.failure_reasons();
         let _ = writeln!(
             out,
             "# Result: {}",
-            if self.regressions() == 0 {
+            if why.is_empty() {
                 "OK".to_string()
             } else {
-                format!(
-                    "FAILED ({} regression(s) beyond {}%)",
-                    self.regressions(),
-                    fmt_num(self.tolerance_pct)
-                )
+                format!("FAILED ({})", why.join(", "))
             }
         );
         out
@@ -407,15 +453,16 @@ impl Comparison {
             o.insert("candidate".into(), candidate_name.into());
             o.insert("regressions".into(), self.regressions().into());
             o.insert("improvements".into(), self.improvements().into());
-            o.insert(
-                "result".into(),
-                if self.regressions() == 0 {
-                    "ok"
-                } else {
-                    "regression"
-                }
-                .into(),
-            );
+            o.insert("missing".into(), self.missing().into());
+            // "regression" wins over "missing" when both apply: it is the stronger finding.
+            let result = if self.regressions() > 0 {
+                "regression"
+            } else if self.failed() {
+                "missing"
+            } else {
+                "ok"
+            };
+            o.insert("result".into(), result.into());
         }
         v
     }
@@ -439,7 +486,7 @@ fn fmt_num(v: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::jsonl::tests::sample;
+    use efabench_record::testing::sample;
 
     #[test]
     fn boundary_is_not_a_regression_just_beyond_is() {
@@ -453,7 +500,7 @@ mod tests {
         cand[0].lat_us.p50 = 10.5; // exactly +5 %: ok
         cand[1].bw_gbps = 94.99; // just beyond: regression
         cand[2].lat_us.p50 = 1.0; // much better
-        let c = compare(&base, &cand, 5.0).unwrap();
+        let c = compare(&base, &cand, 5.0, false).unwrap();
         assert_eq!(c.rows.len(), 3);
         assert_eq!(c.rows[0].verdict, Verdict::Ok);
         assert_eq!(c.rows[0].bw_gbps.change_pct, Some(-5.0));
@@ -466,11 +513,11 @@ mod tests {
         // Latency just beyond the tolerance.
         let mut cand2 = base.clone();
         cand2[0].lat_us.p50 = 10.51;
-        let c = compare(&base, &cand2, 5.0).unwrap();
+        let c = compare(&base, &cand2, 5.0, false).unwrap();
         assert_eq!(c.rows[0].regressed, ["lat"]);
 
         // With a wider tolerance the same candidate passes.
-        assert_eq!(compare(&base, &cand, 10.0).unwrap().regressions(), 0);
+        assert_eq!(compare(&base, &cand, 10.0, false).unwrap().regressions(), 0);
     }
 
     #[test]
@@ -478,19 +525,19 @@ mod tests {
         let base = vec![sample("write", "stream", 64, 10.0, 3.0)];
         let mut cand = base.clone();
         cand[0].errors = 1;
-        let c = compare(&base, &cand, 1000.0).unwrap();
+        let c = compare(&base, &cand, 1000.0, false).unwrap();
         assert_eq!(c.rows[0].regressed, ["errors"]);
         assert_eq!(c.unverified_candidate, 0);
         // An unverified candidate cannot show errors: said in a note, not hidden.
         let mut unverified = base.clone();
         unverified[0].verified = false;
-        let c = compare(&base, &unverified, 5.0).unwrap();
+        let c = compare(&base, &unverified, 5.0, false).unwrap();
         assert_eq!(c.unverified_candidate, 1);
         assert!(c
             .render_table("a", "b")
             .contains("1 candidate record(s) were run without verification"));
         // Fewer errors than the baseline is not a regression.
-        let c = compare(&cand, &base, 0.0).unwrap();
+        let c = compare(&cand, &base, 0.0, false).unwrap();
         assert_eq!(c.regressions(), 0);
     }
 
@@ -506,7 +553,7 @@ mod tests {
             sample("sendrecv", "stream", 256, 10.0, 3.0),
         ];
         cand[2].mem = "cuda".into();
-        let c = compare(&base, &cand, 5.0).unwrap();
+        let c = compare(&base, &cand, 5.0, false).unwrap();
         assert_eq!(c.rows.len(), 1);
         assert_eq!(c.regressions(), 0);
         assert_eq!(c.repeated_candidate, 1);
@@ -514,11 +561,41 @@ mod tests {
         assert_eq!(c.only_baseline[0].size_bytes, 128);
         assert_eq!(c.only_candidate[0].mem, "cuda");
 
+        // The 128 B point of the baseline is missing from the candidate: a failure.
+        assert_eq!(c.missing(), 1);
+        assert!(c.failed());
         let t = c.render_table("base.jsonl", "cand.jsonl");
-        assert!(t.contains("# 1 key(s) only in the baseline:"), "{t}");
+        assert!(
+            t.contains("# 1 key(s) only in the baseline (missing from the candidate: a failure):"),
+            "{t}"
+        );
         assert!(t.contains("#   sendrecv/stream 128 B peer 1 mem host provider efa rails 1"));
         assert!(t.contains("appear more than once in the candidate"));
-        assert!(t.contains("# Result: OK"));
+        assert!(
+            t.contains("# 1 matched, 0 regression(s), 0 improvement(s), 1 missing from the candidate, 1 only in candidate"),
+            "{t}"
+        );
+        assert!(
+            t.contains("# Result: FAILED (1 baseline point(s) missing from the candidate; pass --allow-missing"),
+            "{t}"
+        );
+        let j = c.to_json("a", "b");
+        assert_eq!(j["result"], "missing");
+        assert_eq!(j["missing"], 1);
+
+        // --allow-missing: listed and counted, not a failure.
+        let c = compare(&base, &cand, 5.0, true).unwrap();
+        assert!(!c.failed());
+        let t = c.render_table("base.jsonl", "cand.jsonl");
+        assert!(t.contains("1 missing from the candidate (allowed)"), "{t}");
+        assert!(t.contains("allowed by --allow-missing"), "{t}");
+        assert!(t.contains("# Result: OK"), "{t}");
+        assert_eq!(c.to_json("a", "b")["result"], "ok");
+
+        // A point only the candidate has never fails.
+        let c = compare(&base[..1], &cand, 5.0, false).unwrap();
+        assert_eq!((c.missing(), c.only_candidate.len()), (0, 1));
+        assert!(!c.failed());
     }
 
     #[test]
@@ -527,7 +604,7 @@ mod tests {
         let mut cand = base.clone();
         cand[0].bw_gbps = 48.5;
         cand[0].lat_us.p50 = 180.0;
-        let c = compare(&base, &cand, 5.0).unwrap();
+        let c = compare(&base, &cand, 5.0, false).unwrap();
         let t = c.render_table("a", "b");
         let row = t.lines().find(|l| !l.starts_with('#')).unwrap();
         let cells: Vec<&str> = row.split_whitespace().collect();
@@ -568,11 +645,11 @@ mod tests {
         let mut base = vec![sample("sendrecv", "stream", 64, 0.0, 3.0)];
         base[0].bw_gbps = 0.0;
         let cand = base.clone();
-        let c = compare(&base, &cand, 5.0).unwrap();
+        let c = compare(&base, &cand, 5.0, false).unwrap();
         assert_eq!(c.rows[0].bw_gbps.change_pct, None);
         assert_eq!(c.rows[0].verdict, Verdict::Ok);
         for t in [-1.0, f64::NAN, f64::INFINITY] {
-            let e = compare(&base, &cand, t).unwrap_err();
+            let e = compare(&base, &cand, t, false).unwrap_err();
             assert_eq!(e.kind(), crate::ErrorKind::BadInput);
             assert!(e.to_string().contains("--tolerance"));
         }

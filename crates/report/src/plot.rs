@@ -12,9 +12,9 @@
 //! configuration (results appended by repeated runs), a size seen again starts a new series
 //! ("run 2") instead of zig-zagging back. Legend labels only name what differs between series.
 
-use crate::error::{io_reason, Error};
-use crate::record::Record;
-use crate::util::human_size;
+use efabench_record::error::{io_reason, Error};
+use efabench_record::human_size;
+use efabench_record::Record;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use std::path::{Path, PathBuf};
@@ -662,7 +662,7 @@ pub fn plot_paths<P: AsRef<Path>>(
 ) -> Result<PlotSummary, Error> {
     // Check the output name before reading possibly large inputs.
     ImageFormat::from_path(out)?;
-    let inputs = crate::jsonl::read_files(inputs)?;
+    let inputs = efabench_record::read_files(inputs)?;
     plot_files(&inputs, opts, out)
 }
 
@@ -782,7 +782,7 @@ fn draw<DB: DrawingBackend>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::jsonl::tests::{sample, tempdir};
+    use efabench_record::testing::{sample, tempdir};
 
     fn sweep(bench: &str, variant: &str, scale: f64) -> Vec<Record> {
         (3..=20)

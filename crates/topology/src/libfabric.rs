@@ -5,10 +5,19 @@
 //! `fi_info --version` / `fi_info -p efa` (reference/efa-facts.md §2.1) — from a file the user
 //! captured, or by running `fi_info` on the live system — and read versions from the
 //! `libfabric.so.1.N.0` file name (§2.4). The fabric layer can fill the same types directly.
+//!
+//! A file given with `--fi-info FILE` is checked before it is believed ([`read_fi_info_file`]):
+//! the lenient parser alone would read `/etc/passwd` as "libfabric found, version unknown", and a
+//! diagnosis built on a wrong file is worse than none. fi_info prints only `key: value` lines
+//! (`provider: efa`, `    domain: rdmap16s27-rdm`, `libfabric: 2.1.0`, and in `-v` mode the
+//! same shape nested), so every line must have that shape, the file must say something fi_info
+//! says (a version, a provider entry, or `fi_getinfo: -61`), and every provider entry must name
+//! its fabric and domain. The read is bounded, so `/dev/zero` is refused rather than swallowed.
 
 use crate::root::Root;
 use serde::Serialize;
 use std::io::Read;
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -93,6 +102,116 @@ pub fn parse_fi_info(text: &str) -> FiInfo {
         info.entries.push(e);
     }
     info
+}
+
+/// The most bytes `--fi-info FILE` may hold: `fi_info -v` for every provider of a p5 (32 NICs ×
+/// several fabrics) is a few hundred KiB.
+pub const FI_INFO_MAX_BYTES: usize = 4 << 20;
+
+/// Whether a trimmed line has a shape fi_info prints: `key: value`, `key:` (a nested block of
+/// `-v`), a YAML document marker of `-v`, or a `#` comment the user added. A key is a name or a
+/// path (`/opt/amazon/efa/bin/fi_info: 2.1.0`); after the colon comes a space or the end, which
+/// is what tells `provider: efa` from `root:x:0:0:root:/root:/bin/bash`.
+fn is_fi_info_line(t: &str) -> bool {
+    if t.is_empty() || t == "---" || t == "..." || t.starts_with('#') {
+        return true;
+    }
+    let Some((key, rest)) = t.split_once(':') else {
+        return false;
+    };
+    !key.is_empty()
+        && key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | ' ' | '.' | '-' | '/'))
+        && (rest.is_empty() || rest.starts_with([' ', '\t']))
+}
+
+/// A line for an error message: at most 40 characters, control characters escaped.
+fn snippet(line: &str) -> String {
+    let mut s: String = line.trim().chars().take(40).collect();
+    if line.trim().chars().count() > 40 {
+        s.push('…');
+    }
+    s.escape_debug().to_string()
+}
+
+/// [`parse_fi_info`] for text that claims to be fi_info output: an error (one line, without
+/// the file name) when it is not.
+pub fn parse_fi_info_checked(text: &str) -> Result<FiInfo, String> {
+    for (i, line) in text.lines().enumerate() {
+        if !is_fi_info_line(line.trim()) {
+            return Err(format!(
+                "not fi_info output: line {} `{}` is not a `key: value` line as fi_info prints",
+                i + 1,
+                snippet(line)
+            ));
+        }
+    }
+    let info = parse_fi_info(text);
+    if info.entries.is_empty() && text.lines().any(|l| l.trim_end() == "fi_info:") {
+        return Err(
+            "this is `fi_info -v` output, whose layout efabench does not read: capture `fi_info --version; fi_info -p efa` without -v"
+                .into(),
+        );
+    }
+    if info.library_version.is_none() && info.entries.is_empty() && !info.no_data {
+        return Err(
+            "not fi_info output: no `libfabric:` version line, no `provider:` entry and no `fi_getinfo:` result"
+                .into(),
+        );
+    }
+    if let Some(e) = info
+        .entries
+        .iter()
+        .find(|e| e.fabric.is_empty() || e.domain.is_empty())
+    {
+        return Err(format!(
+            "incomplete fi_info output: the `provider: {}` entry has no {}",
+            snippet(&e.provider),
+            if e.fabric.is_empty() {
+                "`fabric:`"
+            } else {
+                "`domain:`"
+            }
+        ));
+    }
+    Ok(info)
+}
+
+/// Reads and checks a captured fi_info file (`--fi-info FILE`), reading at most
+/// [`FI_INFO_MAX_BYTES`]. The error is one line naming the file and what is wrong.
+pub fn read_fi_info_file(path: &Path) -> Result<FiInfo, String> {
+    let name = path.display();
+    let file = std::fs::File::open(path).map_err(|e| format!("{name}: {}", io_reason(&e)))?;
+    if file.metadata().is_ok_and(|m| m.is_dir()) {
+        return Err(format!("{name} is a directory"));
+    }
+    let mut bytes = Vec::new();
+    file.take(FI_INFO_MAX_BYTES as u64 + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("{name}: {}", io_reason(&e)))?;
+    if bytes.len() > FI_INFO_MAX_BYTES {
+        return Err(format!(
+            "{name} is larger than {} MiB: not fi_info output",
+            FI_INFO_MAX_BYTES >> 20
+        ));
+    }
+    let text = String::from_utf8(bytes).map_err(|e| {
+        format!(
+            "{name} is not text (invalid UTF-8 at byte {}): not fi_info output",
+            e.utf8_error().valid_up_to()
+        )
+    })?;
+    parse_fi_info_checked(&text).map_err(|e| format!("{name}: {e}"))
+}
+
+/// `std::io::Error` without the " (os error N)" suffix.
+fn io_reason(e: &std::io::Error) -> String {
+    let s = e.to_string();
+    match s.find(" (os error") {
+        Some(i) => s[..i].to_string(),
+        None => s,
+    }
 }
 
 /// `OFI_VERSION_DEF_PROV` → libfabric version: `201.0` → `2.1.0`, `111.20` → `1.11.2`. Versions
@@ -231,5 +350,73 @@ provider: efa\n    fabric: efa\n    domain: rdmap47s0-dgrm\n    version: 201.0\n
             Some("1.22")
         );
         assert_eq!(libfabric_version_from_soname("libfabric.so.1"), None);
+    }
+
+    #[test]
+    fn checked_parse_accepts_fi_info_and_refuses_other_text() {
+        let good = "/opt/amazon/efa/bin/fi_info: 2.1.0amzn4.0\nlibfabric: 2.1.0amzn4.0\nlibfabric api: 2.1\n\
+provider: efa\n    fabric: efa-direct\n    domain: rdmap47s0-rdm\n    version: 201.0\n    type: FI_EP_RDM\n    protocol: FI_PROTO_EFA\n";
+        assert_eq!(parse_fi_info_checked(good).unwrap(), parse_fi_info(good));
+        assert!(
+            parse_fi_info_checked("fi_getinfo: -61 (No data available)\n")
+                .unwrap()
+                .no_data
+        );
+        // `fi_info -v` shape: nested keys, empty values, YAML markers.
+        let verbose = "---\nfi_info:\n    caps: [ FI_MSG, FI_RMA ]\n    src_addr: fi_sockaddr_in://127.0.0.1:0\n\
+    fabric_attr:\n        name: 127.0.0.1/32\n        prov_name: tcp;ofi_rxm\n...\n\
+provider: tcp;ofi_rxm\n    fabric: 127.0.0.1/32\n    domain: lo\n";
+        assert_eq!(parse_fi_info_checked(verbose).unwrap().entries.len(), 1);
+        let only_verbose = verbose.split("provider:").next().unwrap();
+        let e = parse_fi_info_checked(only_verbose).unwrap_err();
+        assert!(e.contains("`fi_info -v` output"), "{e}");
+
+        let passwd =
+            "root:x:0:0:root:/root:/bin/bash\ndaemon:x:1:1:daemon:/usr/sbin:/usr/sbin/nologin\n";
+        let e = parse_fi_info_checked(passwd).unwrap_err();
+        assert!(
+            e.starts_with("not fi_info output: line 1 `root:x:0:0:root:/root:/bin/bash`"),
+            "{e}"
+        );
+        for bad in ["", "\n\n", "# only a comment\n", "name: value\n"] {
+            let e = parse_fi_info_checked(bad).unwrap_err();
+            assert!(e.contains("no `libfabric:` version line"), "{bad:?}: {e}");
+        }
+        let e = parse_fi_info_checked("libfabric: 1.2\nhello world\n").unwrap_err();
+        assert!(e.contains("line 2 `hello world`"), "{e}");
+        let e = parse_fi_info_checked("provider: efa\n    fabric: efa\n").unwrap_err();
+        assert!(e.contains("has no `domain:`"), "{e}");
+        let long = format!("{}\n", "x".repeat(100));
+        let e = parse_fi_info_checked(&long).unwrap_err();
+        assert!(e.len() < 120 && e.contains('…'), "{e}");
+        let e = parse_fi_info_checked("a\u{1b}[31m\n").unwrap_err();
+        assert!(!e.contains('\u{1b}'), "{e}");
+    }
+
+    #[test]
+    fn fi_info_files_are_read_bounded_and_checked() {
+        let dir = std::env::temp_dir().join(format!("efabench-fi-info-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let e = read_fi_info_file(Path::new("/etc/passwd")).unwrap_err();
+        assert!(
+            e.starts_with("/etc/passwd: not fi_info output: line 1"),
+            "{e}"
+        );
+        let e = read_fi_info_file(&dir).unwrap_err();
+        assert!(e.ends_with("is a directory"), "{e}");
+        let e = read_fi_info_file(&dir.join("missing")).unwrap_err();
+        assert!(e.ends_with("missing: No such file or directory"), "{e}");
+        let e = read_fi_info_file(Path::new("/dev/zero")).unwrap_err();
+        assert_eq!(e, "/dev/zero is larger than 4 MiB: not fi_info output");
+        let bin = dir.join("bin");
+        std::fs::write(&bin, [b'a', 0xff, 0xfe]).unwrap();
+        assert!(read_fi_info_file(&bin).unwrap_err().contains("not text"));
+        let ok = dir.join("ok");
+        std::fs::write(&ok, "libfabric: 1.17.0\nlibfabric api: 1.17\n").unwrap();
+        assert_eq!(
+            read_fi_info_file(&ok).unwrap().library_version.as_deref(),
+            Some("1.17.0")
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

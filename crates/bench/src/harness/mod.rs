@@ -28,7 +28,7 @@ mod select;
 use std::time::Instant;
 
 use efabench_bootstrap::{Bootstrap, BootstrapError, LaunchFlags};
-use efabench_report::{JsonlWriter, Record, Sink};
+use efabench_record::{JsonlWriter, Record, Sink};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -84,6 +84,10 @@ pub struct Measured {
     /// Benchmark-specific facts (per-rail bytes, per-peer times, ...).
     pub extra: Map<String, Value>,
 }
+
+/// How long a rank may stay alive after the bootstrap learned the job failed (the normal way
+/// out takes milliseconds, an abort message up to 2 s).
+const WATCHDOG_GRACE: std::time::Duration = std::time::Duration::from_secs(4);
 
 /// Largest serialised [`Measured`] a rank accepts from another (bounded decoding).
 const MAX_MEASURED: usize = 48 << 20;
@@ -211,6 +215,9 @@ pub fn run<B: Benchmark>(
         )));
     }
     let bs = Bootstrap::connect(&info, args.timeout()).map_err(from_bootstrap)?;
+    // A rank stuck inside a provider call (shm's spin lock after a peer died) never returns to
+    // check the bootstrap: the watchdog ends it with the job's reason.
+    bs.arm_watchdog(WATCHDOG_GRACE);
     match run_connected(bench, args, build, &bs) {
         Ok(code) => Ok(code),
         Err(e) => {
@@ -228,7 +235,11 @@ fn run_connected<B: Benchmark>(
     bs: &Bootstrap,
 ) -> Result<i32, BenchError> {
     let (rank, world) = (bs.rank(), bs.world());
-    same_options_everywhere(bs, bench.name(), &args.fingerprint())?;
+    bs.check_same(
+        "options",
+        &format!("{} {}", bench.name(), args.fingerprint()),
+    )
+    .map_err(from_bootstrap)?;
 
     let mut jsonl = match (&args.output, rank) {
         (Some(path), 0) => {
@@ -236,7 +247,7 @@ fn run_connected<B: Benchmark>(
         }
         _ => None,
     };
-    let host = efabench_report::hostname();
+    let host = efabench_record::hostname();
     let hosts: Vec<String> = bs
         .all_gather(host.as_bytes())
         .map_err(from_bootstrap)?
@@ -275,7 +286,22 @@ fn run_connected<B: Benchmark>(
         ctx.fabric = Some(plan);
     }
 
-    let facts = bench.setup(&ctx)?;
+    let mut facts = bench.setup(&ctx)?;
+    if let Some(d) = ctx.device {
+        // Placement decides GPU latency (two ranks on one GPU are time-sliced): say where each
+        // rank's buffers were.
+        let all = bs.all_gather(&d.to_le_bytes()).map_err(from_bootstrap)?;
+        let gpus: Vec<Value> = all
+            .iter()
+            .map(|b| {
+                b.as_slice()
+                    .try_into()
+                    .map(|w| Value::from(i32::from_le_bytes(w)))
+                    .unwrap_or(Value::Null)
+            })
+            .collect();
+        facts.extra.insert("gpus".into(), Value::Array(gpus));
+    }
     let specs = bench.points(&ctx)?;
     let run = RunInfo {
         bench: bench.name().to_string(),
@@ -294,7 +320,7 @@ fn run_connected<B: Benchmark>(
         extra: facts.extra.clone(),
     };
     let mut sink = (rank == 0).then(|| Sink::stdout(args.format));
-    if rank == 0 && args.format == efabench_report::Format::Table {
+    if rank == 0 && args.format == efabench_record::Format::Table {
         for line in &facts.header {
             println!("{line}");
         }
@@ -303,6 +329,7 @@ fn run_connected<B: Benchmark>(
     let counters_root = efabench_topology::Root::system();
     let mut records = Vec::new();
     let mut total_errors = 0u64;
+    let progress_handle = bs.progress();
 
     for spec in &specs {
         let before = (rank == 0)
@@ -310,6 +337,7 @@ fn run_connected<B: Benchmark>(
             .flatten();
         let started = Instant::now();
         let mine = bench.measure(&ctx, spec)?;
+        progress_handle.tick();
         let gathered = bs.gather(&mine.encode()?).map_err(from_bootstrap)?;
         let Some(blobs) = gathered else { continue };
         let mut all = Vec::with_capacity(blobs.len());
@@ -365,46 +393,6 @@ fn run_connected<B: Benchmark>(
     Ok(0)
 }
 
-/// Ranks started with different options measure different things and then fail in confusing
-/// ways ("Truncation error", millions of payload errors): compare once, up front, and name the
-/// first difference.
-fn same_options_everywhere(bs: &Bootstrap, bench: &str, fp: &str) -> Result<(), BenchError> {
-    let mine = format!("{bench} {fp}");
-    let all = bs.all_gather(mine.as_bytes()).map_err(from_bootstrap)?;
-    let first = String::from_utf8_lossy(&all[0]).into_owned();
-    for (r, b) in all.iter().enumerate().skip(1) {
-        let other = String::from_utf8_lossy(b);
-        if other != first {
-            return Err(BenchError::usage(format!(
-                "rank {r} was started with different options than rank 0 ({}); start every rank with the same command and options",
-                first_difference(&first, &other)
-            )));
-        }
-    }
-    Ok(())
-}
-
-/// The first field that differs between two option fingerprints (`name: a` vs `name: b`).
-fn first_difference(a: &str, b: &str) -> String {
-    let fields = |s: &str| -> Vec<String> {
-        s.split([',', '{', '}'])
-            .map(|f| f.trim().to_string())
-            .filter(|f| !f.is_empty())
-            .collect()
-    };
-    let (fa, fb) = (fields(a), fields(b));
-    for (x, y) in fa.iter().zip(&fb) {
-        if x != y {
-            return format!(
-                "rank 0 has `{}`, it has `{}`",
-                crate::size::clip(x),
-                crate::size::clip(y)
-            );
-        }
-    }
-    "different benchmark or option count".to_string()
-}
-
 /// `--per-rail`: one line per rail under a record's row.
 fn per_rail_rows(r: &Record) -> Vec<String> {
     let Some(Value::Array(rails)) = r.extra.get("per_rail") else {
@@ -450,17 +438,5 @@ mod tests {
         assert_eq!(Measured::decode(1, &b).unwrap(), m);
         let e = Measured::decode(3, b"{not json").unwrap_err();
         assert!(e.to_string().contains("rank 3"), "{e}");
-    }
-
-    #[test]
-    fn option_differences_are_named() {
-        let d = first_difference(
-            "write CommonArgs { min_bytes: 8, no_check: false }",
-            "write CommonArgs { min_bytes: 8, no_check: true }",
-        );
-        assert!(
-            d.contains("no_check: false") && d.contains("no_check: true"),
-            "{d}"
-        );
     }
 }

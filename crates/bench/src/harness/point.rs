@@ -7,7 +7,7 @@
 
 use std::io::IsTerminal;
 
-use efabench_report::{LatencySummary, Record, SCHEMA};
+use efabench_record::{LatencySummary, Record, SCHEMA};
 use serde_json::{Map, Value};
 
 /// Facts about a run that every record of it repeats.
@@ -92,7 +92,7 @@ impl RunInfo {
             verified: self.verified,
             counters: p.counters,
             host: self.host.clone(),
-            timestamp: efabench_report::now_rfc3339(),
+            timestamp: efabench_record::now_rfc3339(),
             version: self.version.clone(),
             git: self.git.clone(),
             extra: {

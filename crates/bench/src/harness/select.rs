@@ -160,10 +160,9 @@ fn paired_domains(ctx: &Ctx, provider: &str, offered: &[ProviderInfo]) -> Vec<St
     let mut out = Vec::new();
     for nic in &g.nics {
         for o in offered {
-            if o.domain == *nic || o.domain.starts_with(&format!("{nic}-")) {
-                if !out.contains(&o.domain) {
-                    out.push(o.domain.clone());
-                }
+            let paired = o.domain == *nic || o.domain.starts_with(&format!("{nic}-"));
+            if paired && !out.contains(&o.domain) {
+                out.push(o.domain.clone());
             }
         }
     }

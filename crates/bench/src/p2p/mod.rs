@@ -193,7 +193,7 @@ impl<'a> Benchmark for P2p<'a> {
             payload,
             mr_path(c.mr),
             c.timeout(),
-            ctx.bs.health(),
+            (ctx.bs.health(), ctx.bs.progress()),
         )
         .map_err(LinkError::into_bench)?;
         let blob = link.local_blob().map_err(LinkError::into_bench)?;

@@ -1,7 +1,9 @@
-//! `efabench compare BASELINE.jsonl CANDIDATE.jsonl [--tolerance PCT]`: match records of two
-//! runs and flag regressions (bandwidth down, p50 latency up by more than the tolerance, or new
-//! verification errors). Exit 0 when none, 1 on a regression, 2 on bad input — so it can gate CI
-//! or a node-acceptance script. The logic lives in `efabench_report::compare`.
+//! `efabench compare BASELINE.jsonl CANDIDATE.jsonl [--tolerance PCT] [--allow-missing]`: match
+//! records of two runs and flag regressions (bandwidth down, p50 latency up by more than the
+//! tolerance, or new verification errors) and baseline points the candidate lacks (a run that
+//! crashed half-way must not pass). Exit 0 when none, 1 on a regression or a missing point, 2 on
+//! bad input — so it can gate CI or a node-acceptance script. The logic lives in
+//! `efabench_report::compare`.
 
 use crate::error::CliError;
 use efabench_report::{compare::compare, read_files, ErrorKind};
@@ -16,11 +18,20 @@ pub struct Args {
     #[arg(value_name = "CANDIDATE.jsonl")]
     pub candidate: PathBuf,
     /// Allowed change in percent before a metric counts as a regression.
-    #[arg(long, default_value_t = 5.0, value_name = "PCT")]
+    #[arg(
+        long,
+        default_value_t = 5.0,
+        value_name = "PCT",
+        allow_hyphen_values = true
+    )]
     pub tolerance: f64,
     /// Output: table (human) or json (one object).
     #[arg(long, default_value = "table", value_name = "table|json")]
     pub format: String,
+    /// Accept baseline points the candidate lacks (a deliberately smaller sweep); they are still
+    /// listed. Without it a missing point fails the comparison (exit 1).
+    #[arg(long)]
+    pub allow_missing: bool,
 }
 
 fn to_cli(e: efabench_report::Error) -> CliError {
@@ -36,13 +47,14 @@ pub fn run(args: Args) -> Result<i32, CliError> {
         "json" => true,
         other => {
             return Err(CliError::usage(format!(
-                "unknown format `{other}` for compare: use table or json"
+                "unknown format `{}` for compare: use table or json",
+                super::topo::shown(other)
             )))
         }
     };
     let files = read_files(&[&args.baseline, &args.candidate]).map_err(to_cli)?;
     let (base, cand) = (&files[0].1, &files[1].1);
-    let c = compare(base, cand, args.tolerance).map_err(to_cli)?;
+    let c = compare(base, cand, args.tolerance, args.allow_missing).map_err(to_cli)?;
     let (bn, cn) = (
         args.baseline.display().to_string(),
         args.candidate.display().to_string(),
@@ -58,7 +70,7 @@ pub fn run(args: Args) -> Result<i32, CliError> {
         c.render_table(&bn, &cn)
     };
     print_stdout(&text)?;
-    Ok(if c.regressions() > 0 { 1 } else { 0 })
+    Ok(if c.failed() { 1 } else { 0 })
 }
 
 /// Prints without `println!`'s panic when stdout is closed (`efabench compare ... | head`):

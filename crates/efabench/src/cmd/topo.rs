@@ -7,13 +7,13 @@
 //! the gpu layer).
 
 use crate::error::CliError;
-use efabench_topology::libfabric::{parse_fi_info, LibfabricDomain};
+use efabench_topology::libfabric::{read_fi_info_file, LibfabricDomain};
 use efabench_topology::{Root, Topology};
 use std::path::PathBuf;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Print JSON (shape in DESIGN.md) instead of tables.
+    /// Print JSON (shape in docs/json.md) instead of tables.
     #[arg(long)]
     pub json: bool,
     /// Directory that stands for / (a fixture tree or a copy of another node's files).
@@ -33,6 +33,21 @@ pub fn emit(text: &str) -> bool {
     out.write_all(text.as_bytes()).is_ok() && out.flush().is_ok()
 }
 
+/// A user-given value as an error message quotes it: at most 40 characters (a 100 KB argument
+/// must not come back whole) with control characters escaped.
+pub fn shown(value: &str) -> String {
+    let mut s: String = value
+        .chars()
+        .take(40)
+        .collect::<String>()
+        .escape_debug()
+        .to_string();
+    if value.chars().nth(40).is_some() {
+        s.push('…');
+    }
+    s
+}
+
 /// Open `--root`, or a one-line usage error.
 pub fn open_root(dir: &std::path::Path) -> Result<Root, CliError> {
     Root::new(dir).map_err(|e| CliError::usage(e.to_string()))
@@ -45,13 +60,13 @@ pub fn libfabric_domains(
     fi_info: Option<&std::path::Path>,
 ) -> Result<Option<Vec<LibfabricDomain>>, CliError> {
     if let Some(f) = fi_info {
-        let text = std::fs::read_to_string(f).map_err(|e| {
+        // Checked, not only parsed: any text would otherwise read as libfabric's answer.
+        let info = read_fi_info_file(f).map_err(|e| {
             CliError::usage(format!(
-                "--fi-info {}: {e}; give a file holding `fi_info -p efa` output",
-                f.display()
+                "--fi-info {e}; give a file holding `fi_info -p efa` output"
             ))
         })?;
-        return Ok(Some(parse_fi_info(&text).efa().cloned().collect()));
+        return Ok(Some(info.efa().cloned().collect()));
     }
     if !root.is_system() {
         return Ok(None);

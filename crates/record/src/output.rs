@@ -8,7 +8,14 @@
 //! Gbps = 10^9 bit/s (EFA is sold in Gbps; GiB/s and GB/s are never mixed in), and millions of
 //! messages per second. The header says what the latency is (one-way, round-trip/2, or
 //! post-to-completion for reads, which are round trips by nature) and how bus bandwidth is
-//! defined, because Libefaxx's unlabeled numbers were misread.
+//! defined, because Libefaxx's unlabeled numbers were misread. The latency columns include the
+//! mean (`lat_mean`), and the header says which statistic the bandwidth follows from (the
+//! point-to-point benchmarks divide the bytes by the total time, so `bw = size / lat_mean`, not
+//! `size / lat_p50`): without it a reader checks bw against p50 and finds it "wrong". The summary
+//! counts sizes per peer and names the peer, since rank 0 measures each peer in turn.
+//!
+//! CSV columns are derived from the records (see [`csv_columns`]), so a field a benchmark adds
+//! shows up without a change here.
 //!
 //! A new header block starts whenever the configuration of the incoming record differs from the
 //! previous one (bench, variant, provider, domains, memory, peer, ...), so a sink can be fed a
@@ -16,7 +23,7 @@
 //! the run: the records still go to the `-o` file.
 
 use crate::error::{io_reason, Error};
-use crate::record::Record;
+use crate::record::{Record, LATENCY_FIELDS, REQUIRED_FIELDS};
 use std::fmt;
 use std::io::Write;
 use std::str::FromStr;
@@ -57,91 +64,112 @@ impl fmt::Display for Format {
     }
 }
 
-/// The CSV columns, in order. `counters` and `extra` are JSON text; `domains` is `;`-joined.
-pub const CSV_COLUMNS: &[&str] = &[
-    "schema",
-    "bench",
-    "variant",
-    "size_bytes",
-    "iters",
-    "warmup",
-    "world",
-    "peer",
-    "provider",
-    "fabric",
-    "domains",
-    "libfabric",
-    "rails",
-    "mem",
-    "lat_kind",
-    "lat_us.min",
-    "lat_us.p50",
-    "lat_us.p99",
-    "lat_us.max",
-    "lat_us.mean",
-    "bw_gbps",
-    "busbw_gbps",
-    "msg_rate_mops",
-    "link_gbps",
-    "util_pct",
-    "errors",
-    "verified",
-    "host",
-    "timestamp",
-    "version",
-    "git",
-    "counters",
-    "extra",
-];
-
-fn opt_num(v: Option<f64>) -> String {
-    v.map(|v| v.to_string()).unwrap_or_default()
+/// The CSV columns of a run, derived from its first record rather than from a hand-kept list,
+/// so a field a benchmark adds (`strategy`, `rails`, `per_rail`, `mr`, `footprint_bytes`, ...)
+/// gets its column without a change here: the schema's fields in their order, with
+/// `lat_us` flattened to `lat_us.min` … `lat_us.mean` and `lat_kind` right after `mem` (filled
+/// from [`Record::lat_kind`] when the record does not carry it), then the record's extra fields,
+/// then a last column `extra` that
+/// holds, as a JSON object, any field a later record has and the first did not (the header is
+/// written once, so a CSV stays one rectangular table and no field is dropped).
+pub fn csv_columns(first: &Record) -> Vec<String> {
+    let mut cols = Vec::new();
+    // The fixed fields in the order of the schema (a JSON map may be sorted by key).
+    for &k in REQUIRED_FIELDS {
+        if k == "lat_us" {
+            cols.extend(LATENCY_FIELDS.iter().map(|f| format!("lat_us.{f}")));
+        } else {
+            cols.push(k.to_string());
+        }
+        if k == "mem" {
+            cols.push("lat_kind".into());
+        }
+    }
+    cols.extend(
+        first
+            .extra
+            .keys()
+            .filter(|k| *k != "lat_kind" && !REQUIRED_FIELDS.contains(&k.as_str()))
+            .cloned(),
+    );
+    cols.push(CSV_LEFTOVER.into());
+    cols
 }
 
-/// One record as CSV fields, matching [`CSV_COLUMNS`]. Unknown values are empty.
-pub fn csv_fields(r: &Record) -> Vec<String> {
-    vec![
-        r.schema.clone(),
-        r.bench.clone(),
-        r.variant.clone(),
-        r.size_bytes.to_string(),
-        r.iters.to_string(),
-        r.warmup.to_string(),
-        r.world.to_string(),
-        r.peer.map(|p| p.to_string()).unwrap_or_default(),
-        r.provider.clone(),
-        r.fabric.clone(),
-        r.domains.join(";"),
-        r.libfabric.clone().unwrap_or_default(),
-        r.rails.to_string(),
-        r.mem.clone(),
-        r.lat_kind().to_string(),
-        r.lat_us.min.to_string(),
-        r.lat_us.p50.to_string(),
-        r.lat_us.p99.to_string(),
-        r.lat_us.max.to_string(),
-        r.lat_us.mean.to_string(),
-        r.bw_gbps.to_string(),
-        opt_num(r.busbw_gbps),
-        r.msg_rate_mops.to_string(),
-        opt_num(r.link_gbps),
-        opt_num(r.util_pct),
-        r.errors.to_string(),
-        r.verified.to_string(),
-        r.host.clone(),
-        r.timestamp.clone(),
-        r.version.clone(),
-        r.git.clone().unwrap_or_default(),
-        r.counters
-            .as_ref()
-            .map(|c| c.to_string())
-            .unwrap_or_default(),
-        if r.extra.is_empty() {
+/// The last CSV column: fields that are not in the header, as one JSON object.
+pub const CSV_LEFTOVER: &str = "extra";
+
+/// The record as its JSON object: the fixed fields in struct order, then the extra fields.
+fn record_object(r: &Record) -> serde_json::Map<String, serde_json::Value> {
+    match serde_json::to_value(r) {
+        Ok(serde_json::Value::Object(m)) => m,
+        // A Record always serializes to an object (a struct with a flattened map).
+        _ => serde_json::Map::new(),
+    }
+}
+
+/// One JSON value as CSV text: strings as they are, numbers as Rust prints them (shortest
+/// round-trip form: `2`, `1.5`), null as empty, a list of strings `;`-joined (`domains`), any
+/// other list or object as compact JSON text (`per_rail`, `counters`).
+fn csv_cell(v: &serde_json::Value) -> String {
+    use serde_json::Value;
+    match v {
+        Value::Null => String::new(),
+        Value::Bool(b) => b.to_string(),
+        Value::Number(n) => match (n.as_u64(), n.as_i64(), n.as_f64()) {
+            (Some(u), _, _) => u.to_string(),
+            (None, Some(i), _) => i.to_string(),
+            (None, None, Some(f)) => f.to_string(),
+            _ => n.to_string(),
+        },
+        Value::String(s) => s.clone(),
+        Value::Array(items) if items.iter().all(Value::is_string) => items
+            .iter()
+            .filter_map(Value::as_str)
+            .collect::<Vec<_>>()
+            .join(";"),
+        other => other.to_string(),
+    }
+}
+
+/// One record as CSV fields under `columns` (from [`csv_columns`]). A column the record lacks
+/// is empty; fields of the record that have no column go, as a JSON object, to the last one.
+pub fn csv_fields(r: &Record, columns: &[String]) -> Vec<String> {
+    let mut obj = record_object(r);
+    let lat = match obj.remove("lat_us") {
+        Some(serde_json::Value::Object(lat)) => lat,
+        _ => serde_json::Map::new(),
+    };
+    obj.remove("lat_kind");
+    let mut out = Vec::with_capacity(columns.len());
+    for c in columns {
+        let cell = if c == "lat_kind" {
+            r.lat_kind().to_string()
+        } else if c == CSV_LEFTOVER {
+            continue;
+        } else if let Some(f) = c.strip_prefix("lat_us.") {
+            lat.get(f).map(csv_cell).unwrap_or_default()
+        } else {
+            obj.remove(c.as_str())
+                .map(|v| csv_cell(&v))
+                .unwrap_or_default()
+        };
+        out.push(cell);
+    }
+    if columns.iter().any(|c| c == CSV_LEFTOVER) {
+        let leftover: serde_json::Map<String, serde_json::Value> = lat
+            .into_iter()
+            .filter(|(f, _)| !columns.iter().any(|c| *c == format!("lat_us.{f}")))
+            .map(|(f, v)| (format!("lat_us.{f}"), v))
+            .chain(obj)
+            .collect();
+        out.push(if leftover.is_empty() {
             String::new()
         } else {
-            serde_json::Value::Object(r.extra.clone()).to_string()
-        },
-    ]
+            serde_json::Value::Object(leftover).to_string()
+        });
+    }
+    out
 }
 
 fn csv_line(fields: &[String]) -> Result<Vec<u8>, Error> {
@@ -195,14 +223,73 @@ impl GroupKey {
 /// Running totals of the current table, for its summary lines.
 #[derive(Default)]
 struct GroupStats {
-    rows: u64,
-    bw_sum: f64,
     busbw_sum: f64,
     busbw_rows: u64,
+    errors: u64,
+    /// One entry per peer (`None` for records without one), in the order the peers appeared:
+    /// rank 0 measures each peer in turn, and an average over several peers' sizes would count
+    /// every size once per peer and blur a slow peer into the others.
+    peers: Vec<(Option<u32>, PeerStats)>,
+}
+
+/// Summary totals of one peer's rows.
+#[derive(Default)]
+struct PeerStats {
+    rows: u64,
+    bw_sum: f64,
     peak_bw: f64,
     peak_at: u64,
     best_p50: Option<(f64, u64)>,
     errors: u64,
+}
+
+impl GroupStats {
+    fn add(&mut self, r: &Record) {
+        if let Some(b) = r.busbw_gbps {
+            self.busbw_sum += b;
+            self.busbw_rows += 1;
+        }
+        self.errors = self.errors.saturating_add(r.errors);
+        let i = match self.peers.iter().position(|(p, _)| *p == r.peer) {
+            Some(i) => i,
+            None => {
+                self.peers.push((r.peer, PeerStats::default()));
+                self.peers.len() - 1
+            }
+        };
+        let st = &mut self.peers[i].1;
+        st.rows += 1;
+        st.bw_sum += r.bw_gbps;
+        if st.rows == 1 || r.bw_gbps > st.peak_bw {
+            st.peak_bw = r.bw_gbps;
+            st.peak_at = r.size_bytes;
+        }
+        if st.best_p50.is_none_or(|(p, _)| r.lat_us.p50 < p) {
+            st.best_p50 = Some((r.lat_us.p50, r.size_bytes));
+        }
+        st.errors = st.errors.saturating_add(r.errors);
+    }
+}
+
+/// Which latency statistic the record's bandwidth was computed from, when it is one of them:
+/// `bw = size / lat_mean` (the total time of the timed iterations, as the point-to-point
+/// benchmarks do) or `size / lat_p50` (the median, as `ipc` does). `None` when neither holds
+/// (a collective whose time is the slowest rank's, a zero latency).
+fn bw_basis(r: &Record) -> Option<&'static str> {
+    let matches = |lat_us: f64| {
+        if lat_us.is_nan() || lat_us <= 0.0 || r.size_bytes == 0 {
+            return false;
+        }
+        let implied = r.size_bytes as f64 * 8.0 / (lat_us * 1e3);
+        (implied - r.bw_gbps).abs() <= 1e-6 * implied.max(r.bw_gbps)
+    };
+    if matches(r.lat_us.mean) {
+        Some("lat_mean")
+    } else if matches(r.lat_us.p50) {
+        Some("lat_p50")
+    } else {
+        None
+    }
 }
 
 // Column widths of the table (data rows are right-aligned under the `#` header line).
@@ -239,8 +326,8 @@ fn dash_or(v: Option<f64>, decimals: usize) -> String {
 /// The table's column line (with units), starting with `#`.
 fn column_line(busbw: bool) -> String {
     let mut s = format!(
-        "{:>W_SIZE$} {:>W_PEER$} {:>W_WARM$} {:>W_ITERS$} {:>W_LAT$} {:>W_LAT$} {:>W_LAT$} {:>W_LAT$} {:>W_BW$}",
-        "size(B)", "peer", "warmup", "iters", "lat_min(us)", "lat_p50(us)", "lat_p99(us)", "lat_max(us)", "bw(Gbps)"
+        "{:>W_SIZE$} {:>W_PEER$} {:>W_WARM$} {:>W_ITERS$} {:>W_LAT$} {:>W_LAT$} {:>W_LAT$} {:>W_LAT$} {:>W_LAT$} {:>W_BW$}",
+        "size(B)", "peer", "warmup", "iters", "lat_min(us)", "lat_p50(us)", "lat_p99(us)", "lat_max(us)", "lat_mean(us)", "bw(Gbps)"
     );
     if busbw {
         s.push_str(&format!(" {:>W_BUSBW$}", "busbw(Gbps)"));
@@ -256,7 +343,7 @@ fn column_line(busbw: bool) -> String {
 /// One data row of the table.
 fn table_row(r: &Record, busbw: bool) -> String {
     let mut s = format!(
-        "{:>W_SIZE$} {:>W_PEER$} {:>W_WARM$} {:>W_ITERS$} {:>W_LAT$} {:>W_LAT$} {:>W_LAT$} {:>W_LAT$} {:>W_BW$}",
+        "{:>W_SIZE$} {:>W_PEER$} {:>W_WARM$} {:>W_ITERS$} {:>W_LAT$} {:>W_LAT$} {:>W_LAT$} {:>W_LAT$} {:>W_LAT$} {:>W_BW$}",
         r.size_bytes,
         r.peer.map(|p| p.to_string()).unwrap_or_else(|| "-".into()),
         r.warmup,
@@ -265,6 +352,7 @@ fn table_row(r: &Record, busbw: bool) -> String {
         num(r.lat_us.p50, 2),
         num(r.lat_us.p99, 2),
         num(r.lat_us.max, 2),
+        num(r.lat_us.mean, 2),
         num(r.bw_gbps, 2)
     );
     if busbw {
@@ -295,7 +383,7 @@ fn latency_line(kind: &str) -> String {
         "one-way" => "one-way",
         other => other,
     };
-    format!("# latency: {what}; min/p50/p99/max over the timed iterations, in us")
+    format!("# latency: {what}; min/p50/p99/max/mean over the timed iterations, in us")
 }
 
 /// The `#` header block printed before the first row of a table.
@@ -340,38 +428,66 @@ fn header_block(r: &Record, key: &GroupKey) -> Vec<String> {
                 .to_string(),
         );
     }
+    match bw_basis(r) {
+        Some("lat_mean") => h.push(
+            "# bw = size / lat_mean: the total time of the timed iterations, not the median (lat_p50)"
+                .into(),
+        ),
+        Some(basis) => h.push(format!(
+            "# bw = size / {basis}: from the median time of the timed iterations, not the mean"
+        )),
+        None => {}
+    }
     h.push("# util: bw / sum of the link speeds used (- when the link speed is unknown)".into());
     h.push("#".into());
     h.push(column_line(key.busbw));
     h
 }
 
+/// The table's closing lines: per peer, the average and peak bandwidth over that peer's sizes and
+/// its lowest p50 latency (`peer 1: ...`; records without a peer, e.g. a collective, get no
+/// label); then the average bus bandwidth and the error total.
 fn summary_block(key: &GroupKey, st: &GroupStats) -> Vec<String> {
     let mut s = Vec::new();
-    if st.rows == 0 {
+    if st.peers.is_empty() {
         return s;
     }
-    s.push(format!(
-        "# Avg bw: {:.2} Gbps over {} sizes (peak {:.2} Gbps at {} B)",
-        st.bw_sum / st.rows as f64,
-        st.rows,
-        st.peak_bw,
-        st.peak_at
-    ));
+    for (peer, ps) in &st.peers {
+        let who = peer.map(|p| format!(" with peer {p}")).unwrap_or_default();
+        s.push(format!(
+            "# Avg bw{who}: {:.2} Gbps over {} size{} (peak {:.2} Gbps at {} B)",
+            ps.bw_sum / ps.rows as f64,
+            ps.rows,
+            if ps.rows == 1 { "" } else { "s" },
+            ps.peak_bw,
+            ps.peak_at
+        ));
+        if let Some((p50, at)) = ps.best_p50 {
+            s.push(format!("# Lowest lat_p50{who}: {p50:.2} us at {at} B"));
+        }
+    }
     if st.busbw_rows > 0 {
         s.push(format!(
             "# Avg busbw: {:.2} Gbps",
             st.busbw_sum / st.busbw_rows as f64
         ));
     }
-    if let Some((p50, at)) = st.best_p50 {
-        s.push(format!("# Lowest lat_p50: {p50:.2} us at {at} B"));
-    }
     if key.verified {
+        let by_peer: Vec<String> = st
+            .peers
+            .iter()
+            .filter(|(p, ps)| p.is_some() && ps.errors > 0)
+            .map(|(p, ps)| format!("peer {}: {}", p.unwrap_or_default(), ps.errors))
+            .collect();
         s.push(format!(
-            "# Errors: {} {}",
+            "# Errors: {} {}{}",
             st.errors,
-            if st.errors == 0 { "OK" } else { "FAILED" }
+            if st.errors == 0 { "OK" } else { "FAILED" },
+            if by_peer.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", by_peer.join(", "))
+            }
         ));
     } else {
         s.push("# Errors: N/A (verification off)".into());
@@ -383,7 +499,7 @@ fn summary_block(key: &GroupKey, st: &GroupStats) -> Vec<String> {
 /// Streams records to a writer (stdout in the CLI) in one [`Format`].
 ///
 /// ```
-/// use efabench_report::{Error, Format, Record, Sink};
+/// use efabench_record::{Error, Format, Record, Sink};
 ///
 /// fn show(records: &[Record]) -> Result<(), Error> {
 ///     let mut sink = Sink::stdout(Format::Table);
@@ -399,7 +515,8 @@ pub struct Sink<W: Write> {
     format: Format,
     out: W,
     closed: bool,
-    csv_header_done: bool,
+    /// The CSV header once written (derived from the first record).
+    csv_columns: Option<Vec<String>>,
     group: Option<(GroupKey, GroupStats)>,
     records: u64,
     errors: u64,
@@ -418,7 +535,7 @@ impl<W: Write> Sink<W> {
             format,
             out,
             closed: false,
-            csv_header_done: false,
+            csv_columns: None,
             group: None,
             records: 0,
             errors: 0,
@@ -463,7 +580,9 @@ impl<W: Write> Sink<W> {
     /// Prints one record (a table row, a JSON line or a CSV row) and flushes.
     pub fn push(&mut self, r: &Record) -> Result<(), Error> {
         self.records += 1;
-        self.errors += r.errors;
+        // Saturating: a record file may claim any count (u64::MAX errors), and a sum must not wrap
+        // into "0 OK" or panic.
+        self.errors = self.errors.saturating_add(r.errors);
         match self.format {
             Format::Json => {
                 let mut line = serde_json::to_string(r).map_err(|e| {
@@ -474,12 +593,15 @@ impl<W: Write> Sink<W> {
             }
             Format::Csv => {
                 let mut bytes = Vec::new();
-                if !self.csv_header_done {
-                    let header: Vec<String> = CSV_COLUMNS.iter().map(|s| s.to_string()).collect();
-                    bytes.extend(csv_line(&header)?);
-                    self.csv_header_done = true;
-                }
-                bytes.extend(csv_line(&csv_fields(r))?);
+                let columns = match &self.csv_columns {
+                    Some(c) => c,
+                    None => {
+                        let c = csv_columns(r);
+                        bytes.extend(csv_line(&c)?);
+                        self.csv_columns.insert(c)
+                    }
+                };
+                bytes.extend(csv_line(&csv_fields(r, columns))?);
                 self.emit(&bytes)
             }
             Format::Table => {
@@ -494,20 +616,7 @@ impl<W: Write> Sink<W> {
                     self.group = Some((key, GroupStats::default()));
                 }
                 let (key, st) = self.group.as_mut().expect("group was set just above");
-                st.rows += 1;
-                st.bw_sum += r.bw_gbps;
-                if let Some(b) = r.busbw_gbps {
-                    st.busbw_sum += b;
-                    st.busbw_rows += 1;
-                }
-                if st.rows == 1 || r.bw_gbps > st.peak_bw {
-                    st.peak_bw = r.bw_gbps;
-                    st.peak_at = r.size_bytes;
-                }
-                if st.best_p50.is_none_or(|(p, _)| r.lat_us.p50 < p) {
-                    st.best_p50 = Some((r.lat_us.p50, r.size_bytes));
-                }
-                st.errors += r.errors;
+                st.add(r);
                 lines.push(table_row(r, key.busbw));
                 self.emit_lines(&lines)
             }
@@ -530,7 +639,7 @@ impl<W: Write> Sink<W> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::jsonl::tests::sample;
+    use crate::testing::sample;
 
     fn render(format: Format, records: &[Record]) -> String {
         let mut sink = Sink::new(format, Vec::new());
@@ -581,6 +690,7 @@ mod tests {
             "lat_p50(us)",
             "lat_p99(us)",
             "lat_max(us)",
+            "lat_mean(us)",
             "bw(Gbps)",
             "msg_rate(Mops)",
             "util(%)",
@@ -599,17 +709,25 @@ mod tests {
         assert_eq!(rows[0][1], "1"); // peer
         assert_eq!(rows[0][3], "1000");
         assert_eq!(rows[0][5], "2.50");
-        assert_eq!(rows[0][8], "0.0300"); // small values keep 3 significant digits
-        assert_eq!(rows[0][10], "0.0"); // util 0.03 %
+        assert_eq!(rows[0][8], "2.75"); // lat_mean
+        assert_eq!(rows[0][9], "0.0300"); // small values keep 3 significant digits
+        assert_eq!(rows[0][11], "0.0"); // util 0.03 %
         assert_eq!(rows[1][0], "1048576");
-        assert_eq!(rows[1][8], "97.25");
-        assert_eq!(rows[1][10], "-"); // unknown link speed
-        assert_eq!(rows[1][11], "0");
+        assert_eq!(rows[1][9], "97.25");
+        assert_eq!(rows[1][11], "-"); // unknown link speed
+        assert_eq!(rows[1][12], "0");
         // Columns line up: every row as long as the column line.
         assert_eq!(lines.iter().filter(|l| l.len() == col.len()).count(), 3);
-        assert!(out.contains("# Avg bw: 48.64 Gbps over 2 sizes (peak 97.25 Gbps at 1048576 B)"));
-        assert!(out.contains("# Lowest lat_p50: 2.50 us at 8 B"));
+        assert!(
+            out.contains(
+                "# Avg bw with peer 1: 48.64 Gbps over 2 sizes (peak 97.25 Gbps at 1048576 B)"
+            ),
+            "{out}"
+        );
+        assert!(out.contains("# Lowest lat_p50 with peer 1: 2.50 us at 8 B"));
         assert!(out.contains("# Errors: 0 OK"));
+        // These hand-made records' bw follows from neither mean nor p50: no claim is made.
+        assert!(!out.contains("# bw = size /"), "{out}");
     }
 
     #[test]
@@ -664,15 +782,48 @@ mod tests {
     }
 
     #[test]
-    fn rows_of_several_peers_stay_in_one_table() {
+    fn rows_of_several_peers_stay_in_one_table_and_are_summed_per_peer() {
         let a = sample("write", "stream", 8, 1.0, 2.0);
+        let mut a2 = sample("write", "stream", 16, 3.0, 2.5);
+        a2.errors = 2;
         let mut b = a.clone();
         b.peer = Some(2);
         b.warmup += 7;
-        let out = render(Format::Table, &[a, b]);
+        b.bw_gbps = 0.5;
+        let out = render(Format::Table, &[a, a2, b]);
         assert_eq!(
             out.lines().filter(|l| l.starts_with("# efabench ")).count(),
             1,
+            "{out}"
+        );
+        assert!(
+            out.contains("# Avg bw with peer 1: 2.00 Gbps over 2 sizes (peak 3.00 Gbps at 16 B)"),
+            "{out}"
+        );
+        assert!(
+            out.contains("# Avg bw with peer 2: 0.50 Gbps over 1 size (peak 0.50 Gbps at 8 B)"),
+            "{out}"
+        );
+        assert!(out.contains("# Lowest lat_p50 with peer 2: 2.00 us at 8 B"));
+        assert!(out.contains("# Errors: 2 FAILED (peer 1: 2)"), "{out}");
+    }
+
+    #[test]
+    fn header_says_which_latency_the_bandwidth_follows_from() {
+        // Point-to-point: bw = size / mean time per message.
+        let mut r = sample("sendrecv", "stream", 1 << 20, 0.0, 100.0);
+        r.lat_us.mean = 110.0;
+        r.bw_gbps = (1u64 << 20) as f64 * 8.0 / (110.0 * 1e3);
+        let out = render(Format::Table, std::slice::from_ref(&r));
+        assert!(
+            out.contains("# bw = size / lat_mean: the total time of the timed iterations"),
+            "{out}"
+        );
+        // ipc: bw = size / median.
+        r.bw_gbps = (1u64 << 20) as f64 * 8.0 / (100.0 * 1e3);
+        let out = render(Format::Table, &[r]);
+        assert!(
+            out.contains("# bw = size / lat_p50: from the median"),
             "{out}"
         );
     }
@@ -695,7 +846,8 @@ mod tests {
             "no peer in a collective: {row}"
         );
         assert!(out.contains("# latency: time per operation"), "{out}");
-        assert_eq!(row.split_whitespace().nth(9), Some("70.00"));
+        assert_eq!(row.split_whitespace().nth(10), Some("70.00"));
+        assert!(out.contains("# Avg bw: 80.00 Gbps over 1 size"), "{out}");
     }
 
     #[test]
@@ -717,10 +869,10 @@ mod tests {
         b.util_pct = None;
         b.link_gbps = None;
         b.extra.insert("window".into(), serde_json::json!(64));
-        let out = render(Format::Csv, &[a, b]);
+        let out = render(Format::Csv, &[a.clone(), b]);
         let mut rdr = csv::Reader::from_reader(out.as_bytes());
         let headers = rdr.headers().unwrap().clone();
-        assert_eq!(headers.len(), CSV_COLUMNS.len());
+        assert_eq!(headers.len(), csv_columns(&a).len());
         let col = |n: &str| headers.iter().position(|h| h == n).unwrap();
         let rows: Vec<csv::StringRecord> = rdr.records().map(|r| r.unwrap()).collect();
         assert_eq!(rows.len(), 2);
@@ -734,6 +886,86 @@ mod tests {
         assert_eq!(&rows[1][col("busbw_gbps")], "");
         assert_eq!(&rows[1][col("extra")], "{\"window\":64}");
         assert_eq!(out.matches("schema,bench").count(), 1);
+    }
+
+    /// Issue 14: every record field has a CSV column, extra fields included, derived from the
+    /// records so that a new field needs no change to the CSV code.
+    #[test]
+    fn csv_columns_cover_every_field_of_the_record() {
+        let mut r = sample("write", "stream", 1 << 20, 90.0, 100.0);
+        r.rails = 2;
+        r.counters = Some(serde_json::json!({"rdmap16s27": {"tx_bytes": 5}}));
+        let per_rail = serde_json::json!([
+            {"rail": 0, "domain": "a", "bytes": 10, "ops": 1},
+            {"rail": 1, "domain": "b", "bytes": 10, "ops": 1}
+        ]);
+        for (k, v) in [
+            (
+                "lat_kind",
+                serde_json::json!("per message (window time / window)"),
+            ),
+            ("window", serde_json::json!(64)),
+            ("bw_GBps", serde_json::json!(11.25)),
+            ("wall_s", serde_json::json!(0.123456)),
+            ("strategy", serde_json::json!("split")),
+            ("per_rail", per_rail.clone()),
+            ("virtual_rails", serde_json::json!(true)),
+            ("footprint_bytes", serde_json::json!(8u64 << 20)),
+            ("mr", serde_json::json!("local")),
+        ] {
+            r.extra.insert(k.into(), v);
+        }
+        let out = render(Format::Csv, std::slice::from_ref(&r));
+        let mut rdr = csv::Reader::from_reader(out.as_bytes());
+        let headers: Vec<String> = rdr.headers().unwrap().iter().map(String::from).collect();
+        let row = rdr.records().next().unwrap().unwrap();
+        let cell = |n: &str| {
+            let i = headers
+                .iter()
+                .position(|h| h == n)
+                .unwrap_or_else(|| panic!("no column {n}: {headers:?}"));
+            row[i].to_string()
+        };
+        // Every top-level field of the record's JSON has its column (lat_us flattened).
+        let obj = serde_json::to_value(&r).unwrap();
+        for k in obj.as_object().unwrap().keys() {
+            if k == "lat_us" {
+                for f in LATENCY_FIELDS {
+                    cell(&format!("lat_us.{f}"));
+                }
+            } else {
+                cell(k);
+            }
+        }
+        assert_eq!(headers.iter().filter(|h| *h == "lat_kind").count(), 1);
+        assert_eq!(cell("strategy"), "split");
+        assert_eq!(cell("rails"), "2");
+        assert_eq!(cell("footprint_bytes"), (8u64 << 20).to_string());
+        assert_eq!(cell("wall_s"), "0.123456");
+        assert_eq!(cell("mr"), "local");
+        assert_eq!(cell("virtual_rails"), "true");
+        assert_eq!(cell("lat_kind"), "per message (window time / window)");
+        let pr: serde_json::Value = serde_json::from_str(&cell("per_rail")).unwrap();
+        assert_eq!(pr, per_rail);
+        assert_eq!(cell("counters"), "{\"rdmap16s27\":{\"tx_bytes\":5}}");
+        assert_eq!(cell("domains"), "rdmap16s27-rdm");
+        assert_eq!(cell("lat_us.mean"), "110.00000000000001");
+        assert_eq!(cell("peer"), "1");
+        assert_eq!(cell("git"), "");
+        assert_eq!(cell("extra"), "", "nothing left over");
+        // A later record with a field the first lacked: the header stays, the field goes to
+        // the last column as JSON; a field it lacks is empty.
+        let mut later = r.clone();
+        later.extra.remove("mr");
+        later.extra.insert("ring".into(), serde_json::json!(4096));
+        let out = render(Format::Csv, &[r, later]);
+        let mut rdr = csv::Reader::from_reader(out.as_bytes());
+        let h = rdr.headers().unwrap().clone();
+        let rows: Vec<csv::StringRecord> = rdr.records().map(|x| x.unwrap()).collect();
+        let i = |n: &str| h.iter().position(|c| c == n).unwrap();
+        assert_eq!(&rows[1][i("mr")], "");
+        assert_eq!(&rows[1][i("extra")], "{\"ring\":4096}");
+        assert!(rows.iter().all(|row| row.len() == h.len()));
     }
 
     #[test]

@@ -55,7 +55,7 @@ impl fmt::Display for Error {
 impl std::error::Error for Error {}
 
 /// `std::io::Error`'s Display adds " (os error 2)"; users only need the reason.
-pub(crate) fn io_reason(e: &std::io::Error) -> String {
+pub fn io_reason(e: &std::io::Error) -> String {
     let s = e.to_string();
     match s.find(" (os error") {
         Some(i) => s[..i].to_string(),

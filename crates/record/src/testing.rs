@@ -1,0 +1,57 @@
+//! Builders for tests of the crates that consume records (`report`'s compare and plot, the CLI):
+//! a plausible record and a fresh temporary directory. Behind the `test-util` feature so that
+//! benchmarks never carry them; dev-dependencies enable it.
+
+use crate::record::{LatencySummary, Record, SCHEMA};
+use std::path::PathBuf;
+
+/// A plausible send/recv record (EFA, host memory, one rail, peer 1).
+pub fn sample(bench: &str, variant: &str, size: u64, bw: f64, p50: f64) -> Record {
+    Record {
+        schema: SCHEMA.to_string(),
+        bench: bench.to_string(),
+        variant: variant.to_string(),
+        size_bytes: size,
+        iters: 1000,
+        warmup: 100,
+        world: 2,
+        peer: Some(1),
+        provider: "efa".into(),
+        fabric: "efa".into(),
+        domains: vec!["rdmap16s27-rdm".into()],
+        libfabric: Some("2.1.0".into()),
+        rails: 1,
+        mem: "host".into(),
+        lat_us: LatencySummary {
+            min: p50 * 0.9,
+            p50,
+            p99: p50 * 1.5,
+            max: p50 * 3.0,
+            mean: p50 * 1.1,
+        },
+        bw_gbps: bw,
+        busbw_gbps: None,
+        msg_rate_mops: bw / 8.0 / size as f64 * 1e3,
+        link_gbps: Some(100.0),
+        util_pct: Some(bw),
+        errors: 0,
+        verified: true,
+        counters: None,
+        host: "node-a".into(),
+        timestamp: "2026-11-22T03:00:00.000Z".into(),
+        version: "0.1.0".into(),
+        git: None,
+        extra: Default::default(),
+    }
+}
+
+pub fn tempdir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!(
+        "efabench-record-{name}-{}-{:?}",
+        std::process::id(),
+        std::thread::current().id()
+    ));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
