@@ -44,7 +44,7 @@
 use std::time::Instant;
 
 use efabench_fabric::{MrPath, RailConfig};
-use efabench_report::Record;
+use efabench_record::Record;
 use serde_json::{json, Map, Value};
 
 use crate::error::BenchError;

@@ -22,7 +22,7 @@
 use std::cell::Cell;
 use std::time::{Duration, Instant};
 
-use efabench_report::Record;
+use efabench_record::Record;
 use serde_json::{json, Map, Value};
 
 use crate::alltoall::open_mesh;
