@@ -696,22 +696,23 @@ impl<'m> Run<'m> {
             let want = self.expected;
             let got_from = &self.got_from[p];
             let stripes = &self.stripes_in;
-            self.mesh.wait_progress(
-                move |m| {
-                    let missing: Vec<String> = (0..n)
-                        .filter(|&s| s != me && (got_from[s as usize] as usize) < stripes[s as usize].len())
-                        .map(|s| s.to_string())
-                        .collect();
-                    if missing.is_empty() {
-                        format!("{} local completions (iteration {g})", m.outstanding)
-                    } else {
-                        format!(
-                            "the chunks of iteration {g} from rank(s) {} ({want} stripes expected in all)",
-                            missing.join(", ")
-                        )
-                    }
-                },
-            )?;
+            self.mesh.wait_progress(move |m| {
+                let missing: Vec<String> = (0..n)
+                    .filter(|&s| {
+                        s != me && (got_from[s as usize] as usize) < stripes[s as usize].len()
+                    })
+                    .map(|s| s.to_string())
+                    .collect();
+                if missing.is_empty() {
+                    format!("{} local completions (iteration {g})", m.outstanding)
+                } else {
+                    format!(
+                        "the chunks of iteration {g} from {} {} ({want} stripes expected in all)",
+                        if missing.len() == 1 { "rank" } else { "ranks" },
+                        missing.join(", ")
+                    )
+                }
+            })?;
         }
         if self.got[p] > self.expected {
             return Err(BenchError::failed(format!(

@@ -305,6 +305,64 @@ fn a_killed_rank_fails_the_job_fast_and_is_named() {
 }
 
 #[test]
+fn a_frozen_rank_fails_the_job_within_the_timeout_and_is_named() {
+    let port = free_port();
+    let args = [
+        "alltoall",
+        "-p",
+        "shm",
+        "-b",
+        "4K",
+        "-e",
+        "4K",
+        "-n",
+        "10000000",
+        "-w",
+        "1",
+        "--timeout",
+        "4",
+    ];
+    let mut kids: Vec<Child> = (0..3).map(|r| rank(r, 3, port, &args, &[])).collect();
+    std::thread::sleep(Duration::from_secs(3));
+    let pid = kids[1].id().to_string();
+    assert!(Command::new("kill")
+        .args(["-STOP", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let t0 = Instant::now();
+    let mut outs = Vec::new();
+    for r in [0usize, 2] {
+        loop {
+            if kids[r].try_wait().unwrap().is_some() {
+                break;
+            }
+            if t0.elapsed() > Duration::from_secs(25) {
+                let _ = kids[r].kill();
+                panic!("rank {r} still running 25 s after rank 1 froze");
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    let _ = kids[1].kill();
+    let _ = Command::new("kill").args(["-CONT", &pid]).status();
+    for (r, k) in kids.into_iter().enumerate() {
+        let o = k.wait_with_output().unwrap();
+        if r != 1 {
+            outs.push((r, o));
+        }
+    }
+    for (r, o) in outs {
+        assert!(!o.status.success(), "rank {r}");
+        let err = text(&o.stderr);
+        assert!(
+            err.contains("rank 1"),
+            "rank {r} must name the frozen rank: {err}"
+        );
+    }
+}
+
+#[test]
 fn too_small_sizes_are_refused_with_exit_2() {
     let outs = job(
         4,
