@@ -6,9 +6,12 @@
 //! * `bw_gbps` = algbw = size / time and `busbw_gbps` = algbw × (n−1)/n, where time is the
 //!   *slowest* rank's mean time per iteration; `rank_lat_us` keeps every rank's p50/mean/max and
 //!   the record names the slowest rank and its host. Libefaxx printed per-peer bandwidth under a
-//!   "BusBW" label; multiply its numbers by n−1 for algbw.
+//!   "BusBW" label: its numbers × n are algbw, × (n−1) busbw.
 //! * One send buffer (the largest size) and one receive buffer (twice the largest size: two
-//!   halves by iteration parity) per rank, registered once per run on every rail.
+//!   halves) per rank, registered once per run on every rail.
+//! * `lat_us` is the slowest rank's time per iteration (each sample: from the end of one timed
+//!   iteration to the end of the next on that rank); `matrix_gbps[src][dst]` is the chunk over
+//!   its mean arrival time at `dst` after `dst` started the iteration (`--matrix` prints it).
 //!
 //! # Timing and verification
 //! Per point: a bootstrap barrier, then the warm-up iterations, **each verified**: the sender
@@ -18,11 +21,15 @@
 //! and no fill or check between them; an iteration ends on a rank when every stripe of every
 //! peer's chunk for *that* iteration has arrived (counted by the remote CQ data each stripe
 //! carries: kind, iteration, source) and its own writes completed. Then one more verified
-//! iteration checks that the buffers still carry correct data after the timed loop.
+//! iteration checks that the buffers still carry correct data after the timed loop. As in
+//! nccl-tests, the payload of each *timed* iteration is not checked (that would put a fill and a
+//! check of the whole buffer inside the loop); its arrival is, stripe by stripe.
 //!
 //! Back to back is safe: a rank finishes iteration i only after every peer's chunk of i arrived,
 //! which each peer posts only after finishing i−1 (including its checks), so a peer is never more
-//! than one iteration ahead and the receive half it writes (parity i+1) was finished with.
+//! than one iteration ahead. Checked warm-up iterations alternate receive halves, so the half a
+//! peer one iteration ahead writes was already checked; the timed iterations all land in half 0
+//! (MPI's footprint); the final check uses half 1, where no late write of the timed loop lands.
 //!
 //! # Transfers
 //! `--op write` (default): RDMA write with remote CQ data into the peer's receive buffer at the
