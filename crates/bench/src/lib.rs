@@ -10,10 +10,13 @@
 
 #![forbid(unsafe_code)]
 
+pub mod alltoall;
 pub mod error;
 pub mod harness;
 pub mod ipc;
+pub mod mesh;
 pub mod p2p;
+pub mod pairs;
 pub mod pattern;
 pub mod queue;
 pub mod size;
@@ -71,4 +74,10 @@ benchmarks! {
     "ipc" Ipc(ipc::IpcArgs) => ipc::run_ipc;
     /// GPU->CPU command rings of a GPU-initiated proxy: M ops/s, round trip, every command verified.
     "queue" Queue(queue::QueueArgs) => queue::run_queue;
+    /// All-to-all with nccl-tests' semantics (algbw, busbw = algbw x (n-1)/n), write or send/recv.
+    #[command(mut_arg("min_bytes", |a| a.default_value("1K")))]
+    "alltoall" Alltoall(alltoall::AlltoallArgs) => alltoall::run_alltoall;
+    /// Bandwidth of every ordered pair of ranks (ring shift), outliers named, --min-bw gate.
+    #[command(mut_arg("min_bytes", |a| a.default_value("1M")), mut_arg("max_bytes", |a| a.default_value("1M")))]
+    "pairs" Pairs(pairs::PairsArgs) => pairs::run_pairs;
 }

@@ -28,7 +28,7 @@
 //! buffer (default 1 MiB, the buffer `fi_rma_bw` uses at 1 MiB): with 64 messages of 1 MiB in
 //! flight, efabench measures the NIC and not DRAM bandwidth.
 
-mod link;
+pub(crate) mod link;
 mod protocol;
 
 use efabench_fabric::{MrPath, RailConfig};

@@ -1,0 +1,650 @@
+//! `efabench pairs`: the bandwidth of every ordered pair of ranks, to find the slow node, NIC or
+//! cable of a cluster (a per-pair version of nccl-tests' `MIN_BW` acceptance gate).
+//!
+//! Each pair runs the point-to-point write stream: a window of `--window` RDMA writes with remote
+//! CQ data, timed at the sender from the first post until the receiver's acknowledgement says
+//! every stripe of every message arrived (counted by CQ data, never by the last write), then
+//! verified by the receiver (untimed) before it tells the sender to start the next window.
+//!
+//! # Schedule
+//! By default a ring shift: round k (1 ≤ k < n) has every rank r write to (r + k) mod n while it
+//! receives from (r − k) mod n, so all n pairs of a round run at once and n − 1 rounds cover all
+//! n(n−1) ordered pairs — what the cluster sees under load, every NIC sending and receiving.
+//! `--one-at-a-time` measures one pair at a time instead (n(n−1) steps, an idle fabric around it).
+//!
+//! # Output
+//! One record per pair (`peer` = destination, `src` in the record), an n × n table of Gbps
+//! after the sweep, the pairs below `--outlier PCT` of the median of their size named with host
+//! and NIC of both ends, and as suspects the ranks whose own pairs' median is below that line
+//! (a slow node slows all 2(n−1) pairs it is in; a healthy node shares only 2 of its pairs
+//! with it). `--min-bw GBPS` makes the run exit 1 when any pair is below it.
+
+use std::cell::Cell;
+use std::time::{Duration, Instant};
+
+use efabench_record::Record;
+use serde_json::{json, Map, Value};
+
+use crate::alltoall::open_mesh;
+use crate::error::BenchError;
+use crate::harness::{self, Benchmark, CommonArgs, Ctx, Measured, Needs, Point, RunFacts};
+use crate::mesh::{cq_data, parse_cq_data, Kind, Mesh, ITER_MOD};
+use crate::pattern;
+use crate::stats::{gbps, Samples};
+
+/// Test-only hook: the rank named here sleeps `EFABENCH_TEST_SLOW_US` (default 2000) µs inside
+/// the timed part of every window it sends, so a test can show `pairs` names it.
+pub const SLOW_RANK_ENV: &str = "EFABENCH_TEST_SLOW_RANK";
+pub const SLOW_US_ENV: &str = "EFABENCH_TEST_SLOW_US";
+
+/// Most bytes a pair's window touches per buffer (slots beyond it are reused).
+const FOOTPRINT: u64 = 1 << 20;
+
+/// Options of `pairs`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct PairsArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// Writes in flight per window, 1 to 4096.
+    #[arg(long, default_value = "16", value_parser = window_arg, allow_hyphen_values = true)]
+    pub window: u64,
+    /// Measure one pair at a time instead of a ring shift (all pairs of a round at once).
+    #[arg(long)]
+    pub one_at_a_time: bool,
+    /// Name pairs below this percentage of the median bandwidth of their size (1 to 100).
+    #[arg(long, default_value = "80", value_parser = pct_arg, allow_hyphen_values = true)]
+    pub outlier: f64,
+    /// Exit 1 when any pair is below this bandwidth in Gbps (a cluster acceptance gate).
+    #[arg(long, value_parser = min_bw_arg, allow_hyphen_values = true)]
+    pub min_bw: Option<f64>,
+}
+
+fn window_arg(s: &str) -> Result<u64, String> {
+    harness::bounded(s, "--window", 1, 4096, "16")
+}
+
+fn pct_arg(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v > 0.0 && v <= 100.0 => Ok(v),
+        _ => Err(format!(
+            "--outlier '{}' is not a percentage above 0 and at most 100; pass e.g. --outlier 80",
+            crate::size::clip(s)
+        )),
+    }
+}
+
+fn min_bw_arg(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v >= 0.0 && v.is_finite() && v < 1e7 => Ok(v),
+        _ => Err(format!(
+            "--min-bw '{}' is not a bandwidth in Gbps (0 or more); pass e.g. --min-bw 90",
+            crate::size::clip(s)
+        )),
+    }
+}
+
+/// One point: a size and one pair (the record), measured in a round (ring shift) or alone.
+#[derive(Clone, Debug)]
+pub struct PairsSpec {
+    size: usize,
+    iters: u64,
+    warmup: u64,
+    slots: usize,
+    /// Messages per window.
+    window: u64,
+    /// Ring shift k (every rank r → r + k), or the one pair measured alone.
+    round: Round,
+    /// The pair this record is about.
+    src: u32,
+    dst: u32,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Round {
+    Shift(u32),
+    Alone,
+}
+
+/// `pairs` on the shared harness.
+pub struct Pairs<'a> {
+    args: &'a PairsArgs,
+    sizes: Vec<u64>,
+    mesh: Option<Mesh>,
+    /// Every rank's NIC(s), for naming outliers.
+    nics: Vec<String>,
+    /// This rank's outcome of the current round (returned for every record of the round).
+    cached: Option<Measured>,
+    slow: Option<Duration>,
+    /// Set on rank 0 when a pair is below `--min-bw`.
+    below_min: Cell<u64>,
+}
+
+impl<'a> Pairs<'a> {
+    pub fn new(args: &'a PairsArgs) -> Result<Self, BenchError> {
+        let sizes = args.common.sizes()?;
+        Ok(Pairs {
+            args,
+            sizes,
+            mesh: None,
+            nics: Vec::new(),
+            cached: None,
+            slow: None,
+            below_min: Cell::new(0),
+        })
+    }
+
+    fn slots(&self, size: u64) -> usize {
+        (FOOTPRINT / size.max(1)).clamp(1, self.args.window) as usize
+    }
+}
+
+impl<'a> Benchmark for Pairs<'a> {
+    type Spec = PairsSpec;
+
+    fn name(&self) -> &'static str {
+        "pairs"
+    }
+
+    fn needs(&self) -> Needs {
+        Needs {
+            fabric: true,
+            min_world: 2,
+            how_to_launch: "run `efabench launch -n 4 -- pairs ...`, or start it under \
+                            srun/mpirun, or by hand with --rank/--world/--rdzv",
+        }
+    }
+
+    fn setup(&mut self, ctx: &Ctx) -> Result<RunFacts, BenchError> {
+        let buf = self
+            .sizes
+            .iter()
+            .map(|&s| s as usize * self.slots(s))
+            .max()
+            .unwrap_or(1);
+        let (m, mut facts) = open_mesh(ctx, buf, buf)?;
+        let mine = m.group().domains();
+        let mut mine_d = mine.clone();
+        mine_d.dedup();
+        let all = ctx
+            .bs
+            .all_gather(mine_d.join(",").as_bytes())
+            .map_err(harness::from_bootstrap)?;
+        self.nics = all
+            .iter()
+            .map(|b| String::from_utf8_lossy(b).into_owned())
+            .collect();
+        self.slow = std::env::var(SLOW_RANK_ENV)
+            .ok()
+            .and_then(|v| v.trim().parse::<u32>().ok())
+            .filter(|&r| r == ctx.rank)
+            .map(|_| {
+                let us = std::env::var(SLOW_US_ENV)
+                    .ok()
+                    .and_then(|v| v.trim().parse::<u64>().ok())
+                    .unwrap_or(2000);
+                Duration::from_micros(us)
+            });
+        facts.extra.insert(
+            "schedule".into(),
+            json!(if self.args.one_at_a_time {
+                "one-at-a-time"
+            } else {
+                "ring-shift"
+            }),
+        );
+        facts.header.push(format!(
+            "# pairs: write stream, window {}, {}; bw per ordered pair (peer = destination, src in the record)",
+            self.args.window,
+            if self.args.one_at_a_time {
+                "one pair at a time"
+            } else {
+                "ring shift (all n pairs of a round at once)"
+            }
+        ));
+        self.mesh = Some(m);
+        Ok(facts)
+    }
+
+    fn points(&self, ctx: &Ctx) -> Result<Vec<PairsSpec>, BenchError> {
+        let n = ctx.world;
+        let mut out = Vec::new();
+        for &size in &self.sizes {
+            let (iters, warmup) = ctx.args.iterations(size, self.args.window);
+            let base = PairsSpec {
+                size: size as usize,
+                iters,
+                warmup,
+                slots: self.slots(size),
+                window: self.args.window,
+                round: Round::Alone,
+                src: 0,
+                dst: 0,
+            };
+            if self.args.one_at_a_time {
+                for src in 0..n {
+                    for dst in (0..n).filter(|&d| d != src) {
+                        out.push(PairsSpec {
+                            src,
+                            dst,
+                            ..base.clone()
+                        });
+                    }
+                }
+            } else {
+                for k in 1..n {
+                    for src in 0..n {
+                        out.push(PairsSpec {
+                            round: Round::Shift(k),
+                            src,
+                            dst: (src + k) % n,
+                            ..base.clone()
+                        });
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn label(&self, spec: &PairsSpec) -> String {
+        format!(
+            "{} {} -> {}",
+            crate::size::human(spec.size as u64),
+            spec.src,
+            spec.dst
+        )
+    }
+
+    fn measure(&mut self, ctx: &Ctx, spec: &PairsSpec) -> Result<Measured, BenchError> {
+        // A round is measured once, at its first record; its other records reuse the outcome.
+        if let (Round::Shift(_), Some(m)) = (spec.round, &self.cached) {
+            if spec.src != 0 {
+                return Ok(m.clone());
+            }
+        }
+        let (me, n) = (ctx.rank, ctx.world);
+        let (to, from) = match spec.round {
+            Round::Shift(k) => (Some((me + k) % n), Some((me + n - k) % n)),
+            Round::Alone => (
+                (me == spec.src).then_some(spec.dst),
+                (me == spec.dst).then_some(spec.src),
+            ),
+        };
+        let verify = ctx.args.verify();
+        let slow = self.slow;
+        let mesh = self
+            .mesh
+            .as_mut()
+            .ok_or_else(|| BenchError::failed("measure before setup"))?;
+        ctx.bs.barrier().map_err(harness::from_bootstrap)?;
+        let m = stream(mesh, spec, to, from, verify, slow)?;
+        self.cached = Some(m.clone());
+        Ok(m)
+    }
+
+    fn point(&self, ctx: &Ctx, spec: &PairsSpec, all: &[Measured]) -> Point {
+        let m = &all[spec.src as usize];
+        let mut s = Samples::from_vec(m.samples_ns.clone());
+        let window = self.args.window;
+        let messages = s.len() as u64 * window;
+        let bw = gbps(spec.size as u64 * messages, s.total_ns());
+        let lat_us = s.summary_us(window as f64);
+        if let Some(min) = self.args.min_bw {
+            if bw < min {
+                self.below_min.set(self.below_min.get() + 1);
+            }
+        }
+        let mut extra = Map::new();
+        extra.insert("src".into(), json!(spec.src));
+        extra.insert("src_host".into(), json!(ctx.hosts.get(spec.src as usize)));
+        extra.insert("dst_host".into(), json!(ctx.hosts.get(spec.dst as usize)));
+        extra.insert("src_nic".into(), json!(self.nics.get(spec.src as usize)));
+        extra.insert("dst_nic".into(), json!(self.nics.get(spec.dst as usize)));
+        extra.insert("window".into(), json!(window));
+        extra.insert(
+            "lat_kind".into(),
+            json!("per message (window time / window)"),
+        );
+        extra.insert(
+            "round".into(),
+            match spec.round {
+                Round::Shift(k) => json!(k),
+                Round::Alone => Value::Null,
+            },
+        );
+        if let Some(pr) = m.extra.get("per_rail") {
+            extra.insert("per_rail".into(), pr.clone());
+        }
+        Point {
+            variant: "write-stream".into(),
+            size_bytes: spec.size as u64,
+            iters: spec.iters,
+            warmup: spec.warmup,
+            peer: Some(spec.dst),
+            lat_us,
+            bw_gbps: bw,
+            busbw_gbps: None,
+            msg_rate_mops: crate::stats::mops(messages, s.total_ns()),
+            ..Point::with_extra(extra)
+        }
+    }
+
+    fn summary(&self, records: &[Record]) -> Vec<String> {
+        summarize(records, self.args.outlier, self.args.min_bw)
+    }
+}
+
+/// The n × n tables, the outliers, the suspects and the `--min-bw` verdict (rank 0).
+pub fn summarize(records: &[Record], outlier: f64, min_bw: Option<f64>) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut sizes: Vec<u64> = records.iter().map(|r| r.size_bytes).collect();
+    sizes.dedup();
+    let n = records.first().map(|r| r.world as usize).unwrap_or(0);
+    let src_of = |r: &Record| r.extra.get("src").and_then(Value::as_u64).unwrap_or(0) as usize;
+    let text = |r: &Record, k: &str| {
+        r.extra
+            .get(k)
+            .and_then(Value::as_str)
+            .unwrap_or("?")
+            .to_string()
+    };
+    for size in sizes {
+        let rs: Vec<&Record> = records.iter().filter(|r| r.size_bytes == size).collect();
+        let mut grid = vec![vec![None; n]; n];
+        for r in &rs {
+            let (s, d) = (src_of(r), r.peer.unwrap_or(0) as usize);
+            if s < n && d < n {
+                grid[s][d] = Some(r.bw_gbps);
+            }
+        }
+        out.push(format!(
+            "# pairs at {size} B: Gbps, row = source rank, column = destination rank"
+        ));
+        let mut head = format!("# {:>7}", "src\\dst");
+        for d in 0..n {
+            head.push_str(&format!(" {d:>9}"));
+        }
+        out.push(head);
+        for (s, row) in grid.iter().enumerate() {
+            let mut line = format!("# {s:>7}");
+            for c in row {
+                match c {
+                    Some(v) => line.push_str(&format!(" {v:>9.2}")),
+                    None => line.push_str(&format!(" {:>9}", "-")),
+                }
+            }
+            out.push(line);
+        }
+        let mut bws: Vec<f64> = rs.iter().map(|r| r.bw_gbps).collect();
+        bws.sort_by(f64::total_cmp);
+        let median = match bws.len() {
+            0 => 0.0,
+            l if l % 2 == 1 => bws[l / 2],
+            l => (bws[l / 2 - 1] + bws[l / 2]) / 2.0,
+        };
+        let limit = median * outlier / 100.0;
+        let mut outliers = 0;
+        for r in &rs {
+            if r.bw_gbps < limit {
+                outliers += 1;
+                let (s, d) = (src_of(r), r.peer.unwrap_or(0) as usize);
+                out.push(format!(
+                    "# outlier at {size} B: {s} -> {d}: {:.2} Gbps ({:.0}% of the median {:.2}); \
+                     src rank {s} on {} NIC {}, dst rank {d} on {} NIC {}",
+                    r.bw_gbps,
+                    r.bw_gbps / median.max(f64::MIN_POSITIVE) * 100.0,
+                    median,
+                    text(r, "src_host"),
+                    text(r, "src_nic"),
+                    text(r, "dst_host"),
+                    text(r, "dst_nic"),
+                ));
+            }
+        }
+        if outliers == 0 {
+            out.push(format!(
+                "# no pair at {size} B below {outlier}% of the median {median:.2} Gbps"
+            ));
+        }
+        // A slow node slows every pair it is in, sending and receiving; a healthy node shares
+        // only 2 of its 2(n-1) pairs with it. So a rank is suspect when the median of the pairs
+        // it takes part in is itself below the outlier line.
+        if n >= 3 {
+            let mut suspects = Vec::new();
+            for rank in 0..n {
+                let mut mine: Vec<f64> = rs
+                    .iter()
+                    .filter(|r| src_of(r) == rank || r.peer == Some(rank as u32))
+                    .map(|r| r.bw_gbps)
+                    .collect();
+                mine.sort_by(f64::total_cmp);
+                let m = match mine.len() {
+                    0 => continue,
+                    l if l % 2 == 1 => mine[l / 2],
+                    l => (mine[l / 2 - 1] + mine[l / 2]) / 2.0,
+                };
+                if m < limit {
+                    let host = rs
+                        .iter()
+                        .find(|x| src_of(x) == rank)
+                        .map(|x| format!("{} NIC {}", text(x, "src_host"), text(x, "src_nic")))
+                        .unwrap_or_default();
+                    suspects.push(format!(
+                        "rank {rank} on {host} (median of its pairs {m:.2} Gbps)"
+                    ));
+                }
+            }
+            if suspects.is_empty() {
+                out.push(format!("# no suspect rank at {size} B"));
+            } else {
+                out.push(format!("# suspect at {size} B: {}", suspects.join("; ")));
+            }
+        }
+    }
+    if let Some(min) = min_bw {
+        let below: Vec<String> = records
+            .iter()
+            .filter(|r| r.bw_gbps < min)
+            .map(|r| {
+                format!(
+                    "{} -> {} at {} B ({:.2} Gbps)",
+                    src_of(r),
+                    r.peer.unwrap_or(0),
+                    r.size_bytes,
+                    r.bw_gbps
+                )
+            })
+            .collect();
+        if below.is_empty() {
+            out.push(format!("# --min-bw {min}: every pair passed"));
+        } else {
+            out.push(format!(
+                "# --min-bw {min}: FAILED, {} pair(s) below: {}",
+                below.len(),
+                below.join(", ")
+            ));
+        }
+    }
+    out
+}
+
+/// This rank's part of one round: a write stream to `to` and/or from `from`, at once.
+fn stream(
+    mesh: &mut Mesh,
+    spec: &PairsSpec,
+    to: Option<u32>,
+    from: Option<u32>,
+    verify: bool,
+    slow: Option<Duration>,
+) -> Result<Measured, BenchError> {
+    let me = mesh.me();
+    let size = spec.size;
+    let total = spec.warmup + spec.iters;
+    let win = spec.slots.max(1);
+    let per_window = spec.window;
+    // Sender state.
+    let mut samples = Samples::with_capacity(spec.iters as usize);
+    let mut sw = 0u64; // window being sent
+    let mut in_flight: Option<Instant> = None;
+    let mut readies = 0u64; // READY words received (the next one expected is for window `readies`)
+    let mut acks = 0u64;
+    let send_routes = to.map(|d| mesh.route(me, d, size, false));
+    let recv_routes = from.map(|s| mesh.route(s, me, size, false));
+    // Receiver state.
+    let mut rw = 0u64;
+    let mut got = 0u64;
+    let expect = recv_routes
+        .as_ref()
+        .map(|r| r.len() as u64 * per_window)
+        .unwrap_or(0);
+    let mut errors = 0u64;
+    if let Some(s) = from {
+        mesh.signal(s, cq_data(Kind::Ready, 0, me))?;
+    }
+    let send_done = |sw: u64| to.is_none() || sw >= total;
+    let recv_done = |rw: u64| from.is_none() || rw >= total;
+    let mut filled = u64::MAX;
+    loop {
+        // Sort what arrived.
+        while let Some(d) = mesh.arrivals.pop_front() {
+            let (kind, it, src) = parse_cq_data(d).ok_or_else(|| {
+                BenchError::failed(format!("rank {me} got CQ data {d:#x} no pairs peer sends"))
+            })?;
+            match kind {
+                Kind::Payload if Some(src) == from && it == rw % ITER_MOD => got += 1,
+                Kind::Ready if Some(src) == to && it == readies % ITER_MOD => readies += 1,
+                Kind::Ack if Some(src) == to && it == acks % ITER_MOD => acks += 1,
+                _ => {
+                    return Err(BenchError::failed(format!(
+                        "rank {me} got {kind:?} for window {it} from rank {src}, out of step \
+                         (expected payload of window {rw} from {from:?}, ready {readies} / ack {acks} from {to:?})"
+                    )))
+                }
+            }
+        }
+        let mut moved = false;
+        // Sender: fill, wait for READY, post the window, wait for the ACK.
+        if let (Some(dst), Some(routes)) = (to, send_routes.as_ref()) {
+            if !send_done(sw) {
+                if in_flight.is_none() && filled != sw && verify {
+                    mesh.drain_local()?;
+                    for slot in 0..win {
+                        for (i, st) in routes.iter().enumerate() {
+                            mesh.fill_send(
+                                slot * size + st.off,
+                                st.len,
+                                pattern::seed(sw, me, dst, (slot as u32) << 8 | i as u32),
+                            )?;
+                        }
+                    }
+                    filled = sw;
+                    moved = true;
+                }
+                if in_flight.is_none() && readies > sw {
+                    if sw == spec.warmup {
+                        mesh.count_from_now(true);
+                    }
+                    let t0 = Instant::now();
+                    if let Some(d) = slow {
+                        std::thread::sleep(d);
+                    }
+                    let data = cq_data(Kind::Payload, sw, me);
+                    for pos in 0..per_window as usize {
+                        let slot = pos % win;
+                        for st in routes {
+                            let off = slot * size + st.off;
+                            mesh.write(dst, st.rail, off, st.len, off, data)?;
+                        }
+                    }
+                    in_flight = Some(t0);
+                    moved = true;
+                }
+                if let Some(t0) = in_flight {
+                    if acks > sw {
+                        let dt = t0.elapsed().as_nanos() as u64;
+                        if sw >= spec.warmup {
+                            samples.push(dt);
+                        }
+                        in_flight = None;
+                        sw += 1;
+                        if sw == total {
+                            mesh.count_from_now(false);
+                        }
+                        moved = true;
+                    }
+                }
+            }
+        }
+        // Receiver: count, ACK, check, READY.
+        if let (Some(src), Some(routes)) = (from, recv_routes.as_ref()) {
+            if !recv_done(rw) && got >= expect {
+                if got > expect {
+                    return Err(BenchError::failed(format!(
+                        "rank {me} got {got} stripes from rank {src} in window {rw}, expected {expect}"
+                    )));
+                }
+                mesh.signal(src, cq_data(Kind::Ack, rw, me))?;
+                if verify {
+                    for slot in 0..win.min(per_window as usize) {
+                        for (i, st) in routes.iter().enumerate() {
+                            errors += mesh.check_recv(
+                                slot * size + st.off,
+                                st.len,
+                                pattern::seed(rw, src, me, (slot as u32) << 8 | i as u32),
+                            );
+                        }
+                    }
+                }
+                rw += 1;
+                got = 0;
+                if rw < total {
+                    mesh.signal(src, cq_data(Kind::Ready, rw, me))?;
+                }
+                moved = true;
+            }
+        }
+        if send_done(sw) && recv_done(rw) {
+            break;
+        }
+        if !moved {
+            let (rw_, sw_) = (rw, sw);
+            mesh.wait_progress(move |_| {
+                let mut parts = Vec::new();
+                if let Some(s) = from {
+                    if rw_ < total {
+                        parts.push(format!("window {rw_} from rank {s}"));
+                    }
+                }
+                if let Some(d) = to {
+                    if sw_ < total {
+                        parts.push(format!("rank {d} to acknowledge window {sw_}"));
+                    }
+                }
+                parts.join(" and ")
+            })?;
+        }
+    }
+    mesh.drain_local()?;
+    let mut extra = Map::new();
+    extra.insert("per_rail".into(), mesh.per_rail());
+    Ok(Measured {
+        samples_ns: samples.into_vec(),
+        errors,
+        extra,
+    })
+}
+
+/// Runs one rank of `pairs`; exit 1 (on rank 0) when a pair is below `--min-bw`.
+pub fn run_pairs(args: &PairsArgs, build: &harness::BuildInfo) -> Result<i32, BenchError> {
+    let mut b = Pairs::new(args)?;
+    let code = harness::run(&mut b, &args.common, build)?;
+    let below = b.below_min.get();
+    if below > 0 {
+        eprintln!(
+            "efabench: {below} pair(s) below --min-bw {} Gbps; the table above names them",
+            args.min_bw.unwrap_or(0.0)
+        );
+        return Ok(1);
+    }
+    Ok(code)
+}

@@ -1,0 +1,482 @@
+//! `alltoall` and `pairs` with real ranks over loopback (shm and tcp), started by hand with
+//! `--rank/--world/--rdzv`: 2, 3, 4 and 8 ranks, verified; busbw = algbw × (n−1)/n in every
+//! record; a corrupted chunk is caught; a killed rank fails the job fast, named; `pairs` names a
+//! deliberately slowed rank (test hook) and not the healthy ones, and `--min-bw` fails the run.
+//!
+//! Sizes and iteration counts are small: this file runs on a 2-core CI host with up to 8 ranks.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_efabench");
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("efabench-a2a-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn rank(r: u32, world: u32, port: u16, args: &[&str], env: &[(&str, &str)]) -> Child {
+    let mut c = Command::new(BIN);
+    c.args(args)
+        .args([
+            "--rank",
+            &r.to_string(),
+            "--world",
+            &world.to_string(),
+            "--rdzv",
+            &format!("127.0.0.1:{port}"),
+        ])
+        .env("EFABENCH_JOB_TOKEN", format!("a2a-test-{port}"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.spawn().expect("start efabench")
+}
+
+/// Runs `world` ranks; `env` goes to every rank, `env1` to rank 1 only.
+fn job(world: u32, args: &[&str], env: &[(&str, &str)], env1: &[(&str, &str)]) -> Vec<Output> {
+    let port = free_port();
+    let kids: Vec<Child> = (0..world)
+        .map(|r| {
+            let mut e = env.to_vec();
+            if r == 1 {
+                e.extend_from_slice(env1);
+            }
+            rank(r, world, port, args, &e)
+        })
+        .collect();
+    kids.into_iter()
+        .map(|k| k.wait_with_output().unwrap())
+        .collect()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn records(path: &Path) -> Vec<efabench_report::Record> {
+    let body = std::fs::read_to_string(path).expect("records file");
+    body.lines()
+        .map(|l| efabench_report::validate_line(l).expect("record validates against the schema"))
+        .collect()
+}
+
+fn all_ok(outs: &[Output], what: &str) {
+    for (r, o) in outs.iter().enumerate() {
+        assert!(
+            o.status.success(),
+            "{what}: rank {r} failed ({:?}):\n{}\n{}",
+            o.status,
+            text(&o.stdout),
+            text(&o.stderr)
+        );
+    }
+}
+
+fn alltoall(provider: &str, world: u32, op: &str, extra: &[&str]) {
+    alltoall_to(provider, world, op, extra, "64K", 3)
+}
+
+fn alltoall_to(provider: &str, world: u32, op: &str, extra: &[&str], max: &str, sizes: usize) {
+    let dir = tmp(&format!("{provider}-{world}-{op}"));
+    let out = dir.join("r.jsonl");
+    let mut args = vec![
+        "alltoall",
+        "-p",
+        provider,
+        "--op",
+        op,
+        "-b",
+        "1K",
+        "-e",
+        max,
+        "-f",
+        "8",
+        "-n",
+        "6",
+        "-w",
+        "2",
+        "--timeout",
+        "60",
+        "--matrix",
+        "-o",
+        out.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    let outs = job(world, &args, &[], &[]);
+    let what = format!("alltoall {provider} n={world} {op} {extra:?}");
+    all_ok(&outs, &what);
+    let recs = records(&out);
+    assert_eq!(recs.len(), sizes, "{what}: 1K, 8K, 64K, ...");
+    let n = world as f64;
+    for r in &recs {
+        assert_eq!(r.bench, "alltoall");
+        assert_eq!(r.world, world);
+        assert!(r.verified && r.errors == 0, "{what}: {}", r.describe());
+        let chunk = r.extra["chunk_bytes"].as_u64().unwrap();
+        assert_eq!(chunk % 16, 0, "{what}: chunks are 16-byte aligned");
+        assert_eq!(
+            r.size_bytes,
+            chunk * world as u64,
+            "{what}: size = n chunks"
+        );
+        assert!(r.bw_gbps > 0.0, "{what}");
+        let busbw = r.busbw_gbps.expect("busbw");
+        assert!(
+            (busbw - r.bw_gbps * (n - 1.0) / n).abs() <= 1e-9 * r.bw_gbps.max(1.0),
+            "{what}: busbw {busbw} != bw {} x (n-1)/n",
+            r.bw_gbps
+        );
+        let ranks = r.extra["rank_lat_us"].as_array().unwrap();
+        assert_eq!(ranks.len(), world as usize, "{what}: every rank's time");
+        // The record's time is the slowest rank's mean.
+        let slowest = r.extra["slowest_rank"].as_u64().unwrap() as usize;
+        let worst = ranks
+            .iter()
+            .map(|x| x["mean"].as_f64().unwrap())
+            .fold(0.0, f64::max);
+        assert!((ranks[slowest]["mean"].as_f64().unwrap() - worst).abs() < 1e-9);
+        assert!(
+            (r.lat_us.mean - worst).abs() <= 1e-6 * worst.max(1.0),
+            "{what}"
+        );
+        let m = r.extra["matrix_gbps"].as_array().unwrap();
+        assert_eq!(m.len(), world as usize);
+        // Every rank's per-rail bytes sum to what it sent to peers (n-1 chunks per iteration).
+        let bytes: u64 = r.extra["per_rail"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x["bytes"].as_u64().unwrap())
+            .sum();
+        assert_eq!(
+            bytes,
+            r.iters * chunk * (world as u64 - 1) * world as u64,
+            "{what}: per_rail bytes"
+        );
+    }
+    let table = text(&outs[0].stdout);
+    assert!(table.contains("busbw"), "{table}");
+    let err = text(&outs[0].stderr);
+    assert!(err.contains("slowest rank per size"), "{err}");
+    assert!(err.contains("row = source"), "--matrix: {err}");
+}
+
+#[test]
+fn alltoall_shm_2_3_4_8_ranks() {
+    for n in [2, 3, 4, 8] {
+        alltoall("shm", n, "write", &[]);
+    }
+    alltoall("shm", 3, "sendrecv", &[]);
+    alltoall(
+        "shm",
+        4,
+        "write",
+        &["--rails", "2", "--strategy", "round-robin"],
+    );
+    // Chunks of 256 KiB: split into stripes over both rails.
+    alltoall_to(
+        "shm",
+        4,
+        "sendrecv",
+        &["--rails", "2", "--strategy", "split"],
+        "1M",
+        5,
+    );
+    alltoall_to(
+        "shm",
+        3,
+        "write",
+        &["--rails", "2", "--strategy", "split"],
+        "1M",
+        5,
+    );
+}
+
+#[test]
+fn alltoall_tcp_2_3_4_8_ranks() {
+    for n in [2, 3, 4, 8] {
+        alltoall("tcp", n, "write", &[]);
+    }
+    alltoall(
+        "tcp",
+        4,
+        "sendrecv",
+        &["--rails", "2", "--strategy", "round-robin"],
+    );
+}
+
+#[test]
+fn a_corrupted_chunk_is_caught() {
+    let dir = tmp("corrupt");
+    let out = dir.join("r.jsonl");
+    let outs = job(
+        3,
+        &[
+            "alltoall",
+            "-p",
+            "shm",
+            "-b",
+            "4K",
+            "-e",
+            "4K",
+            "-n",
+            "4",
+            "-w",
+            "1",
+            "-o",
+            out.to_str().unwrap(),
+        ],
+        &[],
+        &[("EFABENCH_TEST_CORRUPT_PAYLOAD", "1")],
+    );
+    assert_eq!(outs[0].status.code(), Some(1), "{}", text(&outs[0].stderr));
+    let recs = records(&out);
+    assert_eq!(recs[0].errors, 1, "exactly the corrupted word");
+    assert!(text(&outs[0].stderr).contains("failed verification"));
+}
+
+#[test]
+fn a_killed_rank_fails_the_job_fast_and_is_named() {
+    let port = free_port();
+    let args = [
+        "alltoall",
+        "-p",
+        "tcp",
+        "-b",
+        "4K",
+        "-e",
+        "4K",
+        "-n",
+        "10000000",
+        "-w",
+        "1",
+        "--timeout",
+        "5",
+    ];
+    let mut kids: Vec<Child> = (0..4).map(|r| rank(r, 4, port, &args, &[])).collect();
+    std::thread::sleep(Duration::from_secs(3));
+    kids[2].kill().unwrap();
+    let _ = kids[2].wait();
+    let t0 = Instant::now();
+    for (r, k) in kids.iter_mut().enumerate() {
+        if r == 2 {
+            continue;
+        }
+        loop {
+            if k.try_wait().unwrap().is_some() {
+                break;
+            }
+            if t0.elapsed() > Duration::from_secs(25) {
+                let _ = k.kill();
+                panic!("rank {r} still running 25 s after rank 2 was killed");
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    for (r, k) in kids.into_iter().enumerate() {
+        if r == 2 {
+            continue;
+        }
+        let o = k.wait_with_output().unwrap();
+        assert!(!o.status.success(), "rank {r}");
+        let err = text(&o.stderr);
+        assert!(
+            err.contains("rank 2"),
+            "rank {r} must name the dead rank: {err}"
+        );
+    }
+}
+
+#[test]
+fn a_frozen_rank_fails_the_job_within_the_timeout_and_is_named() {
+    let port = free_port();
+    let args = [
+        "alltoall",
+        "-p",
+        "shm",
+        "-b",
+        "4K",
+        "-e",
+        "4K",
+        "-n",
+        "10000000",
+        "-w",
+        "1",
+        "--timeout",
+        "4",
+    ];
+    let mut kids: Vec<Child> = (0..3).map(|r| rank(r, 3, port, &args, &[])).collect();
+    std::thread::sleep(Duration::from_secs(3));
+    let pid = kids[1].id().to_string();
+    assert!(Command::new("kill")
+        .args(["-STOP", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let t0 = Instant::now();
+    let mut outs = Vec::new();
+    for r in [0usize, 2] {
+        loop {
+            if kids[r].try_wait().unwrap().is_some() {
+                break;
+            }
+            if t0.elapsed() > Duration::from_secs(25) {
+                let _ = kids[r].kill();
+                panic!("rank {r} still running 25 s after rank 1 froze");
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    let _ = kids[1].kill();
+    let _ = Command::new("kill").args(["-CONT", &pid]).status();
+    for (r, k) in kids.into_iter().enumerate() {
+        let o = k.wait_with_output().unwrap();
+        if r != 1 {
+            outs.push((r, o));
+        }
+    }
+    for (r, o) in outs {
+        assert!(!o.status.success(), "rank {r}");
+        let err = text(&o.stderr);
+        assert!(
+            err.contains("rank 1"),
+            "rank {r} must name the frozen rank: {err}"
+        );
+    }
+}
+
+#[test]
+fn too_small_sizes_are_refused_with_exit_2() {
+    let outs = job(
+        4,
+        &["alltoall", "-p", "shm", "-b", "8", "-e", "32"],
+        &[],
+        &[],
+    );
+    // Every rank finds it; the first to tell the others wins, so look at all of them.
+    assert!(outs.iter().all(|o| !o.status.success()));
+    assert!(outs.iter().any(|o| o.status.code() == Some(2)));
+    let err = text(&outs[0].stderr);
+    assert!(
+        err.contains("too small for 4 ranks") && err.contains("-e 64"),
+        "{err}"
+    );
+}
+
+#[test]
+fn pairs_names_the_slowed_rank_and_gates_on_min_bw() {
+    let dir = tmp("pairs");
+    let out = dir.join("r.jsonl");
+    let outs = job(
+        4,
+        &[
+            "pairs",
+            "-p",
+            "tcp",
+            "-b",
+            "64K",
+            "-e",
+            "64K",
+            "-n",
+            "5",
+            "-w",
+            "1",
+            "--window",
+            "8",
+            "--min-bw",
+            "1000000",
+            "--timeout",
+            "60",
+            "-o",
+            out.to_str().unwrap(),
+        ],
+        &[
+            ("EFABENCH_TEST_SLOW_RANK", "2"),
+            ("EFABENCH_TEST_SLOW_US", "30000"),
+        ],
+        &[],
+    );
+    let err = text(&outs[0].stderr);
+    assert_eq!(
+        outs[0].status.code(),
+        Some(1),
+        "--min-bw fails the run: {err}"
+    );
+    assert!(
+        err.contains("--min-bw 1000000: FAILED, 12 pair(s)"),
+        "{err}"
+    );
+    let suspect = err
+        .lines()
+        .find(|l| l.starts_with("# suspect at 65536 B"))
+        .unwrap_or_else(|| panic!("no suspect named: {err}"));
+    assert!(suspect.contains("rank 2 "), "{suspect}");
+    for healthy in ["rank 0 ", "rank 1 ", "rank 3 "] {
+        assert!(!suspect.contains(healthy), "{healthy}named: {suspect}");
+    }
+    assert!(err.contains("# outlier at 65536 B: 2 -> "), "{err}");
+    let recs = records(&out);
+    assert_eq!(recs.len(), 12, "every ordered pair of 4 ranks");
+    let mut pairs: Vec<(u64, u32)> = recs
+        .iter()
+        .map(|r| (r.extra["src"].as_u64().unwrap(), r.peer.unwrap()))
+        .collect();
+    pairs.sort();
+    pairs.dedup();
+    assert_eq!(pairs.len(), 12);
+    assert!(recs.iter().all(|r| r.errors == 0 && r.verified));
+    assert!(recs
+        .iter()
+        .all(|r| r.extra.get("src_nic") != Some(&Value::Null)));
+}
+
+#[test]
+fn pairs_one_at_a_time_covers_every_pair() {
+    let dir = tmp("pairs1");
+    let out = dir.join("r.jsonl");
+    let outs = job(
+        3,
+        &[
+            "pairs",
+            "-p",
+            "shm",
+            "-b",
+            "4K",
+            "-e",
+            "4K",
+            "-n",
+            "3",
+            "-w",
+            "1",
+            "--one-at-a-time",
+            "--min-bw",
+            "0",
+            "-o",
+            out.to_str().unwrap(),
+        ],
+        &[],
+        &[],
+    );
+    all_ok(&outs, "pairs --one-at-a-time");
+    let recs = records(&out);
+    assert_eq!(recs.len(), 6);
+    assert!(recs.iter().all(|r| r.extra["round"].is_null()));
+    assert!(text(&outs[0].stderr).contains("every pair passed"));
+}
