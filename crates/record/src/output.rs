@@ -412,7 +412,7 @@ fn header_block(r: &Record, key: &GroupKey) -> Vec<String> {
     h.push(latency_line(&key.lat_kind));
     if key.busbw {
         h.push(
-            "# bw: per-rank bandwidth = bytes this rank sends to all peers / time, in Gbps (10^9 bit/s); msg_rate in 10^6 messages/s"
+            "# bw: algbw = size (one rank's whole send buffer, its own chunk included) / time of the slowest rank, in Gbps (10^9 bit/s); msg_rate in 10^6 messages/s"
                 .to_string(),
         );
         h.push(match &key.busbw_def {
@@ -837,7 +837,7 @@ mod tests {
         let out = render(Format::Table, &[r]);
         assert!(out.contains("busbw(Gbps)"), "{out}");
         assert!(out.contains("# busbw: bw x (n-1)/n with n = world = 8"));
-        assert!(out.contains("# bw: per-rank bandwidth = bytes this rank sends to all peers"));
+        assert!(out.contains("# bw: algbw = size (one rank's whole send buffer"));
         assert!(out.contains("# Avg busbw: 70.00 Gbps"));
         let row = out.lines().find(|l| !l.starts_with('#')).unwrap();
         assert_eq!(
