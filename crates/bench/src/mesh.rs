@@ -390,10 +390,7 @@ impl Mesh {
 
     /// Copies `len` bytes of `send` at `from` into `recv` at `to` (this rank's own chunk).
     pub fn copy_local(&mut self, from: usize, to: usize, len: usize) -> MeshResult<()> {
-        self.scratch.resize(len, 0);
-        self.send
-            .read_at(from, &mut self.scratch)
-            .and_then(|_| self.recv.write_at(to, &self.scratch))
+        efabench_gpu::buffer::copy_between(&**self.send, from, &**self.recv, to, len)
             .map_err(|e| BenchError::failed(format!("copying the own chunk: {e}")))
     }
 
