@@ -162,6 +162,13 @@ impl Gpu {
         Ok(v != 0)
     }
 
+    /// One `cuDeviceGetAttribute` value of this GPU.
+    pub fn attribute(&self, a: sys::CUdevice_attribute) -> Result<i32, GpuError> {
+        // SAFETY: dev is a valid device and a is a valid attribute enum value.
+        unsafe { result::device::get_attribute(self.dev, a) }
+            .map_err(|e| from_driver("cuDeviceGetAttribute", e))
+    }
+
     /// Blocks until all work on this GPU is done.
     pub fn synchronize(&self) -> Result<(), GpuError> {
         self.bind()?;
@@ -202,6 +209,18 @@ impl Stream {
         // SAFETY: raw is a live stream of this context.
         unsafe { result::stream::synchronize(self.raw) }
             .map_err(|e| from_driver("cuStreamSynchronize", e))
+    }
+
+    /// Whether all work submitted to the stream has completed (`cuStreamQuery`), so a caller can
+    /// wait with a deadline instead of blocking in `synchronize`.
+    pub fn is_idle(&self) -> Result<bool, GpuError> {
+        self.gpu.bind()?;
+        // SAFETY: raw is a live stream of this context.
+        match unsafe { sys::cuStreamQuery(self.raw) } {
+            sys::CUresult::CUDA_SUCCESS => Ok(true),
+            sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+            r => check("cuStreamQuery", r).map(|_| false),
+        }
     }
 
     /// Copies `len` bytes between two device-visible addresses (UVA: local, peer-mapped or
@@ -325,6 +344,65 @@ impl Kernel {
         check("cuLaunchKernel", unsafe {
             sys::cuLaunchKernel(
                 self.func,
+                shape.grid,
+                1,
+                1,
+                shape.block,
+                1,
+                1,
+                0,
+                stream.raw(),
+                ptrs.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        })
+    }
+}
+
+/// The parameter block of one kernel: a `#[repr(C)]` struct passed by value as the kernel's only
+/// parameter, so a launch names its arguments by field instead of an untyped list.
+///
+/// # Safety
+/// The implementing type must be `#[repr(C)]` with exactly the layout of the CUDA struct the
+/// kernel takes by value (same field types, order and size).
+pub unsafe trait KernelParams: Copy + 'static {}
+
+/// A kernel bound to its parameter struct `P`.
+pub struct TypedKernel<P: KernelParams> {
+    kernel: Kernel,
+    _params: std::marker::PhantomData<fn(P)>,
+}
+
+impl<P: KernelParams> TypedKernel<P> {
+    /// Binds `kernel` to `P`.
+    ///
+    /// # Safety
+    /// The kernel's parameter list must be exactly one `P` by value.
+    pub unsafe fn bind(kernel: Kernel) -> Self {
+        TypedKernel {
+            kernel,
+            _params: std::marker::PhantomData,
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.kernel.name
+    }
+
+    /// Launches the kernel with `params`.
+    ///
+    /// # Safety
+    /// Every address in `params` must be valid for what the kernel does with it until the launch
+    /// completes.
+    pub unsafe fn launch(&self, stream: &Stream, shape: Shape, params: &P) -> Result<(), GpuError> {
+        self.kernel.gpu.bind()?;
+        let mut copy: P = *params;
+        let mut ptrs = [&mut copy as *mut P as *mut c_void];
+        // SAFETY: ptrs holds one pointer to a P that outlives the call (cuLaunchKernel copies
+        // the parameters before returning); bind's contract makes P the kernel's parameter.
+        check("cuLaunchKernel", unsafe {
+            sys::cuLaunchKernel(
+                self.kernel.func,
                 shape.grid,
                 1,
                 1,

@@ -25,6 +25,8 @@ pub enum Source {
     Ipc,
     /// `ipc_tma.cu`: efa_tma_push (sm_90 and newer).
     IpcTma,
+    /// `queue.cu`: efa_queue_fifo, efa_queue_vyukov (`efabench queue`).
+    Queue,
 }
 
 impl Source {
@@ -33,6 +35,7 @@ impl Source {
             Source::Buffer => "buffer.cu",
             Source::Ipc => "ipc.cu",
             Source::IpcTma => "ipc_tma.cu",
+            Source::Queue => "queue.cu",
         }
     }
     fn raw(self) -> &'static str {
@@ -40,6 +43,7 @@ impl Source {
             Source::Buffer => include_str!("../kernels/buffer.cu"),
             Source::Ipc => include_str!("../kernels/ipc.cu"),
             Source::IpcTma => include_str!("../kernels/ipc_tma.cu"),
+            Source::Queue => include_str!("../kernels/queue.cu"),
         }
     }
     /// The lowest compute capability the source compiles for.
@@ -206,7 +210,7 @@ mod tests {
     #[test]
     fn includes_are_expanded_and_the_constants_match_the_rust_pattern() {
         let rust = include_str!("../../bench/src/pattern.rs").replace('_', "");
-        for s in [Source::Buffer, Source::Ipc, Source::IpcTma] {
+        for s in [Source::Buffer, Source::Ipc, Source::IpcTma, Source::Queue] {
             let t = s.text();
             assert!(!t.contains("#include"), "{} still has an include", s.file());
             assert!(t.contains("efa_word"), "{}", s.file());

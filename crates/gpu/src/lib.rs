@@ -12,14 +12,17 @@
 //! * CUDA C kernels from `crates/gpu/kernels/`, compiled with NVRTC for the device's own
 //!   architecture and cached ([`kernels`]);
 //! * streams, CUDA-event timing and kernel launches ([`Stream`], [`Event`], [`Kernel`]);
-//! * CUDA IPC handles ([`ipc`]) for `efabench ipc`, and the NVML inventory ([`nvml`]).
+//! * CUDA IPC handles ([`ipc`]) for `efabench ipc`, and the NVML inventory ([`nvml`]);
+//! * the GPU->CPU command rings of `efabench queue` ([`queue`], with GDRCopy in [`gdr`]).
 
 pub mod buffer;
 pub mod driver;
 pub mod error;
+pub mod gdr;
 pub mod ipc;
 pub mod kernels;
 pub mod nvml;
+pub mod queue;
 
 /// The verification pattern, compiled from the benchmarks' own source file so the host side of
 /// this crate and the benchmarks can never disagree (the device copy is `kernels/pattern.cuh`).
@@ -30,7 +33,9 @@ pub use buffer::{
     alloc, alloc_registered, DeviceBuffer, GpuBuffer, HostBuffer, ManagedBuffer, MemKind,
     PinnedBuffer, RegisteredBuffer,
 };
-pub use driver::{device_count, driver, Event, Gpu, Kernel, Shape, Stream};
+pub use driver::{
+    device_count, driver, Event, Gpu, Kernel, KernelParams, Shape, Stream, TypedKernel,
+};
 pub use error::GpuError;
 
 /// What `--gpu` asks for.

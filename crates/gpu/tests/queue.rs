@@ -1,0 +1,275 @@
+//! The host side of the command rings, with a host thread standing in for the GPU: slot layout,
+//! lap parity over many wrap-arounds, several consumers, and verification that catches a dropped,
+//! doubled or torn command. Then, where a CUDA driver exists, one small point of every ring.
+
+use efabench_gpu::queue::{
+    consume_fifo, consume_vyukov, EndSignal, Errors, FifoView, Geometry, Mode, ProducerShape,
+    QueueConfig, RingKind, Verifier, VyukovView, TAIL_STRIDE,
+};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+const SALT: u64 = 0x51;
+
+fn words(n: usize) -> Vec<AtomicU64> {
+    (0..n).map(|_| AtomicU64::new(0)).collect()
+}
+
+/// What the host producer does to one command.
+#[derive(Clone, Copy, PartialEq)]
+enum Fault {
+    None,
+    /// Never pushed (but the producer counts it as pushed).
+    Drop,
+    /// Pushed twice.
+    Double,
+    /// The flag word is new but the pattern word is from another command.
+    Tear,
+}
+
+/// Pushes `per_producer` commands of each of `producers` producers (interleaved as warps would)
+/// into the ring, waiting for credits like the GPU does, with `fault` applied to (producer 1,
+/// seq 5). Returns the errors the consumers found and how many commands they took.
+fn run_fifo(
+    nslots_log2: u32,
+    consumers: u32,
+    producers: u64,
+    per_producer: u64,
+    fault: Fault,
+) -> (Errors, u64) {
+    let g = Geometry::new(nslots_log2, 2, consumers).unwrap();
+    let slots = words(2 * g.nslots() as usize);
+    let tails = words(TAIL_STRIDE * 4);
+    let view = FifoView {
+        slots: &slots,
+        tails: &tails,
+        geometry: g,
+        tails_write_combined: false,
+    };
+    let v = Verifier::new(producers, per_producer, SALT, consumers > 1);
+    let end = EndSignal::default();
+    let reports = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..consumers)
+            .map(|c| {
+                let (view, v, end) = (&view, &v, &end);
+                s.spawn(move || consume_fifo(view, c, v, end))
+            })
+            .collect();
+        let mut pos = 0u64;
+        let n = g.nslots();
+        let mut push = |seq: u64, p: u64, tear: bool| {
+            if pos >= n {
+                while view.tail(g.owner(pos - n)) <= pos - n {
+                    std::hint::spin_loop();
+                }
+            }
+            view.host_push(pos, seq, p, SALT);
+            if tear {
+                let i = (pos & (n - 1)) as usize;
+                slots[2 * i].store(
+                    efabench_gpu::queue::command_fst(seq + 1, p, SALT),
+                    Ordering::Relaxed,
+                );
+            }
+            pos += 1;
+        };
+        for seq in 0..per_producer {
+            for p in 0..producers {
+                let hit = p == 1 && seq == 5;
+                match fault {
+                    Fault::Drop if hit => {}
+                    Fault::Double if hit => {
+                        push(seq, p, false);
+                        push(seq, p, false);
+                    }
+                    Fault::Tear if hit => push(seq, p, true),
+                    _ => push(seq, p, false),
+                }
+            }
+        }
+        end.finish(pos);
+        hs.into_iter()
+            .map(|h| h.join().unwrap())
+            .collect::<Vec<_>>()
+    });
+    let mut e = Errors::default();
+    for r in &reports {
+        e.duplicated += r.duplicated;
+        e.torn += r.torn;
+        e.out_of_range += r.out_of_range;
+    }
+    v.finish(&vec![per_producer as u32; producers as usize], &mut e);
+    // Every consumer published a tail at its end.
+    for c in 0..consumers {
+        assert!(view.tail(c) >= g.first_owned(c));
+    }
+    (e, reports.iter().map(|r| r.consumed).sum())
+}
+
+#[test]
+fn every_command_arrives_once_across_many_laps() {
+    for consumers in 1..=4 {
+        // 16 slots, 3 x 200 commands: 37 laps, so the parity flips many times.
+        let (e, consumed) = run_fifo(4, consumers, 3, 200, Fault::None);
+        assert_eq!(e, Errors::default(), "{consumers} consumers");
+        assert_eq!(consumed, 600);
+    }
+}
+
+#[test]
+fn a_dropped_command_is_lost() {
+    for consumers in [1, 3] {
+        let (e, consumed) = run_fifo(4, consumers, 3, 20, Fault::Drop);
+        assert_eq!(e.lost, 1, "{e:?}");
+        assert_eq!(e.total(), 1);
+        assert_eq!(consumed, 59);
+    }
+}
+
+#[test]
+fn a_doubled_command_is_a_duplicate() {
+    for consumers in [1, 2] {
+        let (e, consumed) = run_fifo(4, consumers, 3, 20, Fault::Double);
+        assert_eq!(e.duplicated, 1, "{e:?}");
+        assert_eq!(e.total(), 1);
+        assert_eq!(consumed, 61);
+    }
+}
+
+#[test]
+fn a_torn_slot_is_caught() {
+    let (e, _) = run_fifo(5, 2, 4, 20, Fault::Tear);
+    assert_eq!((e.torn, e.total()), (1, 1), "{e:?}");
+}
+
+#[test]
+fn stale_slots_of_the_previous_lap_are_not_consumed() {
+    // One lap written, the consumer takes it; the same contents left in place must not be taken
+    // again on the next lap (the parity differs), so the consumer stops at the final head.
+    let g = Geometry::new(4, 2, 1).unwrap();
+    let slots = words(32);
+    let tails = words(TAIL_STRIDE);
+    let view = FifoView {
+        slots: &slots,
+        tails: &tails,
+        geometry: g,
+        tails_write_combined: false,
+    };
+    let v = Verifier::new(16, 2, SALT, false);
+    for p in 0..16 {
+        view.host_push(p, 0, p, SALT);
+    }
+    let end = EndSignal::default();
+    end.finish(16);
+    let r = consume_fifo(&view, 0, &v, &end);
+    assert_eq!(r.consumed, 16);
+    assert_eq!(view.tail(0), 16);
+    // Second lap: position 16 rewrites slot 0; slot 1 still holds lap 0's command, whose flag
+    // must not match lap 1's parity, so a consumer at position 17 waits instead of re-reading it.
+    view.host_push(16, 1, 0, SALT);
+    assert_eq!(
+        slots[1].load(Ordering::Relaxed) >> 63,
+        efabench_gpu::queue::lap_flag(16, 4)
+    );
+    assert_ne!(
+        slots[3].load(Ordering::Relaxed) >> 63,
+        efabench_gpu::queue::lap_flag(17, 4),
+        "stale slot must not look written for lap 1"
+    );
+}
+
+#[test]
+fn libefaxx_ring_delivers_everything_to_several_consumers() {
+    let mask = 7u64;
+    let cells = words(3 * 8);
+    let ctrl = words(64);
+    let view = VyukovView {
+        cells: &cells,
+        ctrl: &ctrl,
+        mask,
+    };
+    view.init();
+    let (producers, per) = (4u64, 50u64);
+    let v = Verifier::new(producers, per, SALT, true);
+    let end = EndSignal::default();
+    let reports = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..3)
+            .map(|_| {
+                let (view, v, end) = (&view, &v, &end);
+                s.spawn(move || consume_vyukov(view, v, end))
+            })
+            .collect();
+        let ps: Vec<_> = (0..producers)
+            .map(|p| {
+                let view = &view;
+                s.spawn(move || {
+                    for seq in 0..per {
+                        let fst = efabench_gpu::queue::command_fst(seq, p, SALT);
+                        let snd = efabench_gpu::queue::command_snd(seq, p, 0, 63);
+                        while !view.push(fst, snd) {
+                            std::hint::spin_loop();
+                        }
+                    }
+                })
+            })
+            .collect();
+        for p in ps {
+            p.join().unwrap();
+        }
+        end.finish(u64::MAX);
+        hs.into_iter()
+            .map(|h| h.join().unwrap())
+            .collect::<Vec<_>>()
+    });
+    let mut e = Errors::default();
+    for r in &reports {
+        e.duplicated += r.duplicated;
+        e.torn += r.torn;
+    }
+    v.finish(&[per as u32; 4], &mut e);
+    assert_eq!(e, Errors::default());
+    assert_eq!(reports.iter().map(|r| r.consumed).sum::<u64>(), 200);
+    assert_eq!(
+        ctrl[48].load(Ordering::Relaxed),
+        200,
+        "completed counts every pop"
+    );
+}
+
+#[test]
+fn every_ring_on_a_gpu_delivers_every_command() {
+    let gpu = match efabench_gpu::driver() {
+        Err(e) if e.is_no_driver() => {
+            println!("skipped: no CUDA driver");
+            return;
+        }
+        Err(e) => panic!("CUDA driver present but unusable: {e}"),
+        Ok(()) => efabench_gpu::Gpu::open(0).expect("GPU 0"),
+    };
+    for ring in RingKind::ALL {
+        if let Some(why) = efabench_gpu::queue::unavailable(&gpu, ring) {
+            println!("{why}");
+            continue;
+        }
+        for (shape, consumers, mode) in [
+            ("1x1", 1, Mode::Blocking),
+            ("1x32", 2, Mode::Nbi),
+            ("4x256", 3, Mode::Nbi),
+        ] {
+            let mut cfg = QueueConfig::new(
+                ring,
+                shape.parse::<ProducerShape>().unwrap(),
+                consumers,
+                mode,
+            );
+            cfg.commands = 1 << 14;
+            cfg.ring_log2 = 10;
+            let m = efabench_gpu::queue::measure(&gpu, &cfg).expect("measure");
+            println!("{ring} {shape} c{consumers} {mode}: {m:?}");
+            assert_eq!(m.errors.total(), 0, "{ring} {shape} {mode}: {:?}", m.errors);
+            assert_eq!(m.received, m.pushed);
+            if !m.truncated {
+                assert_eq!(m.pushed, m.producers * m.per_producer);
+            }
+        }
+    }
+}
