@@ -76,7 +76,10 @@ fn main() {
                     if let Ok(p) = std::env::var("POLL") {
                         cfg.tail_poll = p.parse().unwrap();
                     }
-                    cfg.poll_sleep_ns = std::env::var("SLEEP").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
+                    cfg.poll_sleep_ns = std::env::var("SLEEP")
+                        .ok()
+                        .and_then(|v| v.parse().ok())
+                        .unwrap_or(0);
                     cfg.salt = salt;
                     salt += 1;
                     cfg.cpus = cpus
