@@ -73,11 +73,16 @@ pub struct CmdTimes {
 /// What one proxy thread did in one point.
 #[derive(Clone, Debug, Default)]
 pub struct RailLog {
+    /// Stamps of commands `keep_from..expected` (the breakdown covers the last iterations only,
+    /// so memory stays bounded however many iterations run).
     pub times: Vec<CmdTimes>,
+    pub keep_from: u64,
     /// Batches posted (commands / batches = the mean `FI_MORE` batch).
     pub batches: u64,
     pub fence_drains: u64,
     pub max_in_flight: u64,
+    /// Commands posted.
+    pub commands: u64,
 }
 
 /// Runs one proxy thread on `rail` until `expected` commands (positions `start..start+expected`
@@ -90,12 +95,15 @@ pub fn serve(
     feed: Feed<'_>,
     start: u64,
     expected: u64,
+    keep_from: u64,
     tgt: &Target,
     cfg: &ProxyConfig,
     failed: &AtomicBool,
     health: &dyn Fn() -> Result<(), String>,
 ) -> Result<RailLog, String> {
-    let r = serve_inner(rail, ring, feed, start, expected, tgt, cfg, failed, health);
+    let r = serve_inner(
+        rail, ring, feed, start, expected, keep_from, tgt, cfg, failed, health,
+    );
     if r.is_err() {
         failed.store(true, Ordering::Release);
     }
@@ -109,15 +117,19 @@ fn serve_inner(
     feed: Feed<'_>,
     start: u64,
     expected: u64,
+    keep_from: u64,
     tgt: &Target,
     cfg: &ProxyConfig,
     failed: &AtomicBool,
     health: &dyn Fn() -> Result<(), String>,
 ) -> Result<RailLog, String> {
+    let keep_from = keep_from.min(expected);
     let mut log = RailLog {
-        times: vec![CmdTimes::default(); expected as usize],
+        times: vec![CmdTimes::default(); (expected - keep_from) as usize],
+        keep_from,
         ..RailLog::default()
     };
+    let mut dummy = CmdTimes::default();
     let data = |signal: u16| {
         CqData {
             source: tgt.my_rank,
@@ -172,8 +184,9 @@ fn serve_inner(
                     tgt.dst_rank
                 ));
             }
-            log.times[idx as usize].pop = realtime_ns();
-            log.times[idx as usize].signal = cmd.signal;
+            let t = stamp(&mut log.times, keep_from, idx, &mut dummy);
+            t.pop = realtime_ns();
+            t.signal = cmd.signal;
             batch.push(cmd);
         }
         let n = batch.len();
@@ -200,27 +213,35 @@ fn serve_inner(
                     cmd.remote_off
                 )
             })?;
-            log.times[idx as usize].post = realtime_ns();
+            stamp(&mut log.times, keep_from, idx, &mut dummy).post = realtime_ns();
         }
         if n > 0 {
             consumed += n as u64;
             inflight += n as u64;
+            log.commands += n as u64;
             log.batches += 1;
             log.max_in_flight = log.max_in_flight.max(inflight);
             ring.publish_tail(start + consumed);
         }
-        let k = rail
-            .poll(&mut out)
-            .map_err(|e| format!("proxy: a write failed: {e}"))?;
+        let k = rail.poll(&mut out).map_err(|e| {
+            // A dead peer is the likelier cause: say so when the job knows it.
+            let why = format!("proxy: a write to rank {} failed: {e}", tgt.dst_rank);
+            match health() {
+                Err(h) => format!("{h} ({why})"),
+                Ok(()) => why,
+            }
+        })?;
         for c in &out[..k] {
             if c.context == Completion::REMOTE_CQ_DATA {
                 continue;
             }
-            let t = log
-                .times
-                .get_mut(c.context as usize)
-                .ok_or_else(|| format!("proxy: completion of unknown context {}", c.context))?;
-            t.done = realtime_ns();
+            if c.context >= consumed {
+                return Err(format!(
+                    "proxy: completion of unknown context {}",
+                    c.context
+                ));
+            }
+            stamp(&mut log.times, keep_from, c.context, &mut dummy).done = realtime_ns();
             done += 1;
             inflight -= 1;
         }
@@ -252,6 +273,19 @@ fn serve_inner(
         }
     }
     Ok(log)
+}
+
+/// The stamps of command `idx`, or a scratch entry when it is before `keep_from`.
+fn stamp<'a>(
+    times: &'a mut [CmdTimes],
+    keep_from: u64,
+    idx: u64,
+    dummy: &'a mut CmdTimes,
+) -> &'a mut CmdTimes {
+    match idx.checked_sub(keep_from) {
+        Some(i) => &mut times[i as usize],
+        None => dummy,
+    }
 }
 
 /// The commands of one iteration: put `p` (`size` bytes at local and remote offset `p * size`,

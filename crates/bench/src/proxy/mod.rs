@@ -164,6 +164,15 @@ pub struct Proxy<'a> {
     setup: Option<Setup>,
 }
 
+/// The latency breakdown covers at most this many puts (the last iterations of a point), so
+/// memory stays bounded whatever `--iters` is.
+const STAGE_PUTS: u64 = 1 << 16;
+
+/// Timed iterations whose per-put stamps are kept (the last ones).
+fn kept_iters(s: &ProxySpec) -> u64 {
+    s.iters.min((STAGE_PUTS / s.puts as u64).max(1))
+}
+
 /// Ranks: rank 0 issues the puts, rank 1 is their target.
 const INITIATOR: u32 = 0;
 const TARGET: u32 = 1;
@@ -577,6 +586,7 @@ fn measure_initiator(
         }
     }
     let total_iters = s.warmup + s.iters;
+    let kept = kept_iters(s);
     let log2 = args.ring_slots.trailing_zeros();
     let cfg = ProxyConfig {
         batch: args.batch,
@@ -611,6 +621,7 @@ fn measure_initiator(
                         _ => Feed::Ring,
                     };
                     let expected = per_rail[r].len() as u64 * total_iters;
+                    let keep_from = per_rail[r].len() as u64 * (total_iters - kept);
                     let tgt = init.targets[r];
                     let (failed_flag, health, start) = (&failed_flag, health.clone(), starts[r]);
                     let cfg = &cfg;
@@ -624,6 +635,7 @@ fn measure_initiator(
                                 feed,
                                 start,
                                 expected,
+                                keep_from,
                                 &tgt,
                                 cfg,
                                 failed_flag,
@@ -713,6 +725,8 @@ fn measure_initiator(
                     };
                     if it >= s.warmup {
                         samples.push(t_ns);
+                    }
+                    if it >= total_iters - kept {
                         push_ns.extend(push);
                         quiet_ns.extend(quiet);
                     }
@@ -758,7 +772,7 @@ fn measure_initiator(
         }
     }
     // Per recorded put: pop and post of its first stripe, completion of its last.
-    let per_put_rec = s.iters as usize * s.puts as usize;
+    let per_put_rec = kept as usize * s.puts as usize;
     let mut pop = vec![u64::MAX; per_put_rec];
     let mut post = vec![u64::MAX; per_put_rec];
     let mut done = vec![0u64; per_put_rec];
@@ -767,17 +781,15 @@ fn measure_initiator(
     let mut fence_drains = 0u64;
     let mut max_in_flight = 0u64;
     for (r, log) in rail_logs.iter().enumerate() {
-        commands += log.times.len() as u64;
+        commands += log.commands;
         batches += log.batches;
         fence_drains += log.fence_drains;
         max_in_flight = max_in_flight.max(log.max_in_flight);
         let n = per_rail[r].len().max(1);
         for (i, t) in log.times.iter().enumerate() {
-            let it = (i / n) as u64;
-            if it < s.warmup {
-                continue;
-            }
-            let k = (it - s.warmup) as usize * s.puts as usize + t.signal as usize;
+            // Iteration among the kept ones.
+            let it = (log.keep_from as usize + i) / n - (total_iters - kept) as usize;
+            let k = it * s.puts as usize + t.signal as usize;
             if k < per_put_rec {
                 pop[k] = pop[k].min(t.pop);
                 post[k] = post[k].min(t.post);
@@ -843,7 +855,7 @@ fn measure_target(
     let sched = engine::schedule(s.puts, s.size, nrails, args.common.strategy, TARGET as u16);
     let stripes: Vec<u32> = sched.iter().map(|p| p.len() as u32).collect();
     let health = health_of(ctx);
-    let mut arrive_all = Vec::with_capacity(s.iters as usize * s.puts as usize);
+    let mut arrive_all = Vec::with_capacity(kept_iters(s) as usize * s.puts as usize);
     let mut errors = 0u64;
     let mut got = vec![0u8; s.puts as usize * s.size as usize];
     for it in 0..s.warmup + s.iters {
@@ -869,7 +881,7 @@ fn measure_target(
                 );
             }
         }
-        if it >= s.warmup {
+        if it >= s.warmup + s.iters - kept_iters(s) {
             arrive_all.extend(arrive);
         }
         ctx.bs.barrier().map_err(harness::from_bootstrap)?;
