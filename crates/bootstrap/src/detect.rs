@@ -88,6 +88,10 @@ pub mod vars {
     pub const LOCAL_RANK: &str = "EFABENCH_LOCAL_RANK";
     pub const RDZV: &str = "EFABENCH_RDZV";
     pub const JOB_TOKEN: &str = "EFABENCH_JOB_TOKEN";
+    /// `efabench launch`'s pid, for [`crate::launcher::die_with_launcher`].
+    pub const LAUNCHER_PID: &str = "EFABENCH_LAUNCHER_PID";
+    /// Loopback address where `efabench launch` hears that a rank joined its job.
+    pub const LAUNCH_CTL: &str = "EFABENCH_LAUNCH_CTL";
 }
 
 struct Launcher {

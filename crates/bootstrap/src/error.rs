@@ -98,6 +98,19 @@ fn secs(d: Duration) -> String {
     }
 }
 
+/// At most `max` characters of `s` (control characters dropped), with "..." when cut: user
+/// input echoed in a message must not make it long.
+pub(crate) fn shorten(s: &str, max: usize) -> String {
+    let clean: String = s.chars().filter(|c| !c.is_control()).collect();
+    if clean.chars().count() <= max {
+        clean
+    } else {
+        let mut cut: String = clean.chars().take(max).collect();
+        cut.push_str("...");
+        cut
+    }
+}
+
 /// Keep messages on one line whatever a peer sent us.
 fn one_line(s: &str) -> String {
     let line = s.lines().next().unwrap_or("");
@@ -152,11 +165,12 @@ impl fmt::Display for BootstrapError {
                 };
                 write!(
                     f,
-                    "{} timed out after {} waiting for {who} {}; they are alive but did not get \
-                     there (raise --timeout if they were still busy)",
+                    "{} timed out waiting for {who} {}: no rank made progress for {}; they are \
+                     alive (heartbeats arrive) but stuck, or busy in work that reports no \
+                     progress (raise --timeout if so)",
                     one_line(op),
-                    secs(*after),
-                    rank_list(waiting_for)
+                    rank_list(waiting_for),
+                    secs(*after)
                 )
             }
             BootstrapError::Connect { addr, detail } => write!(

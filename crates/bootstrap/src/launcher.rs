@@ -8,27 +8,92 @@
 //!   random `EFABENCH_JOB_TOKEN` so that a leftover rank of an earlier run cannot join);
 //! * passes rank 0's stdout through untouched (tables, JSON) and prefixes every rank's stderr
 //!   lines with `[rank r]`;
-//! * forwards SIGINT/SIGTERM to the ranks;
-//! * when a rank fails, gives the others `grace` to notice through the rendezvous and exit with
-//!   their own message (they name the dead rank), then SIGTERM, then SIGKILL 2 s later (a
-//!   stopped process only dies of SIGKILL);
+//! * forwards SIGINT/SIGTERM to the ranks, and SIGHUP (a closed terminal or ssh session) as
+//!   SIGTERM;
+//! * makes the ranks die with it even when it is killed with SIGKILL: it passes its pid in
+//!   `EFABENCH_LAUNCHER_PID`, and a rank that calls [`die_with_launcher`] at start-up asks the
+//!   kernel for SIGKILL when its parent dies (`PR_SET_PDEATHSIG`) and then checks that the
+//!   parent is still the launcher (it may have died before the request);
+//! * when a rank fails after the job started, gives the others `grace` to notice through the
+//!   rendezvous and exit with their own message (they name the dead rank), then SIGTERM, then
+//!   SIGKILL 2 s later (a stopped process only dies of SIGKILL). A rank that fails before it
+//!   joined the job cannot be noticed by the others (nobody knows it yet): launch stops them at
+//!   once instead of letting them wait out their timeout. Ranks tell launch that they joined
+//!   over a loopback socket (`EFABENCH_LAUNCH_CTL`, checked with the job token);
+//! * prints a failing rank's own output before its own summary line, so the first line is the
+//!   real error;
+//! * removes the files that libfabric's shm provider leaves in `/dev/shm` when a rank dies
+//!   without closing its endpoint (named `PID:UID:N` after the rank's pid, in libfabric 1.17 and
+//!   2.x alike), only for its own children's pids, once they are dead;
 //! * exits with the first failing rank's status (a bad option still exits 2), or 128 + signal
 //!   when a rank was killed by a signal, and says which.
 
 use std::ffi::OsString;
 use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::ExitStatusExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::detect::vars;
+use rustix::process::{Pid, Signal};
+
+use crate::detect::{vars, RankInfo};
 use crate::error::BootstrapError;
 
 /// Most ranks one `launch` starts (each is a process with a few threads).
 pub const MAX_LOCAL_RANKS: u32 = 1024;
+
+/// Options that place a rank in a job: `launch` sets them itself for every rank.
+const PLACEMENT_OPTIONS: &[&str] = &["--rank", "--world", "--rdzv"];
+
+/// Refuse a rank command that `launch` cannot run: not one of `benchmarks` (the CLI passes
+/// `efabench_bench::BENCHMARKS`, the one list of benchmark commands), or one that places itself
+/// (`--rank`, `--world`, `--rdzv`, also as `--rank=3`). The usage error is one line.
+pub fn check_rank_command(args: &[OsString], benchmarks: &[&str]) -> Result<(), BootstrapError> {
+    let first = args.first().map(|a| a.to_string_lossy().into_owned());
+    let name =
+        match first.as_deref() {
+            None | Some("") => return Err(BootstrapError::usage(
+                "launch needs the command every rank runs, e.g. `efabench launch -n 2 sendrecv`",
+            )),
+            Some(c) => c.to_string(),
+        };
+    if name.starts_with('-') {
+        return Err(BootstrapError::usage(format!(
+            "launch got option {} where the command should be; put launch's own options (-n, \
+             --timeout) before the command, e.g. `efabench launch -n 2 sendrecv {}`",
+            crate::error::shorten(&name, 40),
+            crate::error::shorten(&name, 40)
+        )));
+    }
+    if !benchmarks.contains(&name.as_str()) {
+        return Err(BootstrapError::usage(format!(
+            "launch starts benchmark ranks, and `{}` is not a benchmark; use one of {} (run \
+             other commands without launch)",
+            crate::error::shorten(&name, 40),
+            benchmarks.join(", ")
+        )));
+    }
+    for a in &args[1..] {
+        let a = a.to_string_lossy();
+        if a == "--" {
+            break;
+        }
+        let opt = a.split_once('=').map_or(a.as_ref(), |(o, _)| o);
+        if PLACEMENT_OPTIONS.contains(&opt) {
+            return Err(BootstrapError::usage(format!(
+                "launch places every rank itself, so the command must not have {opt}; remove \
+                 --rank, --world and --rdzv (use them only for ranks started by hand)"
+            )));
+        }
+    }
+    Ok(())
+}
 
 /// What to start and how.
 #[derive(Debug, Clone)]
@@ -45,72 +110,174 @@ pub struct LaunchOptions {
     pub env: Vec<(OsString, OsString)>,
 }
 
-static SIGNAL: AtomicI32 = AtomicI32::new(0);
-
-extern "C" fn on_signal(sig: libc::c_int) {
-    // Only an atomic store: async-signal-safe.
-    SIGNAL.store(sig, Ordering::SeqCst);
-}
-
-/// SIGINT/SIGTERM handlers for the launcher's lifetime; the previous ones come back on drop.
-struct SignalGuard {
-    old: Vec<(libc::c_int, libc::sighandler_t)>,
-}
-
-impl SignalGuard {
-    fn install() -> SignalGuard {
-        SIGNAL.store(0, Ordering::SeqCst);
-        let handler = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
-        let old = [libc::SIGINT, libc::SIGTERM]
-            .into_iter()
-            // SAFETY: `on_signal` only performs an atomic store, which is async-signal-safe;
-            // installing a handler has no other memory-safety requirement.
-            .map(|sig| (sig, unsafe { libc::signal(sig, handler) }))
-            .collect();
-        SignalGuard { old }
+/// Make this process die with the `efabench launch` that started it, even if launch is killed
+/// with SIGKILL (which it cannot pass on). Call it first thing in `main`; outside `launch`
+/// (no `EFABENCH_LAUNCHER_PID`) it does nothing.
+///
+/// It asks the kernel for SIGKILL when the parent dies (`prctl(PR_SET_PDEATHSIG)`, through
+/// rustix: no `unsafe`), then closes the race with a launcher that died before that request:
+/// if the parent is no longer the launcher, this rank exits at once (status 1, one line).
+/// (The kernel sends the signal when the *thread* that started the rank ends, which is why
+/// [`launch`] starts the ranks from the thread that then waits for them.)
+pub fn die_with_launcher() {
+    let Some(launcher) = std::env::var(vars::LAUNCHER_PID)
+        .ok()
+        .and_then(|v| v.trim().parse::<i32>().ok())
+    else {
+        return;
+    };
+    if let Err(e) = rustix::process::set_parent_process_death_signal(Some(Signal::KILL)) {
+        eprintln!("efabench: cannot ask to die with efabench launch ({e}); continuing");
+        return;
+    }
+    if Pid::as_raw(rustix::process::getppid()) != launcher {
+        eprintln!("efabench: efabench launch (pid {launcher}) is gone; this rank exits");
+        std::process::exit(1);
     }
 }
 
-impl Drop for SignalGuard {
-    fn drop(&mut self) {
-        for &(sig, old) in &self.old {
-            if old != libc::SIG_ERR {
-                // SAFETY: restores the handler `signal` returned for this signal earlier.
-                unsafe { libc::signal(sig, old) };
+/// Tell `efabench launch` (if it started us) that this rank joined its job. Called by
+/// [`crate::Bootstrap::connect`] once every rank is connected; best effort and bounded.
+pub(crate) fn report_joined(info: &RankInfo) {
+    let (Some(addr), Some(token)) = (std::env::var(vars::LAUNCH_CTL).ok(), info.token.as_ref())
+    else {
+        return;
+    };
+    let Ok(addr) = addr.parse::<std::net::SocketAddr>() else {
+        return;
+    };
+    if !addr.ip().is_loopback() {
+        return;
+    }
+    if let Ok(mut s) = TcpStream::connect_timeout(&addr, Duration::from_millis(500)) {
+        let _ = s.set_write_timeout(Some(Duration::from_millis(500)));
+        let _ = s.write_all(format!("joined {} {token}\n", info.rank).as_bytes());
+    }
+}
+
+/// Launch's side of [`report_joined`]: marks `joined[rank]` for every valid message.
+fn control_loop(
+    listener: TcpListener,
+    token: String,
+    joined: Arc<Vec<AtomicBool>>,
+    stop: Arc<AtomicBool>,
+) {
+    while !stop.load(Ordering::Acquire) {
+        let s = match listener.accept() {
+            Ok((s, _)) => s,
+            Err(_) => {
+                std::thread::sleep(Duration::from_millis(5));
+                continue;
+            }
+        };
+        let _ = s.set_nonblocking(false);
+        let _ = s.set_read_timeout(Some(Duration::from_millis(200)));
+        let mut buf = Vec::new();
+        let _ = s.take(128).read_to_end(&mut buf);
+        let msg = String::from_utf8_lossy(&buf);
+        let mut words = msg.split_whitespace();
+        if let (Some("joined"), Some(rank), Some(t)) = (words.next(), words.next(), words.next()) {
+            if t == token {
+                if let Some(flag) = rank.parse::<usize>().ok().and_then(|r| joined.get(r)) {
+                    flag.store(true, Ordering::Release);
+                }
             }
         }
     }
 }
 
-fn send_signal(child: &Child, sig: libc::c_int) {
-    if let Ok(pid) = libc::pid_t::try_from(child.id()) {
-        // SAFETY: plain kill(2) on a child we spawned and have not reaped yet (the caller only
-        // signals children whose exit status has not been collected, so the pid is still ours).
-        unsafe { libc::kill(pid, sig) };
+/// The signal launch received (0 when none): set by signal-hook's async-signal-safe handler.
+struct SignalGuard {
+    got: Arc<AtomicUsize>,
+    ids: Vec<signal_hook::SigId>,
+}
+
+impl SignalGuard {
+    fn install() -> SignalGuard {
+        let got = Arc::new(AtomicUsize::new(0));
+        let ids = [Signal::INT, Signal::TERM, Signal::HUP]
+            .into_iter()
+            .filter_map(|sig| {
+                let n = sig.as_raw();
+                signal_hook::flag::register_usize(n, got.clone(), n as usize).ok()
+            })
+            .collect();
+        SignalGuard { got, ids }
     }
+    fn take(&self) -> i32 {
+        self.got.swap(0, Ordering::SeqCst) as i32
+    }
+}
+
+impl Drop for SignalGuard {
+    fn drop(&mut self) {
+        for id in self.ids.drain(..) {
+            signal_hook::low_level::unregister(id);
+        }
+    }
+}
+
+fn send_signal(child: &Child, sig: Signal) {
+    if let Some(pid) = i32::try_from(child.id()).ok().and_then(Pid::from_raw) {
+        // Only children whose exit status was not collected yet are signalled, so the pid is
+        // still ours.
+        let _ = rustix::process::kill_process(pid, sig);
+    }
+}
+
+/// Remove the shm provider's files of a dead rank: `/dev/shm/PID:UID:N` (libfabric names an
+/// endpoint's region `fi_shm://PID` + `:UID:N` and opens it without the prefix; 1.17 and 2.x
+/// alike), only files that we own. Returns how many were removed.
+pub fn remove_shm_files_of(pid: u32, dir: &Path) -> usize {
+    let uid = rustix::process::getuid().as_raw();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    let mut removed = 0;
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let mut parts = name.split(':');
+        let ours = parts.next() == Some(pid.to_string().as_str())
+            && parts.next() == Some(uid.to_string().as_str())
+            && parts
+                .next()
+                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+            && parts.next().is_none();
+        let owned = entry
+            .metadata()
+            .is_ok_and(|m| m.is_file() && m.uid() == uid);
+        if ours && owned && std::fs::remove_file(entry.path()).is_ok() {
+            removed += 1;
+        }
+    }
+    removed
 }
 
 /// "SIGKILL" for 9, and so on.
 pub fn signal_name(sig: i32) -> String {
-    let name = match sig {
-        libc::SIGHUP => "SIGHUP",
-        libc::SIGINT => "SIGINT",
-        libc::SIGQUIT => "SIGQUIT",
-        libc::SIGILL => "SIGILL",
-        libc::SIGTRAP => "SIGTRAP",
-        libc::SIGABRT => "SIGABRT",
-        libc::SIGBUS => "SIGBUS",
-        libc::SIGFPE => "SIGFPE",
-        libc::SIGKILL => "SIGKILL",
-        libc::SIGSEGV => "SIGSEGV",
-        libc::SIGPIPE => "SIGPIPE",
-        libc::SIGALRM => "SIGALRM",
-        libc::SIGTERM => "SIGTERM",
-        libc::SIGUSR1 => "SIGUSR1",
-        libc::SIGUSR2 => "SIGUSR2",
-        _ => return format!("signal {sig}"),
-    };
-    name.to_string()
+    const NAMES: [(Signal, &str); 16] = [
+        (Signal::HUP, "SIGHUP"),
+        (Signal::INT, "SIGINT"),
+        (Signal::QUIT, "SIGQUIT"),
+        (Signal::ILL, "SIGILL"),
+        (Signal::TRAP, "SIGTRAP"),
+        (Signal::ABORT, "SIGABRT"),
+        (Signal::BUS, "SIGBUS"),
+        (Signal::FPE, "SIGFPE"),
+        (Signal::KILL, "SIGKILL"),
+        (Signal::SEGV, "SIGSEGV"),
+        (Signal::PIPE, "SIGPIPE"),
+        (Signal::ALARM, "SIGALRM"),
+        (Signal::TERM, "SIGTERM"),
+        (Signal::USR1, "SIGUSR1"),
+        (Signal::USR2, "SIGUSR2"),
+        (Signal::STOP, "SIGSTOP"),
+    ];
+    NAMES
+        .iter()
+        .find(|(s, _)| s.as_raw() == sig)
+        .map_or_else(|| format!("signal {sig}"), |(_, n)| n.to_string())
 }
 
 /// "exited with status 2" / "was killed by signal 9 (SIGKILL)".
@@ -202,6 +369,14 @@ fn pump(rank: u32, mut from: impl Read) {
     }
 }
 
+/// Wait (at most `limit`) until a pump thread has copied everything its rank wrote.
+fn drain(pump: Option<&JoinHandle<()>>, limit: Duration) {
+    let until = Instant::now() + limit;
+    while pump.is_some_and(|p| !p.is_finished()) && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
 /// Start the ranks, wait for them, and return the job's exit code.
 pub fn launch(opts: &LaunchOptions) -> Result<i32, BootstrapError> {
     if opts.ranks == 0 || opts.ranks > MAX_LOCAL_RANKS {
@@ -213,9 +388,30 @@ pub fn launch(opts: &LaunchOptions) -> Result<i32, BootstrapError> {
     let n = opts.ranks;
     let rdzv = format!("127.0.0.1:{}", free_port()?);
     let token = random_token();
-    let _signals = SignalGuard::install();
+    let signals = SignalGuard::install();
+    // Where ranks say that they joined the job (see `report_joined`).
+    let joined: Arc<Vec<AtomicBool>> = Arc::new((0..n).map(|_| AtomicBool::new(false)).collect());
+    let stop_ctl = Arc::new(AtomicBool::new(false));
+    let ctl = TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.set_nonblocking(true).map(|()| l))
+        .and_then(|l| l.local_addr().map(|a| (l, a)))
+        .map_err(|e| BootstrapError::Io(format!("cannot open launch's control socket: {e}")))?;
+    let ctl_addr = ctl.1.to_string();
+    {
+        let (token, joined, stop) = (token.clone(), joined.clone(), stop_ctl.clone());
+        std::thread::Builder::new()
+            .name("launch-ctl".into())
+            .spawn(move || control_loop(ctl.0, token, joined, stop))
+            .map_err(|e| BootstrapError::Io(format!("cannot start a launch thread: {e}")))?;
+    }
     let mut children: Vec<Child> = Vec::with_capacity(n as usize);
-    let mut pumps: Vec<JoinHandle<()>> = Vec::new();
+    let mut pumps: Vec<Option<JoinHandle<()>>> = Vec::new();
+    let stop_all = |children: &mut Vec<Child>| {
+        for c in children.iter_mut() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    };
     for r in 0..n {
         let mut cmd = Command::new(&opts.program);
         cmd.args(&opts.args)
@@ -225,6 +421,8 @@ pub fn launch(opts: &LaunchOptions) -> Result<i32, BootstrapError> {
             .env(vars::LOCAL_RANK, r.to_string())
             .env(vars::RDZV, &rdzv)
             .env(vars::JOB_TOKEN, &token)
+            .env(vars::LAUNCHER_PID, std::process::id().to_string())
+            .env(vars::LAUNCH_CTL, &ctl_addr)
             .stdin(Stdio::null())
             .stdout(if r == 0 {
                 Stdio::inherit()
@@ -235,25 +433,22 @@ pub fn launch(opts: &LaunchOptions) -> Result<i32, BootstrapError> {
         let mut child = match cmd.spawn() {
             Ok(c) => c,
             Err(e) => {
-                for c in &mut children {
-                    let _ = c.kill();
-                    let _ = c.wait();
-                }
+                stop_all(&mut children);
+                stop_ctl.store(true, Ordering::Release);
                 return Err(BootstrapError::Io(format!(
                     "cannot start rank {r} ({}): {e}",
                     opts.program.display()
                 )));
             }
         };
-        if let Some(err) = child.stderr.take() {
-            match std::thread::Builder::new()
+        let pump_thread = child.stderr.take().and_then(|err| {
+            std::thread::Builder::new()
                 .name(format!("rank{r}-stderr"))
                 .spawn(move || pump(r, err))
-            {
-                Ok(h) => pumps.push(h),
-                Err(e) => note(&format!("cannot copy rank {r}'s stderr: {e}")),
-            }
-        }
+                .map_err(|e| note(&format!("cannot copy rank {r}'s stderr: {e}")))
+                .ok()
+        });
+        pumps.push(pump_thread);
         children.push(child);
     }
 
@@ -264,15 +459,23 @@ pub fn launch(opts: &LaunchOptions) -> Result<i32, BootstrapError> {
     let mut kill_at: Option<Instant> = None;
     loop {
         // Signals first, so that ranks ended by the same Ctrl-C are not taken for a failure.
-        let sig = SIGNAL.swap(0, Ordering::SeqCst);
+        let sig = signals.take();
         if sig != 0 {
+            // SIGHUP (terminal or session gone) is passed on as SIGTERM: the ranks' libraries
+            // clean up on SIGTERM, and a rank must not outlive its launcher.
+            let pass = if sig == Signal::HUP.as_raw() {
+                Signal::TERM
+            } else {
+                Signal::from_named_raw(sig).unwrap_or(Signal::TERM)
+            };
             if signalled.is_some() {
                 // A second Ctrl-C: no more patience.
                 kill_at = Some(Instant::now());
             } else {
                 note(&format!(
-                    "received {}; passing it on to the ranks",
-                    signal_name(sig)
+                    "received {}; passing {} on to the ranks",
+                    signal_name(sig),
+                    signal_name(pass.as_raw())
                 ));
                 signalled = Some(sig);
                 kill_at = Some(Instant::now() + opts.grace);
@@ -280,7 +483,7 @@ pub fn launch(opts: &LaunchOptions) -> Result<i32, BootstrapError> {
             // Ranks already reaped are skipped: their pids may have been reused.
             for (r, c) in children.iter().enumerate() {
                 if status[r].is_none() {
-                    send_signal(c, sig);
+                    send_signal(c, pass);
                 }
             }
         }
@@ -304,8 +507,14 @@ pub fn launch(opts: &LaunchOptions) -> Result<i32, BootstrapError> {
         if first.is_none() && signalled.is_none() {
             if let Some(&(r, st)) = ended.iter().find(|(_, st)| !st.success()) {
                 first = Some((r, st));
+                // Its own words first: they are the real error, ours is the summary.
+                drain(pumps[r as usize].as_ref(), Duration::from_millis(500));
+                let before_join = !joined[r as usize].load(Ordering::Acquire);
                 let tail = if running.is_empty() {
                     String::new()
+                } else if before_join {
+                    // Nobody can learn of it through the rendezvous: do not wait for them.
+                    "; it had not joined the job yet, so the other ranks are stopped now".into()
                 } else {
                     format!(
                         "; stopping the other ranks (they get {:.0} s to exit)",
@@ -313,7 +522,11 @@ pub fn launch(opts: &LaunchOptions) -> Result<i32, BootstrapError> {
                     )
                 };
                 note(&format!("rank {r} {}{tail}", describe_status(st)));
-                term_at = Some(Instant::now() + opts.grace);
+                term_at = Some(if before_join {
+                    Instant::now()
+                } else {
+                    Instant::now() + opts.grace
+                });
             }
         }
         if running.is_empty() {
@@ -324,13 +537,15 @@ pub fn launch(opts: &LaunchOptions) -> Result<i32, BootstrapError> {
             term_at = None;
             kill_at = Some(now + Duration::from_secs(2));
             let (r, _) = first.unwrap_or((0, ExitStatus::from_raw(0)));
-            note(&format!(
-                "rank(s) {} still running {:.0} s after rank {r} failed; sending SIGTERM",
-                crate::error::rank_list(&running),
-                opts.grace.as_secs_f64()
-            ));
+            if joined[r as usize].load(Ordering::Acquire) {
+                note(&format!(
+                    "rank(s) {} still running {:.0} s after rank {r} failed; sending SIGTERM",
+                    crate::error::rank_list(&running),
+                    opts.grace.as_secs_f64()
+                ));
+            }
             for &r in &running {
-                send_signal(&children[r as usize], libc::SIGTERM);
+                send_signal(&children[r as usize], Signal::TERM);
             }
         }
         if kill_at.is_some_and(|t| now >= t) {
@@ -341,7 +556,15 @@ pub fn launch(opts: &LaunchOptions) -> Result<i32, BootstrapError> {
         }
         std::thread::sleep(Duration::from_millis(10));
     }
-    for p in pumps {
+    stop_ctl.store(true, Ordering::Release);
+    // Ranks that did not end cleanly may have left their shm regions behind.
+    let shm = Path::new("/dev/shm");
+    for (c, st) in children.iter().zip(&status) {
+        if !st.is_some_and(|s| s.success()) {
+            remove_shm_files_of(c.id(), shm);
+        }
+    }
+    for p in pumps.into_iter().flatten() {
         let _ = p.join();
     }
     Ok(match (first, signalled) {
@@ -357,12 +580,89 @@ mod tests {
 
     #[test]
     fn statuses_are_described_and_mapped_like_a_shell() {
-        let killed = ExitStatus::from_raw(libc::SIGKILL);
+        let killed = ExitStatus::from_raw(Signal::KILL.as_raw());
         assert_eq!(describe_status(killed), "was killed by signal 9 (SIGKILL)");
         assert_eq!(exit_code(killed), 137);
         let two = ExitStatus::from_raw(2 << 8);
         assert_eq!(describe_status(two), "exited with status 2");
         assert_eq!(exit_code(two), 2);
+    }
+
+    #[test]
+    fn signal_names() {
+        assert_eq!(signal_name(Signal::HUP.as_raw()), "SIGHUP");
+        assert_eq!(signal_name(Signal::TERM.as_raw()), "SIGTERM");
+        assert_eq!(signal_name(77), "signal 77");
+    }
+
+    fn os(v: &[&str]) -> Vec<OsString> {
+        v.iter().map(OsString::from).collect()
+    }
+
+    const BENCHES: &[&str] = &["sendrecv", "write", "read", "alltoall"];
+
+    #[test]
+    fn only_benchmarks_without_placement_options_are_launched() {
+        for ok in [
+            &["sendrecv"][..],
+            &["write", "-b", "8", "--check"],
+            &["read", "--timeout", "3"],
+            &["alltoall"],
+            &["sendrecv", "--", "--rank", "3"],
+        ] {
+            check_rank_command(&os(ok), BENCHES).unwrap_or_else(|e| panic!("{ok:?}: {e}"));
+        }
+        for (bad, words) in [
+            (&["sendrecv", "--rank", "3"][..], "must not have --rank"),
+            (&["write", "--world=4"], "must not have --world"),
+            (
+                &["read", "-b", "8", "--rdzv", "h:1"],
+                "must not have --rdzv",
+            ),
+            (&["plot", "x.jsonl"], "`plot` is not a benchmark"),
+            (&["doctor"], "`doctor` is not a benchmark"),
+            (&["launch", "-n", "2"], "`launch` is not a benchmark"),
+            (&["-n", "2"], "option -n where the command should be"),
+            (&[], "needs the command"),
+        ] {
+            let e = check_rank_command(&os(bad), BENCHES).unwrap_err();
+            assert!(e.is_usage(), "{bad:?}");
+            let m = e.to_string();
+            assert!(m.contains(words), "{bad:?}: {m}");
+            assert!(!m.contains('\n'));
+        }
+        let long = "x".repeat(100_000);
+        let m = check_rank_command(&os(&[&long]), BENCHES)
+            .unwrap_err()
+            .to_string();
+        assert!(m.len() < 300, "{}", m.len());
+    }
+
+    #[test]
+    fn only_a_dead_childs_own_shm_files_are_removed() {
+        let dir = std::env::temp_dir().join(format!("efabench-shm-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let uid = rustix::process::getuid().as_raw();
+        let mine = [format!("4242:{uid}:0"), format!("4242:{uid}:17")];
+        let others = [
+            format!("42421:{uid}:0"),
+            format!("4242:{}:0", uid + 1),
+            format!("4242:{uid}:0:extra"),
+            format!("4242:{uid}:"),
+            "4242".to_string(),
+            format!("x4242:{uid}:0"),
+        ];
+        for f in mine.iter().chain(&others) {
+            std::fs::write(dir.join(f), b"x").unwrap();
+        }
+        assert_eq!(remove_shm_files_of(4242, &dir), 2);
+        for f in &mine {
+            assert!(!dir.join(f).exists(), "{f}");
+        }
+        for f in &others {
+            assert!(dir.join(f).exists(), "{f}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -9,14 +9,23 @@
 //!   or the launcher's environment (the [`mod@detect`] module docs list the order);
 //! * [`Bootstrap`] is a TCP rendezvous served by rank 0: all-gather, barrier, gather, broadcast
 //!   and abort, with heartbeats so that a dead or frozen rank is named on every rank within the
-//!   timeout, and [`Bootstrap::check`] for data-path loops;
-//! * [`launcher`] starts N local ranks (`efabench launch`) and ends the job when one fails.
+//!   timeout, and [`Bootstrap::check`] for data-path loops; [`Bootstrap::progress`] (ticks that
+//!   keep collective waits from timing out while the job moves), [`Bootstrap::check_same`]
+//!   (every rank started with the same options), [`Bootstrap::arm_watchdog`] (end a process
+//!   stuck in the fabric library after the job failed) and [`Bootstrap::failure_within`] (the
+//!   real cause behind a data-path timeout);
+//! * [`launcher`] starts N local ranks (`efabench launch`) and ends the job when one fails;
+//!   [`die_with_launcher`] makes a rank die with it.
 //!
-//! Only std and libc (for signals) are used: blocking sockets and threads, no async runtime.
+//! Blocking sockets and threads, no async runtime; signals, `prctl` and `kill` go through
+//! `rustix` and `signal-hook`, so this crate has no `unsafe` code at all.
+
+#![forbid(unsafe_code)]
 
 pub mod detect;
 mod error;
 pub mod launcher;
+pub use launcher::die_with_launcher;
 mod rendezvous;
 pub mod wire;
 
@@ -24,4 +33,4 @@ pub use detect::{
     detect, detect_from_process_env, expand_hostlist, first_host, LaunchFlags, RankInfo,
 };
 pub use error::BootstrapError;
-pub use rendezvous::{Bootstrap, Health};
+pub use rendezvous::{Bootstrap, Health, ProgressHandle};

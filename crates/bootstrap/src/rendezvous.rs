@@ -24,9 +24,10 @@
 //! [`wire::MAX_HELLO`] bytes and a few seconds, the number of strangers being served at once is
 //! capped, and a refusal never touches the job's state.
 
+use std::collections::VecDeque;
 use std::io::{self, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -90,6 +91,10 @@ struct Round {
 
 struct HubState {
     peers: Vec<Option<Peer>>,
+    /// The last progress count each rank's heartbeat carried (index 0: rank 0's own counter).
+    progress_seen: Vec<u64>,
+    /// When rank 0 last received anything from each rank (heartbeat or message).
+    last_heard: Vec<Option<Instant>>,
     connected: u32,
     next_seq: u64,
     round: Option<Round>,
@@ -99,6 +104,10 @@ struct HubState {
 #[derive(Default)]
 struct State {
     failure: Option<BootstrapError>,
+    /// Last time the job moved: at rank 0, some rank's progress count grew or a collective
+    /// contribution arrived; at the other ranks, rank 0 said so in its heartbeat or a result came.
+    /// Collective waits time out only after `timeout` without any of this.
+    activity_at: Option<Instant>,
     started: bool,
     /// Result of the last completed collective for this process: (seq, payload).
     result: Option<(u64, Vec<u8>)>,
@@ -116,8 +125,16 @@ struct Shared {
     token: String,
     timeout: Duration,
     heartbeat: Duration,
-    pending: AtomicUsize,
+    /// Connections that have not presented a valid hello yet, oldest first.
+    strangers: Mutex<Strangers>,
     writers: Mutex<Vec<JoinHandle<()>>>,
+    /// This process's progress count, bumped by [`ProgressHandle::tick`]; a rank's heartbeats
+    /// carry it to rank 0.
+    progress: Arc<AtomicU64>,
+    /// Rank 0: a count bumped whenever the job moved (any rank's progress or a contribution);
+    /// its heartbeats carry it to the other ranks. Elsewhere: the last value rank 0 sent.
+    job_activity: AtomicU64,
+    watchdog_armed: AtomicBool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -166,9 +183,18 @@ impl Shared {
             token,
             timeout,
             heartbeat: heartbeat_for(timeout),
-            pending: AtomicUsize::new(0),
+            strangers: Mutex::new(Strangers::default()),
             writers: Mutex::new(Vec::new()),
+            progress: Arc::new(AtomicU64::new(0)),
+            job_activity: AtomicU64::new(0),
+            watchdog_armed: AtomicBool::new(false),
         }
+    }
+
+    /// The job moved (caller holds the state lock).
+    fn mark_activity(&self, st: &mut State) {
+        st.activity_at = Some(Instant::now());
+        self.job_activity.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Record the first failure; at rank 0 also tell every connected rank.
@@ -207,13 +233,35 @@ impl Shared {
     }
 }
 
+/// What a heartbeat carries: a rank's own progress count (to rank 0), or rank 0's count of
+/// job activity (to the other ranks).
+#[derive(Clone, Copy)]
+enum Beat {
+    OwnProgress,
+    JobActivity,
+}
+
 /// Writer thread: sends queued frames, and a heartbeat whenever nothing was sent for a period.
-fn writer_loop(shared: Arc<Shared>, mut stream: TcpStream, rx: Receiver<Out>, peer: u32) {
-    let heartbeat = Arc::new(wire::frame(wire::T_HEARTBEAT, &[]));
+fn writer_loop(
+    shared: Arc<Shared>,
+    mut stream: TcpStream,
+    rx: Receiver<Out>,
+    peer: u32,
+    beat: Beat,
+) {
     loop {
         let item = match rx.recv_timeout(shared.heartbeat) {
             Ok(item) => item,
-            Err(RecvTimeoutError::Timeout) => Out::Frame(heartbeat.clone()),
+            Err(RecvTimeoutError::Timeout) => {
+                let count = match beat {
+                    Beat::OwnProgress => shared.progress.load(Ordering::Relaxed),
+                    Beat::JobActivity => shared.job_activity.load(Ordering::Relaxed),
+                };
+                Out::Frame(Arc::new(wire::frame(
+                    wire::T_HEARTBEAT,
+                    &count.to_le_bytes(),
+                )))
+            }
             Err(RecvTimeoutError::Disconnected) => break,
         };
         match item {
@@ -323,6 +371,8 @@ fn start_hub(info: &RankInfo, rdzv: &str, timeout: Duration) -> Result<Bootstrap
     ));
     lock(&shared.state).hub = Some(HubState {
         peers: (0..info.world).map(|_| None).collect(),
+        progress_seen: vec![0; info.world as usize],
+        last_heard: vec![None; info.world as usize],
         connected: 0,
         next_seq: 1,
         round: None,
@@ -367,8 +417,62 @@ fn start_hub(info: &RankInfo, rdzv: &str, timeout: Duration) -> Result<Bootstrap
     Ok(b)
 }
 
+/// Unauthenticated connections being served, so that a flood of idle ones cannot lock a real
+/// rank out: when the cap is reached the *oldest* stranger is cut off (a real rank sends its
+/// hello right after connecting, so it is never the oldest for long), and every stranger has
+/// [`HELLO_DEADLINE`] in all to present its hello.
+#[derive(Default)]
+struct Strangers {
+    next_id: u64,
+    list: VecDeque<(u64, TcpStream)>,
+}
+
+/// Most strangers served at once, on top of the world size.
+const STRANGERS_OVER_WORLD: usize = 64;
+/// Longest time a connection may take to send its whole hello (bounded by the timeout too).
+const HELLO_DEADLINE: Duration = Duration::from_secs(5);
+
+impl Strangers {
+    /// Register a new stranger, cutting off the oldest when `cap` are already waiting.
+    fn admit(&mut self, stream: &TcpStream, cap: usize) -> Option<u64> {
+        while self.list.len() >= cap.max(1) {
+            if let Some((_, oldest)) = self.list.pop_front() {
+                let _ = oldest.shutdown(Shutdown::Both);
+            }
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        self.list.push_back((id, stream.try_clone().ok()?));
+        Some(id)
+    }
+    /// Stop tracking `id`; false if it had been cut off already.
+    fn forget(&mut self, id: u64) -> bool {
+        let before = self.list.len();
+        self.list.retain(|(i, _)| *i != id);
+        self.list.len() != before
+    }
+}
+
+/// Reads that all end by one deadline, however slowly the bytes trickle in.
+struct DeadlineReader<'a> {
+    stream: &'a TcpStream,
+    deadline: Instant,
+}
+
+impl io::Read for DeadlineReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::Error::new(io::ErrorKind::TimedOut, "hello deadline"));
+        }
+        self.stream.set_read_timeout(Some(left))?;
+        let mut s = self.stream;
+        io::Read::read(&mut s, buf)
+    }
+}
+
 fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
-    let cap = shared.world as usize + 64;
+    let cap = shared.world as usize + STRANGERS_OVER_WORLD;
     for conn in listener.incoming() {
         if shared.closing.load(Ordering::Acquire) {
             break;
@@ -381,20 +485,19 @@ fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
                 continue;
             }
         };
-        if shared.pending.fetch_add(1, Ordering::AcqRel) >= cap {
-            shared.pending.fetch_sub(1, Ordering::AcqRel);
-            continue; // dropped: too many strangers at once
-        }
+        let Some(id) = lock(&shared.strangers).admit(&stream, cap) else {
+            continue;
+        };
         let s = shared.clone();
         let spawned = shared.spawn("rdzv-peer".into(), move || {
-            let who = handshake(&s, stream);
-            s.pending.fetch_sub(1, Ordering::AcqRel);
+            let who = handshake(&s, stream, id);
+            lock(&s.strangers).forget(id);
             if let Some((rank, stream)) = who {
                 hub_reader(&s, rank, stream);
             }
         });
         if spawned.is_err() {
-            shared.pending.fetch_sub(1, Ordering::AcqRel);
+            lock(&shared.strangers).forget(id);
         }
     }
 }
@@ -407,12 +510,20 @@ fn refuse(stream: &mut TcpStream, reason: &str) {
 }
 
 /// Check a stranger's hello; on success register it and return its rank and stream.
-fn handshake(shared: &Arc<Shared>, mut stream: TcpStream) -> Option<(u32, TcpStream)> {
-    let hello_timeout = shared.timeout.min(Duration::from_secs(10));
+fn handshake(shared: &Arc<Shared>, mut stream: TcpStream, id: u64) -> Option<(u32, TcpStream)> {
+    let hello_timeout = shared.timeout.min(HELLO_DEADLINE);
     let _ = stream.set_nodelay(true);
-    stream.set_read_timeout(Some(hello_timeout)).ok()?;
     stream.set_write_timeout(Some(hello_timeout)).ok()?;
-    let (kind, payload) = wire::read_frame(&mut stream, wire::MAX_HELLO).ok()?;
+    let mut reader = DeadlineReader {
+        stream: &stream,
+        deadline: Instant::now() + hello_timeout,
+    };
+    let (kind, payload) = wire::read_frame(&mut reader, wire::MAX_HELLO).ok()?;
+    // It said its piece: no longer a stranger to cut off. If it was cut off meanwhile, its
+    // socket is shut down, so it must not become a rank (it will connect again).
+    if !lock(&shared.strangers).forget(id) {
+        return None;
+    }
     if kind != wire::T_HELLO {
         refuse(&mut stream, "expected an efabench hello");
         return None;
@@ -495,7 +606,7 @@ fn handshake(shared: &Arc<Shared>, mut stream: TcpStream) -> Option<(u32, TcpStr
     let _ = writer_stream.set_write_timeout(Some(shared.timeout));
     let s = shared.clone();
     match shared.spawn(format!("rdzv-w{rank}"), move || {
-        writer_loop(s, writer_stream, rx, rank)
+        writer_loop(s, writer_stream, rx, rank, Beat::JobActivity)
     }) {
         Ok(h) => lock(&shared.writers).push(h),
         Err(e) => shared.report(BootstrapError::Io(format!(
@@ -512,7 +623,12 @@ fn hub_reader(shared: &Arc<Shared>, rank: u32, mut stream: TcpStream) {
     let max = wire::MAX_BLOB as u32 + 64;
     loop {
         let (kind, payload) = match wire::read_frame(&mut stream, max) {
-            Ok(f) => f,
+            Ok(f) => {
+                if let Some(h) = lock(&shared.state).hub.as_mut() {
+                    h.last_heard[rank as usize] = Some(Instant::now());
+                }
+                f
+            }
             Err(e) => {
                 if shared.closing.load(Ordering::Acquire) || peer_left(shared, rank) {
                     return;
@@ -538,7 +654,12 @@ fn hub_reader(shared: &Arc<Shared>, rank: u32, mut stream: TcpStream) {
             }
         };
         match kind {
-            wire::T_HEARTBEAT => {}
+            wire::T_HEARTBEAT => {
+                // An empty heartbeat (an older peer) says it is alive, not that it moved.
+                if let Ok(count) = wire::Reader::new(&payload).u64() {
+                    note_progress(shared, rank, count);
+                }
+            }
             wire::T_CONTRIB => match wire::decode_contrib(&payload) {
                 Ok((seq, op, blob)) => contribute(shared, rank, seq, op, blob.to_vec()),
                 Err(detail) => {
@@ -584,12 +705,29 @@ fn hub_reader(shared: &Arc<Shared>, rank: u32, mut stream: TcpStream) {
     }
 }
 
+/// Rank 0 heard `rank`'s progress count: if it grew, the job moved.
+fn note_progress(shared: &Shared, rank: u32, count: u64) {
+    let mut st = lock(&shared.state);
+    let Some(seen) = st
+        .hub
+        .as_mut()
+        .and_then(|h| h.progress_seen.get_mut(rank as usize))
+    else {
+        return;
+    };
+    if *seen != count {
+        *seen = count;
+        shared.mark_activity(&mut st);
+    }
+}
+
 /// Add one rank's part of a collective; the last one completes it and answers everyone.
 fn contribute(shared: &Shared, rank: u32, seq: u64, op: Op, blob: Vec<u8>) {
     let mut st = lock(&shared.state);
     if st.failure.is_some() {
         return;
     }
+    shared.mark_activity(&mut st);
     let world = shared.world;
     let Some(hub) = st.hub.as_mut() else { return };
     if seq != hub.next_seq {
@@ -670,6 +808,10 @@ fn contribute(shared: &Shared, rank: u32, seq: u64, op: Op, blob: Vec<u8>) {
         }
         Op::Barrier => (Vec::new(), Vec::new()),
         Op::Gather => (Vec::new(), table()),
+        Op::CheckSame => {
+            let t = table();
+            (t.clone(), t)
+        }
         Op::Broadcast => (blobs[0].clone(), blobs[0].clone()),
     };
     let f = Arc::new(wire::frame(
@@ -683,14 +825,30 @@ fn contribute(shared: &Shared, rank: u32, seq: u64, op: Op, blob: Vec<u8>) {
     shared.cv.notify_all();
 }
 
-/// Rank 0's watchdog: ranks that never connect, collectives that never complete.
+/// Rank 0's monitor: ranks that never connect, collectives that wait while nothing moves.
+///
+/// A collective is not timed from its first arrival: with three or more ranks, idle ranks wait
+/// in a collective while two others run a long measured step, and that is healthy. It times out
+/// only when no rank has made progress ([`ProgressHandle::tick`], carried by heartbeats) and no
+/// contribution arrived for `timeout`; it then names the ranks that never arrived.
 fn monitor_loop(shared: Arc<Shared>) {
     let mut st = lock(&shared.state);
     loop {
         if shared.closing.load(Ordering::Acquire) || st.failure.is_some() {
             return;
         }
+        // Rank 0's own progress needs no heartbeat: read it here.
+        let own = shared.progress.load(Ordering::Relaxed);
+        let moved = st.hub.as_mut().is_some_and(|hub| {
+            let changed = hub.progress_seen[0] != own;
+            hub.progress_seen[0] = own;
+            changed
+        });
+        if moved {
+            shared.mark_activity(&mut st);
+        }
         let timeout = shared.timeout;
+        let activity_at = st.activity_at;
         let expired = st.hub.as_ref().and_then(|hub| {
             if !st.started && hub.born.elapsed() > timeout {
                 let missing = (1..shared.world)
@@ -699,14 +857,28 @@ fn monitor_loop(shared: Arc<Shared>) {
                 return Some((CONNECT_OP.to_string(), missing));
             }
             let round = hub.round.as_ref()?;
-            if round.started.elapsed() <= timeout {
+            let last_move = activity_at.map_or(round.started, |a| a.max(round.started));
+            if last_move.elapsed() <= timeout {
                 return None;
             }
-            let missing = (0..shared.world)
+            let missing: Vec<u32> = (0..shared.world)
                 .filter(|&r| round.blobs[r as usize].is_none())
                 .collect();
             Some((format!("{} #{}", round.op.name(), round.seq), missing))
         });
+        // A missing rank that has also stopped sending heartbeats is frozen, not slow: name it
+        // as such (its reader would say so a moment later anyway).
+        let silent = expired.as_ref().and_then(|(_, missing)| {
+            let hub = st.hub.as_ref()?;
+            missing.iter().find_map(|&r| {
+                let quiet = hub.last_heard[r as usize]?.elapsed();
+                (r != 0 && quiet > (shared.heartbeat * 4).max(timeout / 2)).then_some((r, quiet))
+            })
+        });
+        if let Some((rank, silent_for)) = silent {
+            shared.report_locked(&mut st, BootstrapError::PeerSilent { rank, silent_for });
+            return;
+        }
         if let Some((op, waiting_for)) = expired {
             shared.report_locked(
                 &mut st,
@@ -831,7 +1003,9 @@ fn start_client(
     );
     let s = shared.clone();
     let writer = shared
-        .spawn("rdzv-writer".into(), move || writer_loop(s, ws, rx, 0))
+        .spawn("rdzv-writer".into(), move || {
+            writer_loop(s, ws, rx, 0, Beat::OwnProgress)
+        })
         .map_err(spawn_err)?;
     let s = shared.clone();
     let reader = shared
@@ -890,7 +1064,14 @@ fn client_reader(shared: Arc<Shared>, mut stream: TcpStream) {
             }
         };
         match kind {
-            wire::T_HEARTBEAT | wire::T_WELCOME => {}
+            wire::T_HEARTBEAT => {
+                if let Ok(count) = wire::Reader::new(&payload).u64() {
+                    if shared.job_activity.swap(count, Ordering::Relaxed) != count {
+                        lock(&shared.state).activity_at = Some(Instant::now());
+                    }
+                }
+            }
+            wire::T_WELCOME => {}
             wire::T_START => {
                 lock(&shared.state).started = true;
                 shared.cv.notify_all();
@@ -899,7 +1080,10 @@ fn client_reader(shared: Arc<Shared>, mut stream: TcpStream) {
                 let mut r = wire::Reader::new(&payload);
                 match r.u64() {
                     Ok(seq) => {
-                        lock(&shared.state).result = Some((seq, r.rest().to_vec()));
+                        let mut st = lock(&shared.state);
+                        st.result = Some((seq, r.rest().to_vec()));
+                        st.activity_at = Some(Instant::now());
+                        drop(st);
                         shared.cv.notify_all();
                     }
                     Err(detail) => {
@@ -927,6 +1111,139 @@ fn client_reader(shared: Arc<Shared>, mut stream: TcpStream) {
             }
         }
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Progress, option checks and the watchdog.
+
+/// Counts this rank's progress; see [`Bootstrap::progress`]. Cloning shares the count.
+#[derive(Clone, Debug)]
+pub struct ProgressHandle {
+    count: Arc<AtomicU64>,
+}
+
+impl ProgressHandle {
+    /// The data path moved: one relaxed atomic increment, cheap enough for every iteration.
+    #[inline]
+    pub fn tick(&self) {
+        self.count.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// How many ticks so far.
+    pub fn count(&self) -> u64 {
+        self.count.load(Ordering::Relaxed)
+    }
+}
+
+/// Longest piece of either side that a difference message quotes.
+const DIFF_SHOWN: usize = 80;
+
+fn quote(words: &[&str]) -> String {
+    let s = words.join(" ");
+    let s = if s.is_empty() {
+        "(nothing)".to_string()
+    } else {
+        s
+    };
+    let s: String = s.chars().filter(|c| !c.is_control()).collect();
+    if s.chars().count() > DIFF_SHOWN {
+        let cut: String = s.chars().take(DIFF_SHOWN).collect();
+        format!("`{cut}...`")
+    } else {
+        format!("`{s}`")
+    }
+}
+
+/// The words where `mine` and `root` differ: the common leading and trailing words removed,
+/// plus the option name in front when only its value differs (`--window 32` vs `--window 64`).
+fn word_difference(mine: &str, root: &str) -> (String, String) {
+    let a: Vec<&str> = mine.split_whitespace().collect();
+    let b: Vec<&str> = root.split_whitespace().collect();
+    let mut head = a.iter().zip(&b).take_while(|(x, y)| x == y).count();
+    let max_tail = a.len().min(b.len()) - head;
+    let tail = a
+        .iter()
+        .rev()
+        .zip(b.iter().rev())
+        .take(max_tail)
+        .take_while(|(x, y)| x == y)
+        .count();
+    let first_differs = |v: &[&str]| v.get(head).is_some_and(|w| !w.starts_with('-'));
+    if head > 0 && b[head - 1].starts_with('-') && (first_differs(&a) || first_differs(&b)) {
+        head -= 1;
+    }
+    if a == b {
+        // Same words, different spacing or bytes: show the raw strings.
+        return (quote(&[mine]), quote(&[root]));
+    }
+    (
+        quote(&a[head..a.len() - tail]),
+        quote(&b[head..b.len() - tail]),
+    )
+}
+
+/// The usage error `check_same` reports for this table, or `None` when every rank agrees.
+fn first_difference(what: &str, table: &[Vec<u8>]) -> Option<BootstrapError> {
+    let root = table.first()?;
+    let (rank, mine) = table.iter().enumerate().skip(1).find(|(_, v)| *v != root)?;
+    let (mine, theirs) = word_difference(
+        &String::from_utf8_lossy(mine),
+        &String::from_utf8_lossy(root),
+    );
+    let what: String = what.chars().take(40).collect();
+    Some(BootstrapError::Usage(format!(
+        "rank {rank} was started with different {what} than rank 0: {mine} vs {theirs}; start \
+         every rank with the same {what}"
+    )))
+}
+
+fn watchdog(shared: &Shared, rank: u32, grace: Duration) {
+    let mut st = lock(&shared.state);
+    // Wait for a failure (or for the bootstrap to close normally).
+    let failure = loop {
+        if shared.closing.load(Ordering::Acquire) {
+            return;
+        }
+        if let Some(e) = &st.failure {
+            break e.clone();
+        }
+        st = shared
+            .cv
+            .wait_timeout(st, Duration::from_secs(1))
+            .map(|(g, _)| g)
+            .unwrap_or_else(|e| e.into_inner().0);
+    };
+    // Give the benchmark thread `grace` to notice and leave the normal way.
+    let deadline = Instant::now() + grace;
+    loop {
+        if shared.closing.load(Ordering::Acquire) {
+            return;
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            break;
+        }
+        st = shared
+            .cv
+            .wait_timeout(st, deadline - now)
+            .map(|(g, _)| g)
+            .unwrap_or_else(|e| e.into_inner().0);
+    }
+    drop(st);
+    let _ = writeln!(
+        io::stderr().lock(),
+        "efabench: rank {rank}: {failure} (ended by the watchdog: the benchmark had not stopped \
+         {:.0} s after the failure)",
+        grace.as_secs_f64()
+    );
+    // Exit handlers of C libraries run in this thread; if one blocks on a lock held by the stuck
+    // thread, do not hang: a second thread ends the process the hard way.
+    let _ = std::thread::Builder::new().spawn(|| {
+        std::thread::sleep(Duration::from_secs(2));
+        let _ =
+            rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::KILL);
+    });
+    std::process::exit(if failure.is_usage() { 2 } else { 1 });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -988,11 +1305,14 @@ impl Bootstrap {
                 info.world
             ))
         })?;
-        if info.rank == 0 {
-            start_hub(info, rdzv, timeout)
+        let b = if info.rank == 0 {
+            start_hub(info, rdzv, timeout)?
         } else {
-            start_client(info, rdzv, timeout)
-        }
+            start_client(info, rdzv, timeout)?
+        };
+        // Under `efabench launch`: from now on a death of this rank is seen by the others.
+        crate::launcher::report_joined(info);
+        Ok(b)
     }
 
     pub fn rank(&self) -> u32 {
@@ -1022,6 +1342,101 @@ impl Bootstrap {
     /// borrow of the bootstrap (a benchmark's endpoints polling their CQs).
     pub fn health(&self) -> Health {
         Health(self.shared.clone())
+    }
+
+    /// A cheap handle that the data path bumps whenever it makes progress (an iteration, a
+    /// window, a verified payload). Heartbeats carry the count to rank 0, and a collective wait
+    /// times out only when no rank's count moved (and no contribution arrived) for the timeout:
+    /// ranks idle in a collective while others run a long measured step are not a failure.
+    pub fn progress(&self) -> ProgressHandle {
+        ProgressHandle {
+            count: self.shared.progress.clone(),
+        }
+    }
+
+    /// Fail unless every rank passes the same `value` (an options fingerprint such as
+    /// `"sendrecv -b 8 -e 1M --window 64 --check"`). A collective: every rank must call it, at
+    /// the same point. On a difference every rank returns the same usage error, naming the first
+    /// rank that differs from rank 0 and the differing words, e.g. ``rank 1 was started with
+    /// different options than rank 0: `--no-check` vs `--check`; start every rank with the same
+    /// options``. `what` names the thing compared ("options").
+    pub fn check_same(&self, what: &str, value: &str) -> Result<(), BootstrapError> {
+        let payload = self.collective(Op::CheckSame, value.as_bytes())?;
+        let table = wire::decode_table(&payload, self.world)
+            .map_err(|detail| BootstrapError::Protocol { rank: 0, detail })?;
+        match first_difference(what, &table) {
+            None => Ok(()),
+            Some(e) => {
+                // Every rank computed the same error from the same table; recording it also makes
+                // `check` and later collectives fail with it rather than with a side effect.
+                self.shared.report(e.clone());
+                Err(e)
+            }
+        }
+    }
+
+    /// Make sure this process ends once the job has failed, even if the thread running the
+    /// benchmark never looks at the bootstrap again.
+    ///
+    /// Why: libfabric's shm provider can leave a survivor spinning inside `fi_cq_read` or
+    /// `fi_send` (its spin lock in shared memory) when a peer is killed or frozen at the wrong
+    /// moment; that thread never returns to call [`Bootstrap::check`], so the job would hang
+    /// although the bootstrap knows exactly what happened. Once the bootstrap has learned that the
+    /// job failed (a peer died or went silent, an abort arrived, a collective waited with nothing
+    /// moving for the timeout) and the process is still alive `grace` later, a watchdog thread
+    /// prints the job's one-line reason (`efabench: rank R: ...`) to stderr and exits the process:
+    /// status 2 for a usage error (ranks started with different options), 1 otherwise.
+    ///
+    /// Why exit instead of unwinding: the stuck thread is inside C code that holds a lock and will
+    /// never return, so there is nothing to unwind; Rust cannot interrupt another thread. The
+    /// records measured so far are safe because the record writer flushes every line. Exiting
+    /// runs the C libraries' exit handlers; should one of them block on the stuck thread's lock,
+    /// the process kills itself 2 s later (SIGKILL) rather than hang.
+    ///
+    /// `grace` should cover the normal way out (the benchmark notices within milliseconds, then
+    /// [`Bootstrap::abort`] may wait up to 2 s for its message to leave): 3 to 5 s is right. The
+    /// watchdog is disarmed when the `Bootstrap` is dropped; arming it twice has no effect.
+    pub fn arm_watchdog(&self, grace: Duration) {
+        if self.shared.watchdog_armed.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let shared = self.shared.clone();
+        let rank = self.rank;
+        let spawned = std::thread::Builder::new()
+            .name("efabench-watchdog".into())
+            .stack_size(256 << 10)
+            .spawn(move || watchdog(&shared, rank, grace));
+        if let Err(e) = spawned {
+            // Without the thread the job still fails through `check`; say what is missing.
+            eprintln!("efabench: rank {rank}: cannot start the watchdog thread ({e})");
+        }
+    }
+
+    /// The job's failure, waiting at most `within` for the bootstrap to learn of one.
+    ///
+    /// For the data path's own timeouts: when a send or a completion times out because the
+    /// peer froze or died, the bootstrap usually learns the real cause ("rank 2 stopped
+    /// answering") within a heartbeat or two. Returning that instead of the data path's error
+    /// ("timed out waiting for fi_inject") names the rank on every rank. Returns `None` when the
+    /// bootstrap saw nothing wrong (the data path's error is then the real one).
+    pub fn failure_within(&self, within: Duration) -> Option<BootstrapError> {
+        let deadline = Instant::now() + within;
+        let mut st = lock(&self.shared.state);
+        loop {
+            if let Some(e) = &st.failure {
+                return Some(e.clone());
+            }
+            let now = Instant::now();
+            if now >= deadline || self.shared.closing.load(Ordering::Acquire) {
+                return None;
+            }
+            st = self
+                .shared
+                .cv
+                .wait_timeout(st, deadline - now)
+                .map(|(g, _)| g)
+                .unwrap_or_else(|e| e.into_inner().0);
+        }
     }
 
     /// Every rank's blob, indexed by rank, on every rank.
@@ -1137,7 +1552,9 @@ impl Bootstrap {
         match &self.role {
             Role::Single => {
                 return Ok(match op {
-                    Op::AllGather | Op::Gather => wire::encode_table(std::iter::once(blob)),
+                    Op::AllGather | Op::Gather | Op::CheckSame => {
+                        wire::encode_table(std::iter::once(blob))
+                    }
                     Op::Barrier => Vec::new(),
                     Op::Broadcast => blob.to_vec(),
                 })
@@ -1149,12 +1566,14 @@ impl Bootstrap {
                 let _ = tx.send(Out::Frame(Arc::new(f)));
             }
         }
-        // Rank 0 ends a collective that takes longer than the timeout and tells everyone; the
-        // local deadline only matters if that message can never arrive.
+        // Rank 0 ends a collective when nothing moved for the timeout and tells everyone; the
+        // local deadline only matters if that message can never arrive. It too counts from the
+        // job's last activity (rank 0's heartbeats say when the job moved), not from our arrival.
         let backstop = self.timeout * 2 + Duration::from_secs(2);
-        let deadline = Instant::now() + backstop;
+        let entered = Instant::now();
         let mut st = lock(&self.shared.state);
         loop {
+            let deadline = st.activity_at.map_or(entered, |a| a.max(entered)) + backstop;
             if let Some(e) = &st.failure {
                 return Err(e.clone());
             }
@@ -1271,6 +1690,50 @@ mod tests {
             "rank 0 aborted the job: stop"
         );
         assert!(b.barrier().is_err());
+    }
+
+    #[test]
+    fn option_differences_show_the_differing_words() {
+        let d = |a: &str, b: &str| word_difference(a, b);
+        assert_eq!(
+            d("sendrecv -b 8 --no-check", "sendrecv -b 8 --check"),
+            ("`--no-check`".into(), "`--check`".into())
+        );
+        assert_eq!(
+            d(
+                "sendrecv --window 32 --check",
+                "sendrecv --window 64 --check"
+            ),
+            ("`--window 32`".into(), "`--window 64`".into())
+        );
+        assert_eq!(
+            d("sendrecv -b 8", "sendrecv -b 8 --check"),
+            ("`(nothing)`".into(), "`--check`".into())
+        );
+        assert_eq!(d("a  b", "a b"), ("`a  b`".into(), "`a b`".into()));
+        let long = format!("x {}", "y".repeat(10_000));
+        let (a, _) = d(&long, "x z");
+        assert!(a.len() < 100 && a.ends_with("...`"), "{a}");
+        let t = vec![b"a".to_vec(), b"a".to_vec(), b"b".to_vec()];
+        let e = first_difference("options", &t).unwrap();
+        assert!(e.is_usage());
+        assert_eq!(
+            e.to_string(),
+            "rank 2 was started with different options than rank 0: `b` vs `a`; start every \
+             rank with the same options"
+        );
+        assert!(first_difference("options", &t[..2]).is_none());
+    }
+
+    #[test]
+    fn progress_handles_share_one_count() {
+        let b = Bootstrap::connect(&RankInfo::single(), Duration::from_secs(1)).unwrap();
+        let p = b.progress();
+        let q = p.clone();
+        p.tick();
+        q.tick();
+        assert_eq!(b.progress().count(), 2);
+        b.check_same("options", "x").unwrap();
     }
 
     #[test]

@@ -205,6 +205,9 @@ pub enum Op {
     Barrier = 2,
     Gather = 3,
     Broadcast = 4,
+    /// An all-gather of an options fingerprint ([`crate::Bootstrap::check_same`]); its own code
+    /// so that a rank that skips the check is caught as a collective mismatch.
+    CheckSame = 5,
 }
 
 impl Op {
@@ -214,6 +217,7 @@ impl Op {
             2 => Some(Op::Barrier),
             3 => Some(Op::Gather),
             4 => Some(Op::Broadcast),
+            5 => Some(Op::CheckSame),
             _ => None,
         }
     }
@@ -223,6 +227,7 @@ impl Op {
             Op::Barrier => "barrier",
             Op::Gather => "gather",
             Op::Broadcast => "broadcast",
+            Op::CheckSame => "check_same",
         }
     }
 }

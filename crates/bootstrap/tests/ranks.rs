@@ -22,6 +22,7 @@ use efabench_bootstrap::wire::{self, Hello};
 use efabench_bootstrap::{
     detect_from_process_env, Bootstrap, BootstrapError, LaunchFlags, RankInfo,
 };
+use rustix::process::{Pid, Signal};
 
 const ROLE: &str = "EFABENCH_TEST_ROLE";
 const MODE: &str = "EFABENCH_TEST_MODE";
@@ -149,6 +150,7 @@ fn wait_for_failure(b: &Bootstrap, mode: &str) -> i32 {
 }
 
 fn worker() -> i32 {
+    efabench_bootstrap::die_with_launcher();
     let mode = std::env::var(MODE).unwrap_or_default();
     let victim = env_u32(VICTIM, u32::MAX);
     let timeout = env_secs(TIMEOUT, 20.0);
@@ -187,16 +189,29 @@ fn worker() -> i32 {
     }
     println!("READY {}", b.rank());
     let _ = std::io::stdout().flush();
+    eprintln!("rank {} pid {}", b.rank(), std::process::id());
+    if mode == "watchdog" {
+        b.arm_watchdog(Duration::from_secs(1));
+        if b.rank() != victim {
+            // Stuck like a thread spinning in fi_cq_read: never looks at the bootstrap again.
+            let t0 = Instant::now();
+            while t0.elapsed() < Duration::from_secs(120) {
+                std::hint::spin_loop();
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            eprintln!("rank {}: the watchdog never fired", b.rank());
+            return 3;
+        }
+    }
     if b.rank() == victim {
         std::thread::sleep(Duration::from_millis(300));
         let sig = match std::env::var(ACTION).as_deref() {
-            Ok("selfkill") => Some(libc::SIGKILL),
-            Ok("selfstop") => Some(libc::SIGSTOP),
+            Ok("selfkill") => Some(Signal::KILL),
+            Ok("selfstop") => Some(Signal::STOP),
             _ => None,
         };
         if let Some(sig) = sig {
-            // SAFETY: kill(2) on our own pid; no memory is involved.
-            unsafe { libc::kill(libc::getpid(), sig) };
+            let _ = rustix::process::kill_process(rustix::process::getpid(), sig);
         }
         loop {
             std::thread::sleep(Duration::from_secs(1));
@@ -342,6 +357,12 @@ impl Drop for Proc {
     }
 }
 
+/// kill(2) on a child we started and have not reaped.
+fn signal(child: &Child, sig: Signal) {
+    let pid = Pid::from_raw(child.id() as i32).expect("a child pid is positive");
+    rustix::process::kill_process(pid, sig).expect("kill");
+}
+
 fn free_rdzv() -> String {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     format!("127.0.0.1:{}", l.local_addr().unwrap().port())
@@ -455,16 +476,14 @@ fn sigkill_a_rank_while_others_poll_check() {
 fn sigstop_a_rank_while_others_poll_check() {
     let mut procs = start_ranks(4, "poll", 1, FAIL_TIMEOUT);
     let t0 = Instant::now();
-    // SAFETY: kill(2) on a child process we started and have not reaped.
-    unsafe { libc::kill(procs[1].child.id() as libc::pid_t, libc::SIGSTOP) };
+    signal(&procs[1].child, Signal::STOP);
     expect_others_fail(&mut procs, 1, t0, FAIL_TIMEOUT + SLACK, "stopped answering");
 }
 
 fn sigstop_rank_0_while_others_wait_in_a_barrier() {
     let mut procs = start_ranks(3, "barrier", 0, FAIL_TIMEOUT);
     let t0 = Instant::now();
-    // SAFETY: kill(2) on a child process we started and have not reaped.
-    unsafe { libc::kill(procs[0].child.id() as libc::pid_t, libc::SIGSTOP) };
+    signal(&procs[0].child, Signal::STOP);
     expect_others_fail(
         &mut procs,
         0,
@@ -544,8 +563,7 @@ fn launch_forwards_sigint() {
         .recv_timeout(Duration::from_secs(60))
         .expect("rank 0 did not get ready");
     assert_eq!(line, "READY 0");
-    // SAFETY: kill(2) on the launcher process we started and have not reaped.
-    unsafe { libc::kill(p.child.id() as libc::pid_t, libc::SIGINT) };
+    signal(&p.child, Signal::INT);
     assert!(
         p.wait_until(Instant::now() + Duration::from_secs(30)),
         "launch ignored SIGINT"
@@ -553,7 +571,7 @@ fn launch_forwards_sigint() {
     let err = p.stderr();
     assert_eq!(p.status.unwrap().code(), Some(130), "{err}");
     assert!(
-        err.contains("received SIGINT; passing it on to the ranks"),
+        err.contains("received SIGINT; passing SIGINT on to the ranks"),
         "{err}"
     );
 }
@@ -697,6 +715,34 @@ fn random_and_truncated_bytes_do_not_disturb_the_rendezvous() {
     );
 }
 
+fn idle_connections_do_not_lock_the_last_rank_out() {
+    let rdzv = free_rdzv();
+    let hub = hub_thread(&rdzv);
+    let until = Instant::now() + Duration::from_secs(20);
+    while TcpStream::connect(&rdzv).is_err() {
+        assert!(Instant::now() < until, "rank 0 never listened");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // 200 connections that never say anything, held open while the last rank joins.
+    let idle: Vec<TcpStream> = (0..200)
+        .map(|_| TcpStream::connect(&rdzv).expect("connect"))
+        .collect();
+    let t0 = Instant::now();
+    let b = Bootstrap::connect(&info(1, 2, &rdzv, "good-token"), Duration::from_secs(20)).unwrap();
+    let took = t0.elapsed();
+    assert!(
+        took < Duration::from_secs(4),
+        "the last rank needed {took:?} to get in"
+    );
+    assert_eq!(
+        b.all_gather(b"one").unwrap(),
+        vec![b"zero".to_vec(), b"one".to_vec()]
+    );
+    b.barrier().unwrap();
+    hub.join().unwrap().unwrap();
+    drop(idle);
+}
+
 fn abort_reaches_every_rank_with_its_reason() {
     let rdzv = free_rdzv();
     let handles: Vec<_> = (0..3)
@@ -800,6 +846,201 @@ fn mismatched_collectives_fail_on_every_rank() {
     }
 }
 
+/// Three ranks: 0 and 1 run a "measured step" three times as long as the timeout while rank 2
+/// waits in a barrier. With progress ticks the job is healthy; without, the barrier times out
+/// naming the ranks that did not arrive.
+fn three_ranks_busy_step(tick: bool) -> Vec<Result<(), BootstrapError>> {
+    let rdzv = free_rdzv();
+    let timeout = Duration::from_millis(800);
+    let handles: Vec<_> = (0..3)
+        .map(|r| {
+            let i = info(r, 3, &rdzv, "progress-test");
+            std::thread::spawn(move || {
+                let b = Bootstrap::connect(&i, timeout)?;
+                b.barrier()?;
+                if r < 2 {
+                    let progress = b.progress();
+                    let t0 = Instant::now();
+                    while t0.elapsed() < timeout * 3 {
+                        if tick {
+                            progress.tick();
+                        }
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                }
+                b.barrier()?;
+                b.barrier()
+            })
+        })
+        .collect();
+    handles.into_iter().map(|h| h.join().unwrap()).collect()
+}
+
+fn a_long_step_with_progress_is_not_a_timeout() {
+    for (r, res) in three_ranks_busy_step(true).into_iter().enumerate() {
+        res.unwrap_or_else(|e| panic!("rank {r}: {e}"));
+    }
+}
+
+fn a_long_step_without_progress_times_out_naming_the_ranks() {
+    for (r, res) in three_ranks_busy_step(false).into_iter().enumerate() {
+        let e = res.unwrap_err().to_string();
+        assert!(
+            e.contains("waiting for ranks 0 and 1: no rank made progress"),
+            "rank {r}: {e}"
+        );
+    }
+}
+
+fn different_options_are_named_on_every_rank() {
+    let rdzv = free_rdzv();
+    let handles: Vec<_> = (0..4)
+        .map(|r| {
+            let i = info(r, 4, &rdzv, "same-test");
+            std::thread::spawn(move || {
+                let b = Bootstrap::connect(&i, Duration::from_secs(20))?;
+                b.check_same("options", "sendrecv -b 8 -e 1M --window 64 --check")?;
+                let window = if r == 2 { "32" } else { "64" };
+                let check = if r >= 2 { "--no-check" } else { "--check" };
+                b.check_same(
+                    "options",
+                    &format!("sendrecv -b 8 -e 1M --window {window} {check}"),
+                )?;
+                b.barrier()
+            })
+        })
+        .collect();
+    for (r, h) in handles.into_iter().enumerate() {
+        let e = h.join().unwrap().unwrap_err();
+        assert!(e.is_usage(), "rank {r}: {e}");
+        assert_eq!(
+            e.to_string(),
+            "rank 2 was started with different options than rank 0: `--window 32 --no-check` \
+             vs `--window 64 --check`; start every rank with the same options",
+            "rank {r}"
+        );
+    }
+}
+
+fn a_rank_that_skips_the_option_check_is_caught() {
+    let rdzv = free_rdzv();
+    let handles: Vec<_> = (0..2)
+        .map(|r| {
+            let i = info(r, 2, &rdzv, "skip-test");
+            std::thread::spawn(move || {
+                let b = Bootstrap::connect(&i, Duration::from_secs(20))?;
+                if r == 1 {
+                    b.all_gather(b"x").map(drop)
+                } else {
+                    b.check_same("options", "a")
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        let e = h.join().unwrap().unwrap_err().to_string();
+        assert!(e.contains("check_same"), "{e}");
+    }
+}
+
+fn the_watchdog_ends_ranks_stuck_outside_the_bootstrap() {
+    let t = FAIL_TIMEOUT.as_secs_f64().to_string();
+    let (p, took) = run_launch(
+        3,
+        "watchdog",
+        &[
+            (VICTIM, "1"),
+            (ACTION, "selfkill"),
+            (TIMEOUT, &t),
+            (GRACE, "30"),
+        ],
+    );
+    let err = p.stderr();
+    assert_eq!(p.status.unwrap().code(), Some(137), "{err}");
+    for r in [0, 2] {
+        assert!(
+            err.contains(&format!("[rank {r}] efabench: rank {r}: rank 1 died")),
+            "rank {r}: {err}"
+        );
+    }
+    assert!(err.contains("ended by the watchdog"), "{err}");
+    assert!(
+        !err.contains("still running"),
+        "launch had to stop them: {err}"
+    );
+    assert!(took < FAIL_TIMEOUT + SLACK, "took {took:?}");
+}
+
+fn pids_in(text: &str) -> Vec<i32> {
+    text.lines()
+        .filter_map(|l| {
+            l.split_once(" pid ")
+                .and_then(|(_, p)| p.trim().parse().ok())
+        })
+        .collect()
+}
+
+/// Gone, or a zombie waiting for a parent that does not reap.
+fn process_gone(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| rest.starts_with('Z') || rest.starts_with('X')),
+    }
+}
+
+fn ranks_die_with_a_killed_launcher(sig: Signal, code: Option<i32>) {
+    let mut c = command("launcher");
+    c.env(RANKS, "3").env(MODE, "poll").env(TIMEOUT, "60");
+    let mut p = start(c, None);
+    let until = Instant::now() + Duration::from_secs(60);
+    let pids = loop {
+        let pids = pids_in(&p.stderr());
+        if pids.len() == 3 {
+            break pids;
+        }
+        assert!(
+            Instant::now() < until,
+            "ranks did not start: {}",
+            p.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    signal(&p.child, sig);
+    assert!(p.wait_until(Instant::now() + Duration::from_secs(30)));
+    assert_eq!(p.status.unwrap().code(), code, "{}", p.stderr());
+    let until = Instant::now() + Duration::from_secs(10);
+    while !pids.iter().all(|&pid| process_gone(pid)) {
+        assert!(
+            Instant::now() < until,
+            "ranks {pids:?} outlived launch killed by {sig:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn ranks_die_with_a_sigkilled_launcher() {
+    ranks_die_with_a_killed_launcher(Signal::KILL, None)
+}
+
+fn sighup_to_launch_ends_the_ranks() {
+    ranks_die_with_a_killed_launcher(Signal::HUP, Some(129))
+}
+
+fn a_rank_dead_before_joining_ends_the_job_at_once() {
+    // The others would wait 60 s to join and then get 30 s of grace: launch must not wait.
+    let (p, took) = run_launch(4, "exit2", &[(VICTIM, "2"), (TIMEOUT, "60"), (GRACE, "30")]);
+    let err = p.stderr();
+    assert_eq!(p.status.unwrap().code(), Some(2), "{err}");
+    assert!(err.contains("had not joined the job yet"), "{err}");
+    // The rank's own words come before launch's summary.
+    let own = err.find("[rank 2] bad option").expect("rank 2's message");
+    let summary = err.find("efabench launch: rank 2 exited").expect("summary");
+    assert!(own < summary, "{err}");
+    assert!(took < Duration::from_secs(10), "took {took:?}: {err}");
+}
+
 fn main() {
     match std::env::var(ROLE).as_deref() {
         Ok("worker") => std::process::exit(worker()),
@@ -818,6 +1059,10 @@ fn main() {
         (
             "random_and_truncated_bytes_do_not_disturb_the_rendezvous",
             random_and_truncated_bytes_do_not_disturb_the_rendezvous,
+        ),
+        (
+            "idle_connections_do_not_lock_the_last_rank_out",
+            idle_connections_do_not_lock_the_last_rank_out,
         ),
         (
             "abort_reaches_every_rank_with_its_reason",
@@ -864,6 +1109,38 @@ fn main() {
             launch_exits_with_the_first_failing_status,
         ),
         ("launch_forwards_sigint", launch_forwards_sigint),
+        (
+            "a_long_step_with_progress_is_not_a_timeout",
+            a_long_step_with_progress_is_not_a_timeout,
+        ),
+        (
+            "a_long_step_without_progress_times_out_naming_the_ranks",
+            a_long_step_without_progress_times_out_naming_the_ranks,
+        ),
+        (
+            "different_options_are_named_on_every_rank",
+            different_options_are_named_on_every_rank,
+        ),
+        (
+            "a_rank_that_skips_the_option_check_is_caught",
+            a_rank_that_skips_the_option_check_is_caught,
+        ),
+        (
+            "the_watchdog_ends_ranks_stuck_outside_the_bootstrap",
+            the_watchdog_ends_ranks_stuck_outside_the_bootstrap,
+        ),
+        (
+            "ranks_die_with_a_sigkilled_launcher",
+            ranks_die_with_a_sigkilled_launcher,
+        ),
+        (
+            "sighup_to_launch_ends_the_ranks",
+            sighup_to_launch_ends_the_ranks,
+        ),
+        (
+            "a_rank_dead_before_joining_ends_the_job_at_once",
+            a_rank_dead_before_joining_ends_the_job_at_once,
+        ),
     ];
     // `cargo test --test ranks -- NAME` runs the tests whose name contains NAME.
     let filter: Vec<String> = std::env::args()

@@ -9,6 +9,8 @@
 //! line of summary, the fix, and the NICs/GPUs/files concerned. Checks that cannot be made from one
 //! node (security group self-rule, placement group) are reported as `skip` with how to check them.
 
+#![forbid(unsafe_code)]
+
 mod checks;
 pub mod env;
 pub mod minimums;
@@ -153,22 +155,14 @@ pub fn memlock_from_limits(text: &str) -> Option<Memlock> {
     }
 }
 
-/// This process's soft `RLIMIT_MEMLOCK`.
+/// This process's soft `RLIMIT_MEMLOCK` (through `rustix`, which wraps the system call safely).
+/// `Option` for the callers' sake: the call itself cannot fail for a valid resource.
 pub fn memlock_of_this_process() -> Option<Memlock> {
-    let mut r = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit only writes into the rlimit struct we pass, which lives on our stack.
-    let rc = unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut r) };
-    if rc != 0 {
-        return None;
-    }
-    if r.rlim_cur == libc::RLIM_INFINITY {
-        Some(Memlock::Unlimited)
-    } else {
-        Some(Memlock::Bytes(r.rlim_cur))
-    }
+    let limit = rustix::process::getrlimit(rustix::process::Resource::Memlock);
+    Some(match limit.current {
+        None => Memlock::Unlimited,
+        Some(bytes) => Memlock::Bytes(bytes),
+    })
 }
 
 /// Everything the checks look at.
@@ -205,5 +199,30 @@ impl Inputs {
 pub fn run(inputs: &Inputs) -> Report {
     Report {
         checks: checks::all(inputs),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The system call (through rustix) and the kernel's own text agree on this process's limit.
+    #[test]
+    fn memlock_of_this_process_matches_proc_self_limits() {
+        let text = std::fs::read_to_string("/proc/self/limits").unwrap();
+        assert_eq!(memlock_of_this_process(), memlock_from_limits(&text));
+    }
+
+    #[test]
+    fn memlock_lines_parse() {
+        let l = "Limit                     Soft Limit           Hard Limit           Units     \nMax locked memory         8388608              8388608              bytes     \n";
+        assert_eq!(memlock_from_limits(l), Some(Memlock::Bytes(8 << 20)));
+        let u = "Max locked memory         unlimited            unlimited            bytes\n";
+        assert_eq!(memlock_from_limits(u), Some(Memlock::Unlimited));
+        assert_eq!(
+            memlock_from_limits("Max open files 1024 1024 files\n"),
+            None
+        );
+        assert_eq!(memlock_from_limits("Max locked memory  lots\n"), None);
     }
 }

@@ -5,6 +5,8 @@
 //! report). This file only parses the command line and turns errors into exit codes:
 //! 0 success, 1 a measured or checked failure, 2 bad input or a missing prerequisite.
 
+#![forbid(unsafe_code)]
+
 mod cmd;
 mod error;
 

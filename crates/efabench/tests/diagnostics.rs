@@ -283,8 +283,16 @@ fn bad_input_is_one_line_and_exit_2() {
         vec!["topo", "--root", "/nonexistent/root"],
         vec!["doctor", "--root", "/nonexistent/root"],
         vec!["doctor", "--root", &p4d, "--interval", "-1"],
+        vec!["doctor", "--root", &p4d, "--interval", "1e300"],
+        vec!["counters", "--root", &p4d, "--watch", "-1"],
+        vec![
+            "counters", "--root", &p4d, "--watch", "1e308", "--count", "1",
+        ],
+        vec!["counters", "--root", &p4d, "--watch", "1", "--count", "-1"],
         vec!["doctor", "--root", &p4d, "--fi-info", "/nonexistent"],
         vec!["doctor", "--root", &p4d, "--fi-info", "/etc/passwd"],
+        vec!["doctor", "--root", &p4d, "--nccl-log", "/dev/zero"],
+        vec!["doctor", "--root", &p4d, "--nccl-log", &p4d],
         vec!["topo", "--root", &p4d, "--fi-info", "/etc/passwd"],
         vec!["topo", "--root", &p4d, "--fi-info", "/dev/zero"],
         vec!["doctor", "--root", &p4d, "--fi-info", &p4d],
@@ -302,6 +310,16 @@ fn bad_input_is_one_line_and_exit_2() {
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
         assert!(err.starts_with("efabench: "), "{err}");
+        assert!(err.len() < 400, "{args:?}: echoes too much: {err}");
+        // Issue 14: a negative or huge number names its option instead of clap's
+        // "unexpected argument '-1' found".
+        let number = args.iter().position(|a| {
+            a.starts_with('-') && a[1..].starts_with(|c: char| c.is_ascii_digit())
+                || a.starts_with("1e")
+        });
+        if let Some(i) = number {
+            assert!(err.contains(args[i - 1]), "{args:?}: {err}");
+        }
         if args.contains(&"--fi-info") {
             // The file is named, and garbage is never taken for libfabric.
             let file = args[args.len() - 1];

@@ -326,6 +326,7 @@ fn compare_bad_input_exits_2() {
     let other = d.join("other.jsonl");
     std::fs::write(&other, record("pingpong", 3, 1.0, 1.0, 0) + "\n").unwrap();
     let b = base.to_str().unwrap();
+    let long = "a".repeat(100_000);
     let cases: &[(&[&str], &str)] = &[
         (
             &["compare", b, "/nonexistent/c.jsonl"],
@@ -334,6 +335,25 @@ fn compare_bad_input_exits_2() {
         (&["compare", b, other.to_str().unwrap()], "no record of"),
         (&["compare", b, b, "--format", "xml"], "use table or json"),
         (&["compare", b, b, "--tolerance=-3"], "--tolerance"),
+        // Issue 14: a negative number reaches the option's own check (it used to read
+        // "unexpected argument '-3' found"), and long values are not echoed whole.
+        (
+            &["compare", b, b, "--tolerance", "-3"],
+            "tolerance -3 is not a percentage",
+        ),
+        (&["compare", b, b, "--tolerance", "1e400"], "--tolerance"),
+        (
+            &["compare", b, b, "--format", &long],
+            "unknown format `aaaa",
+        ),
+        (
+            &["plot", b, "-o", "x.png", "--width", "-5"],
+            "'--width <WIDTH>'",
+        ),
+        (
+            &["plot", b, "-o", "x.png", "--y", &long],
+            "unknown field `aaaa",
+        ),
     ];
     for (args, needle) in cases {
         let o = efabench(args);
@@ -345,6 +365,11 @@ fn compare_bad_input_exits_2() {
         );
         let e = stderr_line(&o);
         assert!(e.contains(needle), "{args:?}: {e}");
+        assert!(
+            e.len() < 400,
+            "{args:?}: the message echoes too much: {} bytes",
+            e.len()
+        );
     }
 }
 

@@ -44,6 +44,13 @@ pub unsafe trait MemoryBuffer: Send + Sync {
     fn dmabuf(&self) -> Option<DmabufHandle> {
         None
     }
+    /// Whether the memory is reachable only by the device (`cuMemAlloc` memory, not managed or
+    /// host memory). Registered with `FI_HMEM_DEVICE_ONLY`, which is what lets libfabric's `shm`
+    /// move it with CUDA IPC (one device-to-device copy) instead of 32 KiB host bounce buffers,
+    /// as fabtests do for every device buffer.
+    fn device_only(&self) -> bool {
+        false
+    }
 }
 
 /// How a buffer is registered (issue 13).

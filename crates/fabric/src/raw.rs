@@ -10,6 +10,7 @@
 use std::cell::UnsafeCell;
 use std::ffi::{c_char, c_void, CStr, CString};
 use std::ptr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use efabench_fabric_sys as sys;
@@ -77,7 +78,8 @@ pub(crate) struct OwnedInfo {
 // SAFETY: the fi_info is a plain heap struct owned exclusively by this value; libfabric does not
 // touch it behind our back, so moving it to another thread is fine.
 unsafe impl Send for OwnedInfo {}
-// SAFETY: shared access only reads it.
+// SAFETY: the fi_info is never written after fi_getinfo/fi_dupinfo returned it: every &self
+// method only reads its fields, and libfabric does not change it behind our back.
 unsafe impl Sync for OwnedInfo {}
 
 impl Drop for OwnedInfo {
@@ -518,6 +520,9 @@ impl RawRail {
             Hmem::Cuda { device } => {
                 attr.iface = sys::FI_HMEM_CUDA;
                 attr.device.cuda = device;
+                if buf.device_only() {
+                    flags |= sys::FI_HMEM_DEVICE_ONLY;
+                }
             }
         }
         if let (Some(d), true) = (buf.dmabuf(), use_dmabuf) {
@@ -783,14 +788,16 @@ pub(crate) struct PageAlloc {
 // SAFETY: PageAlloc owns its allocation; all access goes through raw pointer copies (the NIC may
 // write it at any time, so it is treated as shared DMA memory, never as a Rust reference).
 unsafe impl Send for PageAlloc {}
-// SAFETY: as above; concurrent copies in/out are byte copies of plain memory.
+// SAFETY: shared access goes only through write_at/read_at/fill, which use aligned word atomics
+// (see `word`), so concurrent copies from several threads are not data races.
 unsafe impl Sync for PageAlloc {}
 
 impl PageAlloc {
     pub fn new(len: usize) -> Result<Self> {
         // SAFETY: sysconf has no preconditions.
         let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize;
-        let layout = std::alloc::Layout::from_size_align(len.max(1), page)
+        // Whole words, so the word-atomic copies below never reach past the allocation.
+        let layout = std::alloc::Layout::from_size_align(len.max(1).next_multiple_of(8), page)
             .map_err(|_| Error::Usage(format!("cannot allocate a host buffer of {len} bytes")))?;
         // SAFETY: layout has non-zero size.
         let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
@@ -807,23 +814,61 @@ impl PageAlloc {
     pub fn len(&self) -> usize {
         self.len
     }
+    /// The aligned 8-byte word at `word_start`, as an atomic.
+    ///
+    /// Why atomics: the buffer is shared (`&self` from several threads, and the NIC may DMA into
+    /// it at any time), so plain copies through it would be data races. Every CPU access goes
+    /// through relaxed 8-byte atomics on aligned words (a plain `mov` on x86), never a slice.
+    fn word(&self, word_start: usize) -> &AtomicU64 {
+        debug_assert!(word_start % 8 == 0 && word_start + 8 <= self.layout.size());
+        // SAFETY: ptr is page aligned and the allocation covers whole words (layout rounded up
+        // to 8), so word_start..+8 lies inside it and is 8-aligned; the memory lives as long as
+        // `self`; all shared CPU accesses are atomics of the same size on the same words.
+        unsafe { AtomicU64::from_ptr(self.ptr.add(word_start) as *mut u64) }
+    }
     /// Copies `src` to offset `off` (range checked by the caller).
     pub fn write_at(&self, off: usize, src: &[u8]) {
         assert!(off + src.len() <= self.len);
-        // SAFETY: destination range lies inside the allocation (asserted); src is a distinct
-        // Rust slice, so the ranges do not overlap.
-        unsafe { ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.add(off), src.len()) }
+        let (mut pos, mut rest) = (off, src);
+        while !rest.is_empty() {
+            let (start, skip) = (pos & !7, pos & 7);
+            let take = (8 - skip).min(rest.len());
+            let word = self.word(start);
+            if take == 8 {
+                let w: [u8; 8] = rest[..8].try_into().expect("8 bytes");
+                word.store(u64::from_ne_bytes(w), Ordering::Relaxed);
+            } else {
+                let _ = word.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |old| {
+                    let mut w = old.to_ne_bytes();
+                    w[skip..skip + take].copy_from_slice(&rest[..take]);
+                    Some(u64::from_ne_bytes(w))
+                });
+            }
+            pos += take;
+            rest = &rest[take..];
+        }
     }
     /// Copies from offset `off` into `dst` (range checked by the caller).
     pub fn read_at(&self, off: usize, dst: &mut [u8]) {
         assert!(off + dst.len() <= self.len);
-        // SAFETY: source range lies inside the allocation (asserted); dst is a distinct slice.
-        unsafe { ptr::copy_nonoverlapping(self.ptr.add(off), dst.as_mut_ptr(), dst.len()) }
+        let (mut pos, mut done) = (off, 0);
+        while done < dst.len() {
+            let (start, skip) = (pos & !7, pos & 7);
+            let take = (8 - skip).min(dst.len() - done);
+            let w = self.word(start).load(Ordering::Relaxed).to_ne_bytes();
+            dst[done..done + take].copy_from_slice(&w[skip..skip + take]);
+            pos += take;
+            done += take;
+        }
     }
     pub fn fill(&self, off: usize, len: usize, byte: u8) {
-        assert!(off + len <= self.len);
-        // SAFETY: range lies inside the allocation (asserted).
-        unsafe { ptr::write_bytes(self.ptr.add(off), byte, len) }
+        let chunk = [byte; 256];
+        let mut at = off;
+        while at < off + len {
+            let n = (off + len - at).min(chunk.len());
+            self.write_at(at, &chunk[..n]);
+            at += n;
+        }
     }
 }
 

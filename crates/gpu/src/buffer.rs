@@ -10,6 +10,22 @@
 //!
 //! Device-resident kinds are filled and checked by kernels on their own GPU (`buffer.cu`);
 //! host kinds by the CPU with the same pattern code the benchmarks use.
+//!
+//! ## Why no `&[u8]` of a buffer is ever handed out through `&self`
+//! A buffer is shared (`Arc`) between the benchmark and the rail that registered it, and its
+//! bytes change behind any shared reference: [`GpuBuffer::write_at`] writes through `&self`, and
+//! the NIC (or the shm provider's copy) writes into registered memory at any time. A `&[u8]` over
+//! such memory promises Rust that the bytes do not change while it lives, so handing one out
+//! would be undefined behaviour reachable from safe code. Instead:
+//! * shared access (`&self`) only ever copies, with [`GpuBuffer::write_at`] / [`GpuBuffer::read_at`],
+//!   and host-accessible copies are made of relaxed atomic 8-byte loads and stores on aligned
+//!   words (a partial word at either end is updated with a compare-exchange of the whole word),
+//!   so two threads writing the same bytes at once leave unspecified bytes but no data race;
+//! * a slice exists only through `&mut self` ([`HostBuffer::as_mut_slice`], `fill_pattern`),
+//!   which the borrow checker keeps apart from every `&self` copy and from registration (a rail
+//!   holds an `Arc` clone, so no `&mut` can be had while it is registered).
+//!
+//! Host-accessible allocations are rounded up to whole 8-byte words for this reason.
 
 use crate::driver::{check, driver, Gpu, Shape, Stream};
 use crate::error::GpuError;
@@ -20,6 +36,7 @@ use efabench_fabric::{DmabufHandle, Hmem, MemoryBuffer};
 use std::ffi::c_void;
 use std::fmt;
 use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// The memory kinds of `--mem`.
@@ -92,6 +109,16 @@ pub trait GpuBuffer: MemoryBuffer {
         host_only(self.kind())?;
         host_read(self.kind().name(), self.as_ptr(), self.len(), off, dst)
     }
+    /// Waits until every copy this process has queued on the buffer's GPU has finished — the
+    /// benchmark's own and libfabric's: the shm provider's CUDA IPC path (and its bounce-buffer
+    /// path) copies device memory with `cudaMemcpy` on the legacy stream of the same primary
+    /// context, and a device-to-device `cudaMemcpy` returns (and libfabric reports the
+    /// completion) before the bytes have landed. A benchmark that stops its clock at a completion
+    /// must call this first, or it times the queueing of copies, not the copies. Host kinds have
+    /// nothing queued: a no-op.
+    fn settle(&self) -> Result<(), GpuError> {
+        Ok(())
+    }
 }
 
 /// The default `write_at`/`read_at` copy through the pointer: never for device memory.
@@ -114,6 +141,9 @@ fn check_range(what: &str, len: usize, off: usize, n: usize) -> Result<(), GpuEr
 }
 
 /// Copy into host-accessible memory (pageable, pinned, registered or managed) at `base + off`.
+///
+/// `base` must be 8-byte aligned and the allocation rounded up to whole words (every buffer
+/// kind here is), so the aligned word around any byte of `..len` is inside it.
 fn host_write(
     what: &str,
     base: *mut u8,
@@ -122,14 +152,34 @@ fn host_write(
     src: &[u8],
 ) -> Result<(), GpuError> {
     check_range(what, len, off, src.len())?;
-    // SAFETY: base..base+len is one live host-accessible allocation owned by the caller's buffer
-    // (checked range); src is a distinct Rust slice, so the ranges cannot overlap. The NIC may
-    // DMA into the buffer concurrently, which is why buffers are only touched by copies.
-    unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), base.add(off), src.len()) };
+    let mut pos = off;
+    let mut rest = src;
+    while !rest.is_empty() {
+        let word_start = pos & !7;
+        let skip = pos - word_start;
+        let take = (8 - skip).min(rest.len());
+        // SAFETY: base is 8-aligned and the allocation covers whole words, so word_start..+8 lies
+        // in it; every shared access to these bytes is an 8-byte atomic on the same aligned word
+        // (no mixed sizes, no non-atomic access while a `&self` exists), so there is no data race.
+        let word = unsafe { AtomicU64::from_ptr(base.add(word_start) as *mut u64) };
+        if take == 8 {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&rest[..8]);
+            word.store(u64::from_ne_bytes(w), Ordering::Relaxed);
+        } else {
+            let _ = word.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |old| {
+                let mut w = old.to_ne_bytes();
+                w[skip..skip + take].copy_from_slice(&rest[..take]);
+                Some(u64::from_ne_bytes(w))
+            });
+        }
+        pos += take;
+        rest = &rest[take..];
+    }
     Ok(())
 }
 
-/// Copy out of host-accessible memory at `base + off`.
+/// Copy out of host-accessible memory at `base + off` (same word rules as [`host_write`]).
 fn host_read(
     what: &str,
     base: *const u8,
@@ -138,9 +188,28 @@ fn host_read(
     dst: &mut [u8],
 ) -> Result<(), GpuError> {
     check_range(what, len, off, dst.len())?;
-    // SAFETY: as in host_write, with the roles of source and destination swapped.
-    unsafe { std::ptr::copy_nonoverlapping(base.add(off), dst.as_mut_ptr(), dst.len()) };
+    let mut pos = off;
+    let mut done = 0;
+    while done < dst.len() {
+        let word_start = pos & !7;
+        let skip = pos - word_start;
+        let take = (8 - skip).min(dst.len() - done);
+        // SAFETY: as in host_write: an aligned word inside the allocation, only ever accessed
+        // atomically while shared.
+        let word = unsafe { AtomicU64::from_ptr(base.add(word_start) as *mut u64) };
+        let w = word.load(Ordering::Relaxed).to_ne_bytes();
+        dst[done..done + take].copy_from_slice(&w[skip..skip + take]);
+        pos += take;
+        done += take;
+    }
     Ok(())
+}
+
+/// Pattern check of a host-accessible buffer from a copy (never a slice of shared memory).
+fn host_mismatches<B: GpuBuffer + ?Sized>(b: &B, seed: u64) -> Result<u64, GpuError> {
+    let mut copy = vec![0u8; b.len()];
+    b.read_at(0, &mut copy)?;
+    Ok(pattern::mismatches(&copy, seed))
 }
 
 fn nonzero(len: usize) -> Result<(), GpuError> {
@@ -206,9 +275,12 @@ pub struct HostBuffer {
     len: usize,
 }
 
-// SAFETY: the allocation is owned by the value and only accessed through &/&mut self.
+// SAFETY: the allocation is owned by the value and freed once, by whichever thread drops it;
+// nothing in it is tied to the thread that made it.
 unsafe impl Send for HostBuffer {}
-// SAFETY: shared access only reads.
+// SAFETY: through `&self` the bytes are only copied in and out with word-sized atomics
+// (host_write/host_read), so threads sharing it race on values, never in the memory model; the
+// NIC's DMA into a registered buffer is likewise never observed through a Rust reference.
 unsafe impl Sync for HostBuffer {}
 
 impl HostBuffer {
@@ -219,12 +291,46 @@ impl HostBuffer {
             len,
         })
     }
-    pub fn as_slice(&self) -> &[u8] {
-        // SAFETY: mem holds at least len initialised (zeroed) bytes owned by self.
-        unsafe { std::slice::from_raw_parts(self.mem.ptr, self.len) }
-    }
+    /// The bytes, for exclusive use: `&mut self` keeps every `&self` copy and any registration
+    /// (which holds a shared `Arc`) away while the slice lives. Shared readers use
+    /// [`GpuBuffer::read_at`]. The old shared `as_slice` is gone because `write_at(&self)` (and
+    /// the NIC) could change the bytes under it; the borrow checker now refuses that pattern:
+    ///
+    /// ```compile_fail,E0502
+    /// use efabench_gpu::{GpuBuffer, HostBuffer};
+    /// let mut b = HostBuffer::new(64).unwrap();
+    /// let view = b.as_mut_slice();
+    /// b.write_at(0, &[1, 2, 3]).unwrap(); // a write through &self while the slice is alive
+    /// assert_eq!(view[0], 0);
+    /// ```
+    ///
+    /// and neither can a shared slice be taken at all:
+    ///
+    /// ```compile_fail,E0599
+    /// use efabench_gpu::{GpuBuffer, HostBuffer};
+    /// let b = HostBuffer::new(64).unwrap();
+    /// let view: &[u8] = b.as_slice();
+    /// b.write_at(0, &[1, 2, 3]).unwrap();
+    /// assert_eq!(view[0], 0);
+    /// ```
+    ///
+    /// (Stable rustdoc does not check the error codes named above; the passing example below
+    /// has the same setup, so each failure comes from its marked line.)
+    ///
+    /// What works: copy out through `&self`, or mutate through `&mut self`.
+    ///
+    /// ```
+    /// use efabench_gpu::{GpuBuffer, HostBuffer};
+    /// let mut b = HostBuffer::new(64).unwrap();
+    /// b.as_mut_slice()[0] = 9;
+    /// b.write_at(1, &[1, 2, 3]).unwrap();
+    /// let mut copy = [0u8; 4];
+    /// b.read_at(0, &mut copy).unwrap();
+    /// assert_eq!(copy, [9, 1, 2, 3]);
+    /// ```
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
-        // SAFETY: as above, and &mut self gives exclusive access.
+        // SAFETY: mem holds at least len initialised (zeroed) bytes owned by self, and &mut self
+        // gives exclusive access: no &self copy and no registration can be live.
         unsafe { std::slice::from_raw_parts_mut(self.mem.ptr, self.len) }
     }
 }
@@ -251,7 +357,7 @@ impl GpuBuffer for HostBuffer {
         Ok(())
     }
     fn mismatches(&self, seed: u64) -> Result<u64, GpuError> {
-        Ok(pattern::mismatches(self.as_slice(), seed))
+        host_mismatches(self, seed)
     }
     fn device_ptr(&self) -> Option<u64> {
         None
@@ -266,9 +372,11 @@ pub struct PinnedBuffer {
     len: usize,
 }
 
-// SAFETY: the allocation is owned by the value; access goes through &/&mut self.
+// SAFETY: the allocation is owned by the value and freed once (after binding its portable
+// context, which any thread may do); it is not tied to the allocating thread.
 unsafe impl Send for PinnedBuffer {}
-// SAFETY: shared access only reads.
+// SAFETY: as for HostBuffer: `&self` only copies with word-sized atomics; the NIC's and the
+// GPU's writes into the pinned pages are never seen through a Rust reference.
 unsafe impl Sync for PinnedBuffer {}
 
 impl PinnedBuffer {
@@ -276,16 +384,18 @@ impl PinnedBuffer {
         nonzero(len)?;
         gpu.bind()?;
         let mut p: *mut c_void = std::ptr::null_mut();
+        // Whole words: the atomic copies touch the aligned word around every byte.
+        let cap = round_up(len, 8);
         // SAFETY: p is a valid out pointer; the context is current.
         check("cuMemHostAlloc", unsafe {
             sys::cuMemHostAlloc(
                 &mut p,
-                len,
+                cap,
                 sys::CU_MEMHOSTALLOC_PORTABLE | sys::CU_MEMHOSTALLOC_DEVICEMAP,
             )
         })?;
-        // SAFETY: p points at len bytes of pinned memory just allocated.
-        unsafe { std::ptr::write_bytes(p as *mut u8, 0, len) };
+        // SAFETY: p points at cap bytes of pinned memory just allocated (page aligned).
+        unsafe { std::ptr::write_bytes(p as *mut u8, 0, cap) };
         let mut dev: u64 = 0;
         // SAFETY: p was allocated with DEVICEMAP; dev is a valid out pointer.
         let r = check("cuMemHostGetDevicePointer", unsafe {
@@ -298,10 +408,6 @@ impl PinnedBuffer {
             len,
         };
         r.map(|_| b)
-    }
-    fn slice(&self) -> &[u8] {
-        // SAFETY: host holds len initialised bytes owned by self.
-        unsafe { std::slice::from_raw_parts(self.host, self.len) }
     }
 }
 
@@ -338,7 +444,7 @@ impl GpuBuffer for PinnedBuffer {
         Ok(())
     }
     fn mismatches(&self, seed: u64) -> Result<u64, GpuError> {
-        Ok(pattern::mismatches(self.slice(), seed))
+        host_mismatches(self, seed)
     }
     fn device_ptr(&self) -> Option<u64> {
         Some(self.dev)
@@ -353,9 +459,9 @@ pub struct RegisteredBuffer {
     len: usize,
 }
 
-// SAFETY: the allocation is owned by the value; access goes through &/&mut self.
+// SAFETY: as for PinnedBuffer: owned, freed once, not tied to the allocating thread.
 unsafe impl Send for RegisteredBuffer {}
-// SAFETY: shared access only reads.
+// SAFETY: as for HostBuffer: `&self` only copies with word-sized atomics.
 unsafe impl Sync for RegisteredBuffer {}
 
 impl RegisteredBuffer {
@@ -384,10 +490,6 @@ impl RegisteredBuffer {
             len,
         };
         r.map(|_| b)
-    }
-    fn slice(&self) -> &[u8] {
-        // SAFETY: mem holds at least len initialised bytes owned by self.
-        unsafe { std::slice::from_raw_parts(self.mem.ptr, self.len) }
     }
 }
 
@@ -425,7 +527,7 @@ impl GpuBuffer for RegisteredBuffer {
         Ok(())
     }
     fn mismatches(&self, seed: u64) -> Result<u64, GpuError> {
-        Ok(pattern::mismatches(self.slice(), seed))
+        host_mismatches(self, seed)
     }
     fn device_ptr(&self) -> Option<u64> {
         Some(self.dev)
@@ -441,9 +543,12 @@ pub struct DeviceBuffer {
     dmabuf: Option<DmabufHandle>,
 }
 
-// SAFETY: device memory owned by the value; the handle is usable from any thread.
+// SAFETY: device memory and the dmabuf fd are owned by the value and freed once; CUDA device
+// pointers and fds are valid from any thread.
 unsafe impl Send for DeviceBuffer {}
-// SAFETY: as above.
+// SAFETY: `&self` never makes a Rust reference to the memory (it is not host memory): it only
+// queues cuMemcpy to or from it, which the driver orders; concurrent copies to the same bytes
+// leave unspecified device bytes, not undefined behaviour in this process.
 unsafe impl Sync for DeviceBuffer {}
 
 /// Device allocations are rounded up to this, so each starts on its own 2 MiB page (what a
@@ -509,7 +614,8 @@ impl Drop for DeviceBuffer {
             // SAFETY: fd was returned by the driver for this buffer and is closed once.
             unsafe { libc::close(d.fd) };
         }
-        if self.gpu.bind().is_ok() {
+        // Kernels and copies queued by the safe launches may still use the buffer: wait first.
+        if self.gpu.bind().is_ok() && self.gpu.synchronize().is_ok() {
             // SAFETY: ptr came from cuMemAlloc and is freed once.
             let _ = unsafe { sys::cuMemFree_v2(self.ptr) };
         }
@@ -533,6 +639,9 @@ unsafe impl MemoryBuffer for DeviceBuffer {
     fn dmabuf(&self) -> Option<DmabufHandle> {
         self.dmabuf
     }
+    fn device_only(&self) -> bool {
+        true
+    }
 }
 
 impl GpuBuffer for DeviceBuffer {
@@ -545,6 +654,9 @@ impl GpuBuffer for DeviceBuffer {
     fn mismatches(&self, seed: u64) -> Result<u64, GpuError> {
         mismatches_on_gpu(&self.gpu, self.ptr, self.len, seed)
     }
+    /// `cuMemcpyHtoD`, then a context synchronisation: from pageable memory the copy returns
+    /// once the bytes are staged, before they reach device memory, and another process (a peer
+    /// reading through CUDA IPC, as shm does) or the NIC (GPUDirect RDMA) would read stale bytes.
     fn write_at(&self, off: usize, src: &[u8]) -> Result<(), GpuError> {
         check_range("cuda", self.len, off, src.len())?;
         self.gpu.bind()?;
@@ -556,7 +668,11 @@ impl GpuBuffer for DeviceBuffer {
                 src.as_ptr() as *const c_void,
                 src.len(),
             )
-        })
+        })?;
+        self.gpu.synchronize()
+    }
+    fn settle(&self) -> Result<(), GpuError> {
+        self.gpu.synchronize()
     }
     fn read_at(&self, off: usize, dst: &mut [u8]) -> Result<(), GpuError> {
         check_range("cuda", self.len, off, dst.len())?;
@@ -582,9 +698,11 @@ pub struct ManagedBuffer {
     len: usize,
 }
 
-// SAFETY: memory owned by the value; the pointer is valid on host and device.
+// SAFETY: memory owned by the value and freed once; the pointer is valid on any host thread.
 unsafe impl Send for ManagedBuffer {}
-// SAFETY: as above.
+// SAFETY: `&self` touches the host view only through the word-atomic copies of write_at/read_at
+// (the allocation is rounded up to whole words) and the GPU through kernels; no Rust reference
+// to the memory is ever made.
 unsafe impl Sync for ManagedBuffer {}
 
 impl ManagedBuffer {
@@ -603,7 +721,8 @@ impl ManagedBuffer {
         check("cuMemAllocManaged", unsafe {
             sys::cuMemAllocManaged(
                 &mut ptr,
-                len,
+                // Whole words for the atomic host copies (see the module docs).
+                round_up(len, 8),
                 sys::CUmemAttach_flags::CU_MEM_ATTACH_GLOBAL as u32,
             )
         })?;
@@ -653,6 +772,9 @@ impl GpuBuffer for ManagedBuffer {
     }
     fn device_ptr(&self) -> Option<u64> {
         Some(self.ptr)
+    }
+    fn settle(&self) -> Result<(), GpuError> {
+        self.gpu.synchronize()
     }
 }
 
@@ -771,10 +893,56 @@ impl Counter {
 
 impl Drop for Counter {
     fn drop(&mut self) {
-        if self.gpu.bind().is_ok() {
+        // Kernels queued by the safe launches may still use the counter: wait for them.
+        if self.gpu.bind().is_ok() && self.gpu.synchronize().is_ok() {
             // SAFETY: ptr came from cuMemAlloc and is freed once.
             let _ = unsafe { sys::cuMemFree_v2(self.ptr) };
         }
+    }
+}
+
+/// Queues a fill of the first `len` bytes of `buf` with the pattern of `seed` on `stream` (the
+/// safe, checked form of [`fill_async`]; `buf`'s drop waits for the GPU, so the fill cannot
+/// outlive it).
+pub fn fill(stream: &Stream, buf: &DeviceBuffer, len: usize, seed: u64) -> Result<(), GpuError> {
+    check_range("cuda", buf.len(), 0, len)?;
+    same_device(stream, &buf.gpu)?;
+    // SAFETY: len bytes of buf are a live allocation of the stream's GPU (checked above).
+    unsafe { fill_async(stream, buf.ptr(), len, seed) }
+}
+
+/// Queues a count of the words of the first `len` bytes of `buf` that differ from the pattern
+/// of `seed`, added to `counter` (the safe form of [`mismatches_async`]).
+pub fn count_mismatches(
+    stream: &Stream,
+    buf: &DeviceBuffer,
+    len: usize,
+    seed: u64,
+    counter: &Counter,
+) -> Result<(), GpuError> {
+    check_range("cuda", buf.len(), 0, len)?;
+    same_device(stream, &buf.gpu)?;
+    same_device(stream, &counter.gpu)?;
+    // SAFETY: len bytes of buf are live memory of this GPU (checked); counter is a live u64 of
+    // it; both are freed only after their drops synchronise the GPU.
+    unsafe { mismatches_async(stream, buf.ptr(), len, seed, counter.ptr()) }
+}
+
+fn same_device(stream: &Stream, gpu: &Gpu) -> Result<(), GpuError> {
+    if stream.gpu().ordinal != gpu.ordinal {
+        return Err(GpuError::Invalid(format!(
+            "the stream is on GPU {} but the memory on GPU {}",
+            stream.gpu().ordinal,
+            gpu.ordinal
+        )));
+    }
+    Ok(())
+}
+
+impl Counter {
+    /// The GPU of the counter.
+    pub fn gpu(&self) -> &Arc<Gpu> {
+        &self.gpu
     }
 }
 
@@ -803,6 +971,9 @@ unsafe impl MemoryBuffer for Box<dyn GpuBuffer> {
     }
     fn dmabuf(&self) -> Option<DmabufHandle> {
         (**self).dmabuf()
+    }
+    fn device_only(&self) -> bool {
+        (**self).device_only()
     }
 }
 
@@ -841,5 +1012,60 @@ mod range_tests {
         let e = b.write_at(62, &[0; 4]).unwrap_err().to_string();
         assert!(e.contains("outside the 64-byte host buffer"), "{e}");
         assert!(b.read_at(usize::MAX, &mut got).is_err());
+    }
+
+    #[test]
+    fn word_atomic_copies_keep_neighbouring_bytes_at_every_alignment() {
+        // Partial words at both ends (compare-exchange) and whole words in the middle.
+        let b = HostBuffer::new(61).unwrap();
+        let mut want = vec![0u8; 61];
+        for (off, n) in [(0, 61), (3, 1), (5, 11), (7, 17), (16, 8), (60, 1), (1, 0)] {
+            let src: Vec<u8> = (0..n).map(|i| (off * 31 + i * 7 + 1) as u8).collect();
+            b.write_at(off, &src).unwrap();
+            want[off..off + n].copy_from_slice(&src);
+            let mut got = vec![0u8; 61];
+            b.read_at(0, &mut got).unwrap();
+            assert_eq!(got, want, "after writing {n} bytes at {off}");
+            let mut part = vec![0u8; n];
+            b.read_at(off, &mut part).unwrap();
+            assert_eq!(part, src);
+        }
+    }
+
+    #[test]
+    fn threads_share_a_buffer_through_copies_only() {
+        // Sync is sound because shared access is word-atomic copies: threads writing disjoint
+        // bytes that share words (odd offsets) must never lose each other's bytes.
+        let b = std::sync::Arc::new(HostBuffer::new(4096).unwrap());
+        let writers: Vec<_> = (0..4u8)
+            .map(|t| {
+                let b = b.clone();
+                std::thread::spawn(move || {
+                    for round in 0..200u8 {
+                        for k in 0..1024 {
+                            // byte k*4+t belongs to thread t alone; its word has 3 other owners.
+                            b.write_at(k * 4 + t as usize, &[round ^ t]).unwrap();
+                        }
+                    }
+                })
+            })
+            .collect();
+        for w in writers {
+            w.join().unwrap();
+        }
+        let mut got = vec![0u8; 4096];
+        b.read_at(0, &mut got).unwrap();
+        for (i, v) in got.iter().enumerate() {
+            assert_eq!(*v, 199 ^ (i % 4) as u8, "byte {i}");
+        }
+    }
+
+    #[test]
+    fn pattern_checks_of_host_memory_read_a_copy() {
+        let mut b = HostBuffer::new(1000).unwrap();
+        b.fill_pattern(3).unwrap();
+        assert_eq!(b.mismatches(3), Ok(0));
+        b.write_at(500, &[0xFF]).unwrap();
+        assert_eq!(b.mismatches(3), Ok(1));
     }
 }

@@ -48,11 +48,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Up to this many producer warps poll the consumers' tails themselves under `TailPoll::Auto`;
-/// more poll the device cache of them, refreshed by one warp at a time (so PCIe reads stay
-/// bounded). 0: on an H100 the cache was faster even for one thread (blocking 1x1 round trip
-/// p50 3.46 us cached against 3.78 us direct; direct with a 200 ns back-off 5.09 us).
-pub const DIRECT_POLL_WARPS: u64 = 0;
 /// Most consumer threads a ring supports (the kernel keeps one cached tail per consumer).
 pub const MAX_CONSUMERS: usize = 4;
 /// Consumer tails are this many u64 apart (64 bytes: one cache line each).
@@ -162,10 +157,12 @@ impl FromStr for Mode {
 }
 
 /// How producers wait for credits and acknowledgements.
+///
+/// `Cached` is the default: on an H100 it was faster even for one producer thread (blocking 1x1
+/// round trip p50 3.46 us cached against 3.78 us direct, 5.09 us direct with a 200 ns back-off),
+/// and it bounds the PCIe reads of thousands of waiting warps to one at a time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum TailPoll {
-    /// `direct` up to [`DIRECT_POLL_WARPS`] producer warps, `cached` above.
-    Auto,
     /// Read the consumers' tails where they live (a PCIe read per poll for host memory).
     Direct,
     /// Read the device-memory copy, refreshed by one warp at a time.
@@ -176,12 +173,9 @@ impl FromStr for TailPoll {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
         match s.trim().to_ascii_lowercase().as_str() {
-            "auto" => Ok(TailPoll::Auto),
             "direct" => Ok(TailPoll::Direct),
             "cached" => Ok(TailPoll::Cached),
-            _ => Err(format!(
-                "unknown tail poll {s:?}: use auto, direct or cached"
-            )),
+            _ => Err(format!("unknown tail poll {s:?}: use direct or cached")),
         }
     }
 }
@@ -698,6 +692,9 @@ pub struct QueueConfig {
     pub vyukov_capacity: u64,
     /// Stop claiming after this long (slow rings report what they did in the time).
     pub budget: Duration,
+    /// After the budget, how long a wait may last before producers give up their waits, and as
+    /// long again before the run is declared hung.
+    pub hang: Duration,
     /// Changes the pattern per point.
     pub salt: u64,
     /// How producers wait for the consumers' tails.
@@ -721,8 +718,9 @@ impl QueueConfig {
             ring_log2: 16,
             vyukov_capacity: 8192,
             budget: Duration::from_millis(1500),
+            hang: Duration::from_secs(10),
             salt: 1,
-            tail_poll: TailPoll::Auto,
+            tail_poll: TailPoll::Cached,
             poll_sleep_ns: 0,
             cpus: Vec::new(),
         }
@@ -1038,7 +1036,8 @@ pub fn measure(gpu: &Arc<Gpu>, cfg: &QueueConfig) -> Result<QueueMeasurement, Gp
             // SAFETY: every address in params belongs to an allocation that outlives the wait
             // below (the kernel is finished or abandoned before they are dropped).
             let launched = unsafe { k.launch(&stream, shape, &params) };
-            let waited = launched.and_then(|_| wait_kernel(&stream, cfg.budget, &set_ctl));
+            let waited =
+                launched.and_then(|_| wait_kernel(&stream, cfg.budget, cfg.hang, &set_ctl));
             end.finish(u64::MAX);
             if waited.is_err() {
                 end.abandon();
@@ -1079,12 +1078,7 @@ pub fn measure(gpu: &Arc<Gpu>, cfg: &QueueConfig) -> Result<QueueMeasurement, Gp
         } else {
             cfg.batch
         };
-        let warps = shape.grid as u64 * shape.block.div_ceil(32) as u64;
-        let direct = match cfg.tail_poll {
-            TailPoll::Auto => warps <= DIRECT_POLL_WARPS,
-            TailPoll::Direct => true,
-            TailPoll::Cached => false,
-        };
+        let direct = cfg.tail_poll == TailPoll::Direct;
         claim = (batch, if direct { "direct" } else { "cached" });
         let k = kernel(gpu, Source::Queue, "efa_queue_fifo")?;
         // SAFETY: efa_queue_fifo takes one `FifoParams` by value.
@@ -1123,13 +1117,14 @@ pub fn measure(gpu: &Arc<Gpu>, cfg: &QueueConfig) -> Result<QueueMeasurement, Gp
             // SAFETY: every address in params belongs to an allocation that outlives the wait
             // below (the kernel is finished or abandoned before they are dropped).
             let launched = unsafe { k.launch(&stream, shape, &params) };
-            let waited = launched.and_then(|_| wait_kernel(&stream, cfg.budget, &set_ctl));
+            let waited =
+                launched.and_then(|_| wait_kernel(&stream, cfg.budget, cfg.hang, &set_ctl));
             match &waited {
                 Ok(()) => {
                     let st = read_u64s(&state)?;
                     end.finish(st[S_HEAD]);
                     // A consumer stuck at a claimed but unwritten slot would wait forever.
-                    let deadline = Instant::now() + Duration::from_secs(10);
+                    let deadline = Instant::now() + cfg.hang;
                     while handles.iter().any(|h| !h.is_finished()) && Instant::now() < deadline {
                         std::thread::sleep(Duration::from_millis(1));
                     }
@@ -1195,11 +1190,12 @@ fn read_u64s(b: &DeviceBuffer) -> Result<Vec<u64>, GpuError> {
         .collect())
 }
 
-/// Waits for the producers: after `budget` they are told to stop claiming; 10 s later to give up
-/// every wait; 10 s after that the run is declared hung.
+/// Waits for the producers: after `budget` they are told to stop claiming; `hang` later to give up
+/// every wait; `hang` after that the run is declared hung.
 fn wait_kernel(
     stream: &Stream,
     budget: Duration,
+    hang: Duration,
     set_ctl: &dyn Fn(usize) -> Result<(), GpuError>,
 ) -> Result<(), GpuError> {
     let start = Instant::now();
@@ -1212,10 +1208,10 @@ fn wait_kernel(
         if level == 0 && t > budget {
             set_ctl(STATE_WORDS)?;
             level = 1;
-        } else if level == 1 && t > budget + Duration::from_secs(10) {
+        } else if level == 1 && t > budget + hang {
             set_ctl(STATE_WORDS + 1)?;
             level = 2;
-        } else if level == 2 && t > budget + Duration::from_secs(20) {
+        } else if level == 2 && t > budget + 2 * hang {
             return Err(GpuError::Invalid(format!(
                 "the queue kernel did not finish {} s after it was told to stop: the consumers \
                  stopped acknowledging (a hung ring)",

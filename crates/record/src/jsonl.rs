@@ -162,7 +162,7 @@ impl JsonlWriter {
 /// Checks one JSONL line against the `efabench.v1` contract and parses it.
 /// The error is one line without the line number (callers add it).
 pub fn validate_line(line: &str) -> Result<Record, String> {
-    check_line(line).map_err(|e| e.message)
+    check_line(line).map_err(|e| cap(&e.message, MAX_ECHO_CHARS))
 }
 
 /// Why a line is not a record, and whether it is a proper prefix of a JSON value (torn).
@@ -325,7 +325,27 @@ fn bad_line(source: &str, at: usize, e: &LineError, followed: bool) -> Error {
     } else {
         "fix or delete that line"
     };
-    Error::bad_input(format!("{source}:{at}: {}; {fix}", e.message))
+    Error::bad_input(format!(
+        "{source}:{at}: {}; {fix}",
+        cap(&e.message, MAX_ECHO_CHARS)
+    ))
+}
+
+/// The most characters of a reason (which may quote the bad value) an error message carries:
+/// a 10 MB string in a record must not become a 10 MB error line.
+const MAX_ECHO_CHARS: usize = 200;
+
+/// `s` cut to `max` characters (with `…`) and without control characters.
+fn cap(s: &str, max: usize) -> String {
+    let mut out: String = s
+        .chars()
+        .take(max)
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    if s.chars().nth(max).is_some() {
+        out.push('…');
+    }
+    out
 }
 
 /// Parses JSONL text (see [`parse_records_from`]); warnings are dropped. Use

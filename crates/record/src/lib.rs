@@ -13,9 +13,13 @@
 //! - [`Sink::stdout`] with the `--format` ([`Format`]), [`Sink::push`] per record, [`Sink::finish`];
 //! - [`now_rfc3339`], [`hostname`], [`human_size`] to fill and label records.
 
+#![forbid(unsafe_code)]
+
 pub mod error;
 pub mod jsonl;
 pub mod output;
+#[cfg(test)]
+mod proptests;
 pub mod record;
 #[cfg(any(test, feature = "test-util"))]
 pub mod testing;
@@ -28,4 +32,4 @@ pub use jsonl::{
 };
 pub use output::{Format, Sink};
 pub use record::{LatencySummary, Record, LATENCY_FIELDS, REQUIRED_FIELDS, SCHEMA};
-pub use util::{hostname, human_size, now_rfc3339, parse_size, rfc3339_from_unix};
+pub use util::{hostname, human_size, now_rfc3339, rfc3339_from_unix};

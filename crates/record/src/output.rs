@@ -249,7 +249,7 @@ impl GroupStats {
             self.busbw_sum += b;
             self.busbw_rows += 1;
         }
-        self.errors += r.errors;
+        self.errors = self.errors.saturating_add(r.errors);
         let i = match self.peers.iter().position(|(p, _)| *p == r.peer) {
             Some(i) => i,
             None => {
@@ -267,7 +267,7 @@ impl GroupStats {
         if st.best_p50.is_none_or(|(p, _)| r.lat_us.p50 < p) {
             st.best_p50 = Some((r.lat_us.p50, r.size_bytes));
         }
-        st.errors += r.errors;
+        st.errors = st.errors.saturating_add(r.errors);
     }
 }
 
@@ -580,7 +580,9 @@ impl<W: Write> Sink<W> {
     /// Prints one record (a table row, a JSON line or a CSV row) and flushes.
     pub fn push(&mut self, r: &Record) -> Result<(), Error> {
         self.records += 1;
-        self.errors += r.errors;
+        // Saturating: a record file may claim any count (u64::MAX errors), and a sum must not wrap
+        // into "0 OK" or panic.
+        self.errors = self.errors.saturating_add(r.errors);
         match self.format {
             Format::Json => {
                 let mut line = serde_json::to_string(r).map_err(|e| {

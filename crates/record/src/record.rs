@@ -61,7 +61,7 @@ pub struct Record {
     pub extra: serde_json::Map<String, serde_json::Value>,
 }
 
-/// Every top-level key a record must carry (DESIGN.md "Records"). Nullable fields (`peer`,
+/// Every top-level key a record must carry (`docs/records.md`). Nullable fields (`peer`,
 /// `libfabric`, `busbw_gbps`, `link_gbps`, `util_pct`, `counters`, `git`) must be present as
 /// `null` rather than left out, so a reader can tell "unknown" from "written by an older tool".
 pub const REQUIRED_FIELDS: &[&str] = &[
@@ -100,7 +100,7 @@ pub const LATENCY_FIELDS: &[&str] = &["min", "p50", "p99", "max", "mean"];
 impl Record {
     /// What the latency columns mean for this record: the benchmark sets
     /// `extra["lat_kind"]` (e.g. `one-way`, `round-trip/2`, `post-to-completion`). Records
-    /// without it fall back on DESIGN.md: a `read` is post-to-completion, `sendrecv`/`write`
+    /// without it fall back on `docs/metrics.md`: a `read` is post-to-completion, `sendrecv`/`write`
     /// report one-way latency, anything else the time of one operation.
     pub fn lat_kind(&self) -> &str {
         match self.extra.get("lat_kind").and_then(|v| v.as_str()) {

@@ -1,9 +1,9 @@
 //! Small helpers every record writer needs: a UTC timestamp, the host name, and sizes in the
-//! `8 / 4K / 1M / 1G` notation (powers of 1024) that the command line accepts and the tables print.
+//! `8 / 4K / 1M / 1G` notation (powers of 1024) that the tables and plots print. (Parsing sizes
+//! from the command line is the benchmark options' job: `efabench_bench::size`.)
 //!
-//! They live here rather than in the benchmark harness because the report layer is what reads
-//! these strings back (plot tick labels, table headers), so the two directions stay in one place.
-//! No `chrono` and no `libc`: the timestamp is computed from `SystemTime` with the civil-from-days
+//! They live with the record because every record carries a timestamp and a host, and because
+//! the tables and plots print sizes the same way. No `chrono` and no `libc`: the timestamp is computed from `SystemTime` with the civil-from-days
 //! algorithm, and the host name is read from procfs.
 
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -92,33 +92,6 @@ pub fn human_size(bytes: u64) -> String {
     bytes.to_string()
 }
 
-/// Parses `8`, `4K`, `4k`, `1M`, `1G`, `1T` (powers of 1024; an optional trailing `B`/`iB` is
-/// accepted: `4KiB`, `4KB`). The error is one line naming the value and the accepted forms.
-pub fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let bad =
-        || format!("invalid size `{s}`: use a byte count such as 8, 4K, 1M or 1G (powers of 1024)");
-    let upper = t.to_ascii_uppercase();
-    let core = upper
-        .strip_suffix("IB")
-        .or_else(|| upper.strip_suffix('B'))
-        .unwrap_or(&upper);
-    let (digits, mult) = match core.chars().last() {
-        Some('K') => (&core[..core.len() - 1], 1u64 << 10),
-        Some('M') => (&core[..core.len() - 1], 1 << 20),
-        Some('G') => (&core[..core.len() - 1], 1 << 30),
-        Some('T') => (&core[..core.len() - 1], 1 << 40),
-        Some(c) if c.is_ascii_digit() => (core, 1),
-        _ => return Err(bad()),
-    };
-    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(bad());
-    }
-    let n: u64 = digits.parse().map_err(|_| bad())?;
-    n.checked_mul(mult)
-        .ok_or_else(|| format!("size `{s}` is too large (more than 2^64 - 1 bytes)"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -175,24 +148,5 @@ mod tests {
         assert_eq!(human_size(1 << 30), "1G");
         assert_eq!(human_size(1 << 40), "1T");
         assert_eq!(human_size(u64::MAX), "16384P");
-    }
-
-    #[test]
-    fn sizes_round_trip_and_reject_garbage() {
-        for v in [1u64, 8, 1000, 4096, 1 << 20, 1 << 30, 1 << 40] {
-            assert_eq!(parse_size(&human_size(v)), Ok(v));
-        }
-        assert_eq!(parse_size("4k"), Ok(4096));
-        assert_eq!(parse_size("4KiB"), Ok(4096));
-        assert_eq!(parse_size(" 2MB "), Ok(2 << 20));
-        for bad in ["", "K", "1.5K", "-1", "1X", "1 K", "abc"] {
-            let e = parse_size(bad).unwrap_err();
-            assert!(
-                e.contains("invalid size") && !e.contains('\n'),
-                "{bad}: {e}"
-            );
-        }
-        assert!(parse_size("99999999999999999999").is_err());
-        assert!(parse_size("20000000T").unwrap_err().contains("too large"));
     }
 }

@@ -11,6 +11,8 @@
 //! [`counters`] (hw_counters snapshots and deltas), [`installed`] (component versions),
 //! [`libfabric`] (`fi_info` parsing).
 
+#![forbid(unsafe_code)]
+
 pub mod counters;
 pub mod installed;
 pub mod libfabric;

@@ -229,7 +229,7 @@ impl Topology {
         self.nics.iter().find(|n| n.name == name)
     }
 
-    /// The JSON of `topo --json` (DESIGN.md shape plus extra keys).
+    /// The JSON of `topo --json` (the shape in `docs/json.md`).
     pub fn to_json(&self) -> serde_json::Value {
         serde_json::to_value(self).unwrap_or(serde_json::Value::Null)
     }

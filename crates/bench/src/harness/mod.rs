@@ -85,6 +85,14 @@ pub struct Measured {
     pub extra: Map<String, Value>,
 }
 
+/// How long a rank may stay alive after the bootstrap learned the job failed (the normal way
+/// out takes milliseconds, an abort message up to 2 s).
+const WATCHDOG_GRACE: std::time::Duration = std::time::Duration::from_secs(4);
+
+/// How long a failed rank waits for the bootstrap to name the cause (a frozen or dead peer is
+/// noticed within a couple of heartbeats).
+const FAILURE_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+
 /// Largest serialised [`Measured`] a rank accepts from another (bounded decoding).
 const MAX_MEASURED: usize = 48 << 20;
 
@@ -173,6 +181,12 @@ pub trait Benchmark {
     /// `busbw_gbps` are the benchmark's definition (DESIGN.md "Metric definitions").
     fn point(&self, ctx: &Ctx, spec: &Self::Spec, all: &[Measured]) -> Point;
 
+    /// The benchmark's own options that every rank must share, as command-line words
+    /// (`--window 64 --variant pingpong,stream`); the harness adds the shared ones.
+    fn fingerprint(&self) -> String {
+        String::new()
+    }
+
     /// Lines printed on rank 0 after the table (per-benchmark conclusions).
     fn summary(&self, _records: &[Record]) -> Vec<String> {
         Vec::new()
@@ -211,9 +225,22 @@ pub fn run<B: Benchmark>(
         )));
     }
     let bs = Bootstrap::connect(&info, args.timeout()).map_err(from_bootstrap)?;
+    // A rank stuck inside a provider call (shm's spin lock after a peer died) never returns to
+    // check the bootstrap: the watchdog ends it with the job's reason.
+    bs.arm_watchdog(WATCHDOG_GRACE);
     match run_connected(bench, args, build, &bs) {
         Ok(code) => Ok(code),
         Err(e) => {
+            // A data-path timeout ("waited 30 s for a completion") is usually a peer that froze
+            // or died: the bootstrap learns which within a heartbeat or two, and that is the
+            // message every rank should print.
+            let e = if e.is_usage() {
+                e
+            } else {
+                bs.failure_within(args.timeout().min(FAILURE_WAIT))
+                    .map(from_bootstrap)
+                    .unwrap_or(e)
+            };
             // Tell every rank why, so nobody waits for a rank that already gave up.
             bs.abort(&e.to_string());
             Err(e)
@@ -228,7 +255,14 @@ fn run_connected<B: Benchmark>(
     bs: &Bootstrap,
 ) -> Result<i32, BenchError> {
     let (rank, world) = (bs.rank(), bs.world());
-    same_options_everywhere(bs, bench.name(), &args.fingerprint())?;
+    let fp = format!(
+        "{} {} {}",
+        bench.name(),
+        args.fingerprint(),
+        bench.fingerprint()
+    );
+    bs.check_same("options", fp.trim())
+        .map_err(from_bootstrap)?;
 
     let mut jsonl = match (&args.output, rank) {
         (Some(path), 0) => {
@@ -275,7 +309,22 @@ fn run_connected<B: Benchmark>(
         ctx.fabric = Some(plan);
     }
 
-    let facts = bench.setup(&ctx)?;
+    let mut facts = bench.setup(&ctx)?;
+    if let Some(d) = ctx.device {
+        // Placement decides GPU latency (two ranks on one GPU are time-sliced): say where each
+        // rank's buffers were.
+        let all = bs.all_gather(&d.to_le_bytes()).map_err(from_bootstrap)?;
+        let gpus: Vec<Value> = all
+            .iter()
+            .map(|b| {
+                b.as_slice()
+                    .try_into()
+                    .map(|w| Value::from(i32::from_le_bytes(w)))
+                    .unwrap_or(Value::Null)
+            })
+            .collect();
+        facts.extra.insert("gpus".into(), Value::Array(gpus));
+    }
     let specs = bench.points(&ctx)?;
     let run = RunInfo {
         bench: bench.name().to_string(),
@@ -303,6 +352,7 @@ fn run_connected<B: Benchmark>(
     let counters_root = efabench_topology::Root::system();
     let mut records = Vec::new();
     let mut total_errors = 0u64;
+    let progress_handle = bs.progress();
 
     for spec in &specs {
         let before = (rank == 0)
@@ -310,6 +360,7 @@ fn run_connected<B: Benchmark>(
             .flatten();
         let started = Instant::now();
         let mine = bench.measure(&ctx, spec)?;
+        progress_handle.tick();
         let gathered = bs.gather(&mine.encode()?).map_err(from_bootstrap)?;
         let Some(blobs) = gathered else { continue };
         let mut all = Vec::with_capacity(blobs.len());
@@ -365,46 +416,6 @@ fn run_connected<B: Benchmark>(
     Ok(0)
 }
 
-/// Ranks started with different options measure different things and then fail in confusing
-/// ways ("Truncation error", millions of payload errors): compare once, up front, and name the
-/// first difference.
-fn same_options_everywhere(bs: &Bootstrap, bench: &str, fp: &str) -> Result<(), BenchError> {
-    let mine = format!("{bench} {fp}");
-    let all = bs.all_gather(mine.as_bytes()).map_err(from_bootstrap)?;
-    let first = String::from_utf8_lossy(&all[0]).into_owned();
-    for (r, b) in all.iter().enumerate().skip(1) {
-        let other = String::from_utf8_lossy(b);
-        if other != first {
-            return Err(BenchError::usage(format!(
-                "rank {r} was started with different options than rank 0 ({}); start every rank with the same command and options",
-                first_difference(&first, &other)
-            )));
-        }
-    }
-    Ok(())
-}
-
-/// The first field that differs between two option fingerprints (`name: a` vs `name: b`).
-fn first_difference(a: &str, b: &str) -> String {
-    let fields = |s: &str| -> Vec<String> {
-        s.split([',', '{', '}'])
-            .map(|f| f.trim().to_string())
-            .filter(|f| !f.is_empty())
-            .collect()
-    };
-    let (fa, fb) = (fields(a), fields(b));
-    for (x, y) in fa.iter().zip(&fb) {
-        if x != y {
-            return format!(
-                "rank 0 has `{}`, it has `{}`",
-                crate::size::clip(x),
-                crate::size::clip(y)
-            );
-        }
-    }
-    "different benchmark or option count".to_string()
-}
-
 /// `--per-rail`: one line per rail under a record's row.
 fn per_rail_rows(r: &Record) -> Vec<String> {
     let Some(Value::Array(rails)) = r.extra.get("per_rail") else {
@@ -450,17 +461,5 @@ mod tests {
         assert_eq!(Measured::decode(1, &b).unwrap(), m);
         let e = Measured::decode(3, b"{not json").unwrap_err();
         assert!(e.to_string().contains("rank 3"), "{e}");
-    }
-
-    #[test]
-    fn option_differences_are_named() {
-        let d = first_difference(
-            "write CommonArgs { min_bytes: 8, no_check: false }",
-            "write CommonArgs { min_bytes: 8, no_check: true }",
-        );
-        assert!(
-            d.contains("no_check: false") && d.contains("no_check: true"),
-            "{d}"
-        );
     }
 }

@@ -252,16 +252,29 @@ impl CommonArgs {
         (iters, warmup)
     }
 
-    /// What must be equal on every rank of a job, as text: every option except the ones that
-    /// place this process (rank, rendezvous) or name local paths.
+    /// What must be equal on every rank of a job, as command-line words (so a difference reads
+    /// `--no-check` vs `--check`): every option that changes what is measured; not the ones that
+    /// place this process or may differ per host (`--rank`, `--rdzv`, `-o`, `--libfabric`,
+    /// `--domain`, `--gpu`, `--format`, `--per-rail`).
     pub fn fingerprint(&self) -> String {
-        let mut c = self.clone();
-        c.rank = None;
-        c.rdzv = None;
-        c.output = None;
-        c.libfabric = None;
-        c.check = false;
-        format!("{c:?}")
+        let opt = |o: Option<u64>| o.map_or("default".to_string(), |v| v.to_string());
+        format!(
+            "-b {} -e {} -f {} -n {} -w {} -p {} --mem {} --mr {:?} --rails {} --strategy {} {} --timeout {} --world {}",
+            self.min_bytes,
+            self.max_bytes,
+            self.step_factor,
+            opt(self.iters),
+            opt(self.warmup),
+            self.provider.as_deref().unwrap_or("default"),
+            self.mem,
+            self.mr,
+            self.rails,
+            self.strategy.name(),
+            if self.verify() { "--check" } else { "--no-check" },
+            self.timeout,
+            self.world.map_or("default".to_string(), |w| w.to_string()),
+        )
+        .to_ascii_lowercase()
     }
 }
 
@@ -375,5 +388,13 @@ mod tests {
         assert_eq!(a.fingerprint(), b.fingerprint());
         let c = parse(&["--no-check"]).unwrap();
         assert_ne!(a.fingerprint(), c.fingerprint());
+        assert!(
+            c.fingerprint().contains("--no-check"),
+            "{}",
+            c.fingerprint()
+        );
+        // Per-host options may differ.
+        let d = parse(&["--gpu", "1", "--domain", "eth0"]).unwrap();
+        assert_eq!(a.fingerprint(), d.fingerprint());
     }
 }

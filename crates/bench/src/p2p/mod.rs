@@ -168,6 +168,16 @@ impl<'a> Benchmark for P2p<'a> {
         }
     }
 
+    fn fingerprint(&self) -> String {
+        let variants: Vec<&str> = self.args.variant.iter().map(|v| v.name()).collect();
+        format!(
+            "--window {} --footprint {} --variant {}",
+            self.args.window,
+            self.args.footprint,
+            variants.join(",")
+        )
+    }
+
     fn setup(&mut self, ctx: &Ctx) -> Result<RunFacts, BenchError> {
         let c = &self.args.common;
         let plan = ctx.plan()?;
@@ -193,7 +203,7 @@ impl<'a> Benchmark for P2p<'a> {
             payload,
             mr_path(c.mr),
             c.timeout(),
-            ctx.bs.health(),
+            (ctx.bs.health(), ctx.bs.progress()),
         )
         .map_err(LinkError::into_bench)?;
         let blob = link.local_blob().map_err(LinkError::into_bench)?;

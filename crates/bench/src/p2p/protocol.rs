@@ -94,6 +94,7 @@ pub fn sendrecv_pingpong_sender(link: &mut Link, s: &Step) -> Result<Outcome, Li
             link.post_send(slot, s.size, Ctx::Send(slot))?;
             link.wait_for(&[Ctx::Recv(slot)])?;
         }
+        link.settle()?;
         // The reply proves the message arrived: the round trip ends here. Our own send
         // completion is bookkeeping (on shm it can wait for the peer's next CQ poll, which comes
         // after the peer's verification), so it is reaped outside the timed interval.
@@ -124,6 +125,7 @@ pub fn sendrecv_pingpong_responder(link: &mut Link, s: &Step) -> Result<Outcome,
     for i in 0..total {
         let slot = (i % 2) as usize;
         link.wait_for(&[Ctx::Recv(slot)])?;
+        link.settle()?;
         let next = ((i + 1) % 2) as usize;
         if i + 1 < total {
             // Post the next receive before replying, so the sender's next message never arrives
@@ -216,6 +218,8 @@ pub fn sendrecv_stream_responder(link: &mut Link, s: &Step) -> Result<Outcome, L
                 other => return Err(LinkError::unexpected(other, "a receive of the window")),
             }
         }
+        // The ACK ends the sender's clock: the data must be in place, not queued.
+        link.settle()?;
         link.send_ctrl(ACK | win)?;
         if s.verify {
             for slot in 0..s.slots {
@@ -246,6 +250,7 @@ pub fn write_pingpong_sender(link: &mut Link, s: &Step) -> Result<Outcome, LinkE
         link.post_write(slot, s.size, Some(write_data(i, slot)), Ctx::Write(slot))?;
         // The peer's answer ends the round trip; our write's local completion is reaped after.
         link.wait_data(write_data(i, slot), s.size)?;
+        link.settle()?;
         let dt = t0.elapsed().as_nanos() as u64;
         link.wait_for(&[Ctx::Write(slot)])?;
         if i >= s.warmup {
@@ -278,6 +283,7 @@ pub fn write_pingpong_responder(link: &mut Link, s: &Step) -> Result<Outcome, Li
                 )));
             }
         }
+        link.settle()?;
         link.post_write(slot, s.size, Some(write_data(i, slot)), Ctx::Write(slot))?;
         // As in send/recv: verify once our answer is on its way, not while it is being copied.
         link.wait_for(&[Ctx::Write(slot)])?;
@@ -318,6 +324,8 @@ pub fn write_stream_responder(link: &mut Link, s: &Step) -> Result<Outcome, Link
             }
             seen[pos] += 1;
         }
+        // The ACK ends the sender's clock: the data must be in place, not queued.
+        link.settle()?;
         link.send_ctrl(ACK | win)?;
         if s.verify {
             for slot in 0..s.slots {
@@ -359,6 +367,7 @@ pub fn read_sender(link: &mut Link, s: &Step, stream: bool) -> Result<Outcome, L
                 link.post_read(slot, s.size, Ctx::Read(slot))?;
             }
             link.wait_all_reads(s.window)?;
+            link.settle()?;
             let dt = t0.elapsed().as_nanos() as u64;
             if warm_left > 0 {
                 warm_left -= 1;
@@ -375,6 +384,7 @@ pub fn read_sender(link: &mut Link, s: &Step, stream: bool) -> Result<Outcome, L
                 let t0 = Instant::now();
                 link.post_read(slot, s.size, Ctx::Read(slot))?;
                 link.wait_for(&[Ctx::Read(slot)])?;
+                link.settle()?;
                 let dt = t0.elapsed().as_nanos() as u64;
                 if warm_left > 0 {
                     warm_left -= 1;

@@ -5,6 +5,8 @@ use crate::error::CliError;
 use efabench_bench::{BenchCommand, BenchError, BuildInfo};
 
 pub fn run(cmd: BenchCommand) -> Result<i32, CliError> {
+    // Ranks started by `efabench launch` die with it (SIGKILL/SIGHUP of launch included).
+    efabench_bootstrap::launcher::die_with_launcher();
     let build = BuildInfo {
         version: env!("CARGO_PKG_VERSION").to_string(),
         git: option_env!("EFABENCH_GIT")

@@ -18,7 +18,12 @@ pub struct Args {
     #[arg(value_name = "CANDIDATE.jsonl")]
     pub candidate: PathBuf,
     /// Allowed change in percent before a metric counts as a regression.
-    #[arg(long, default_value_t = 5.0, value_name = "PCT")]
+    #[arg(
+        long,
+        default_value_t = 5.0,
+        value_name = "PCT",
+        allow_hyphen_values = true
+    )]
     pub tolerance: f64,
     /// Output: table (human) or json (one object).
     #[arg(long, default_value = "table", value_name = "table|json")]
@@ -42,7 +47,8 @@ pub fn run(args: Args) -> Result<i32, CliError> {
         "json" => true,
         other => {
             return Err(CliError::usage(format!(
-                "unknown format `{other}` for compare: use table or json"
+                "unknown format `{}` for compare: use table or json",
+                super::topo::shown(other)
             )))
         }
     };

@@ -23,10 +23,10 @@ pub struct Args {
     #[arg(long, value_name = "DIR", default_value = "/")]
     pub root: PathBuf,
     /// Print rates (Gb/s, packets/s, drops, retransmissions) every SECS seconds.
-    #[arg(long, value_name = "SECS")]
+    #[arg(long, value_name = "SECS", allow_hyphen_values = true)]
     pub watch: Option<f64>,
     /// With --watch: stop after N intervals (default: until interrupted).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", allow_hyphen_values = true)]
     pub count: Option<u64>,
     /// Run this command and print per-NIC counter deltas around it (after `--`).
     #[arg(last = true, value_name = "CMD")]
@@ -59,7 +59,8 @@ pub fn run(args: Args) -> Result<i32, CliError> {
         }
         if !w.is_finite() || w <= 0.0 || w > 86400.0 {
             return Err(CliError::usage(format!(
-                "--watch {w}: give an interval in seconds greater than 0 (e.g. --watch 1)"
+                "--watch {}: give an interval in seconds, more than 0 and at most 86400 (e.g. --watch 1)",
+                super::topo::shown(&w.to_string())
             )));
         }
         if args.count == Some(0) {
@@ -286,7 +287,7 @@ fn wrap(root: &Root, cmd: &[String], as_json: bool) -> Result<i32, CliError> {
         .map_err(|e| {
             CliError::usage(format!(
                 "cannot run `{}`: {e}; give a command on PATH or a path to an executable after --",
-                cmd[0]
+                super::topo::shown(&cmd[0])
             ))
         })?;
     let code = exit_status_code(status);

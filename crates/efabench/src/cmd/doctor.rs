@@ -23,7 +23,12 @@ pub struct Args {
     #[arg(long, value_name = "DIR", default_value = "/")]
     pub root: PathBuf,
     /// Seconds between the two hw_counters snapshots used to see whether error counters rise.
-    #[arg(long, value_name = "SECS", default_value_t = 1.0)]
+    #[arg(
+        long,
+        value_name = "SECS",
+        default_value_t = 1.0,
+        allow_hyphen_values = true
+    )]
     pub interval: f64,
     /// An NCCL_DEBUG=INFO log to check: did NCCL use aws-ofi-nccl on the efa provider?
     #[arg(long, value_name = "FILE")]
@@ -77,18 +82,45 @@ pub fn libfabric_input(root: &Root, fi_info: Option<&Path>) -> Result<LibfabricI
     })
 }
 
+/// The largest `--nccl-log` read: NCCL prints what the check looks at (plugin, provider,
+/// channels) at start-up, so a bigger file is cut with `head -c` rather than read whole (and
+/// `/dev/zero` is refused instead of filling memory).
+const NCCL_LOG_MAX_BYTES: u64 = 256 << 20;
+
+/// Reads at most `max` bytes of `path`; a longer file or a directory is an error saying so.
+fn read_bounded(path: &Path, max: u64) -> Result<Vec<u8>, String> {
+    use std::io::Read;
+    let reason = |e: std::io::Error| {
+        let s = e.to_string();
+        s.split(" (os error").next().unwrap_or_default().to_string()
+    };
+    let file = std::fs::File::open(path).map_err(reason)?;
+    if file.metadata().is_ok_and(|m| m.is_dir()) {
+        return Err("it is a directory".into());
+    }
+    let mut bytes = Vec::new();
+    file.take(max + 1).read_to_end(&mut bytes).map_err(reason)?;
+    if bytes.len() as u64 > max {
+        return Err(format!(
+            "larger than {} MiB; pass its beginning (e.g. `head -c 100M LOG > start.log`), where NCCL prints its set-up",
+            max >> 20
+        ));
+    }
+    Ok(bytes)
+}
+
 pub fn run(args: Args) -> Result<i32, CliError> {
     let root = open_root(&args.root)?;
     if !args.interval.is_finite() || args.interval < 0.0 || args.interval > 3600.0 {
         return Err(CliError::usage(format!(
             "--interval {}: give seconds between 0 and 3600 (0 = one counter snapshot)",
-            args.interval
+            super::topo::shown(&args.interval.to_string())
         )));
     }
     let nccl_log = match &args.nccl_log {
         None => None,
         Some(f) => {
-            let bytes = std::fs::read(f).map_err(|e| {
+            let bytes = read_bounded(f, NCCL_LOG_MAX_BYTES).map_err(|e| {
                 CliError::usage(format!(
                     "--nccl-log {}: {e}; give the log of a run with NCCL_DEBUG=INFO",
                     f.display()

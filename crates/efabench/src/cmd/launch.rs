@@ -15,11 +15,21 @@ use crate::error::CliError;
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// Number of local ranks to start.
-    #[arg(short = 'n', long = "ranks", value_name = "N")]
+    #[arg(
+        short = 'n',
+        long = "ranks",
+        value_name = "N",
+        allow_negative_numbers = true
+    )]
     ranks: u32,
     /// Once a rank has failed, seconds the others get to notice and exit with their own message
     /// before launch stops them (SIGTERM, then SIGKILL 2 s later).
-    #[arg(long, value_name = "SECS", default_value = "10")]
+    #[arg(
+        long,
+        value_name = "SECS",
+        default_value = "10",
+        allow_negative_numbers = true
+    )]
     timeout: f64,
     /// The efabench command every rank runs, with its options (e.g. `sendrecv -b 8 -e 1M`).
     #[arg(
@@ -44,28 +54,9 @@ pub fn run(args: Args) -> Result<i32, CliError> {
             args.timeout
         )));
     }
-    let first = args
-        .command
-        .first()
-        .map(|c| c.to_string_lossy().into_owned());
-    match first.as_deref() {
-        None | Some("") => return Err(CliError::usage(
-            "launch needs the command to run in every rank, e.g. `efabench launch -n 2 sendrecv`",
-        )),
-        Some("launch") => {
-            return Err(CliError::usage(
-                "launch cannot start `launch` itself; give the benchmark command, e.g. \
-                 `efabench launch -n 2 sendrecv`",
-            ))
-        }
-        Some(c) if c.starts_with('-') && c != "--help" && c != "-h" => {
-            return Err(CliError::usage(format!(
-                "launch got option {c:?} where the command should be; put launch's own options \
-                 (-n, --timeout) before the command, e.g. `efabench launch -n 2 sendrecv {c}`"
-            )))
-        }
-        Some(_) => {}
-    }
+    // Only benchmarks, and without --rank/--world/--rdzv: launch places every rank itself.
+    launcher::check_rank_command(&args.command, efabench_bench::BENCHMARKS)
+        .map_err(|e| CliError::usage(e.to_string()))?;
     let program = std::env::current_exe().map_err(|e| {
         CliError::failed(format!(
             "cannot find the efabench executable to start the ranks: {e}"
@@ -121,7 +112,19 @@ mod tests {
             (&["-n", "0", "sendrecv"][..], "-n 0 is out of range"),
             (
                 &["-n", "2", "launch", "-n", "2"][..],
-                "cannot start `launch` itself",
+                "`launch` is not a benchmark",
+            ),
+            (
+                &["-n", "2", "plot", "x.jsonl"][..],
+                "`plot` is not a benchmark",
+            ),
+            (
+                &["-n", "2", "sendrecv", "--rank=1"][..],
+                "must not have --rank",
+            ),
+            (
+                &["-n", "2", "--", "write", "--rdzv", "h:1"][..],
+                "must not have --rdzv",
             ),
             (
                 &["-n", "2", "--timeout", "0", "sendrecv"][..],

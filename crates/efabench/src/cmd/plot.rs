@@ -38,17 +38,18 @@ pub struct Args {
     #[arg(long)]
     pub variant: Option<String>,
     /// Image width in pixels.
-    #[arg(long, default_value_t = 1024)]
+    #[arg(long, default_value_t = 1024, allow_hyphen_values = true)]
     pub width: u32,
     /// Image height in pixels.
-    #[arg(long, default_value_t = 640)]
+    #[arg(long, default_value_t = 640, allow_hyphen_values = true)]
     pub height: u32,
 }
 
 fn field(s: &str, flag: &str) -> Result<Field, CliError> {
     s.parse::<Field>().map_err(|_| {
         CliError::usage(format!(
-            "unknown field `{s}` for {flag}: use one of {}",
+            "unknown field `{}` for {flag}: use one of {}",
+            super::topo::shown(s),
             FIELD_NAMES.join(", ")
         ))
     })

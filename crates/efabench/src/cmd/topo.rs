@@ -13,7 +13,7 @@ use std::path::PathBuf;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Print JSON (shape in DESIGN.md) instead of tables.
+    /// Print JSON (shape in docs/json.md) instead of tables.
     #[arg(long)]
     pub json: bool,
     /// Directory that stands for / (a fixture tree or a copy of another node's files).
@@ -31,6 +31,21 @@ pub fn emit(text: &str) -> bool {
     use std::io::Write;
     let mut out = std::io::stdout().lock();
     out.write_all(text.as_bytes()).is_ok() && out.flush().is_ok()
+}
+
+/// A user-given value as an error message quotes it: at most 40 characters (a 100 KB argument
+/// must not come back whole) with control characters escaped.
+pub fn shown(value: &str) -> String {
+    let mut s: String = value
+        .chars()
+        .take(40)
+        .collect::<String>()
+        .escape_debug()
+        .to_string();
+    if value.chars().nth(40).is_some() {
+        s.push('…');
+    }
+    s
 }
 
 /// Open `--root`, or a one-line usage error.

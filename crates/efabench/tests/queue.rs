@@ -1,0 +1,68 @@
+//! `efabench queue` as the built binary: bad options are refused (exit 2, one line) before any
+//! GPU probe, and on a machine without a CUDA driver (CI) the run exits 2 saying so.
+
+use std::process::{Command, Output};
+
+fn efabench(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_efabench"))
+        .args(args)
+        .env("EFABENCH_KERNEL_CACHE", "0")
+        .output()
+        .expect("run efabench")
+}
+
+fn one_line_exit_2(o: &Output, wants: &[&str]) {
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "stderr: {e}");
+    assert_eq!(e.trim().lines().count(), 1, "one line: {e}");
+    for w in wants {
+        assert!(e.contains(w), "{w:?} missing from: {e}");
+    }
+}
+
+fn cuda_driver_present() -> bool {
+    ["libcuda.so.1", "libcuda.so"].iter().any(|n| {
+        [
+            "/usr/lib/x86_64-linux-gnu",
+            "/usr/lib64",
+            "/usr/lib",
+            "/usr/local/nvidia/lib64",
+        ]
+        .iter()
+        .any(|d| std::path::Path::new(d).join(n).exists())
+    })
+}
+
+#[test]
+fn bad_options_are_refused_before_the_gpu_is_touched() {
+    one_line_exit_2(
+        &efabench(&["queue", "--ring", "fifo"]),
+        &["fifo", "pinned", "libefaxx"],
+    );
+    one_line_exit_2(
+        &efabench(&["queue", "--producers", "1x2048"]),
+        &["1x2048", "SMx1024"],
+    );
+    one_line_exit_2(
+        &efabench(&["queue", "--consumers", "5"]),
+        &["--consumers", "1 to 4"],
+    );
+    one_line_exit_2(
+        &efabench(&["queue", "--mode", "quiet"]),
+        &["nbi", "blocking"],
+    );
+    one_line_exit_2(&efabench(&["queue", "--commands", "0"]), &["--commands"]);
+    one_line_exit_2(&efabench(&["queue", "-n", "10"]), &["--commands"]);
+    one_line_exit_2(&efabench(&["queue", "--no-check"]), &["verified"]);
+}
+
+#[test]
+fn without_a_cuda_driver_queue_exits_2_saying_so() {
+    if cuda_driver_present() {
+        println!("skipped: a CUDA driver is present (this test is for machines without one)");
+        return;
+    }
+    let o = efabench(&["queue", "--producers", "1x32", "--mode", "nbi"]);
+    one_line_exit_2(&o, &["no CUDA driver"]);
+    assert!(o.stdout.is_empty() || !String::from_utf8_lossy(&o.stdout).contains("pinned/"));
+}

@@ -1,0 +1,226 @@
+#!/usr/bin/env bash
+# efabench next to libfabric's own fabtests, like for like: same libfabric build, same host, same
+# provider, same GPU(s), same sizes, same memory kind; runs alternate (efabench, then fabtests,
+# REPEATS times) and the tables show medians.
+#
+#   bench     efabench                                  fabtests
+#   write     write --variant stream (window 64)        fi_rma_bw -o writedata (window 64)
+#   read      read --variant stream (window 64)         fi_rma_bw -o read (window 64)
+#   sendrecv  sendrecv --variant stream (window 64)     fi_rdm_bw (window 64)
+#   lat       sendrecv --variant pingpong, one-way      fi_rdm_pingpong usec/xfer (one-way)
+#
+# What is NOT the same, and cannot be made so from the command line:
+# - footprint: fabtests' window of 64 reuses ONE buffer of the message size; efabench bounds the
+#   distinct bytes of a window with --footprint (default 1M: one slot from 1 MiB up, up to 64
+#   slots below). EFA_OPTS="--footprint 4K" gives efabench fabtests' one-buffer layout at every
+#   size from 4 KiB (the parity runs use it, and say so).
+# - pinned memory: fabtests has no pinned (cuMemHostAlloc) kind; efabench's pinned column is
+#   compared with fabtests' host memory.
+# - verification: efabench checks every payload by default (outside the timed interval);
+#   fabtests checks only with -v (set FT_OPTS=-v to compare verified with verified).
+# - iterations: each tool's default (both scale down with size: fabtests 20000/2000/200 messages
+#   below 64 KiB/1 MiB/above, efabench 20000/2000/200 messages / window windows, at least 10).
+#
+# Usage: scripts/compare-fabtests.sh
+# Environment:
+#   LF_PREFIX   libfabric + fabtests install (default .dev/lf-cuda, see scripts/gpu-libfabric.sh)
+#   EFABENCH    efabench binary (default target/release/efabench)
+#   MEMS        memory kinds (default "host pinned cuda")
+#   BENCHES     (default "write read lat")
+#   SIZES       bandwidth sizes in bytes, a geometric series (default "4096 65536 1048576 16777216")
+#   LAT_SIZE    latency size (8), LAT_ITERS (2000), REPEATS (3)
+#   GPU         GPU of both sides (0); PEER_GPU (default GPU) puts the second process on another
+#               GPU: fabtests' client gets -i PEER_GPU, efabench gets --gpu auto (rank r -> GPU r),
+#               which needs GPU=0 PEER_GPU=1
+#   MR          efabench --mr value (auto|dmabuf|va), passed only when this efabench has --mr
+#   EFA_ENV     extra environment for efabench only (e.g. "FI_LOG_LEVEL=warn")
+#   EFA_OPTS    extra efabench options (e.g. "--no-check"); FT_OPTS extra fabtests options (-R, -v)
+#   RUN_TIMEOUT seconds before one run is killed (120)
+#   MACHINE     machine name for the file names (default from nvidia-smi, else hostname)
+#   TAG         file name prefix (default "parity"); OUTDIR (default results)
+# Writes OUTDIR/TAG-MACHINE-DATE.tsv (bench mem size efabench_GBps fabtests_GBps ratio),
+# OUTDIR/TAG-MACHINE-DATE-lat.tsv (bench mem size efabench_us fabtests_us ratio), and the raw
+# outputs next to them (.jsonl for efabench's records, -raw.log for everything printed).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+LF_PREFIX=${LF_PREFIX:-.dev/lf-cuda}
+EFABENCH=${EFABENCH:-target/release/efabench}
+MEMS=${MEMS:-"host pinned cuda"}
+BENCHES=${BENCHES:-"write read lat"}
+SIZES=${SIZES:-"4096 65536 1048576 16777216"}
+LAT_SIZE=${LAT_SIZE:-8}
+LAT_ITERS=${LAT_ITERS:-2000}
+REPEATS=${REPEATS:-3}
+GPU=${GPU:-0}
+PEER_GPU=${PEER_GPU:-$GPU}
+OUTDIR=${OUTDIR:-results}
+TAG=${TAG:-parity}
+ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+MACHINE=${MACHINE:-$( [ "${ngpu:-0}" -gt 0 ] \
+  && echo "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr ' ' '-' | tr 'A-Z' 'a-z')-x$ngpu" \
+  || hostname)}
+DATE=$(date -u +%F)
+
+die() { echo "compare-fabtests.sh: $*" >&2; exit 2; }
+LF_PREFIX=$(cd "$LF_PREFIX" 2>/dev/null && pwd) || die "no libfabric install at LF_PREFIX: run scripts/gpu-libfabric.sh"
+[ -f "$LF_PREFIX/lib/libfabric.so.1" ] || die "$LF_PREFIX/lib/libfabric.so.1 missing: run scripts/gpu-libfabric.sh"
+for t in fi_rma_bw fi_rdm_pingpong fi_rdm_bw; do
+  [ -x "$LF_PREFIX/bin/$t" ] || die "$LF_PREFIX/bin/$t missing: run scripts/gpu-libfabric.sh"
+done
+[ -x "$EFABENCH" ] || die "no efabench at $EFABENCH: cargo build --release -p efabench, or set EFABENCH"
+if [ "$PEER_GPU" != "$GPU" ] && { [ "$GPU" != 0 ] || [ "$PEER_GPU" != 1 ]; }; then
+  die "PEER_GPU other than GPU works as GPU=0 PEER_GPU=1 (efabench's --gpu auto puts rank r on GPU r)"
+fi
+
+# Same library for both tools; fabtests and libfabric dlopen libcuda.so.1 and libcudart.so.
+cudalib=""
+for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
+  [ -e "$d/libcudart.so" ] && { cudalib=$d; break; }
+done
+export LD_LIBRARY_PATH="$LF_PREFIX/lib${cudalib:+:$cudalib}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export EFABENCH_LIBFABRIC="$LF_PREFIX/lib/libfabric.so.1"
+export FI_PROVIDER_PATH="$LF_PREFIX/lib/libfabric"
+
+mkdir -p "$OUTDIR"
+base="$OUTDIR/$TAG-$MACHINE-$DATE"
+tsv="$base.tsv"; lat="$base-lat.tsv"; raw="$base-raw.log"; jsonl="$base.jsonl"
+work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
+mr_opt=()
+if [ -n "${MR:-}" ]; then
+  if "$EFABENCH" write --help 2>/dev/null | grep -q -- '--mr'; then mr_opt=(--mr "$MR");
+  else echo "# this efabench has no --mr option: MR=$MR ignored" | tee -a "$raw"; fi
+fi
+sizes=($SIZES)
+min=${sizes[0]}; max=${sizes[${#sizes[@]}-1]}
+factor=1; [ ${#sizes[@]} -gt 1 ] && factor=$(( sizes[1] / sizes[0] ))
+list=$(IFS=,; echo "${sizes[*]}")
+port=$((20000 + RANDOM % 20000))
+
+log() { echo "$*" | tee -a "$raw"; }
+lfver=$("$LF_PREFIX/bin/fi_info" --version 2>/dev/null | sed -n 's/^libfabric: //p')
+log "# $(date -u +%FT%TZ) $MACHINE, libfabric ${lfver:-?} at $LF_PREFIX"
+log "# efabench $("$EFABENCH" --version 2>/dev/null); GPU=$GPU PEER_GPU=$PEER_GPU MR=${MR:-} EFA_ENV='${EFA_ENV:-}' EFA_OPTS='${EFA_OPTS:-}' FT_OPTS='${FT_OPTS:-}' REPEATS=$REPEATS"
+
+# efabench: one launch per (bench, mem, repeat) over all sizes; prints "size value" lines.
+run_efabench() { # bench mem
+  local b=$1 m=$2 out="$work/efa.jsonl" args=()
+  rm -f "$out"
+  case $b in
+    write|read|sendrecv) args=("$b" --variant stream -b "$min" -e "$max" -f "$factor") ;;
+    lat) args=(sendrecv --variant pingpong -b "$LAT_SIZE" -e "$LAT_SIZE" -n "$LAT_ITERS") ;;
+  esac
+  args+=(-p shm --mem "$m" -o "$out" --format json)
+  if [ "$m" != host ]; then
+    if [ "$PEER_GPU" != "$GPU" ]; then args+=(--gpu auto); else args+=(--gpu "$GPU"); fi
+  fi
+  # shellcheck disable=SC2086
+  echo "+ ${EFA_ENV:-} efabench launch -n 2 -- ${args[*]} ${mr_opt[*]} ${EFA_OPTS:-}" >>"$raw"
+  # shellcheck disable=SC2086
+  env ${EFA_ENV:-} timeout "${RUN_TIMEOUT:-120}" "$EFABENCH" launch -n 2 -- "${args[@]}" "${mr_opt[@]}" ${EFA_OPTS:-} \
+    >>"$raw" 2>&1 || echo "# efabench $b $m failed (exit $?)" | tee -a "$raw" >&2
+  [ -s "$out" ] || return 0
+  python3 - "$out" "$b" <<'EOF' 2>>"$raw"
+import json, sys
+path, bench = sys.argv[1:]
+for line in open(path):
+    r = json.loads(line)
+    if bench == "lat":
+        print(r["size_bytes"], r["lat_us"]["mean"], r.get("errors", 0))
+    else:
+        print(r["size_bytes"], r["bw_GBps"], r.get("errors", 0))
+EOF
+  # keep every record, tagged with what produced it
+  python3 -c '
+import json, sys
+for l in open(sys.argv[1]):
+    r = json.loads(l); r["parity_env"] = sys.argv[2]; r["parity_opts"] = sys.argv[3]; r["parity_gpus"] = sys.argv[4]
+    print(json.dumps(r))' "$out" "${EFA_ENV:-}" "${EFA_OPTS:-} ${mr_opt[*]}" "$GPU,$PEER_GPU" >>"$jsonl"
+}
+
+# fabtests: server and client on this host; the client's machine-readable lines give the numbers.
+run_fabtests() { # bench mem
+  local b=$1 m=$2 t opts=() dev_s=() dev_c=() col
+  case $b in
+    write) t=fi_rma_bw; opts=(-o writedata -S "l:$list") ;;
+    read) t=fi_rma_bw; opts=(-o read -S "l:$list") ;;
+    sendrecv) t=fi_rdm_bw; opts=(-S "l:$list") ;;
+    lat) t=fi_rdm_pingpong; opts=(-S "$LAT_SIZE" -I "$LAT_ITERS") ;;
+  esac
+  if [ "$m" != host ] && [ "$m" != pinned ]; then
+    dev_s=(-D cuda -i "$GPU"); dev_c=(-D cuda -i "$PEER_GPU")
+  fi
+  port=$((port + 1))
+  # shellcheck disable=SC2086
+  echo "+ $t -p shm -e rdm ${opts[*]} ${dev_s[*]} -m -E=$port ${FT_OPTS:-} (server; client with ${dev_c[*]} 127.0.0.1)" >>"$raw"
+  # shellcheck disable=SC2086
+  timeout "${RUN_TIMEOUT:-120}" "$LF_PREFIX/bin/$t" -p shm -e rdm "${opts[@]}" "${dev_s[@]}" -m -E="$port" ${FT_OPTS:-} \
+    >"$work/ft-server" 2>&1 &
+  local server=$!
+  sleep 0.5
+  # shellcheck disable=SC2086
+  timeout "${RUN_TIMEOUT:-120}" "$LF_PREFIX/bin/$t" -p shm -e rdm "${opts[@]}" "${dev_c[@]}" -m -E="$port" ${FT_OPTS:-} \
+    127.0.0.1 >"$work/ft-client" 2>&1 || echo "# $t $m failed (exit $?)" | tee -a "$raw" >&2
+  wait "$server" 2>/dev/null
+  cat "$work/ft-client" >>"$raw"
+  col='MB/sec'; [ "$b" = lat ] && col='usec/xfer'
+  python3 - "$work/ft-client" "$col" <<'EOF' 2>>"$raw"
+import re, sys
+path, col = sys.argv[1:]
+for line in open(path):
+    if not line.startswith("- {"):
+        continue
+    kv = dict(re.findall(r"([\w/]+): ([-\d.e+]+)", line))
+    v = float(kv[col])
+    print(kv["xfer_size"], v / 1000.0 if col == "MB/sec" else v)
+EOF
+}
+
+for b in $BENCHES; do
+  for m in $MEMS; do
+    : >"$work/efa-$b-$m"; : >"$work/ft-$b-$m"
+    for r in $(seq "$REPEATS"); do
+      run_efabench "$b" "$m" >>"$work/efa-$b-$m"
+      # fabtests has no pinned memory: efabench's pinned is compared with fabtests' host.
+      run_fabtests "$b" "$m" >>"$work/ft-$b-$m"
+      log "# $b $m repeat $r: efabench $(tr '\n' ' ' <"$work/efa-$b-$m" | tail -c 300) | fabtests $(tr '\n' ' ' <"$work/ft-$b-$m" | tail -c 300)"
+    done
+  done
+done
+
+# Medians per (bench, mem, size); errors summed over the repeats.
+python3 - "$work" "$tsv" "$lat" "$BENCHES" "$MEMS" <<'EOF' | tee -a "$raw"
+import os, statistics, sys
+work, tsv, lat, benches, mems = sys.argv[1:]
+def load(path, cols):
+    d = {}
+    if os.path.exists(path):
+        for line in open(path):
+            p = line.split()
+            if len(p) >= cols:
+                d.setdefault(int(p[0]), []).append([float(x) for x in p[1:cols]])
+    return d
+bw_rows, lat_rows = [], []
+for b in benches.split():
+    for m in mems.split():
+        e = load(f"{work}/efa-{b}-{m}", 3)
+        f = load(f"{work}/ft-{b}-{m}", 2)
+        for size in sorted(set(e) | set(f)):
+            ev = statistics.median(x[0] for x in e[size]) if size in e else float("nan")
+            errs = int(sum(x[1] for x in e[size])) if size in e else -1
+            fv = statistics.median(x[0] for x in f[size]) if size in f else float("nan")
+            ratio = ev / fv if fv == fv and fv > 0 and ev == ev else float("nan")
+            row = (b if b != "lat" else "sendrecv-pingpong", m, size, ev, fv, ratio,
+                   len(e.get(size, [])), len(f.get(size, [])), errs)
+            (lat_rows if b == "lat" else bw_rows).append(row)
+def write(path, rows, unit):
+    with open(path, "w") as out:
+        out.write(f"bench\tmem\tsize\tefabench_{unit}\tfabtests_{unit}\tratio\tn_efabench\tn_fabtests\tefabench_errors\n")
+        for r in rows:
+            out.write("%s\t%s\t%d\t%.4g\t%.4g\t%.3f\t%d\t%d\t%d\n" % r)
+    print(open(path).read())
+if bw_rows:
+    write(tsv, bw_rows, "GBps")
+if lat_rows:
+    write(lat, lat_rows, "us")
+EOF
+echo "# bandwidth: $tsv; latency: $lat; raw: $raw; efabench records: $jsonl"
