@@ -99,6 +99,7 @@ fn serve_all(l: &Loop, cmds: &[Command], batch: usize) -> (Result<RailLog, Strin
             Feed::Ring,
             0,
             n,
+            0,
             &l.tgt,
             &cfg(batch),
             &failed,

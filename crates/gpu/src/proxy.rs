@@ -363,8 +363,8 @@ impl GpuProducer {
     /// Offset of `%globaltimer` from the host's `CLOCK_REALTIME` (ns, gpu - host), from `n`
     /// ping exchanges over mapped pinned memory: each is bracketed by two host reads, the GPU's
     /// stamp is taken as the midpoint, and the exchange with the shortest round trip wins.
-    /// Returns (offset, that round trip).
-    pub fn clock_offset(&self, n: u32) -> Result<(i64, u64), GpuError> {
+    /// Returns (offset, that round trip, the host time of that exchange's midpoint).
+    pub fn clock_offset(&self, n: u32) -> Result<(i64, u64, u64), GpuError> {
         let buf = PinnedBuffer::new(&self.gpu, 4096)?;
         let w = words_of(&buf);
         let dev = {
@@ -377,7 +377,7 @@ impl GpuProducer {
             self.ping
                 .launch(&self.stream, Shape { grid: 1, block: 1 }, &[dev, n as u64])?
         };
-        let mut best = (0i64, u64::MAX);
+        let mut best = (0i64, u64::MAX, 0u64);
         let give_up = Instant::now() + std::time::Duration::from_secs(10);
         for k in 1..=n as u64 {
             let t0 = realtime_ns();
@@ -394,7 +394,8 @@ impl GpuProducer {
             let g = w[2].load(Ordering::Relaxed);
             let rtt = t1.saturating_sub(t0);
             if rtt < best.1 {
-                best = (g as i64 - (t0 / 2 + t1 / 2) as i64, rtt);
+                let mid = t0 / 2 + t1 / 2;
+                best = (g as i64 - mid as i64, rtt, mid);
             }
         }
         self.stream.synchronize()?;

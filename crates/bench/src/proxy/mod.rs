@@ -28,9 +28,10 @@
 //! proxy), pop → post, post → local completion, post → remote arrival (the target's CQ data of
 //! the put's last stripe), completion → quiet returned, and push → quiet returned. Host stamps
 //! are `CLOCK_REALTIME` (one base for every process of a host); GPU stamps (`%globaltimer`) are
-//! moved onto it by an offset estimated at setup from 32 ping exchanges through mapped pinned
-//! memory (the GPU's stamp taken as the midpoint of the host's send/receive, shortest round
-//! trip wins; `clock_rtt_ns` in the record bounds the error). Remote arrival is on the target
+//! moved onto it by an offset estimated from 16 ping exchanges through mapped pinned memory
+//! (the GPU's stamp taken as the midpoint of the host's send/receive, shortest round trip wins;
+//! `clock_rtt_ns` in the record bounds the error), measured before and after every point and
+//! interpolated, because `%globaltimer` drifts against the host clock (~8 ppm seen on an H100). Remote arrival is on the target
 //! host's clock, so that stage is only meaningful when both ranks share a host (`arrival_clock`).
 
 pub mod engine;
@@ -143,7 +144,7 @@ struct Initiator {
     targets: Vec<Target>,
     rings: RingMemory,
     gpu: Option<GpuProducer>,
-    clock: Option<(i64, u64)>,
+    clock: Option<(i64, u64, u64)>,
     /// Next ring position per rail (heads = tails = done between points).
     next: Vec<u64>,
 }
@@ -567,6 +568,9 @@ fn health_of(ctx: &Ctx) -> impl Fn() -> Result<(), String> + Send + Sync + Clone
     move || h.check().map_err(|e| e.to_string())
 }
 
+/// A proxy thread hands its rail back with what it did.
+type RailOutcome = (Rail, Result<RailLog, String>);
+
 fn measure_initiator(
     ctx: &Ctx,
     args: &ProxyArgs,
@@ -604,146 +608,155 @@ fn measure_initiator(
     let mut quiet_ns = Vec::new();
     let rings_mem = &init.rings;
     let rings: Vec<CommandRing> = (0..nrails).map(|r| rings_mem.ring(r, log2)).collect();
-    let offset = init.clock.map(|c| c.0).unwrap_or(0);
+    // %globaltimer drifts against CLOCK_REALTIME (about 8 ppm on an H100: the offset measured
+    // once at setup was 170 us off twenty seconds later), so the offset is measured again
+    // before and after every point and interpolated in between.
+    let clock_before = match &init.gpu {
+        Some(g) if s.mode != Mode::Cpu => Some(
+            g.clock_offset(16)
+                .map_err(|e| failed(format!("clock alignment: {e}")))?,
+        ),
+        _ => None,
+    };
     let mut heads = starts.clone();
-    let (logs, main): (Vec<(Rail, Result<RailLog, String>)>, Result<(), BenchError>) =
-        std::thread::scope(|scope| {
-            let handles: Vec<_> = rails
-                .into_iter()
-                .enumerate()
-                .map(|(r, rail)| {
-                    let ring = rings[r];
-                    let feed = match s.mode {
-                        Mode::Cpu => Feed::Direct {
-                            per_iter: &per_rail[r],
-                            go: &go,
-                        },
-                        _ => Feed::Ring,
+    let (logs, main): (Vec<RailOutcome>, Result<(), BenchError>) = std::thread::scope(|scope| {
+        let handles: Vec<_> = rails
+            .into_iter()
+            .enumerate()
+            .map(|(r, rail)| {
+                let ring = rings[r];
+                let feed = match s.mode {
+                    Mode::Cpu => Feed::Direct {
+                        per_iter: &per_rail[r],
+                        go: &go,
+                    },
+                    _ => Feed::Ring,
+                };
+                let expected = per_rail[r].len() as u64 * total_iters;
+                let keep_from = per_rail[r].len() as u64 * (total_iters - kept);
+                let tgt = init.targets[r];
+                let (failed_flag, health, start) = (&failed_flag, health.clone(), starts[r]);
+                let cfg = &cfg;
+                scope.spawn(move || {
+                    let res = if expected == 0 {
+                        Ok(RailLog::default())
+                    } else {
+                        engine::serve(
+                            &rail,
+                            ring,
+                            feed,
+                            start,
+                            expected,
+                            keep_from,
+                            &tgt,
+                            cfg,
+                            failed_flag,
+                            &health,
+                        )
                     };
-                    let expected = per_rail[r].len() as u64 * total_iters;
-                    let keep_from = per_rail[r].len() as u64 * (total_iters - kept);
-                    let tgt = init.targets[r];
-                    let (failed_flag, health, start) = (&failed_flag, health.clone(), starts[r]);
-                    let cfg = &cfg;
-                    scope.spawn(move || {
-                        let res = if expected == 0 {
-                            Ok(RailLog::default())
-                        } else {
-                            engine::serve(
-                                &rail,
-                                ring,
-                                feed,
-                                start,
-                                expected,
-                                keep_from,
-                                &tgt,
-                                cfg,
-                                failed_flag,
-                                &health,
-                            )
-                        };
-                        (rail, res)
-                    })
+                    (rail, res)
                 })
-                .collect();
-            let main = (|| -> Result<(), BenchError> {
-                for it in 0..total_iters {
-                    if args.common.verify() || it == 0 {
-                        setup
-                            .src
-                            .write_at(0, &payload(it, s.puts, s.size))
-                            .map_err(|e| failed(e.to_string()))?;
-                    }
-                    let (t_ns, push, quiet) = match s.mode {
-                        Mode::Cpu => {
-                            let t0 = realtime_ns();
-                            go.store(it + 1, Ordering::Release);
-                            let mut spins = 0u64;
-                            for (r, ring) in rings.iter().enumerate() {
-                                let want = starts[r] + per_rail[r].len() as u64 * (it + 1);
-                                while ring.done() < want {
-                                    spins += 1;
-                                    if spins % 1024 == 0 {
-                                        if failed_flag.load(Ordering::Acquire) {
-                                            return Err(failed("a proxy thread failed"));
-                                        }
-                                        health().map_err(failed)?;
-                                    }
-                                    std::hint::spin_loop();
-                                }
-                            }
-                            let t1 = realtime_ns();
-                            (
-                                t1 - t0,
-                                vec![t0; s.puts as usize],
-                                vec![t1; s.puts as usize],
-                            )
-                        }
-                        Mode::Blocking | Mode::Nbi => {
-                            let blocking = s.mode == Mode::Blocking;
-                            match &init.gpu {
-                                Some(g) => {
-                                    let r = g
-                                        .run(
-                                            rings_mem,
-                                            log2,
-                                            &PutPlan {
-                                                puts: s.puts,
-                                                size: s.size,
-                                                dst: TARGET as u16,
-                                                rails: nrails as u32,
-                                                split: args.common.strategy == Strategy::Split,
-                                                first_rail: 0,
-                                                blocking,
-                                            },
-                                        )
-                                        .map_err(|e| failed(format!("the GPU producer: {e}")))?;
-                                    for (r, ring) in heads.iter_mut().enumerate() {
-                                        *ring += per_rail[r].len() as u64;
-                                    }
-                                    let host = |t: u64| (t as i64 - offset) as u64;
-                                    (
-                                        r.t1.saturating_sub(r.t0),
-                                        r.push.iter().map(|&t| host(t)).collect(),
-                                        r.quiet.iter().map(|&t| host(t)).collect(),
-                                    )
-                                }
-                                None => {
-                                    let h = engine::host_iteration(
-                                        &rings,
-                                        &mut heads,
-                                        &sched,
-                                        blocking,
-                                        &failed_flag,
-                                        &health,
-                                    )
-                                    .map_err(failed)?;
-                                    (h.t1 - h.t0, h.push, h.quiet)
-                                }
-                            }
-                        }
-                    };
-                    if it >= s.warmup {
-                        samples.push(t_ns);
-                    }
-                    if it >= total_iters - kept {
-                        push_ns.extend(push);
-                        quiet_ns.extend(quiet);
-                    }
-                    // The target verified this iteration: the source may be rewritten.
-                    ctx.bs.barrier().map_err(harness::from_bootstrap)?;
+            })
+            .collect();
+        let main = (|| -> Result<(), BenchError> {
+            for it in 0..total_iters {
+                if args.common.verify() || it == 0 {
+                    setup
+                        .src
+                        .write_at(0, &payload(it, s.puts, s.size))
+                        .map_err(|e| failed(e.to_string()))?;
                 }
-                Ok(())
-            })();
-            if main.is_err() {
-                failed_flag.store(true, Ordering::Release);
+                let (t_ns, push, quiet) = match s.mode {
+                    Mode::Cpu => {
+                        let t0 = realtime_ns();
+                        go.store(it + 1, Ordering::Release);
+                        let mut spins = 0u64;
+                        for (r, ring) in rings.iter().enumerate() {
+                            let want = starts[r] + per_rail[r].len() as u64 * (it + 1);
+                            while ring.done() < want {
+                                spins += 1;
+                                if spins % 1024 == 0 {
+                                    if failed_flag.load(Ordering::Acquire) {
+                                        return Err(failed("a proxy thread failed"));
+                                    }
+                                    health().map_err(failed)?;
+                                }
+                                std::hint::spin_loop();
+                            }
+                        }
+                        let t1 = realtime_ns();
+                        (
+                            t1 - t0,
+                            vec![t0; s.puts as usize],
+                            vec![t1; s.puts as usize],
+                        )
+                    }
+                    Mode::Blocking | Mode::Nbi => {
+                        let blocking = s.mode == Mode::Blocking;
+                        match &init.gpu {
+                            Some(g) => {
+                                let r = g
+                                    .run(
+                                        rings_mem,
+                                        log2,
+                                        &PutPlan {
+                                            puts: s.puts,
+                                            size: s.size,
+                                            dst: TARGET as u16,
+                                            rails: nrails as u32,
+                                            split: args.common.strategy == Strategy::Split,
+                                            first_rail: 0,
+                                            blocking,
+                                        },
+                                    )
+                                    .map_err(|e| failed(format!("the GPU producer: {e}")))?;
+                                for (r, ring) in heads.iter_mut().enumerate() {
+                                    *ring += per_rail[r].len() as u64;
+                                }
+                                let off = clock_before.map(|c| c.0).unwrap_or(0);
+                                let host = |t: u64| (t as i64 - off) as u64;
+                                (
+                                    r.t1.saturating_sub(r.t0),
+                                    r.push.iter().map(|&t| host(t)).collect(),
+                                    r.quiet.iter().map(|&t| host(t)).collect(),
+                                )
+                            }
+                            None => {
+                                let h = engine::host_iteration(
+                                    &rings,
+                                    &mut heads,
+                                    &sched,
+                                    blocking,
+                                    &failed_flag,
+                                    &health,
+                                )
+                                .map_err(failed)?;
+                                (h.t1 - h.t0, h.push, h.quiet)
+                            }
+                        }
+                    }
+                };
+                if it >= s.warmup {
+                    samples.push(t_ns);
+                }
+                if it >= total_iters - kept {
+                    push_ns.extend(push);
+                    quiet_ns.extend(quiet);
+                }
+                // The target verified this iteration: the source may be rewritten.
+                ctx.bs.barrier().map_err(harness::from_bootstrap)?;
             }
-            let logs = handles
-                .into_iter()
-                .map(|h| h.join().expect("a proxy thread panicked"))
-                .collect();
-            (logs, main)
-        });
+            Ok(())
+        })();
+        if main.is_err() {
+            failed_flag.store(true, Ordering::Release);
+        }
+        let logs = handles
+            .into_iter()
+            .map(|h| h.join().expect("a proxy thread panicked"))
+            .collect();
+        (logs, main)
+    });
     let mut errs = Vec::new();
     let mut rail_logs = Vec::new();
     for (r, (rail, res)) in logs.into_iter().enumerate() {
@@ -770,6 +783,22 @@ fn measure_initiator(
         for (r, n) in init.next.iter_mut().enumerate() {
             *n += per_rail[r].len() as u64 * total_iters;
         }
+    }
+    if let (Some(g), Some(b)) = (&init.gpu, clock_before) {
+        let a = g
+            .clock_offset(16)
+            .map_err(|e| failed(format!("clock alignment: {e}")))?;
+        // The stamps were moved with the offset before the point; correct each by the drift
+        // up to its own time (linear between the two measurements).
+        let span = a.2.saturating_sub(b.2).max(1) as f64;
+        let drift = (a.0 - b.0) as f64;
+        let fix = |t: &mut u64| {
+            let frac = (t.saturating_sub(b.2) as f64 / span).clamp(0.0, 1.0);
+            *t = (*t as i64 - (drift * frac) as i64) as u64;
+        };
+        push_ns.iter_mut().for_each(fix);
+        quiet_ns.iter_mut().for_each(fix);
+        init.clock = Some(a);
     }
     // Per recorded put: pop and post of its first stripe, completion of its last.
     let per_put_rec = kept as usize * s.puts as usize;
@@ -832,7 +861,7 @@ fn measure_initiator(
             "target host (not aligned)"
         }),
     );
-    if let Some((off, rtt)) = init.clock {
+    if let Some((off, rtt, _)) = init.clock {
         extra.insert("clock_offset_ns".into(), json!(off));
         extra.insert("clock_rtt_ns".into(), json!(rtt));
     }
