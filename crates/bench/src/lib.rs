@@ -3,7 +3,8 @@
 //! * [`harness`]: what nccl-tests calls `common.cu` — typed options, the size sweep, bootstrap,
 //!   provider/domain/rail choice, memory, records, sinks, counters, errors, exit codes. A
 //!   benchmark implements [`harness::Benchmark`] and calls [`harness::run`].
-//! * One module per benchmark: [`p2p`] (`sendrecv`, `write`, `read`), [`ipc`] (NVLink).
+//! * One module per benchmark: [`p2p`] (`sendrecv`, `write`, `read`), [`ipc`] (NVLink),
+//!   [`proxy`] (GPU-initiated writes through a CPU proxy).
 //! * [`pattern`], [`size`], [`stats`]: payload patterns, sizes, timing statistics.
 //!
 //! Adding a benchmark means one new file here and one line in the CLI.
@@ -18,6 +19,7 @@ pub mod mesh;
 pub mod p2p;
 pub mod pairs;
 pub mod pattern;
+pub mod proxy;
 pub mod queue;
 pub mod size;
 pub mod stats;
@@ -72,6 +74,9 @@ benchmarks! {
               mut_arg("warmup", |a| a.default_value(ipc::IPC_DEFAULTS[2].1)),
               mut_arg("timeout", |a| a.default_value(ipc::IPC_DEFAULTS[3].1)))]
     "ipc" Ipc(ipc::IpcArgs) => ipc::run_ipc;
+    /// GPU-initiated RDMA writes through a CPU proxy (cpu baseline, blocking, nbi) with a
+    /// latency breakdown per put.
+    "proxy" Proxy(proxy::ProxyArgs) => proxy::run_proxy;
     /// GPU->CPU command rings of a GPU-initiated proxy: M ops/s, round trip, every command verified.
     "queue" Queue(queue::QueueArgs) => queue::run_queue;
     /// All-to-all with nccl-tests' semantics (algbw, busbw = algbw x (n-1)/n), write or send/recv.

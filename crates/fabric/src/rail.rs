@@ -666,6 +666,48 @@ impl Rail {
         )
     }
 
+    /// Like [`Rail::post_write_data`] through `fi_writemsg`: `more` sets `FI_MORE` (more writes
+    /// follow at once, so the provider may batch them and ring the doorbell once; the last write
+    /// of a batch must pass `false`), and `delivery` sets `FI_DELIVERY_COMPLETE` (the local
+    /// completion then means the data is placed in the target's memory, not only sent). A
+    /// provider that does not support a flag fails the post with its own error.
+    #[allow(clippy::too_many_arguments)]
+    pub fn post_write_data_more(
+        &self,
+        peer: Peer,
+        region: RegionId,
+        off: usize,
+        len: usize,
+        remote: &RemoteRegion,
+        remote_off: u64,
+        data: u64,
+        ctx: u64,
+        more: bool,
+        delivery: bool,
+    ) -> Result<()> {
+        let (addr, key) = Self::rma(remote, remote_off, len)?;
+        let flags = if more { sys::FI_MORE } else { 0 }
+            | if delivery {
+                sys::FI_DELIVERY_COMPLETE
+            } else {
+                0
+            };
+        self.post_raw(
+            RawOp::WriteMsg {
+                addr,
+                key,
+                data,
+                flags,
+            },
+            "fi_writemsg",
+            region,
+            off,
+            len,
+            peer.0,
+            ctx,
+        )
+    }
+
     /// Posts an RMA read of `remote` at `remote_off` into local `[off, off+len)`.
     #[allow(clippy::too_many_arguments)]
     pub fn post_read(

@@ -619,6 +619,37 @@ impl RawRail {
                 RawOp::WriteData { addr, key, data } => {
                     fi::fi_writedata(ep, buf, l, desc, data, peer, addr, key, ctx)
                 }
+                RawOp::WriteMsg {
+                    addr,
+                    key,
+                    data,
+                    flags,
+                } => {
+                    // SAFETY (the message): iov, desc and rma_iov live on this stack frame until
+                    // fi_writemsg returns, which is all libfabric requires of them (it copies
+                    // the descriptors before returning); the buffer itself is covered above.
+                    let iov = sys::iovec {
+                        iov_base: buf,
+                        iov_len: l,
+                    };
+                    let mut d = desc;
+                    let rma = sys::fi_rma_iov { addr, len: l, key };
+                    let msg = sys::fi_msg_rma {
+                        msg_iov: &iov,
+                        desc: &mut d,
+                        iov_count: 1,
+                        addr: peer,
+                        rma_iov: &rma,
+                        rma_iov_count: 1,
+                        context: ctx,
+                        data,
+                    };
+                    fi::fi_writemsg(
+                        ep,
+                        &msg,
+                        flags | sys::FI_REMOTE_CQ_DATA | sys::FI_COMPLETION,
+                    )
+                }
                 RawOp::Read { addr, key } => fi::fi_read(ep, buf, l, desc, peer, addr, key, ctx),
                 RawOp::Inject => fi::fi_inject(ep, buf, l, peer),
                 RawOp::InjectWrite { addr, key } => {
@@ -720,11 +751,31 @@ pub(crate) enum RawOp {
     Send,
     SendData(u64),
     Recv,
-    Write { addr: u64, key: u64 },
-    WriteData { addr: u64, key: u64, data: u64 },
-    Read { addr: u64, key: u64 },
+    Write {
+        addr: u64,
+        key: u64,
+    },
+    WriteData {
+        addr: u64,
+        key: u64,
+        data: u64,
+    },
+    /// `fi_writemsg` with remote CQ data and explicit flags (`FI_MORE`, `FI_DELIVERY_COMPLETE`).
+    WriteMsg {
+        addr: u64,
+        key: u64,
+        data: u64,
+        flags: u64,
+    },
+    Read {
+        addr: u64,
+        key: u64,
+    },
     Inject,
-    InjectWrite { addr: u64, key: u64 },
+    InjectWrite {
+        addr: u64,
+        key: u64,
+    },
 }
 
 /// Page-aligned, zero-initialised host memory owned by a [`crate::HostBuffer`].

@@ -27,6 +27,8 @@ pub enum Source {
     IpcTma,
     /// `queue.cu`: efa_queue_fifo, efa_queue_vyukov (`efabench queue`).
     Queue,
+    /// `proxy.cu`: efa_proxy_puts, efa_proxy_ping (`efabench proxy`).
+    Proxy,
 }
 
 impl Source {
@@ -36,6 +38,7 @@ impl Source {
             Source::Ipc => "ipc.cu",
             Source::IpcTma => "ipc_tma.cu",
             Source::Queue => "queue.cu",
+            Source::Proxy => "proxy.cu",
         }
     }
     fn raw(self) -> &'static str {
@@ -44,6 +47,7 @@ impl Source {
             Source::Ipc => include_str!("../kernels/ipc.cu"),
             Source::IpcTma => include_str!("../kernels/ipc_tma.cu"),
             Source::Queue => include_str!("../kernels/queue.cu"),
+            Source::Proxy => include_str!("../kernels/proxy.cu"),
         }
     }
     /// The lowest compute capability the source compiles for.

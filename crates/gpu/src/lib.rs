@@ -13,7 +13,8 @@
 //!   architecture and cached ([`kernels`]);
 //! * streams, CUDA-event timing and kernel launches ([`Stream`], [`Event`], [`Kernel`]);
 //! * CUDA IPC handles ([`ipc`]) for `efabench ipc`, and the NVML inventory ([`nvml`]);
-//! * the GPU->CPU command rings of `efabench queue` ([`queue`], with GDRCopy in [`gdr`]).
+//! * the GPU->CPU command rings of `efabench queue` ([`queue`], with GDRCopy in [`gdr`]);
+//! * the command rings and put kernels of `efabench proxy` ([`proxy`]).
 
 pub mod buffer;
 pub mod driver;
@@ -22,6 +23,7 @@ pub mod gdr;
 pub mod ipc;
 pub mod kernels;
 pub mod nvml;
+pub mod proxy;
 pub mod queue;
 
 /// The verification pattern, compiled from the benchmarks' own source file so the host side of

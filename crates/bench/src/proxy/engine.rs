@@ -1,0 +1,459 @@
+//! The CPU proxy itself, the host producer that stands in for the GPU, and the target's side:
+//! everything of `efabench proxy` that posts or waits for fabric operations, in safe code over a
+//! [`Rail`] and a [`CommandRing`], so tests drive it without a GPU.
+//!
+//! * [`serve`] is one proxy thread on one rail: it pops every ready command of its ring (up to
+//!   `batch` at once), posts each as `fi_writemsg` with remote CQ data (the put's signal) and
+//!   `FI_MORE` on all but the last of a batch, publishes how far it consumed (the producer's
+//!   credits) and, as completions arrive, how many writes completed (what `quiet` waits for).
+//!   Writes carry `FI_DELIVERY_COMPLETE`, so a local completion means the bytes are in the
+//!   target's memory: `quiet` can then return on local state alone, without a round trip from
+//!   the target (the target's CQ-data counts are used to verify, not to complete). It honours
+//!   each command's offsets and length, keeps up to `max_in_flight` writes outstanding, and
+//!   drains its writes before a command that carries the fence bit.
+//! * [`schedule`] turns a put into its commands with the rail group's schedule
+//!   (`route::split`, rotating the first rail), the same one the kernel applies.
+//! * [`host_iteration`] pushes one iteration's commands from a CPU thread and waits in quiet the
+//!   way the kernel does (`--producer host`).
+//! * [`await_puts`] is the target: it counts every put's CQ data over all rails and notes when
+//!   each put's last stripe arrived.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use efabench_fabric::route;
+use efabench_fabric::{Completion, CqData, Peer, Rail, RegionId, RemoteRegion};
+use efabench_gpu::proxy::{realtime_ns, Command, CommandRing, Peek};
+
+use crate::harness::Strategy;
+
+/// Where one proxy writes: the peer on this rail, the local region and the peer's region.
+#[derive(Clone, Copy, Debug)]
+pub struct Target {
+    pub peer: Peer,
+    pub dst_rank: u16,
+    pub my_rank: u16,
+    pub region: RegionId,
+    pub remote: RemoteRegion,
+}
+
+/// How a proxy thread posts.
+#[derive(Clone, Copy, Debug)]
+pub struct ProxyConfig {
+    /// Most commands posted as one `FI_MORE` batch.
+    pub batch: usize,
+    /// Most writes in flight on this rail.
+    pub max_in_flight: usize,
+    /// Longest the proxy waits without progress before it gives up.
+    pub idle_timeout: Duration,
+}
+
+/// Where commands come from.
+#[derive(Clone, Copy)]
+pub enum Feed<'a> {
+    /// The ring (the GPU or a host producer pushes).
+    Ring,
+    /// The CPU baseline: the proxy thread itself posts `per_iter` commands per iteration once
+    /// `go` exceeds that iteration's number (no ring, no producer).
+    Direct {
+        per_iter: &'a [Command],
+        go: &'a AtomicU64,
+    },
+}
+
+/// Host timestamps (`CLOCK_REALTIME` ns) of one command.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CmdTimes {
+    pub signal: u16,
+    pub pop: u64,
+    pub post: u64,
+    pub done: u64,
+}
+
+/// What one proxy thread did in one point.
+#[derive(Clone, Debug, Default)]
+pub struct RailLog {
+    /// Stamps of commands `keep_from..expected` (the breakdown covers the last iterations only,
+    /// so memory stays bounded however many iterations run).
+    pub times: Vec<CmdTimes>,
+    pub keep_from: u64,
+    /// Batches posted (commands / batches = the mean `FI_MORE` batch).
+    pub batches: u64,
+    pub fence_drains: u64,
+    pub max_in_flight: u64,
+    /// Commands posted.
+    pub commands: u64,
+}
+
+/// Runs one proxy thread on `rail` until `expected` commands (positions `start..start+expected`
+/// of `ring`) have completed. `failed` is raised by whoever fails first (this thread or the
+/// producer) so the others stop waiting; `health` reports a dead peer or an aborted job.
+#[allow(clippy::too_many_arguments)]
+pub fn serve(
+    rail: &Rail,
+    ring: CommandRing<'_>,
+    feed: Feed<'_>,
+    start: u64,
+    expected: u64,
+    keep_from: u64,
+    tgt: &Target,
+    cfg: &ProxyConfig,
+    failed: &AtomicBool,
+    health: &dyn Fn() -> Result<(), String>,
+) -> Result<RailLog, String> {
+    let r = serve_inner(
+        rail, ring, feed, start, expected, keep_from, tgt, cfg, failed, health,
+    );
+    if r.is_err() {
+        failed.store(true, Ordering::Release);
+    }
+    r
+}
+
+#[allow(clippy::too_many_arguments)]
+fn serve_inner(
+    rail: &Rail,
+    ring: CommandRing<'_>,
+    feed: Feed<'_>,
+    start: u64,
+    expected: u64,
+    keep_from: u64,
+    tgt: &Target,
+    cfg: &ProxyConfig,
+    failed: &AtomicBool,
+    health: &dyn Fn() -> Result<(), String>,
+) -> Result<RailLog, String> {
+    let keep_from = keep_from.min(expected);
+    let mut log = RailLog {
+        times: vec![CmdTimes::default(); (expected - keep_from) as usize],
+        keep_from,
+        ..RailLog::default()
+    };
+    let mut dummy = CmdTimes::default();
+    let data = |signal: u16| {
+        CqData {
+            source: tgt.my_rank,
+            tag: signal,
+        }
+        .to_u64()
+    };
+    let (mut consumed, mut done, mut inflight) = (0u64, 0u64, 0u64);
+    let mut batch: Vec<Command> = Vec::with_capacity(cfg.batch);
+    let mut out = [Completion::default(); 64];
+    let mut idle = 0u64;
+    let mut fence_seen = u64::MAX;
+    let mut last_progress = Instant::now();
+    while done < expected {
+        batch.clear();
+        while consumed + (batch.len() as u64) < expected
+            && batch.len() < cfg.batch
+            && inflight + (batch.len() as u64) < cfg.max_in_flight as u64
+        {
+            let idx = consumed + batch.len() as u64;
+            let cmd = match feed {
+                Feed::Ring => match ring.peek(start + idx) {
+                    Peek::Empty => break,
+                    Peek::Ready(c) => c,
+                    Peek::Torn { a, b } => {
+                        return Err(format!(
+                            "proxy: torn command at ring position {} (halves {a:#x} / {b:#x})",
+                            start + idx
+                        ))
+                    }
+                },
+                Feed::Direct { per_iter, go } => {
+                    let n = per_iter.len() as u64;
+                    if go.load(Ordering::Acquire) <= idx / n {
+                        break;
+                    }
+                    per_iter[(idx % n) as usize]
+                }
+            };
+            if cmd.fence && (inflight > 0 || !batch.is_empty()) {
+                if fence_seen != idx {
+                    fence_seen = idx;
+                    log.fence_drains += 1;
+                }
+                break;
+            }
+            if cmd.dst != tgt.dst_rank {
+                return Err(format!(
+                    "proxy: command at ring position {} is for rank {}, but this proxy connects rank {} only",
+                    start + idx,
+                    cmd.dst,
+                    tgt.dst_rank
+                ));
+            }
+            let t = stamp(&mut log.times, keep_from, idx, &mut dummy);
+            t.pop = realtime_ns();
+            t.signal = cmd.signal;
+            batch.push(cmd);
+        }
+        let n = batch.len();
+        for (i, cmd) in batch.iter().enumerate() {
+            let idx = consumed + i as u64;
+            rail.post_write_data_more(
+                tgt.peer,
+                tgt.region,
+                cmd.local_off as usize,
+                cmd.len as usize,
+                &tgt.remote,
+                cmd.remote_off,
+                data(cmd.signal),
+                idx,
+                i + 1 < n,
+                true,
+            )
+            .map_err(|e| {
+                format!(
+                    "proxy: command at ring position {} ({} bytes from {} to {}): {e}",
+                    start + idx,
+                    cmd.len,
+                    cmd.local_off,
+                    cmd.remote_off
+                )
+            })?;
+            stamp(&mut log.times, keep_from, idx, &mut dummy).post = realtime_ns();
+        }
+        if n > 0 {
+            consumed += n as u64;
+            inflight += n as u64;
+            log.commands += n as u64;
+            log.batches += 1;
+            log.max_in_flight = log.max_in_flight.max(inflight);
+            ring.publish_tail(start + consumed);
+        }
+        let k = rail.poll(&mut out).map_err(|e| {
+            // A dead peer is the likelier cause: say so when the job knows it.
+            let why = format!("proxy: a write to rank {} failed: {e}", tgt.dst_rank);
+            match health() {
+                Err(h) => format!("{h} ({why})"),
+                Ok(()) => why,
+            }
+        })?;
+        for c in &out[..k] {
+            if c.context == Completion::REMOTE_CQ_DATA {
+                continue;
+            }
+            if c.context >= consumed {
+                return Err(format!(
+                    "proxy: completion of unknown context {}",
+                    c.context
+                ));
+            }
+            stamp(&mut log.times, keep_from, c.context, &mut dummy).done = realtime_ns();
+            done += 1;
+            inflight -= 1;
+        }
+        if k > 0 {
+            ring.publish_done(start + done);
+        }
+        if n > 0 || k > 0 {
+            idle = 0;
+            last_progress = Instant::now();
+        } else {
+            idle += 1;
+            if idle % 1024 == 0 {
+                if failed.load(Ordering::Acquire) {
+                    return Err("proxy: stopped because another thread failed".into());
+                }
+                health()?;
+                // Waiting for the producer between iterations is normal; no progress at all
+                // for the idle timeout is not.
+                if last_progress.elapsed() > cfg.idle_timeout {
+                    return Err(format!(
+                        "proxy: no command and no completion for {:.0} s ({consumed} of {expected} commands consumed, {done} completed)",
+                        cfg.idle_timeout.as_secs_f64()
+                    ));
+                }
+                if idle > 64 * 1024 {
+                    std::thread::yield_now();
+                }
+            }
+        }
+    }
+    Ok(log)
+}
+
+/// The stamps of command `idx`, or a scratch entry when it is before `keep_from`.
+fn stamp<'a>(
+    times: &'a mut [CmdTimes],
+    keep_from: u64,
+    idx: u64,
+    dummy: &'a mut CmdTimes,
+) -> &'a mut CmdTimes {
+    match idx.checked_sub(keep_from) {
+        Some(i) => &mut times[i as usize],
+        None => dummy,
+    }
+}
+
+/// The commands of one iteration: put `p` (`size` bytes at local and remote offset `p * size`,
+/// signal `p`) split over `rails` by the rail group's schedule, the first rail rotating from 0
+/// (what `kernels/proxy.cu` does with `first_rail = 0`). Returns per put its (rail, command)s.
+pub fn schedule(
+    puts: u32,
+    size: u64,
+    rails: usize,
+    strategy: Strategy,
+    dst: u16,
+) -> Vec<Vec<(usize, Command)>> {
+    let mut first = 0usize;
+    (0..puts)
+        .map(|p| {
+            let stripes = match strategy {
+                Strategy::Split => route::split(size as usize, rails, first),
+                Strategy::RoundRobin => vec![route::Stripe {
+                    rail: first % rails.max(1),
+                    off: 0,
+                    len: size as usize,
+                }],
+            };
+            first = route::next_first_rail(&stripes, rails);
+            stripes
+                .iter()
+                .map(|s| {
+                    let base = p as u64 * size + s.off as u64;
+                    (
+                        s.rail,
+                        Command {
+                            dst,
+                            signal: p as u16,
+                            len: s.len as u32,
+                            remote_off: base,
+                            local_off: base,
+                            fence: false,
+                        },
+                    )
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// Host timestamps of one host-produced iteration: per put, push start and quiet returned.
+#[derive(Clone, Debug, Default)]
+pub struct HostIteration {
+    pub push: Vec<u64>,
+    pub quiet: Vec<u64>,
+    pub t0: u64,
+    pub t1: u64,
+}
+
+/// Pushes one iteration from this thread (`heads`: the next position of each ring, advanced)
+/// and waits in quiet after each put (`blocking`) or once at the end: the GPU kernel's loop on
+/// the CPU. Fails when a proxy failed or `health` does.
+pub fn host_iteration(
+    rings: &[CommandRing<'_>],
+    heads: &mut [u64],
+    sched: &[Vec<(usize, Command)>],
+    blocking: bool,
+    failed: &AtomicBool,
+    health: &dyn Fn() -> Result<(), String>,
+) -> Result<HostIteration, String> {
+    let mut it = HostIteration {
+        t0: realtime_ns(),
+        ..HostIteration::default()
+    };
+    let mut spins = 0u64;
+    let mut check = || -> Result<(), String> {
+        spins += 1;
+        if spins % 1024 == 0 {
+            if failed.load(Ordering::Acquire) {
+                return Err("host producer: a proxy thread failed".into());
+            }
+            health()?;
+        }
+        Ok(())
+    };
+    let quiet = |heads: &[u64], check: &mut dyn FnMut() -> Result<(), String>| {
+        for (r, ring) in rings.iter().enumerate() {
+            while ring.done() < heads[r] {
+                check()?;
+                std::hint::spin_loop();
+            }
+        }
+        Ok::<(), String>(())
+    };
+    for put in sched {
+        it.push.push(realtime_ns());
+        for (r, cmd) in put {
+            let mut err = None;
+            let ok = rings[*r].host_push(heads[*r], cmd, || match check() {
+                Ok(()) => true,
+                Err(e) => {
+                    err = Some(e);
+                    false
+                }
+            });
+            if !ok {
+                return Err(err.unwrap_or_else(|| "host producer: no credit".into()));
+            }
+            heads[*r] += 1;
+        }
+        if blocking {
+            quiet(heads, &mut check)?;
+            it.quiet.push(realtime_ns());
+        }
+    }
+    quiet(heads, &mut check)?;
+    it.t1 = realtime_ns();
+    if !blocking {
+        it.quiet = vec![it.t1; sched.len()];
+    }
+    Ok(it)
+}
+
+/// The target's side of one iteration: waits until every put's stripes delivered their CQ data
+/// (signal = put index) over `rails`, noting when each put's last stripe arrived. Returns the
+/// number of unexpected CQ data (a signal out of range, from the wrong rank, or one stripe too
+/// many). Fails when `deadline` passes or `health` does.
+pub fn await_puts(
+    rails: &[Rail],
+    stripes: &[u32],
+    from: u16,
+    arrive: &mut [u64],
+    timeout: Duration,
+    health: &dyn Fn() -> Result<(), String>,
+) -> Result<u64, String> {
+    let mut got = vec![0u32; stripes.len()];
+    let mut missing: u64 = stripes.iter().map(|&s| s as u64).sum();
+    let mut errors = 0u64;
+    let mut out = [Completion::default(); 64];
+    let mut spins = 0u64;
+    let start = Instant::now();
+    while missing > 0 {
+        let mut any = false;
+        for rail in rails {
+            let k = rail.poll(&mut out).map_err(|e| format!("target: {e}"))?;
+            for c in &out[..k] {
+                let Some(d) = c.remote_data() else { continue };
+                any = true;
+                let d = CqData::from_u64(d);
+                let p = d.tag as usize;
+                if d.source != from || p >= stripes.len() || got[p] >= stripes[p] {
+                    errors += 1;
+                    continue;
+                }
+                got[p] += 1;
+                missing -= 1;
+                if got[p] == stripes[p] {
+                    arrive[p] = realtime_ns();
+                }
+            }
+        }
+        if !any {
+            spins += 1;
+            if spins % 1024 == 0 {
+                health()?;
+                if start.elapsed() > timeout {
+                    return Err(format!(
+                        "target: {missing} write(s) of this iteration never arrived in {:.0} s",
+                        timeout.as_secs_f64()
+                    ));
+                }
+            }
+        }
+    }
+    Ok(errors)
+}

@@ -1,0 +1,955 @@
+//! `efabench proxy`: GPU-initiated RDMA writes through a CPU proxy, against the same writes
+//! posted by the CPU, with the time of every put broken down.
+//!
+//! Rank 0 issues puts to rank 1 (other ranks idle). Modes, measured in one run:
+//! * `cpu`: the baseline — each rail's proxy thread posts the iteration's writes itself, no ring;
+//! * `blocking`: the producer pushes a put and waits in `quiet` before the next;
+//! * `nbi`: the producer pushes every put of the iteration, then one `quiet`.
+//!
+//! The producer is the GPU (`--producer gpu`, kernel `efa_proxy_puts` in
+//! `crates/gpu/kernels/proxy.cu`: `efa_put_nbi`, `efa_quiet`, `efa_fence`) or, where there is no
+//! GPU, a CPU thread that pushes the same commands into the same rings (`--producer host`, how CI
+//! tests the proxy). One proxy thread per rail ([`engine::serve`]) pops its ring and posts
+//! `fi_writemsg` with `FI_MORE` batching and `FI_DELIVERY_COMPLETE`; `quiet` waits on the done
+//! counts the proxies publish in mapped pinned memory (why delivery-complete: see
+//! [`engine`]). Libefaxx's confounders are avoided: each put's payload is written once per
+//! iteration before timing (by a host copy into the source buffer, of any `--mem` kind), the
+//! proxy honours every command's offsets and length and keeps many writes in flight, warm-up
+//! iterations are not timed, and the rings' control words live in pinned, not managed, memory.
+//!
+//! An iteration is `--puts` puts of one size (fewer when `--footprint` would be exceeded), put
+//! `p` from and to offset `p * size`, carrying the pattern of (iteration, 0, 1, p); the target
+//! counts each put's CQ data on every rail, verifies every put's bytes, and a bootstrap barrier
+//! ends the iteration (untimed). Timed: first push to last quiet (GPU clock for the GPU producer,
+//! host clock otherwise; for `cpu`, from the go signal until the main thread saw every write
+//! complete).
+//!
+//! Latency breakdown per put (record field `stages`, p50/p99 in µs): push → pop (producer to
+//! proxy), pop → post, post → local completion, post → remote arrival (the target's CQ data of
+//! the put's last stripe), completion → quiet returned, and push → quiet returned. Host stamps
+//! are `CLOCK_REALTIME` (one base for every process of a host); GPU stamps (`%globaltimer`) are
+//! moved onto it by an offset estimated from 16 ping exchanges through mapped pinned memory
+//! (the GPU's stamp taken as the midpoint of the host's send/receive, shortest round trip wins;
+//! `clock_rtt_ns` in the record bounds the error), measured before and after every point and
+//! interpolated, because `%globaltimer` drifts against the host clock (~8 ppm seen on an H100). Remote arrival is on the target
+//! host's clock, so that stage is only meaningful when both ranks share a host (`arrival_clock`).
+
+pub mod engine;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use efabench_fabric::{GroupAddress, MrPath, Rail, RailConfig, RegionDescriptor};
+use efabench_gpu::proxy::{realtime_ns, CommandRing, GpuProducer, PutPlan, RingMemory, MAX_RINGS};
+use efabench_gpu::{GpuBuffer, MemKind};
+use serde_json::{json, Map, Value};
+
+use self::engine::{Feed, ProxyConfig, RailLog, Target};
+use crate::error::BenchError;
+use crate::harness::{
+    self, fabric_error, Benchmark, CommonArgs, Ctx, Measured, MrChoice, Needs, Point, RunFacts,
+    Strategy,
+};
+use crate::stats::{gbps, mops, Samples};
+
+/// Options of `efabench proxy`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ProxyArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// Modes to run, comma-separated: cpu (CPU-posted baseline), blocking, nbi.
+    #[arg(long, value_delimiter = ',', value_enum, default_values_t = [Mode::Cpu, Mode::Blocking, Mode::Nbi])]
+    pub modes: Vec<Mode>,
+    /// Who pushes the puts: the GPU, or a CPU thread standing in for it (machines without one).
+    #[arg(long, value_enum, default_value = "gpu")]
+    pub producer: Producer,
+    /// Puts per iteration, 1 to 4096 (fewer when --footprint would be exceeded).
+    #[arg(long, default_value = "64", value_parser = puts_arg, allow_hyphen_values = true)]
+    pub puts: u32,
+    /// Bytes an iteration touches per buffer at most (puts beyond it are dropped, at least one).
+    #[arg(long, default_value = "64M", value_parser = footprint_arg, allow_hyphen_values = true)]
+    pub footprint: u64,
+    /// Slots per ring (power of two, 16 to 65536).
+    #[arg(long, default_value = "1024", value_parser = slots_arg, allow_hyphen_values = true)]
+    pub ring_slots: u64,
+    /// Most commands a proxy posts as one FI_MORE batch, 1 to 256.
+    #[arg(long, default_value = "32", value_parser = batch_arg, allow_hyphen_values = true)]
+    pub batch: usize,
+}
+
+/// A mode of the benchmark.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Mode {
+    Cpu,
+    Blocking,
+    Nbi,
+}
+
+impl Mode {
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Cpu => "cpu",
+            Mode::Blocking => "blocking",
+            Mode::Nbi => "nbi",
+        }
+    }
+}
+
+/// Who pushes the commands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Producer {
+    Gpu,
+    Host,
+}
+
+fn puts_arg(s: &str) -> Result<u32, String> {
+    harness::bounded(s, "--puts", 1, 4096, "64").map(|n| n as u32)
+}
+fn batch_arg(s: &str) -> Result<usize, String> {
+    harness::bounded(s, "--batch", 1, 256, "32").map(|n| n as usize)
+}
+fn slots_arg(s: &str) -> Result<u64, String> {
+    let n = harness::bounded(s, "--ring-slots", 16, 65536, "1024")?;
+    if !n.is_power_of_two() {
+        return Err(format!(
+            "--ring-slots {n} is not a power of two: use e.g. 1024"
+        ));
+    }
+    Ok(n)
+}
+fn footprint_arg(s: &str) -> Result<u64, String> {
+    let n = crate::size::parse_size(s)?;
+    if n == 0 || n > harness::MAX_SIZE {
+        return Err(format!(
+            "--footprint {} is out of range: use 1 to 64G, e.g. --footprint 64M",
+            crate::size::clip(s)
+        ));
+    }
+    Ok(n)
+}
+
+/// One point: a mode at a size.
+#[derive(Clone, Debug)]
+pub struct ProxySpec {
+    mode: Mode,
+    size: u64,
+    puts: u32,
+    iters: u64,
+    warmup: u64,
+}
+
+struct Initiator {
+    rails: Vec<Rail>,
+    targets: Vec<Target>,
+    rings: RingMemory,
+    gpu: Option<GpuProducer>,
+    clock: Option<(i64, u64, u64)>,
+    /// Next ring position per rail (heads = tails = done between points).
+    next: Vec<u64>,
+}
+
+struct Setup {
+    src: Arc<Box<dyn GpuBuffer>>,
+    dst: Arc<Box<dyn GpuBuffer>>,
+    init: Option<Initiator>,
+    /// The target's rails (rank 1).
+    target_rails: Vec<Rail>,
+    one_host: bool,
+}
+
+/// `efabench proxy` on the shared harness.
+pub struct Proxy<'a> {
+    args: &'a ProxyArgs,
+    sizes: Vec<u64>,
+    setup: Option<Setup>,
+}
+
+/// The latency breakdown covers at most this many puts (the last iterations of a point), so
+/// memory stays bounded whatever `--iters` is.
+const STAGE_PUTS: u64 = 1 << 16;
+
+/// Timed iterations whose per-put stamps are kept (the last ones).
+fn kept_iters(s: &ProxySpec) -> u64 {
+    s.iters.min((STAGE_PUTS / s.puts as u64).max(1))
+}
+
+/// Ranks: rank 0 issues the puts, rank 1 is their target.
+const INITIATOR: u32 = 0;
+const TARGET: u32 = 1;
+
+impl<'a> Proxy<'a> {
+    /// Checks the options before anything touches hardware; the GPU producer needs a driver.
+    pub fn new(args: &'a ProxyArgs) -> Result<Self, BenchError> {
+        let sizes = args.common.sizes()?;
+        if sizes.iter().any(|&s| s > u32::MAX as u64) {
+            return Err(BenchError::usage(
+                "efabench proxy: a put carries a 32-bit length; lower -e to 2G or less",
+            ));
+        }
+        let gpu_modes = args.modes.iter().any(|m| *m != Mode::Cpu);
+        if args.producer == Producer::Gpu && gpu_modes {
+            if let Err(e) = efabench_gpu::driver() {
+                return Err(BenchError::usage(if e.is_no_driver() {
+                    "efabench proxy: no CUDA driver was found, and the GPU producer needs one; \
+                     use --producer host (a CPU thread pushes the puts) or --modes cpu"
+                        .to_string()
+                } else {
+                    format!("efabench proxy: {e}")
+                }));
+            }
+        }
+        Ok(Proxy {
+            args,
+            sizes,
+            setup: None,
+        })
+    }
+
+    fn puts_at(&self, size: u64) -> u32 {
+        let fit = (self.args.footprint / size.max(1)).clamp(1, 4096) as u32;
+        self.args.puts.min(fit)
+    }
+
+    fn buf_bytes(&self) -> u64 {
+        self.sizes
+            .iter()
+            .map(|&s| s * self.puts_at(s) as u64)
+            .max()
+            .unwrap_or(1)
+            .max(64)
+    }
+}
+
+fn mr_path(c: MrChoice) -> MrPath {
+    match c {
+        MrChoice::Auto => MrPath::Auto,
+        MrChoice::Dmabuf => MrPath::Dmabuf,
+        MrChoice::Va => MrPath::Va,
+    }
+}
+
+fn alloc(
+    mem: MemKind,
+    len: usize,
+    device: Option<i32>,
+) -> Result<Arc<Box<dyn GpuBuffer>>, BenchError> {
+    efabench_gpu::alloc(mem, len, device.unwrap_or(0))
+        .map(Arc::new)
+        .map_err(|e| {
+            let m = format!("--mem {mem}: {e}");
+            if e.is_no_driver() {
+                BenchError::usage(format!("{m}; use --mem host on machines without a GPU"))
+            } else {
+                BenchError::usage(m)
+            }
+        })
+}
+
+fn failed(m: impl Into<String>) -> BenchError {
+    BenchError::failed(m)
+}
+
+/// The whole iteration's payload: put `p` carries the pattern of (iteration, 0, 1, p).
+fn payload(iter: u64, puts: u32, size: u64) -> Vec<u8> {
+    let mut v = vec![0u8; puts as usize * size as usize];
+    for (p, chunk) in v.chunks_mut(size as usize).enumerate() {
+        crate::pattern::fill(
+            chunk,
+            crate::pattern::seed(iter, INITIATOR, TARGET, p as u32),
+        );
+    }
+    v
+}
+
+impl<'a> Benchmark for Proxy<'a> {
+    type Spec = ProxySpec;
+
+    fn name(&self) -> &'static str {
+        "proxy"
+    }
+
+    fn needs(&self) -> Needs {
+        Needs {
+            fabric: true,
+            min_world: 2,
+            how_to_launch: "run `efabench launch -n 2 -- proxy ...`, or start it under \
+                            srun/mpirun, or by hand with --rank/--world/--rdzv",
+        }
+    }
+
+    fn setup(&mut self, ctx: &Ctx) -> Result<RunFacts, BenchError> {
+        let c = &self.args.common;
+        let plan = ctx.plan()?;
+        if plan.rails.len() > MAX_RINGS {
+            return Err(BenchError::usage(format!(
+                "efabench proxy drives at most {MAX_RINGS} rails; lower --rails"
+            )));
+        }
+        let group = plan.open(&RailConfig {
+            post_timeout: c.timeout(),
+            max_in_flight: 8192,
+            ..RailConfig::default()
+        })?;
+        let max_msg = group.rail(0).info().max_msg_size;
+        if let Some(&big) = self.sizes.iter().find(|&&s| s > max_msg) {
+            return Err(BenchError::usage(format!(
+                "puts of {big} bytes exceed what provider {} writes at once ({max_msg} bytes); lower -e",
+                plan.provider
+            )));
+        }
+        let len = self.buf_bytes() as usize;
+        let src = alloc(c.mem, len, ctx.device)?;
+        let dst = alloc(c.mem, len, ctx.device)?;
+        let path = mr_path(c.mr);
+        let src_reg = group.register(src.clone(), path).map_err(fabric_error)?;
+        let dst_reg = group.register(dst.clone(), path).map_err(fabric_error)?;
+        let mr = src_reg.path_taken();
+        // u32 address length, the group address, the target region's descriptor.
+        let a = group.address().map_err(fabric_error)?.to_bytes();
+        let mut blob = (a.len() as u32).to_le_bytes().to_vec();
+        blob.extend_from_slice(&a);
+        blob.extend_from_slice(&group.descriptor(&dst_reg).map_err(fabric_error)?.to_bytes());
+        let blobs = ctx.bs.all_gather(&blob).map_err(harness::from_bootstrap)?;
+        let nrails = group.len();
+        let mut init = None;
+        let mut target_rails = Vec::new();
+        if ctx.rank == INITIATOR {
+            let b = &blobs[TARGET as usize];
+            let bad = || {
+                failed("rank 1 sent a malformed address blob; all ranks must run the same efabench")
+            };
+            let (addr_part, desc_part) = split_blob(b).ok_or_else(bad)?;
+            let addr = GroupAddress::from_bytes(addr_part).map_err(fabric_error)?;
+            let desc = RegionDescriptor::from_bytes(desc_part).map_err(fabric_error)?;
+            let peer = group.insert_peer(&addr).map_err(fabric_error)?;
+            let targets = (0..nrails)
+                .map(|r| Target {
+                    peer: peer.rail(r),
+                    dst_rank: TARGET as u16,
+                    my_rank: INITIATOR as u16,
+                    region: src_reg.id(r),
+                    remote: *desc.rail(r),
+                })
+                .collect();
+            let log2 = self.args.ring_slots.trailing_zeros();
+            let gpu_modes = self.args.modes.iter().any(|m| *m != Mode::Cpu);
+            let (rings, gpu, clock) = if self.args.producer == Producer::Gpu && gpu_modes {
+                let ordinal = match ctx.device {
+                    Some(d) => d,
+                    None => efabench_gpu::resolve(c.gpu, ctx.local_rank)
+                        .map_err(|e| BenchError::usage(format!("the GPU producer: {e}")))?,
+                };
+                let g = efabench_gpu::Gpu::open(ordinal).map_err(|e| failed(e.to_string()))?;
+                let rings =
+                    RingMemory::pinned(&g, nrails, log2).map_err(|e| failed(e.to_string()))?;
+                let prod = GpuProducer::new(&g, self.args.puts as usize)
+                    .map_err(|e| failed(format!("the GPU producer: {e}")))?;
+                let clock = prod
+                    .clock_offset(32)
+                    .map_err(|e| failed(format!("clock alignment: {e}")))?;
+                (rings, Some(prod), Some(clock))
+            } else {
+                (RingMemory::heap(nrails, log2), None, None)
+            };
+            init = Some(Initiator {
+                rails: group.into_rails(),
+                targets,
+                rings,
+                gpu,
+                clock,
+                next: vec![0; nrails],
+            });
+        } else {
+            // Every rank inserts nobody: only rank 0 writes. The target keeps its rails.
+            target_rails = group.into_rails();
+        }
+        self.setup = Some(Setup {
+            src,
+            dst,
+            init,
+            target_rails,
+            one_host: ctx.one_host(),
+        });
+        let mut extra = Map::new();
+        extra.insert("strategy".into(), json!(c.strategy.name()));
+        extra.insert("virtual_rails".into(), json!(plan.virtual_rails));
+        extra.insert("mr".into(), json!(mr));
+        extra.insert(
+            "producer".into(),
+            json!(match self.args.producer {
+                Producer::Gpu => "gpu",
+                Producer::Host => "host",
+            }),
+        );
+        extra.insert("ring_slots".into(), json!(self.args.ring_slots));
+        extra.insert("batch_max".into(), json!(self.args.batch));
+        extra.insert(
+            "completion".into(),
+            json!("FI_DELIVERY_COMPLETE (quiet = local completion of every earlier write)"),
+        );
+        extra.insert(
+            "hmem".into(),
+            json!(if c.mem == MemKind::Cuda {
+                "FI_HMEM_CUDA"
+            } else {
+                "system"
+            }),
+        );
+        let header = vec![format!(
+            "# proxy: rank 0 -> rank 1 | producer {} | rails {}{} | strategy {} | ring {} slots | batch {} | mem {} ({})",
+            extra["producer"].as_str().unwrap_or(""),
+            nrails,
+            if plan.virtual_rails { " virtual" } else { "" },
+            c.strategy.name(),
+            self.args.ring_slots,
+            self.args.batch,
+            c.mem,
+            mr
+        )];
+        Ok(RunFacts {
+            provider: plan.provider.clone(),
+            fabric: plan.rails[0].fabric.clone(),
+            domains: plan.domains(),
+            libfabric: Some(plan.libfabric.clone()),
+            rails: nrails as u32,
+            mem: c.mem.to_string(),
+            link_gbps: None,
+            header,
+            extra,
+        })
+    }
+
+    fn points(&self, _ctx: &Ctx) -> Result<Vec<ProxySpec>, BenchError> {
+        let mut out = Vec::new();
+        for &mode in &self.args.modes {
+            for &size in &self.sizes {
+                let puts = self.puts_at(size);
+                let (iters, warmup) = self.args.common.iterations(size, puts as u64);
+                out.push(ProxySpec {
+                    mode,
+                    size,
+                    puts,
+                    iters,
+                    warmup,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    fn label(&self, s: &ProxySpec) -> String {
+        format!("{} {}", s.mode.name(), crate::size::human(s.size))
+    }
+
+    fn measure(&mut self, ctx: &Ctx, spec: &ProxySpec) -> Result<Measured, BenchError> {
+        let args = self.args;
+        let setup = self
+            .setup
+            .as_mut()
+            .ok_or_else(|| failed("measure before setup"))?;
+        match ctx.rank {
+            INITIATOR => measure_initiator(ctx, args, setup, spec),
+            TARGET => measure_target(ctx, args, setup, spec),
+            _ => {
+                // Idle ranks take part in the per-iteration barriers.
+                for _ in 0..spec.warmup + spec.iters {
+                    ctx.bs.barrier().map_err(harness::from_bootstrap)?;
+                }
+                Ok(Measured::default())
+            }
+        }
+    }
+
+    fn point(&self, _ctx: &Ctx, s: &ProxySpec, all: &[Measured]) -> Point {
+        let init = &all[INITIATOR as usize];
+        let tgt = &all[TARGET as usize];
+        let mut samples = Samples::from_vec(init.samples_ns.clone());
+        let n = samples.len() as u64;
+        let total = samples.total_ns();
+        let puts = n * s.puts as u64;
+        let lat_us = samples.summary_us(s.puts as f64);
+        let mut extra = init.extra.clone();
+        extra.remove("post_ns");
+        extra.remove("quiet_ns");
+        // Remote arrival: the target's stamp of each put's last stripe, against its first post.
+        let arrays = |m: &Measured, k: &str| -> Vec<u64> {
+            m.extra
+                .get(k)
+                .and_then(Value::as_array)
+                .map(|a| a.iter().filter_map(Value::as_u64).collect())
+                .unwrap_or_default()
+        };
+        let post = arrays(init, "post_ns");
+        let quiet = arrays(init, "quiet_ns");
+        let arrive = arrays(tgt, "arrive_ns");
+        if post.len() == arrive.len() && !post.is_empty() {
+            let d: Vec<i64> = post
+                .iter()
+                .zip(&arrive)
+                .map(|(&p, &a)| a as i64 - p as i64)
+                .collect();
+            let q: Vec<i64> = arrive
+                .iter()
+                .zip(&quiet)
+                .map(|(&a, &q)| q as i64 - a as i64)
+                .collect();
+            if let Some(Value::Object(st)) = extra.get_mut("stages") {
+                st.insert("post_to_arrival".into(), pct(d));
+                st.insert("arrival_to_quiet".into(), pct(q));
+            }
+        }
+        extra.insert("puts_per_iter".into(), json!(s.puts));
+        extra.insert("lat_kind".into(), json!("per put (iteration time / puts)"));
+        extra.insert("bw_GBps".into(), json!(gbps(s.size * puts, total) / 8.0));
+        Point {
+            variant: s.mode.name().to_string(),
+            size_bytes: s.size,
+            iters: s.iters,
+            warmup: s.warmup,
+            peer: Some(TARGET),
+            lat_us,
+            bw_gbps: gbps(s.size * puts, total),
+            busbw_gbps: None,
+            msg_rate_mops: mops(puts, total),
+            ..Point::with_extra(extra)
+        }
+    }
+
+    fn summary(&self, records: &[efabench_record::Record]) -> Vec<String> {
+        let mut out = Vec::new();
+        let bw = |mode: &str, size: u64| {
+            records
+                .iter()
+                .find(|r| r.variant == mode && r.size_bytes == size)
+                .map(|r| r.bw_gbps)
+        };
+        for &size in &self.sizes {
+            let Some(cpu) = bw("cpu", size).filter(|b| *b > 0.0) else {
+                continue;
+            };
+            let mut parts = Vec::new();
+            for m in ["nbi", "blocking"] {
+                if let Some(b) = bw(m, size) {
+                    parts.push(format!("{m}/cpu {:.3}", b / cpu));
+                }
+            }
+            if !parts.is_empty() {
+                out.push(format!(
+                    "# {}: {}",
+                    crate::size::human(size),
+                    parts.join(", ")
+                ));
+            }
+        }
+        out
+    }
+}
+
+/// Splits a setup blob into (group address, region descriptor).
+fn split_blob(b: &[u8]) -> Option<(&[u8], &[u8])> {
+    let l = u32::from_le_bytes(b.get(..4)?.try_into().ok()?) as usize;
+    let end = 4usize.checked_add(l)?;
+    Some((b.get(4..end)?, b.get(end..)?))
+}
+
+fn pct(mut v: Vec<i64>) -> Value {
+    if v.is_empty() {
+        return Value::Null;
+    }
+    v.sort_unstable();
+    let n = v.len();
+    let q = |f: f64| v[((f * n as f64).ceil() as usize).clamp(1, n) - 1] as f64 / 1000.0;
+    json!({"p50_us": q(0.5), "p99_us": q(0.99)})
+}
+
+fn health_of(ctx: &Ctx) -> impl Fn() -> Result<(), String> + Send + Sync + Clone {
+    let h = ctx.bs.health();
+    move || h.check().map_err(|e| e.to_string())
+}
+
+/// A proxy thread hands its rail back with what it did.
+type RailOutcome = (Rail, Result<RailLog, String>);
+
+fn measure_initiator(
+    ctx: &Ctx,
+    args: &ProxyArgs,
+    setup: &mut Setup,
+    s: &ProxySpec,
+) -> Result<Measured, BenchError> {
+    let init = setup
+        .init
+        .as_mut()
+        .ok_or_else(|| failed("initiator not set up"))?;
+    let nrails = init.rails.len();
+    let sched = engine::schedule(s.puts, s.size, nrails, args.common.strategy, TARGET as u16);
+    let mut per_rail: Vec<Vec<efabench_gpu::proxy::Command>> = vec![Vec::new(); nrails];
+    for put in &sched {
+        for (r, c) in put {
+            per_rail[*r].push(*c);
+        }
+    }
+    let total_iters = s.warmup + s.iters;
+    let kept = kept_iters(s);
+    let log2 = args.ring_slots.trailing_zeros();
+    let cfg = ProxyConfig {
+        batch: args.batch,
+        max_in_flight: 4096,
+        idle_timeout: args.common.timeout(),
+    };
+    let failed_flag = AtomicBool::new(false);
+    let go = AtomicU64::new(0);
+    let health = health_of(ctx);
+    let rails = std::mem::take(&mut init.rails);
+    let starts = init.next.clone();
+    let mut samples = Vec::with_capacity(s.iters as usize);
+    // Per recorded put: push, quiet (host clock), iteration index.
+    let mut push_ns = Vec::new();
+    let mut quiet_ns = Vec::new();
+    let rings_mem = &init.rings;
+    let rings: Vec<CommandRing> = (0..nrails).map(|r| rings_mem.ring(r, log2)).collect();
+    // %globaltimer drifts against CLOCK_REALTIME (about 8 ppm on an H100: the offset measured
+    // once at setup was 170 us off twenty seconds later), so the offset is measured again
+    // before and after every point and interpolated in between.
+    let clock_before = match &init.gpu {
+        Some(g) if s.mode != Mode::Cpu => Some(
+            g.clock_offset(16)
+                .map_err(|e| failed(format!("clock alignment: {e}")))?,
+        ),
+        _ => None,
+    };
+    let mut heads = starts.clone();
+    let (logs, main): (Vec<RailOutcome>, Result<(), BenchError>) = std::thread::scope(|scope| {
+        let handles: Vec<_> = rails
+            .into_iter()
+            .enumerate()
+            .map(|(r, rail)| {
+                let ring = rings[r];
+                let feed = match s.mode {
+                    Mode::Cpu => Feed::Direct {
+                        per_iter: &per_rail[r],
+                        go: &go,
+                    },
+                    _ => Feed::Ring,
+                };
+                let expected = per_rail[r].len() as u64 * total_iters;
+                let keep_from = per_rail[r].len() as u64 * (total_iters - kept);
+                let tgt = init.targets[r];
+                let (failed_flag, health, start) = (&failed_flag, health.clone(), starts[r]);
+                let cfg = &cfg;
+                scope.spawn(move || {
+                    let res = if expected == 0 {
+                        Ok(RailLog::default())
+                    } else {
+                        engine::serve(
+                            &rail,
+                            ring,
+                            feed,
+                            start,
+                            expected,
+                            keep_from,
+                            &tgt,
+                            cfg,
+                            failed_flag,
+                            &health,
+                        )
+                    };
+                    (rail, res)
+                })
+            })
+            .collect();
+        let main = (|| -> Result<(), BenchError> {
+            for it in 0..total_iters {
+                if args.common.verify() || it == 0 {
+                    setup
+                        .src
+                        .write_at(0, &payload(it, s.puts, s.size))
+                        .map_err(|e| failed(e.to_string()))?;
+                }
+                let (t_ns, push, quiet) = match s.mode {
+                    Mode::Cpu => {
+                        let t0 = realtime_ns();
+                        go.store(it + 1, Ordering::Release);
+                        let mut spins = 0u64;
+                        for (r, ring) in rings.iter().enumerate() {
+                            let want = starts[r] + per_rail[r].len() as u64 * (it + 1);
+                            while ring.done() < want {
+                                spins += 1;
+                                if spins % 1024 == 0 {
+                                    if failed_flag.load(Ordering::Acquire) {
+                                        return Err(failed("a proxy thread failed"));
+                                    }
+                                    health().map_err(failed)?;
+                                }
+                                std::hint::spin_loop();
+                            }
+                        }
+                        let t1 = realtime_ns();
+                        (
+                            t1 - t0,
+                            vec![t0; s.puts as usize],
+                            vec![t1; s.puts as usize],
+                        )
+                    }
+                    Mode::Blocking | Mode::Nbi => {
+                        let blocking = s.mode == Mode::Blocking;
+                        match &init.gpu {
+                            Some(g) => {
+                                let r = g
+                                    .run(
+                                        rings_mem,
+                                        log2,
+                                        &PutPlan {
+                                            puts: s.puts,
+                                            size: s.size,
+                                            dst: TARGET as u16,
+                                            rails: nrails as u32,
+                                            split: args.common.strategy == Strategy::Split,
+                                            first_rail: 0,
+                                            blocking,
+                                        },
+                                    )
+                                    .map_err(|e| failed(format!("the GPU producer: {e}")))?;
+                                for (r, ring) in heads.iter_mut().enumerate() {
+                                    *ring += per_rail[r].len() as u64;
+                                }
+                                let off = clock_before.map(|c| c.0).unwrap_or(0);
+                                let host = |t: u64| (t as i64 - off) as u64;
+                                (
+                                    r.t1.saturating_sub(r.t0),
+                                    r.push.iter().map(|&t| host(t)).collect(),
+                                    r.quiet.iter().map(|&t| host(t)).collect(),
+                                )
+                            }
+                            None => {
+                                let h = engine::host_iteration(
+                                    &rings,
+                                    &mut heads,
+                                    &sched,
+                                    blocking,
+                                    &failed_flag,
+                                    &health,
+                                )
+                                .map_err(failed)?;
+                                (h.t1 - h.t0, h.push, h.quiet)
+                            }
+                        }
+                    }
+                };
+                if it >= s.warmup {
+                    samples.push(t_ns);
+                }
+                if it >= total_iters - kept {
+                    push_ns.extend(push);
+                    quiet_ns.extend(quiet);
+                }
+                // The target verified this iteration: the source may be rewritten.
+                ctx.bs.barrier().map_err(harness::from_bootstrap)?;
+            }
+            Ok(())
+        })();
+        if main.is_err() {
+            failed_flag.store(true, Ordering::Release);
+        }
+        let logs = handles
+            .into_iter()
+            .map(|h| h.join().expect("a proxy thread panicked"))
+            .collect();
+        (logs, main)
+    });
+    let mut errs = Vec::new();
+    let mut rail_logs = Vec::new();
+    for (r, (rail, res)) in logs.into_iter().enumerate() {
+        init.rails.push(rail);
+        match res {
+            Ok(l) => rail_logs.push(l),
+            Err(e) => errs.push(format!("rail {r}: {e}")),
+        }
+    }
+    // A proxy's own error is the cause; the others only noticed it.
+    errs.sort_by_key(|e| e.contains("another thread failed"));
+    if let Some(e) = errs.into_iter().next() {
+        return Err(failed(e));
+    }
+    main?;
+    if s.mode == Mode::Cpu {
+        // The baseline used the control words but no slots: rewind them, because the lap parity
+        // needs every position of the ring to be written in turn.
+        for (r, ring) in rings.iter().enumerate() {
+            ring.publish_tail(init.next[r]);
+            ring.publish_done(init.next[r]);
+        }
+    } else {
+        for (r, n) in init.next.iter_mut().enumerate() {
+            *n += per_rail[r].len() as u64 * total_iters;
+        }
+    }
+    if let (Some(g), Some(b)) = (&init.gpu, clock_before) {
+        let a = g
+            .clock_offset(16)
+            .map_err(|e| failed(format!("clock alignment: {e}")))?;
+        // The stamps were moved with the offset before the point; correct each by the drift
+        // up to its own time (linear between the two measurements).
+        let span = a.2.saturating_sub(b.2).max(1) as f64;
+        let drift = (a.0 - b.0) as f64;
+        let fix = |t: &mut u64| {
+            let frac = (t.saturating_sub(b.2) as f64 / span).clamp(0.0, 1.0);
+            *t = (*t as i64 - (drift * frac) as i64) as u64;
+        };
+        push_ns.iter_mut().for_each(fix);
+        quiet_ns.iter_mut().for_each(fix);
+        init.clock = Some(a);
+    }
+    // Per recorded put: pop and post of its first stripe, completion of its last.
+    let per_put_rec = kept as usize * s.puts as usize;
+    let mut pop = vec![u64::MAX; per_put_rec];
+    let mut post = vec![u64::MAX; per_put_rec];
+    let mut done = vec![0u64; per_put_rec];
+    let mut commands = 0u64;
+    let mut batches = 0u64;
+    let mut fence_drains = 0u64;
+    let mut max_in_flight = 0u64;
+    for (r, log) in rail_logs.iter().enumerate() {
+        commands += log.commands;
+        batches += log.batches;
+        fence_drains += log.fence_drains;
+        max_in_flight = max_in_flight.max(log.max_in_flight);
+        let n = per_rail[r].len().max(1);
+        for (i, t) in log.times.iter().enumerate() {
+            // Iteration among the kept ones.
+            let it = (log.keep_from as usize + i) / n - (total_iters - kept) as usize;
+            let k = it * s.puts as usize + t.signal as usize;
+            if k < per_put_rec {
+                pop[k] = pop[k].min(t.pop);
+                post[k] = post[k].min(t.post);
+                done[k] = done[k].max(t.done);
+            }
+        }
+    }
+    let diff = |a: &[u64], b: &[u64]| -> Vec<i64> {
+        a.iter()
+            .zip(b)
+            .map(|(&x, &y)| y as i64 - x as i64)
+            .collect()
+    };
+    let mut stages = Map::new();
+    if s.mode != Mode::Cpu {
+        stages.insert("push_to_pop".into(), pct(diff(&push_ns, &pop)));
+    }
+    stages.insert("pop_to_post".into(), pct(diff(&pop, &post)));
+    stages.insert("post_to_completion".into(), pct(diff(&post, &done)));
+    stages.insert("completion_to_quiet".into(), pct(diff(&done, &quiet_ns)));
+    stages.insert("push_to_quiet".into(), pct(diff(&push_ns, &quiet_ns)));
+    let mut extra = Map::new();
+    extra.insert("stages".into(), Value::Object(stages));
+    extra.insert(
+        "batch_mean".into(),
+        json!(if batches > 0 {
+            commands as f64 / batches as f64
+        } else {
+            0.0
+        }),
+    );
+    extra.insert("commands".into(), json!(commands));
+    extra.insert("fence_drains".into(), json!(fence_drains));
+    extra.insert("max_in_flight".into(), json!(max_in_flight));
+    extra.insert(
+        "arrival_clock".into(),
+        json!(if setup.one_host {
+            "same host"
+        } else {
+            "target host (not aligned)"
+        }),
+    );
+    if let Some((off, rtt, _)) = init.clock {
+        extra.insert("clock_offset_ns".into(), json!(off));
+        extra.insert("clock_rtt_ns".into(), json!(rtt));
+    }
+    extra.insert("post_ns".into(), json!(post));
+    extra.insert("quiet_ns".into(), json!(quiet_ns));
+    Ok(Measured {
+        samples_ns: samples,
+        errors: 0,
+        extra,
+    })
+}
+
+fn measure_target(
+    ctx: &Ctx,
+    args: &ProxyArgs,
+    setup: &mut Setup,
+    s: &ProxySpec,
+) -> Result<Measured, BenchError> {
+    let nrails = setup.target_rails.len();
+    let sched = engine::schedule(s.puts, s.size, nrails, args.common.strategy, TARGET as u16);
+    let stripes: Vec<u32> = sched.iter().map(|p| p.len() as u32).collect();
+    let health = health_of(ctx);
+    let mut arrive_all = Vec::with_capacity(kept_iters(s) as usize * s.puts as usize);
+    let mut errors = 0u64;
+    let mut got = vec![0u8; s.puts as usize * s.size as usize];
+    for it in 0..s.warmup + s.iters {
+        let mut arrive = vec![0u64; s.puts as usize];
+        errors += engine::await_puts(
+            &setup.target_rails,
+            &stripes,
+            INITIATOR as u16,
+            &mut arrive,
+            args.common.timeout().max(Duration::from_secs(1)),
+            &health,
+        )
+        .map_err(failed)?;
+        if args.common.verify() {
+            setup
+                .dst
+                .read_at(0, &mut got)
+                .map_err(|e| failed(e.to_string()))?;
+            for (p, chunk) in got.chunks(s.size as usize).enumerate() {
+                errors += crate::pattern::mismatches(
+                    chunk,
+                    crate::pattern::seed(it, INITIATOR, TARGET, p as u32),
+                );
+            }
+        }
+        if it >= s.warmup + s.iters - kept_iters(s) {
+            arrive_all.extend(arrive);
+        }
+        ctx.bs.barrier().map_err(harness::from_bootstrap)?;
+    }
+    let mut extra = Map::new();
+    extra.insert("arrive_ns".into(), json!(arrive_all));
+    Ok(Measured {
+        samples_ns: Vec::new(),
+        errors,
+        extra,
+    })
+}
+
+/// Runs one rank of `efabench proxy`.
+pub fn run_proxy(args: &ProxyArgs, build: &harness::BuildInfo) -> Result<i32, BenchError> {
+    let mut b = Proxy::new(args)?;
+    harness::run(&mut b, &args.common, build)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_are_bounded() {
+        assert!(puts_arg("0").is_err());
+        assert!(puts_arg("5000").is_err());
+        assert_eq!(puts_arg("64"), Ok(64));
+        assert!(slots_arg("1000").unwrap_err().contains("power of two"));
+        assert_eq!(slots_arg("1024"), Ok(1024));
+        assert!(batch_arg("0").is_err());
+        assert!(footprint_arg("0").is_err());
+    }
+
+    #[test]
+    fn payload_differs_per_iteration_and_put() {
+        let a = payload(0, 2, 64);
+        let b = payload(1, 2, 64);
+        assert_ne!(a[..64], b[..64]);
+        assert_ne!(a[..64], a[64..]);
+    }
+}
