@@ -196,7 +196,9 @@ pub fn copy_between(
         (MemKind::Cuda, MemKind::Cuda) => {
             let (s, d) = (src.device_ptr(), dst.device_ptr());
             let (Some(s), Some(d)) = (s, d) else {
-                return Err(GpuError::Invalid("device buffer without a device address".into()));
+                return Err(GpuError::Invalid(
+                    "device buffer without a device address".into(),
+                ));
             };
             driver()?;
             // SAFETY: both ranges lie inside live device allocations (checked above; the
