@@ -84,11 +84,21 @@ fn timeout_arg(s: &str) -> Result<f64, String> {
 }
 
 fn mem_arg(s: &str) -> Result<MemKind, String> {
-    s.parse()
+    s.parse().map_err(|_| {
+        format!(
+            "unknown memory kind '{}': use one of host, pinned, cuda, managed (--mem)",
+            crate::size::clip(s)
+        )
+    })
 }
 
 fn gpu_arg(s: &str) -> Result<GpuChoice, String> {
-    s.parse()
+    s.parse().map_err(|_| {
+        format!(
+            "invalid --gpu '{}': use a GPU index (0, 1, ...) or auto",
+            crate::size::clip(s)
+        )
+    })
 }
 
 fn format_arg(s: &str) -> Result<Format, String> {
