@@ -42,7 +42,7 @@ use serde_json::{json, Value};
 
 use crate::error::BenchError;
 use crate::harness::{fabric_error, Strategy};
-use crate::p2p::link::Payload;
+use crate::p2p::link::{pack_parts, unpack_parts, Payload};
 use crate::pattern;
 
 /// What a 32-bit CQ data word announces.
@@ -250,8 +250,7 @@ impl Mesh {
 
     /// Our addresses and the descriptors of `recv` and `ctrl`, for the all-gather.
     pub fn local_blob(&self) -> MeshResult<Vec<u8>> {
-        let mut v = Vec::new();
-        for part in [
+        Ok(pack_parts([
             self.group.address().map_err(fabric)?.to_bytes(),
             self.group
                 .descriptor(&self.recv_reg)
@@ -261,11 +260,7 @@ impl Mesh {
                 .descriptor(&self.ctrl_reg)
                 .map_err(fabric)?
                 .to_bytes(),
-        ] {
-            v.extend_from_slice(&(part.len() as u32).to_le_bytes());
-            v.extend_from_slice(&part);
-        }
-        Ok(v)
+        ]))
     }
 
     /// Inserts every other rank (`blobs` indexed by rank, from the all-gather).
@@ -275,23 +270,7 @@ impl Mesh {
             if r as u32 == self.me {
                 continue;
             }
-            let bad = || {
-                BenchError::failed(format!(
-                    "rank {r} sent a malformed endpoint description (same efabench version and options everywhere?)"
-                ))
-            };
-            let mut parts = Vec::new();
-            let mut rest = b.as_slice();
-            for _ in 0..3 {
-                let n = rest
-                    .get(..4)
-                    .and_then(|x| x.try_into().ok())
-                    .map(u32::from_le_bytes)
-                    .ok_or_else(bad)? as usize;
-                let part = rest.get(4..4 + n).ok_or_else(bad)?;
-                parts.push(part);
-                rest = &rest[4 + n..];
-            }
+            let parts: [&[u8]; 3] = unpack_parts(r, b)?;
             let addr = GroupAddress::from_bytes(parts[0]).map_err(fabric)?;
             let recv = RegionDescriptor::from_bytes(parts[1]).map_err(fabric)?;
             let ctrl = RegionDescriptor::from_bytes(parts[2]).map_err(fabric)?;

@@ -156,6 +156,40 @@ struct PeerInfo {
     inbox: RegionDescriptor,
 }
 
+/// Length-prefixed parts (addresses, region descriptors) as one all-gather blob.
+pub(crate) fn pack_parts<const N: usize>(parts: [Vec<u8>; N]) -> Vec<u8> {
+    let mut v = Vec::new();
+    for part in parts {
+        v.extend_from_slice(&(part.len() as u32).to_le_bytes());
+        v.extend_from_slice(&part);
+    }
+    v
+}
+
+/// The `N` parts of rank `rank`'s blob made by [`pack_parts`]; never trusts a length it reads.
+pub(crate) fn unpack_parts<const N: usize>(
+    rank: usize,
+    b: &[u8],
+) -> Result<[&[u8]; N], BenchError> {
+    let bad = || {
+        BenchError::failed(format!(
+            "rank {rank} sent a malformed endpoint description (same efabench version and options everywhere?)"
+        ))
+    };
+    let mut parts: [&[u8]; N] = [&[]; N];
+    let mut rest = b;
+    for part in &mut parts {
+        let n = rest
+            .get(..4)
+            .and_then(|x| x.try_into().ok())
+            .map(u32::from_le_bytes)
+            .ok_or_else(bad)? as usize;
+        *part = rest.get(4..4 + n).ok_or_else(bad)?;
+        rest = &rest[4 + n..];
+    }
+    Ok(parts)
+}
+
 /// Bytes and operations each rail carried since [`Link::mark_timed`].
 #[derive(Clone, Debug, Default)]
 struct RailStats {
@@ -290,8 +324,7 @@ impl Link {
 
     /// Our endpoint addresses and the descriptors of `out` and `inbox`, for the all-gather.
     pub fn local_blob(&self) -> Result<Vec<u8>, LinkError> {
-        let mut v = Vec::new();
-        for part in [
+        Ok(pack_parts([
             self.group.address().map_err(fabric)?.to_bytes(),
             self.group
                 .descriptor(&self.out_reg)
@@ -301,11 +334,7 @@ impl Link {
                 .descriptor(&self.inbox_reg)
                 .map_err(fabric)?
                 .to_bytes(),
-        ] {
-            v.extend_from_slice(&(part.len() as u32).to_le_bytes());
-            v.extend_from_slice(&part);
-        }
-        Ok(v)
+        ]))
     }
 
     /// Inserts the peers we talk to: rank 0 talks to everyone, every other rank to rank 0.
@@ -315,23 +344,7 @@ impl Link {
             if r as u32 == me || (me != 0 && r != 0) {
                 continue;
             }
-            let bad = || {
-                LinkError::Failed(format!(
-                    "rank {r} sent a malformed endpoint description (same efabench version and options everywhere?)"
-                ))
-            };
-            let mut parts = Vec::new();
-            let mut rest = b.as_slice();
-            for _ in 0..3 {
-                let n = rest
-                    .get(..4)
-                    .and_then(|x| x.try_into().ok())
-                    .map(u32::from_le_bytes)
-                    .ok_or_else(bad)? as usize;
-                let part = rest.get(4..4 + n).ok_or_else(bad)?;
-                parts.push(part);
-                rest = &rest[4 + n..];
-            }
+            let parts: [&[u8]; 3] = unpack_parts(r, b)?;
             let addr = efabench_fabric::GroupAddress::from_bytes(parts[0]).map_err(fabric)?;
             let out = RegionDescriptor::from_bytes(parts[1]).map_err(fabric)?;
             let inbox = RegionDescriptor::from_bytes(parts[2]).map_err(fabric)?;
