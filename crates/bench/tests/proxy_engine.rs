@@ -8,9 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use efabench_bench::harness::Strategy;
-use efabench_bench::proxy::engine::{self, Feed, ProxyConfig, RailLog, Target};
+use efabench_bench::proxy::engine::{self, Feed, Lane, ProxyConfig, RailLog, Target};
 use efabench_fabric::{first_provider, load_library, Hints, HostBuffer, Rail, RailConfig};
-use efabench_gpu::proxy::{Command, RingMemory};
+use efabench_gpu::proxy::{Command, CommandRing, RingMemory};
 
 const LOG2: u32 = 4;
 
@@ -72,6 +72,28 @@ fn cmd(signal: u16, len: u32, local_off: u64, remote_off: u64) -> Command {
     }
 }
 
+/// One proxy thread over the single lane of `l` (ring positions `0..n`).
+fn serve_one(
+    l: &Loop,
+    ring: CommandRing<'_>,
+    n: u64,
+    cfg: &ProxyConfig,
+    failed: &AtomicBool,
+    health: &dyn Fn() -> Result<(), String>,
+) -> Result<RailLog, String> {
+    let lane = Lane {
+        index: 0,
+        rail: &l.rail,
+        ring,
+        feed: Feed::Ring,
+        start: 0,
+        expected: n,
+        keep_from: 0,
+        tgt: &l.tgt,
+    };
+    engine::serve(&[lane], cfg, failed, health).map(|mut v| v.remove(0))
+}
+
 /// A host producer pushes `cmds` while the proxy serves them on this thread.
 fn serve_all(l: &Loop, cmds: &[Command], batch: usize) -> (Result<RailLog, String>, u64) {
     let mem = RingMemory::heap(1, LOG2);
@@ -93,18 +115,7 @@ fn serve_all(l: &Loop, cmds: &[Command], batch: usize) -> (Result<RailLog, Strin
                 }
             }
         });
-        let r = engine::serve(
-            &l.rail,
-            ring,
-            Feed::Ring,
-            0,
-            n,
-            0,
-            &l.tgt,
-            &cfg(batch),
-            &failed,
-            &ok,
-        );
+        let r = serve_one(l, ring, n, &cfg(batch), &failed, &ok);
         stop.store(true, Ordering::Relaxed);
         h.join().unwrap();
         (r, ring.done())
@@ -199,19 +210,7 @@ fn bad_commands_fail_with_their_position() {
     ring.slots[2].store(w2[2], Ordering::Relaxed);
     ring.slots[3].store(w2[3], Ordering::Relaxed);
     let failed = AtomicBool::new(false);
-    let e = engine::serve(
-        &l.rail,
-        ring,
-        Feed::Ring,
-        0,
-        1,
-        0,
-        &l.tgt,
-        &cfg(4),
-        &failed,
-        &|| Ok(()),
-    )
-    .unwrap_err();
+    let e = serve_one(&l, ring, 1, &cfg(4), &failed, &|| Ok(())).unwrap_err();
     assert!(e.contains("torn"), "{e}");
     assert!(
         failed.load(Ordering::Relaxed),
@@ -225,20 +224,97 @@ fn dead_job_stops_the_proxy() {
     let mem = RingMemory::heap(1, LOG2);
     let failed = AtomicBool::new(false);
     // Nothing is ever pushed: the health check (a dead peer) must end the wait.
-    let e = engine::serve(
-        &l.rail,
-        mem.ring(0, LOG2),
-        Feed::Ring,
-        0,
-        1,
-        0,
-        &l.tgt,
-        &cfg(4),
-        &failed,
-        &|| Err("rank 1 died".to_string()),
-    )
+    let e = serve_one(&l, mem.ring(0, LOG2), 1, &cfg(4), &failed, &|| {
+        Err("rank 1 died".to_string())
+    })
     .unwrap_err();
     assert!(e.contains("rank 1 died"), "{e}");
+}
+
+/// The per-GPU proxy: one thread serves three rails (three self-looped endpoints), each with
+/// its own ring, while a host producer pushes into all of them; every lane's writes land and
+/// are counted done on that lane's ring only.
+fn one_thread_serves_every_rail(provider: &str) {
+    let loops: Vec<Loop> = (0..3).map(|_| self_loop(provider, 1 << 14)).collect();
+    let mem = RingMemory::heap(3, LOG2);
+    let per_lane = 40u64;
+    let cmds = |r: usize| -> Vec<Command> {
+        (0..per_lane as u16)
+            .map(|i| {
+                let len = 64 + 8 * (i as u32 + r as u32);
+                cmd(i, len, i as u64 * 300, (per_lane - 1 - i as u64) * 400)
+            })
+            .collect()
+    };
+    let failed = AtomicBool::new(false);
+    let stop = AtomicBool::new(false);
+    let logs = std::thread::scope(|s| {
+        let producer = s.spawn(|| {
+            // Interleave the rings so that every lane has work while the others wait for credits.
+            for i in 0..per_lane as usize {
+                for r in 0..3 {
+                    let c = cmds(r)[i];
+                    if !mem
+                        .ring(r, LOG2)
+                        .host_push(i as u64, &c, || !stop.load(Ordering::Relaxed))
+                    {
+                        return;
+                    }
+                }
+            }
+        });
+        let lanes: Vec<Lane> = loops
+            .iter()
+            .enumerate()
+            .map(|(r, l)| Lane {
+                index: r,
+                rail: &l.rail,
+                ring: mem.ring(r, LOG2),
+                feed: Feed::Ring,
+                start: 0,
+                expected: per_lane,
+                keep_from: per_lane / 2,
+                tgt: &l.tgt,
+            })
+            .collect();
+        let logs = engine::serve(&lanes, &cfg(8), &failed, &|| Ok(()));
+        stop.store(true, Ordering::Relaxed);
+        producer.join().unwrap();
+        logs
+    })
+    .unwrap_or_else(|e| panic!("{provider}: {e}"));
+    assert_eq!(logs.len(), 3);
+    for (r, (log, l)) in logs.iter().zip(&loops).enumerate() {
+        assert_eq!(log.commands, per_lane, "lane {r}");
+        assert_eq!(
+            log.times.len() as u64,
+            per_lane / 2,
+            "stamps kept from keep_from"
+        );
+        assert_eq!(mem.ring(r, LOG2).done(), per_lane, "lane {r} done count");
+        let got = l.dst.to_vec(0, 1 << 14).unwrap();
+        for c in cmds(r) {
+            let want: Vec<u8> = (c.local_off as usize..(c.local_off + c.len as u64) as usize)
+                .map(pattern_byte)
+                .collect();
+            let at = c.remote_off as usize;
+            assert!(
+                got[at..at + c.len as usize] == want[..],
+                "{provider}: lane {r} put {} landed wrong",
+                c.signal
+            );
+        }
+    }
+}
+
+#[test]
+fn shm_one_thread_serves_every_rail() {
+    one_thread_serves_every_rail("shm");
+}
+
+#[test]
+fn tcp_one_thread_serves_every_rail() {
+    one_thread_serves_every_rail("tcp");
 }
 
 #[test]

@@ -49,8 +49,8 @@ fn job(world: u32, args: &[&str]) -> Vec<Output> {
         .collect()
 }
 
-fn modes(provider: &str, rails: u32) {
-    let dir = tmp(&format!("{provider}-{rails}"));
+fn modes(provider: &str, rails: u32, threads: &str) {
+    let dir = tmp(&format!("{provider}-{rails}-{threads}"));
     let out = dir.join("r.jsonl");
     let rails_s = rails.to_string();
     let outs = job(
@@ -77,6 +77,8 @@ fn modes(provider: &str, rails: u32) {
             "16",
             "--rails",
             &rails_s,
+            "--proxy-threads",
+            threads,
             "--timeout",
             "30",
             "-o",
@@ -106,6 +108,7 @@ fn modes(provider: &str, rails: u32) {
         assert!(r.verified && r.bw_gbps > 0.0, "{r:?}");
         assert_eq!(r.rails, rails);
         assert_eq!(r.extra["producer"], "host");
+        assert_eq!(r.extra["proxy_threads"], threads);
         let st = r.extra["stages"].as_object().expect("stages");
         for k in [
             "pop_to_post",
@@ -135,12 +138,17 @@ fn modes(provider: &str, rails: u32) {
 
 #[test]
 fn shm_every_mode_one_rail() {
-    modes("shm", 1);
+    modes("shm", 1, "rail");
 }
 
 #[test]
 fn tcp_every_mode_two_rails() {
-    modes("tcp", 2);
+    modes("tcp", 2, "rail");
+}
+
+#[test]
+fn shm_one_proxy_thread_for_two_rails() {
+    modes("shm", 2, "gpu");
 }
 
 #[test]

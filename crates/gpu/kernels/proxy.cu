@@ -38,7 +38,15 @@ struct ProxyParams {
     efa_u64 size;
     efa_u64 dst;
     efa_u64 blocking;    // quiet after each put
+    efa_u64 poll_ns;     // pause between two reads of host memory while waiting (0: spin)
 };
+
+// One pause of a wait on host memory: every read of a mapped pinned word is a PCIe (or C2C) round
+// trip, and a thread spinning on one keeps the link busy with reads that the proxy's own copies
+// and the NIC compete with; a pause of poll_ns bounds that at one read per pause.
+__device__ __forceinline__ void efa_pause(const ProxyParams& p) {
+    if (p.poll_ns != 0) __nanosleep((unsigned)p.poll_ns);
+}
 
 __device__ __forceinline__ efa_u64 efa_now() {
     efa_u64 t;
@@ -64,6 +72,7 @@ __device__ void efa_push(const ProxyParams& p, efa_u64 r, efa_u64 remote_off, ef
     if (pos >= nslots && efa_ld(st + P_TAIL_CACHE + r) <= pos - nslots) {
         efa_u64 t;
         while ((t = efa_ld(tail)) <= pos - nslots) {
+            efa_pause(p);
         }
         atomicMax((unsigned long long*)(st + P_TAIL_CACHE + r), (unsigned long long)t);
     }
@@ -121,6 +130,7 @@ __device__ void efa_quiet(const ProxyParams& p) {
         const efa_u64 head = efa_ld(st + r * 8);
         const efa_u64* done = (const efa_u64*)p.ctl + r * P_CTL_STRIDE + 8;
         while (efa_ld(done) < head) {
+            efa_pause(p);
         }
     }
 }

@@ -119,6 +119,22 @@ pub trait GpuBuffer: MemoryBuffer {
     fn settle(&self) -> Result<(), GpuError> {
         Ok(())
     }
+    /// Writes the pattern of `seed` over `off..off + len` (word 0 of the pattern at `off`, as
+    /// [`pattern::fill`] of that slice). Host kinds copy a pattern made on the host; device
+    /// memory runs the fill kernel on its GPU, so a benchmark that rewrites its payload every
+    /// iteration does not send it over PCIe each time. Returns once the bytes are in place.
+    fn fill_range(&self, off: usize, len: usize, seed: u64) -> Result<(), GpuError> {
+        let mut v = vec![0u8; len];
+        pattern::fill(&mut v, seed);
+        self.write_at(off, &v)
+    }
+    /// Number of 8-byte words of `off..off + len` that differ from the pattern of `seed`
+    /// (as [`pattern::mismatches`] of that slice); on the GPU for device memory.
+    fn mismatches_in(&self, off: usize, len: usize, seed: u64) -> Result<u64, GpuError> {
+        let mut v = vec![0u8; len];
+        self.read_at(off, &mut v)?;
+        Ok(pattern::mismatches(&v, seed))
+    }
 }
 
 /// The default `write_at`/`read_at` copy through the pointer: never for device memory.
@@ -731,6 +747,16 @@ impl GpuBuffer for DeviceBuffer {
     fn settle(&self) -> Result<(), GpuError> {
         self.gpu.synchronize()
     }
+    fn fill_range(&self, off: usize, len: usize, seed: u64) -> Result<(), GpuError> {
+        check_range("cuda", self.len, off, len)?;
+        // The fill kernel's writes are device memory the caller owns through &self, exactly as
+        // write_at's copy is: no Rust reference covers device memory.
+        fill_on_gpu(&self.gpu, self.ptr + off as u64, len, seed)
+    }
+    fn mismatches_in(&self, off: usize, len: usize, seed: u64) -> Result<u64, GpuError> {
+        check_range("cuda", self.len, off, len)?;
+        mismatches_on_gpu(&self.gpu, self.ptr + off as u64, len, seed)
+    }
     fn read_at(&self, off: usize, dst: &mut [u8]) -> Result<(), GpuError> {
         check_range("cuda", self.len, off, dst.len())?;
         self.gpu.bind()?;
@@ -1069,6 +1095,23 @@ mod range_tests {
         let e = b.write_at(62, &[0; 4]).unwrap_err().to_string();
         assert!(e.contains("outside the 64-byte host buffer"), "{e}");
         assert!(b.read_at(usize::MAX, &mut got).is_err());
+    }
+
+    #[test]
+    fn pattern_ranges_fill_and_check_one_slice_each() {
+        let b = HostBuffer::new(100).unwrap();
+        b.fill_range(0, 40, 11).unwrap();
+        b.fill_range(40, 60, 12).unwrap();
+        assert_eq!(b.mismatches_in(0, 40, 11).unwrap(), 0);
+        assert_eq!(b.mismatches_in(40, 60, 12).unwrap(), 0);
+        // The pattern starts again at each range: the second slice is not seed 11 continued.
+        assert!(b.mismatches_in(40, 60, 11).unwrap() > 0);
+        let mut one = [0u8; 60];
+        b.read_at(40, &mut one).unwrap();
+        assert_eq!(pattern::mismatches(&one, 12), 0);
+        b.write_at(44, &[0xff]).unwrap();
+        assert_eq!(b.mismatches_in(40, 60, 12).unwrap(), 1);
+        assert!(b.fill_range(90, 11, 1).is_err());
     }
 
     #[test]

@@ -249,8 +249,9 @@ struct ProxyParams {
     size: u64,
     dst: u64,
     blocking: u64,
+    poll_ns: u64,
 }
-// SAFETY: repr(C), thirteen u64 fields in the order of `struct ProxyParams` in kernels/proxy.cu.
+// SAFETY: repr(C), fourteen u64 fields in the order of `struct ProxyParams` in kernels/proxy.cu.
 unsafe impl KernelParams for ProxyParams {}
 
 /// One iteration of puts issued by the GPU.
@@ -274,6 +275,8 @@ pub struct PutPlan {
     pub split: bool,
     pub first_rail: u32,
     pub blocking: bool,
+    /// Pause between two reads of the proxy's counts while the kernel waits (0: spin).
+    pub poll_ns: u32,
 }
 
 /// The GPU producer: the kernels, its device state (ring heads persist across launches, so
@@ -339,6 +342,7 @@ impl GpuProducer {
             size: plan.size,
             dst: plan.dst as u64,
             blocking: plan.blocking as u64,
+            poll_ns: plan.poll_ns as u64,
         };
         // SAFETY: every address is a live allocation of this GPU (state, ts, span) or the device
         // mapping of the pinned rings, all sized for `puts` and `rails` (checked above), and all

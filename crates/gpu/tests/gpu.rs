@@ -76,6 +76,26 @@ fn every_kind_allocates_fills_and_checks() {
 }
 
 #[test]
+fn pattern_ranges_match_the_host_pattern_for_every_kind() {
+    let Some(_g) = gpu() else { return };
+    for kind in MemKind::ALL {
+        let b = alloc(kind, 1000, 0).unwrap();
+        // Two ranges with their own seeds, the second at an odd offset and length.
+        b.fill_range(0, 504, 21).unwrap();
+        b.fill_range(504, 493, 22).unwrap();
+        let mut v = vec![0u8; 1000];
+        b.read_at(0, &mut v).unwrap();
+        assert_eq!(pattern::mismatches(&v[..504], 21), 0, "{kind}");
+        assert_eq!(pattern::mismatches(&v[504..997], 22), 0, "{kind}");
+        assert_eq!(b.mismatches_in(504, 493, 22).unwrap(), 0, "{kind}");
+        assert_eq!(b.mismatches_in(504, 493, 21).unwrap(), 62, "{kind}");
+        b.write_at(600, &[0xee]).unwrap();
+        assert_eq!(b.mismatches_in(504, 493, 22).unwrap(), 1, "{kind}");
+        assert!(b.fill_range(999, 2, 1).is_err(), "{kind}");
+    }
+}
+
+#[test]
 fn device_pattern_words_equal_the_rust_words() {
     let Some(g) = gpu() else { return };
     for len in [1usize, 7, 8, 4099, 1 << 20] {

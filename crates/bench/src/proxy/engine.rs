@@ -2,8 +2,9 @@
 //! everything of `efabench proxy` that posts or waits for fabric operations, in safe code over a
 //! [`Rail`] and a [`CommandRing`], so tests drive it without a GPU.
 //!
-//! * [`serve`] is one proxy thread on one rail: it pops every ready command of its ring (up to
-//!   `batch` at once), posts each as `fi_writemsg` with remote CQ data (the put's signal) and
+//! * [`serve`] is one proxy thread over one rail (`--proxy-threads rail`) or over every rail of
+//!   its GPU (`--proxy-threads gpu`); per rail ([`Lane`]) it pops every ready command of the
+//!   ring (up to `batch` at once), posts each as `fi_writemsg` with remote CQ data (the put's signal) and
 //!   `FI_MORE` on all but the last of a batch, publishes how far it consumed (the producer's
 //!   credits) and, as completions arrive, how many writes completed (what `quiet` waits for).
 //!   Writes carry `FI_DELIVERY_COMPLETE`, so a local completion means the bytes are in the
@@ -85,50 +86,133 @@ pub struct RailLog {
     pub commands: u64,
 }
 
-/// Runs one proxy thread on `rail` until `expected` commands (positions `start..start+expected`
-/// of `ring`) have completed. `failed` is raised by whoever fails first (this thread or the
-/// producer) so the others stop waiting; `health` reports a dead peer or an aborted job.
-#[allow(clippy::too_many_arguments)]
+/// One rail's share of a point, as a proxy thread serves it: the rail, its ring (or the CPU
+/// baseline's list), where its writes go, and which positions of the ring belong to the point
+/// (`start..start + expected`; stamps are kept from `keep_from` on).
+#[derive(Clone, Copy)]
+pub struct Lane<'a> {
+    /// Index of the rail in the group (for messages).
+    pub index: usize,
+    pub rail: &'a Rail,
+    pub ring: CommandRing<'a>,
+    pub feed: Feed<'a>,
+    pub start: u64,
+    pub expected: u64,
+    pub keep_from: u64,
+    pub tgt: &'a Target,
+}
+
+/// Runs one proxy thread over `lanes` until every lane's `expected` commands have completed:
+/// one lane is the per-rail proxy (`--proxy-threads rail`), several the per-GPU proxy that
+/// serves every rail of its GPU from one thread (`--proxy-threads gpu`), visiting the lanes in
+/// turn and never waiting on one while another has work. Returns each lane's log, in order.
+/// `failed` is raised by whoever fails first (this thread, another proxy or the producer) so the
+/// others stop waiting; `health` reports a dead peer or an aborted job.
 pub fn serve(
-    rail: &Rail,
-    ring: CommandRing<'_>,
-    feed: Feed<'_>,
-    start: u64,
-    expected: u64,
-    keep_from: u64,
-    tgt: &Target,
+    lanes: &[Lane<'_>],
     cfg: &ProxyConfig,
     failed: &AtomicBool,
     health: &dyn Fn() -> Result<(), String>,
-) -> Result<RailLog, String> {
-    let r = serve_inner(
-        rail, ring, feed, start, expected, keep_from, tgt, cfg, failed, health,
-    );
+) -> Result<Vec<RailLog>, String> {
+    let r = serve_inner(lanes, cfg, failed, health);
     if r.is_err() {
         failed.store(true, Ordering::Release);
     }
     r
 }
 
-#[allow(clippy::too_many_arguments)]
+/// What a proxy thread keeps per lane between visits.
+struct LaneState {
+    log: RailLog,
+    consumed: u64,
+    done: u64,
+    inflight: u64,
+    /// The ring position whose fence was last counted (a fence is counted once however many
+    /// visits it waits).
+    fence_seen: u64,
+}
+
 fn serve_inner(
-    rail: &Rail,
-    ring: CommandRing<'_>,
-    feed: Feed<'_>,
-    start: u64,
-    expected: u64,
-    keep_from: u64,
-    tgt: &Target,
+    lanes: &[Lane<'_>],
     cfg: &ProxyConfig,
     failed: &AtomicBool,
     health: &dyn Fn() -> Result<(), String>,
-) -> Result<RailLog, String> {
-    let keep_from = keep_from.min(expected);
-    let mut log = RailLog {
-        times: vec![CmdTimes::default(); (expected - keep_from) as usize],
-        keep_from,
-        ..RailLog::default()
-    };
+) -> Result<Vec<RailLog>, String> {
+    let mut states: Vec<LaneState> = lanes
+        .iter()
+        .map(|l| {
+            let keep_from = l.keep_from.min(l.expected);
+            LaneState {
+                log: RailLog {
+                    times: vec![CmdTimes::default(); (l.expected - keep_from) as usize],
+                    keep_from,
+                    ..RailLog::default()
+                },
+                consumed: 0,
+                done: 0,
+                inflight: 0,
+                fence_seen: u64::MAX,
+            }
+        })
+        .collect();
+    let mut batch: Vec<Command> = Vec::with_capacity(cfg.batch);
+    let mut out = [Completion::default(); 64];
+    let mut idle = 0u64;
+    let mut last_progress = Instant::now();
+    while lanes
+        .iter()
+        .zip(&states)
+        .any(|(l, st)| st.done < l.expected)
+    {
+        let mut progress = false;
+        for (lane, st) in lanes.iter().zip(states.iter_mut()) {
+            if st.done < lane.expected {
+                progress |= visit(lane, st, cfg, &mut batch, &mut out, health)?;
+            }
+        }
+        if progress {
+            idle = 0;
+            last_progress = Instant::now();
+            continue;
+        }
+        idle += 1;
+        if idle % 1024 == 0 {
+            if failed.load(Ordering::Acquire) {
+                return Err("proxy: stopped because another thread failed".into());
+            }
+            health()?;
+            // Waiting for the producer between iterations is normal; no progress at all for the
+            // idle timeout is not.
+            if last_progress.elapsed() > cfg.idle_timeout {
+                let (c, d, e) = lanes.iter().zip(&states).fold((0, 0, 0), |a, (l, st)| {
+                    (a.0 + st.consumed, a.1 + st.done, a.2 + l.expected)
+                });
+                return Err(format!(
+                    "proxy: no command and no completion for {:.0} s ({c} of {e} commands consumed, {d} completed)",
+                    cfg.idle_timeout.as_secs_f64()
+                ));
+            }
+            if idle > 64 * 1024 {
+                std::thread::yield_now();
+            }
+        }
+    }
+    Ok(states.into_iter().map(|st| st.log).collect())
+}
+
+/// One visit of a lane: pops what is ready (up to a batch), posts it, publishes the tail, polls
+/// the rail's completions and publishes the done count. Returns whether anything happened.
+fn visit(
+    lane: &Lane<'_>,
+    st: &mut LaneState,
+    cfg: &ProxyConfig,
+    batch: &mut Vec<Command>,
+    out: &mut [Completion],
+    health: &dyn Fn() -> Result<(), String>,
+) -> Result<bool, String> {
+    let (ring, tgt, start, expected) = (lane.ring, lane.tgt, lane.start, lane.expected);
+    let rail_no = lane.index;
+    let keep_from = st.log.keep_from;
     let mut dummy = CmdTimes::default();
     let data = |signal: u16| {
         CqData {
@@ -137,62 +221,56 @@ fn serve_inner(
         }
         .to_u64()
     };
-    let (mut consumed, mut done, mut inflight) = (0u64, 0u64, 0u64);
-    let mut batch: Vec<Command> = Vec::with_capacity(cfg.batch);
-    let mut out = [Completion::default(); 64];
-    let mut idle = 0u64;
-    let mut fence_seen = u64::MAX;
-    let mut last_progress = Instant::now();
-    while done < expected {
-        batch.clear();
-        while consumed + (batch.len() as u64) < expected
-            && batch.len() < cfg.batch
-            && inflight + (batch.len() as u64) < cfg.max_in_flight as u64
-        {
-            let idx = consumed + batch.len() as u64;
-            let cmd = match feed {
-                Feed::Ring => match ring.peek(start + idx) {
-                    Peek::Empty => break,
-                    Peek::Ready(c) => c,
-                    Peek::Torn { a, b } => {
-                        return Err(format!(
-                            "proxy: torn command at ring position {} (halves {a:#x} / {b:#x})",
-                            start + idx
-                        ))
-                    }
-                },
-                Feed::Direct { per_iter, go } => {
-                    let n = per_iter.len() as u64;
-                    if go.load(Ordering::Acquire) <= idx / n {
-                        break;
-                    }
-                    per_iter[(idx % n) as usize]
+    batch.clear();
+    while st.consumed + (batch.len() as u64) < expected
+        && batch.len() < cfg.batch
+        && st.inflight + (batch.len() as u64) < cfg.max_in_flight as u64
+    {
+        let idx = st.consumed + batch.len() as u64;
+        let cmd = match lane.feed {
+            Feed::Ring => match ring.peek(start + idx) {
+                Peek::Empty => break,
+                Peek::Ready(c) => c,
+                Peek::Torn { a, b } => {
+                    return Err(format!(
+                        "proxy (rail {rail_no}): torn command at ring position {} (halves {a:#x} / {b:#x})",
+                        start + idx
+                    ))
                 }
-            };
-            if cmd.fence && (inflight > 0 || !batch.is_empty()) {
-                if fence_seen != idx {
-                    fence_seen = idx;
-                    log.fence_drains += 1;
+            },
+            Feed::Direct { per_iter, go } => {
+                let n = per_iter.len() as u64;
+                if go.load(Ordering::Acquire) <= idx / n {
+                    break;
                 }
-                break;
+                per_iter[(idx % n) as usize]
             }
-            if cmd.dst != tgt.dst_rank {
-                return Err(format!(
-                    "proxy: command at ring position {} is for rank {}, but this proxy connects rank {} only",
-                    start + idx,
-                    cmd.dst,
-                    tgt.dst_rank
-                ));
+        };
+        if cmd.fence && (st.inflight > 0 || !batch.is_empty()) {
+            if st.fence_seen != idx {
+                st.fence_seen = idx;
+                st.log.fence_drains += 1;
             }
-            let t = stamp(&mut log.times, keep_from, idx, &mut dummy);
-            t.pop = realtime_ns();
-            t.signal = cmd.signal;
-            batch.push(cmd);
+            break;
         }
-        let n = batch.len();
-        for (i, cmd) in batch.iter().enumerate() {
-            let idx = consumed + i as u64;
-            rail.post_write_data_more(
+        if cmd.dst != tgt.dst_rank {
+            return Err(format!(
+                "proxy (rail {rail_no}): command at ring position {} is for rank {}, but this proxy connects rank {} only",
+                start + idx,
+                cmd.dst,
+                tgt.dst_rank
+            ));
+        }
+        let t = stamp(&mut st.log.times, keep_from, idx, &mut dummy);
+        t.pop = realtime_ns();
+        t.signal = cmd.signal;
+        batch.push(cmd);
+    }
+    let n = batch.len();
+    for (i, cmd) in batch.iter().enumerate() {
+        let idx = st.consumed + i as u64;
+        lane.rail
+            .post_write_data_more(
                 tgt.peer,
                 tgt.region,
                 cmd.local_off as usize,
@@ -206,73 +284,52 @@ fn serve_inner(
             )
             .map_err(|e| {
                 format!(
-                    "proxy: command at ring position {} ({} bytes from {} to {}): {e}",
+                    "proxy (rail {rail_no}): command at ring position {} ({} bytes from {} to {}): {e}",
                     start + idx,
                     cmd.len,
                     cmd.local_off,
                     cmd.remote_off
                 )
             })?;
-            stamp(&mut log.times, keep_from, idx, &mut dummy).post = realtime_ns();
-        }
-        if n > 0 {
-            consumed += n as u64;
-            inflight += n as u64;
-            log.commands += n as u64;
-            log.batches += 1;
-            log.max_in_flight = log.max_in_flight.max(inflight);
-            ring.publish_tail(start + consumed);
-        }
-        let k = rail.poll(&mut out).map_err(|e| {
-            // A dead peer is the likelier cause: say so when the job knows it.
-            let why = format!("proxy: a write to rank {} failed: {e}", tgt.dst_rank);
-            match health() {
-                Err(h) => format!("{h} ({why})"),
-                Ok(()) => why,
-            }
-        })?;
-        for c in &out[..k] {
-            if c.context == Completion::REMOTE_CQ_DATA {
-                continue;
-            }
-            if c.context >= consumed {
-                return Err(format!(
-                    "proxy: completion of unknown context {}",
-                    c.context
-                ));
-            }
-            stamp(&mut log.times, keep_from, c.context, &mut dummy).done = realtime_ns();
-            done += 1;
-            inflight -= 1;
-        }
-        if k > 0 {
-            ring.publish_done(start + done);
-        }
-        if n > 0 || k > 0 {
-            idle = 0;
-            last_progress = Instant::now();
-        } else {
-            idle += 1;
-            if idle % 1024 == 0 {
-                if failed.load(Ordering::Acquire) {
-                    return Err("proxy: stopped because another thread failed".into());
-                }
-                health()?;
-                // Waiting for the producer between iterations is normal; no progress at all
-                // for the idle timeout is not.
-                if last_progress.elapsed() > cfg.idle_timeout {
-                    return Err(format!(
-                        "proxy: no command and no completion for {:.0} s ({consumed} of {expected} commands consumed, {done} completed)",
-                        cfg.idle_timeout.as_secs_f64()
-                    ));
-                }
-                if idle > 64 * 1024 {
-                    std::thread::yield_now();
-                }
-            }
-        }
+        stamp(&mut st.log.times, keep_from, idx, &mut dummy).post = realtime_ns();
     }
-    Ok(log)
+    if n > 0 {
+        st.consumed += n as u64;
+        st.inflight += n as u64;
+        st.log.commands += n as u64;
+        st.log.batches += 1;
+        st.log.max_in_flight = st.log.max_in_flight.max(st.inflight);
+        ring.publish_tail(start + st.consumed);
+    }
+    let k = lane.rail.poll(out).map_err(|e| {
+        // A dead peer is the likelier cause: say so when the job knows it.
+        let why = format!(
+            "proxy (rail {rail_no}): a write to rank {} failed: {e}",
+            tgt.dst_rank
+        );
+        match health() {
+            Err(h) => format!("{h} ({why})"),
+            Ok(()) => why,
+        }
+    })?;
+    for c in &out[..k] {
+        if c.context == Completion::REMOTE_CQ_DATA {
+            continue;
+        }
+        if c.context >= st.consumed {
+            return Err(format!(
+                "proxy (rail {rail_no}): completion of unknown context {}",
+                c.context
+            ));
+        }
+        stamp(&mut st.log.times, keep_from, c.context, &mut dummy).done = realtime_ns();
+        st.done += 1;
+        st.inflight -= 1;
+    }
+    if k > 0 {
+        ring.publish_done(start + st.done);
+    }
+    Ok(n > 0 || k > 0)
 }
 
 /// The stamps of command `idx`, or a scratch entry when it is before `keep_from`.

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# efabench proxy on a GPU machine (issue 12): cpu / blocking / nbi in one run, over the CUDA-enabled
+# shm provider (scripts/gpu-libfabric.sh) with device and pinned memory, both ranks on one GPU and
+# (with 2+ GPUs) on two, per-rail and per-GPU proxy threads; the main configurations are repeated
+# ROUNDS times, alternating, and scripts/proxy_summary.py prints medians of the ratios.
+#
+#   scripts/proxy-sweep.sh            (from the repository root)
+# Environment:
+#   EFABENCH   binary (default target/release/efabench)
+#   LF_PREFIX  CUDA-enabled libfabric (default .dev/lf-cuda)
+#   OUT        where records and logs go (default results/proxy-run)
+#   ROUNDS     repeats of the main configurations (default 3)
+#   SIZES      efabench size options (default "-b 16 -e 64M -f 4": 16 B ... 1 MiB ... 64 MiB)
+#   ITERS      "-n 100 -w 10": timed and warm-up iterations per point (the payload is written
+#              and checked on the GPU, so a point costs little more than its transfers)
+#   T          seconds before one run is killed (default 240)
+#   POLL       --quiet-poll-ns of the third configuration (default 200)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+B=${EFABENCH:-target/release/efabench}
+LF=${LF_PREFIX:-.dev/lf-cuda}
+OUT=${OUT:-results/proxy-run}
+ROUNDS=${ROUNDS:-3}
+SIZES=${SIZES:--b 16 -e 64M -f 4}
+ITERS=${ITERS:--n 100 -w 10}
+T=${T:-240}
+POLL=${POLL:-200}
+mkdir -p "$OUT"
+export EFABENCH_LIBFABRIC=${EFABENCH_LIBFABRIC:-$LF/lib/libfabric.so.1}
+ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
+date -u; nvidia-smi -L; nproc; "$B" --version
+fail=0
+run() { # tag, then proxy options
+  local tag=$1; shift
+  echo "######## $tag (t=${SECONDS}s): proxy -p shm $*"
+  timeout "$T" "$B" launch -n 2 -- proxy -p shm "$@" -o "$OUT/$tag.jsonl" >"$OUT/$tag.log" 2>&1
+  local rc=$?
+  echo "## rc=$rc t=${SECONDS}s"
+  [ $rc = 0 ] || fail=1
+  grep -E 'nbi/cpu|^\[rank' "$OUT/$tag.log" | tail -n 20
+}
+# shellcheck disable=SC2086
+for r in $(seq 1 "$ROUNDS"); do
+  run "cuda-1gpu-r$r" --mem cuda --gpu 0 $SIZES $ITERS
+  [ "$ngpu" -ge 2 ] && run "cuda-2gpu-r$r" --mem cuda --gpu auto $SIZES $ITERS
+done
+# The GPU pausing between reads of host memory while it waits (one round).
+run "cuda-1gpu-poll$POLL" --mem cuda --gpu 0 --quiet-poll-ns "$POLL" $SIZES $ITERS
+# shellcheck disable=SC2086
+{
+  G=$([ "$ngpu" -ge 2 ] && echo auto || echo 0)
+  # Pinned host memory moves at CPU-copy speed (CMA): fewer iterations, up to 16 MiB.
+  run pinned --mem pinned --gpu "$G" -b 16 -e 16M -f 4 -n 40 -w 4
+  for rails in 2 4; do
+    for th in rail gpu; do
+      run "cuda-rails$rails-$th" --mem cuda --gpu "$G" --rails $rails --proxy-threads $th \
+        -b 64K -e 64M -f 4 $ITERS
+    done
+  done
+}
+python3 scripts/proxy_summary.py "$OUT"/*.jsonl | tee "$OUT/summary.txt"
+echo "done t=${SECONDS}s fail=$fail"
+exit $fail
