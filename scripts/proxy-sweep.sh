@@ -14,7 +14,8 @@
 #   ITERS      "-n 100 -w 10": timed and warm-up iterations per point (the payload is written
 #              and checked on the GPU, so a point costs little more than its transfers)
 #   T          seconds before one run is killed (default 240)
-#   POLL       --quiet-poll-ns of the third configuration (default 200)
+#   POLL       --quiet-poll-ns of the poll part (default 200)
+#   PARTS      which parts to run (default "rounds targets poll pinned rails rails-small fence")
 set -uo pipefail
 cd "$(dirname "$0")/.."
 B=${EFABENCH:-target/release/efabench}
@@ -25,6 +26,7 @@ SIZES=${SIZES:--b 16 -e 64M -f 4}
 ITERS=${ITERS:--n 100 -w 10}
 T=${T:-240}
 POLL=${POLL:-200}
+PARTS=${PARTS:-rounds targets poll pinned rails rails-small fence}
 mkdir -p "$OUT"
 export EFABENCH_LIBFABRIC=${EFABENCH_LIBFABRIC:-$LF/lib/libfabric.so.1}
 ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
@@ -39,25 +41,54 @@ run() { # tag, then proxy options
   [ $rc = 0 ] || fail=1
   grep -E 'nbi/cpu|^\[rank' "$OUT/$tag.log" | tail -n 20
 }
+has() { [[ " $PARTS " == *" $1 "* ]]; }
+G=$([ "$ngpu" -ge 2 ] && echo auto || echo 0)
 # shellcheck disable=SC2086
-for r in $(seq 1 "$ROUNDS"); do
-  run "cuda-1gpu-r$r" --mem cuda --gpu 0 $SIZES $ITERS
-  [ "$ngpu" -ge 2 ] && run "cuda-2gpu-r$r" --mem cuda --gpu auto $SIZES $ITERS
-done
+if has rounds; then
+  for r in $(seq 1 "$ROUNDS"); do
+    run "cuda-1gpu-r$r" --mem cuda --gpu 0 $SIZES $ITERS
+    [ "$ngpu" -ge 2 ] && run "cuda-2gpu-r$r" --mem cuda --gpu auto $SIZES $ITERS
+  done
+fi
+# The issue's target sizes (nbi from 1 MiB, blocking at 8 MiB), GPU to GPU when there are two.
+# shellcheck disable=SC2086
+if has targets; then
+  for r in $(seq 1 "$ROUNDS"); do
+    run "targets-r$r" --mem cuda --gpu "$G" -b 1M -e 8M -f 2 $ITERS
+  done
+fi
 # The GPU pausing between reads of host memory while it waits (one round).
-run "cuda-1gpu-poll$POLL" --mem cuda --gpu 0 --quiet-poll-ns "$POLL" $SIZES $ITERS
 # shellcheck disable=SC2086
-{
-  G=$([ "$ngpu" -ge 2 ] && echo auto || echo 0)
-  # Pinned host memory moves at CPU-copy speed (CMA): fewer iterations, up to 16 MiB.
-  run pinned --mem pinned --gpu "$G" -b 16 -e 16M -f 4 -n 40 -w 4
+has poll && run "cuda-1gpu-poll$POLL" --mem cuda --gpu 0 --quiet-poll-ns "$POLL" $SIZES $ITERS
+# Pinned host memory moves at CPU-copy speed (CMA): fewer iterations, up to 16 MiB.
+has pinned && run pinned --mem pinned --gpu "$G" -b 16 -e 16M -f 4 -n 40 -w 4
+# Per-rail against per-GPU proxy threads.
+# shellcheck disable=SC2086
+if has rails; then
   for rails in 2 4; do
     for th in rail gpu; do
       run "cuda-rails$rails-$th" --mem cuda --gpu "$G" --rails $rails --proxy-threads $th \
         -b 64K -e 64M -f 4 $ITERS
     done
   done
-}
+fi
+# The same for small puts, where one thread polling every rail's completion queue shows most.
+# shellcheck disable=SC2086
+if has rails-small; then
+  for th in rail gpu; do
+    run "small-rails4-$th" --mem cuda --gpu "$G" --rails 4 --proxy-threads $th -b 16 -e 4K -f 16 $ITERS
+  done
+fi
+# Small puts with the kernel's system-scope fence before every put and once per iteration.
+# shellcheck disable=SC2086
+if has fence; then
+  for mem in cuda pinned; do
+    for f in per-put once; do
+      run "small-$mem-fence-$f" --mem $mem --gpu "$G" --payload-fence $f --modes nbi,blocking,cpu \
+        -b 16 -e 4K -f 16 $ITERS
+    done
+  done
+fi
 python3 scripts/proxy_summary.py "$OUT"/*.jsonl | tee "$OUT/summary.txt"
 echo "done t=${SECONDS}s fail=$fail"
 exit $fail

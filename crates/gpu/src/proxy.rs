@@ -250,8 +250,9 @@ struct ProxyParams {
     dst: u64,
     blocking: u64,
     poll_ns: u64,
+    fence_each: u64,
 }
-// SAFETY: repr(C), fourteen u64 fields in the order of `struct ProxyParams` in kernels/proxy.cu.
+// SAFETY: repr(C), fifteen u64 fields in the order of `struct ProxyParams` in kernels/proxy.cu.
 unsafe impl KernelParams for ProxyParams {}
 
 /// One iteration of puts issued by the GPU.
@@ -277,6 +278,9 @@ pub struct PutPlan {
     pub blocking: bool,
     /// Pause between two reads of the proxy's counts while the kernel waits (0: spin).
     pub poll_ns: u32,
+    /// A system-scope fence before every put (the device API's safe default), or one before
+    /// the first put only (payloads written before the launch).
+    pub fence_each: bool,
 }
 
 /// The GPU producer: the kernels, its device state (ring heads persist across launches, so
@@ -343,6 +347,7 @@ impl GpuProducer {
             dst: plan.dst as u64,
             blocking: plan.blocking as u64,
             poll_ns: plan.poll_ns as u64,
+            fence_each: plan.fence_each as u64,
         };
         // SAFETY: every address is a live allocation of this GPU (state, ts, span) or the device
         // mapping of the pinned rings, all sized for `puts` and `rails` (checked above), and all

@@ -90,6 +90,27 @@ pub struct ProxyArgs {
     /// waiting for ring credits, 0 (spin) to 10000.
     #[arg(long, default_value = "0", value_parser = poll_arg, allow_hyphen_values = true)]
     pub quiet_poll_ns: u32,
+    /// System-scope fence in the kernel: before every put (the safe default for payloads a
+    /// kernel writes just before putting them) or once before the first put of an iteration
+    /// (enough here: every payload is written before the launch).
+    #[arg(long, value_enum, default_value = "per-put")]
+    pub payload_fence: PayloadFence,
+}
+
+/// Where the GPU producer fences its payload stores before the commands that name them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum PayloadFence {
+    PerPut,
+    Once,
+}
+
+impl PayloadFence {
+    pub fn name(self) -> &'static str {
+        match self {
+            PayloadFence::PerPut => "per-put",
+            PayloadFence::Once => "once",
+        }
+    }
 }
 
 /// How many proxy threads serve the rails of the initiating GPU.
@@ -443,6 +464,10 @@ impl<'a> Benchmark for Proxy<'a> {
         );
         extra.insert("ring_slots".into(), json!(self.args.ring_slots));
         extra.insert("quiet_poll_ns".into(), json!(self.args.quiet_poll_ns));
+        extra.insert(
+            "payload_fence".into(),
+            json!(self.args.payload_fence.name()),
+        );
         extra.insert(
             "proxy_threads".into(),
             json!(self.args.proxy_threads.name()),
@@ -827,6 +852,8 @@ fn measure_initiator(
                                                 first_rail: 0,
                                                 blocking,
                                                 poll_ns: args.quiet_poll_ns,
+                                                fence_each: args.payload_fence
+                                                    == PayloadFence::PerPut,
                                             },
                                         )
                                         .map_err(|e| failed(format!("the GPU producer: {e}")))?;
