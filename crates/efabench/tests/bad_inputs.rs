@@ -28,6 +28,7 @@ const CASES: &[(&str, &str, &str)] = &[
     ("limit", "sendrecv --rails 100000", "1 to 64"),
     ("limit", "ipc --samples 0", "--samples"),
     ("limit", "proxy --puts 0", "--puts"),
+    ("limit", "proxy --quiet-poll-ns 20000", "0 to 10000"),
     // negative numbers reach the option's own check
     ("negative", "sendrecv -n -1", "negative"),
     ("negative", "sendrecv --timeout -1", "--timeout"),
@@ -41,6 +42,8 @@ const CASES: &[(&str, &str, &str)] = &[
     ("typed", "sendrecv --gpu abc", "GPU index"),
     ("typed", "sendrecv -b 1X", "K, M or G"),
     ("typed", "queue --producers 0x0", "BLOCKSxTHREADS"),
+    ("typed", "proxy --proxy-threads nic", "rail, gpu"),
+    ("typed", "proxy --payload-fence never", "per-put, once"),
     // options a benchmark cannot honour are refused, before any hardware probe
     ("refused", "ipc --rails 2", "drop --rails"),
     ("refused", "ipc --provider tcp", "drop --provider"),

@@ -505,7 +505,12 @@ impl<'a> Benchmark for Proxy<'a> {
             self.args.batch,
             c.mem,
             mr
-        )];
+        ),
+        if ctx.one_host() {
+            "# time: first push (cpu: go) to the later of the last quiet and the bytes landed at the target (one host clock); quiet_bw_gbps in the records is the producer's own view".to_string()
+        } else {
+            "# time: first push (cpu: go) to the last quiet (ranks on different hosts: the provider's delivery-complete is trusted)".to_string()
+        }];
         Ok(RunFacts {
             provider: plan.provider.clone(),
             fabric: plan.rails[0].fabric.clone(),
