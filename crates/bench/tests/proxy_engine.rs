@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use efabench_bench::harness::Strategy;
 use efabench_bench::proxy::engine::{self, Feed, Lane, ProxyConfig, RailLog, Target};
-use efabench_fabric::{first_provider, load_library, Hints, HostBuffer, Rail, RailConfig};
+use efabench_fabric::{
+    first_provider, load_library, Hints, HostBuffer, MemoryBuffer, Rail, RailConfig,
+};
 use efabench_gpu::proxy::{Command, CommandRing, RingMemory};
 
 const LOG2: u32 = 4;
@@ -145,15 +147,18 @@ fn batches_and_offsets(provider: &str) {
         .times
         .iter()
         .all(|t| t.pop <= t.post && t.post <= t.done));
-    let got = l.dst.to_vec(0, 1 << 16).unwrap();
-    for c in &cmds {
-        let want: Vec<u8> = (c.local_off as usize..c.local_off as usize + c.len as usize)
-            .map(pattern_byte)
-            .collect();
-        let at = c.remote_off as usize;
+    assert_landed(&l, &cmds, provider);
+}
+
+/// Every command's bytes (the source pattern at its local offset) are at its remote offset.
+fn assert_landed(l: &Loop, cmds: &[Command], what: &str) {
+    let got = l.dst.to_vec(0, MemoryBuffer::len(&*l.dst)).unwrap();
+    for c in cmds {
+        let (from, at, n) = (c.local_off as usize, c.remote_off as usize, c.len as usize);
+        let want: Vec<u8> = (from..from + n).map(pattern_byte).collect();
         assert!(
-            got[at..at + c.len as usize] == want[..],
-            "put {} landed wrong",
+            got[at..at + n] == want[..],
+            "{what}: put {} landed wrong",
             c.signal
         );
     }
@@ -292,18 +297,7 @@ fn one_thread_serves_every_rail(provider: &str) {
             "stamps kept from keep_from"
         );
         assert_eq!(mem.ring(r, LOG2).done(), per_lane, "lane {r} done count");
-        let got = l.dst.to_vec(0, 1 << 14).unwrap();
-        for c in cmds(r) {
-            let want: Vec<u8> = (c.local_off as usize..(c.local_off + c.len as u64) as usize)
-                .map(pattern_byte)
-                .collect();
-            let at = c.remote_off as usize;
-            assert!(
-                got[at..at + c.len as usize] == want[..],
-                "{provider}: lane {r} put {} landed wrong",
-                c.signal
-            );
-        }
+        assert_landed(l, &cmds(r), &format!("{provider} lane {r}"));
     }
 }
 
