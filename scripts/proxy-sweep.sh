@@ -15,7 +15,7 @@
 #              and checked on the GPU, so a point costs little more than its transfers)
 #   T          seconds before one run is killed (default 240)
 #   POLL       --quiet-poll-ns of the poll part (default 200)
-#   PARTS      which parts to run (default "rounds targets poll pinned rails rails-small fence")
+#   PARTS      which parts to run (default "rounds targets small poll pinned rails rails-small fence")
 set -uo pipefail
 cd "$(dirname "$0")/.."
 B=${EFABENCH:-target/release/efabench}
@@ -26,7 +26,7 @@ SIZES=${SIZES:--b 16 -e 64M -f 4}
 ITERS=${ITERS:--n 100 -w 10}
 T=${T:-240}
 POLL=${POLL:-200}
-PARTS=${PARTS:-rounds targets poll pinned rails rails-small fence}
+PARTS=${PARTS:-rounds targets small poll pinned rails rails-small fence}
 mkdir -p "$OUT"
 export EFABENCH_LIBFABRIC=${EFABENCH_LIBFABRIC:-$LF/lib/libfabric.so.1}
 ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
@@ -55,6 +55,13 @@ fi
 if has targets; then
   for r in $(seq 1 "$ROUNDS"); do
     run "targets-r$r" --mem cuda --gpu "$G" -b 1M -e 8M -f 2 $ITERS
+  done
+fi
+# The issue's small puts, 8 B to 8 KiB in steps of 2, GPU to GPU when there are two.
+# shellcheck disable=SC2086
+if has small; then
+  for r in $(seq 1 "$ROUNDS"); do
+    run "small-r$r" --mem cuda --gpu "$G" -b 8 -e 8K -f 2 $ITERS
   done
 fi
 # The GPU pausing between reads of host memory while it waits (one round).

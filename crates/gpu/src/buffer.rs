@@ -11,6 +11,19 @@
 //! Device-resident kinds are filled and checked by kernels on their own GPU (`buffer.cu`);
 //! host kinds by the CPU with the same pattern code the benchmarks use.
 //!
+//! ## Why every `cuda` buffer has `CU_POINTER_ATTRIBUTE_SYNC_MEMOPS` set
+//! A synchronous `cudaMemcpy` between two device buffers returns before the copy has run (the
+//! CUDA runtime only queues it). libfabric's `shm` provider moves device memory between
+//! processes with exactly such a copy, made by the *peer* process through a CUDA IPC mapping,
+//! and then reports the transfer complete: the completion can precede the bytes by tens of
+//! microseconds, so bandwidth is measured on queued copies and a check made on completion sees
+//! old bytes. With the attribute set on an allocation, synchronous copies touching it finish
+//! before they return, so completion means the bytes are there. fabtests sets it on its CUDA
+//! buffers and the `efa` provider sets it on every device buffer it is handed; we set it at
+//! allocation so every provider sees the same semantics. Measured on an H200 pair
+//! (`results/README.md`): without it, `write --mem cuda` over shm read 2.3 TB/s at 16 MiB on one
+//! GPU and `read` saw stale words at 128 B.
+//!
 //! ## Why no `&[u8]` of a buffer is ever handed out through `&self`
 //! A buffer is shared (`Arc`) between the benchmark and the rail that registered it, and its
 //! bytes change behind any shared reference: [`GpuBuffer::write_at`] writes through `&self`, and
@@ -645,6 +658,17 @@ impl DeviceBuffer {
         };
         // SAFETY: ptr..ptr+cap is the allocation just made; the context is current.
         check("cuMemsetD8", unsafe { sys::cuMemsetD8_v2(ptr, 0, cap) })?;
+        // Synchronous copies touching this allocation finish before they return (module doc).
+        let on: u32 = 1;
+        // SAFETY: the value points to a live u32, the size this attribute reads; ptr is the
+        // base of the allocation just made in the current context.
+        check("cuPointerSetAttribute(SYNC_MEMOPS)", unsafe {
+            sys::cuPointerSetAttribute(
+                &on as *const u32 as *const c_void,
+                sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_SYNC_MEMOPS,
+                ptr,
+            )
+        })?;
         // Finished before non-blocking streams (which do not wait for the legacy one) use it.
         gpu.synchronize()?;
         if gpu.dmabuf_supported {
@@ -678,6 +702,21 @@ impl DeviceBuffer {
     /// Copies the buffer to host memory (for checks in tests).
     pub fn to_host(&self) -> Result<Vec<u8>, GpuError> {
         copy_to_host(&self.gpu, self.ptr, self.len)
+    }
+    /// Whether synchronous copies touching this allocation finish before they return
+    /// (`CU_POINTER_ATTRIBUTE_SYNC_MEMOPS`, set at allocation; see the module doc).
+    pub fn sync_memops(&self) -> Result<bool, GpuError> {
+        self.gpu.bind()?;
+        let mut v: u32 = 0;
+        // SAFETY: v is a live u32, the size this attribute writes; ptr is a live allocation.
+        check("cuPointerGetAttribute(SYNC_MEMOPS)", unsafe {
+            sys::cuPointerGetAttribute(
+                &mut v as *mut u32 as *mut c_void,
+                sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_SYNC_MEMOPS,
+                self.ptr,
+            )
+        })?;
+        Ok(v != 0)
     }
 }
 

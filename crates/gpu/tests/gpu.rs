@@ -76,6 +76,17 @@ fn every_kind_allocates_fills_and_checks() {
 }
 
 #[test]
+fn device_buffers_make_synchronous_copies_wait() {
+    // Without SYNC_MEMOPS, shm's device-to-device copy returns (and the transfer completes)
+    // before the bytes land: see the buffer module doc.
+    let Some(g) = gpu() else { return };
+    for len in [8usize, 3 << 20] {
+        let b = DeviceBuffer::new(&g, len).unwrap();
+        assert!(b.sync_memops().unwrap(), "{len} B: SYNC_MEMOPS not set");
+    }
+}
+
+#[test]
 fn pattern_ranges_match_the_host_pattern_for_every_kind() {
     let Some(_g) = gpu() else { return };
     for kind in MemKind::ALL {
