@@ -10,10 +10,18 @@
 #   lat       sendrecv --variant pingpong, one-way      fi_rdm_pingpong usec/xfer (one-way)
 #
 # What is NOT the same, and cannot be made so from the command line:
-# - footprint: fabtests' window of 64 reuses ONE buffer of the message size; efabench bounds the
-#   distinct bytes of a window with --footprint (default 1M: one slot from 1 MiB up, up to 64
-#   slots below). EFA_OPTS="--footprint 4K" gives efabench fabtests' one-buffer layout at every
-#   size from 4 KiB (the parity runs use it, and say so).
+# - footprint: fabtests allocates window x size for each of its buffers and gives every message
+#   of a window its own slot (ft_alloc_msgs; fi_rma_bw advances the offset per message,
+#   fi_rdm_bw uses one buffer per context), so a window touches 64 x size distinct bytes.
+#   efabench bounds that with --footprint (its own default is 1M); this script passes
+#   --footprint 64 x the largest size, so both tools touch the same bytes at every size, unless
+#   EFA_OPTS names --footprint itself. (An earlier version of this script said fabtests reuse one
+#   buffer and ran efabench with --footprint 4K: its ratios of 2-4x came from cache-resident
+#   buffers, not from the tools. results/sync-memops-nvidia-h200-x2-2026-11-23/ has both.)
+# - read: fi_rma_bw -o read has BOTH processes read from each other at once (the server posts
+#   reads too), and prints one side; efabench's read has one reader. The read rows are therefore
+#   not like for like, and on shm, where the peer process makes every copy, fabtests' read is
+#   slower for that reason.
 # - pinned memory: fabtests has no pinned (cuMemHostAlloc) kind; efabench's pinned column is
 #   compared with fabtests' host memory.
 # - verification: efabench checks every payload by default (outside the timed interval);
@@ -86,6 +94,7 @@ base="$OUTDIR/$TAG-$MACHINE-$DATE"
 tsv="$base.tsv"; lat="$base-lat.tsv"; raw="$base-raw.log"; jsonl="$base.jsonl"
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 mr_opt=()
+fp_opt=()
 if [ -n "${MR:-}" ]; then
   if "$EFABENCH" write --help 2>/dev/null | grep -q -- '--mr'; then mr_opt=(--mr "$MR");
   else echo "# this efabench has no --mr option: MR=$MR ignored" | tee -a "$raw"; fi
@@ -94,6 +103,8 @@ sizes=($SIZES)
 min=${sizes[0]}; max=${sizes[${#sizes[@]}-1]}
 factor=1; [ ${#sizes[@]} -gt 1 ] && factor=$(( sizes[1] / sizes[0] ))
 list=$(IFS=,; echo "${sizes[*]}")
+# fabtests' window (64) x the largest size: both tools give every message of a window its own bytes.
+case " ${EFA_OPTS:-} " in *" --footprint"*) ;; *) fp_opt=(--footprint $((64 * max))) ;; esac
 port=$((20000 + RANDOM % 20000))
 
 log() { echo "$*" | tee -a "$raw"; }
@@ -106,7 +117,7 @@ run_efabench() { # bench mem
   local b=$1 m=$2 out="$work/efa.jsonl" args=()
   rm -f "$out"
   case $b in
-    write|read|sendrecv) args=("$b" --variant stream -b "$min" -e "$max" -f "$factor") ;;
+    write|read|sendrecv) args=("$b" --variant stream -b "$min" -e "$max" -f "$factor" "${fp_opt[@]}") ;;
     lat) args=(sendrecv --variant pingpong -b "$LAT_SIZE" -e "$LAT_SIZE" -n "$LAT_ITERS") ;;
   esac
   args+=(-p shm --mem "$m" -o "$out" --format json)

@@ -15,7 +15,12 @@
 #              and checked on the GPU, so a point costs little more than its transfers)
 #   T          seconds before one run is killed (default 240)
 #   POLL       --quiet-poll-ns of the poll part (default 200)
-#   PARTS      which parts to run (default "rounds targets small poll pinned rails rails-small fence")
+#   ITERS1     iterations of the one-GPU runs (default "-n 5 -w 1"): with both ranks on one GPU and
+#              no MPS, every blocking put waits one time slice (~2.4 ms on an H200) for the target's
+#              synchronous copy while the producer kernel holds the GPU, so full counts take minutes
+#   PARTS      which parts to run (default "rounds targets small poll pinned rails rails-small fence
+#              mps"); mps repeats the one-GPU run under NVIDIA MPS (one shared context, so the copy
+#              and the producer kernel run at once) when nvidia-cuda-mps-control is installed
 set -uo pipefail
 cd "$(dirname "$0")/.."
 B=${EFABENCH:-target/release/efabench}
@@ -26,7 +31,8 @@ SIZES=${SIZES:--b 16 -e 64M -f 4}
 ITERS=${ITERS:--n 100 -w 10}
 T=${T:-240}
 POLL=${POLL:-200}
-PARTS=${PARTS:-rounds targets small poll pinned rails rails-small fence}
+ITERS1=${ITERS1:--n 5 -w 1}
+PARTS=${PARTS:-rounds targets small poll pinned rails rails-small fence mps}
 mkdir -p "$OUT"
 export EFABENCH_LIBFABRIC=${EFABENCH_LIBFABRIC:-$LF/lib/libfabric.so.1}
 ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
@@ -46,7 +52,7 @@ G=$([ "$ngpu" -ge 2 ] && echo auto || echo 0)
 # shellcheck disable=SC2086
 if has rounds; then
   for r in $(seq 1 "$ROUNDS"); do
-    run "cuda-1gpu-r$r" --mem cuda --gpu 0 $SIZES $ITERS
+    run "cuda-1gpu-r$r" --mem cuda --gpu 0 $SIZES $ITERS1
     [ "$ngpu" -ge 2 ] && run "cuda-2gpu-r$r" --mem cuda --gpu auto $SIZES $ITERS
   done
 fi
@@ -66,7 +72,7 @@ if has small; then
 fi
 # The GPU pausing between reads of host memory while it waits (one round).
 # shellcheck disable=SC2086
-has poll && run "cuda-1gpu-poll$POLL" --mem cuda --gpu 0 --quiet-poll-ns "$POLL" $SIZES $ITERS
+has poll && run "cuda-1gpu-poll$POLL" --mem cuda --gpu 0 --quiet-poll-ns "$POLL" $SIZES $ITERS1
 # Pinned host memory moves at CPU-copy speed (CMA): fewer iterations, up to 16 MiB.
 has pinned && run pinned --mem pinned --gpu "$G" -b 16 -e 16M -f 4 -n 40 -w 4
 # Per-rail against per-GPU proxy threads.
@@ -95,6 +101,23 @@ if has fence; then
         -b 16 -e 4K -f 16 $ITERS
     done
   done
+fi
+# Both ranks on one GPU under MPS: the ranks' work shares one context instead of time slices.
+# shellcheck disable=SC2086
+if has mps; then
+  if command -v nvidia-cuda-mps-control >/dev/null; then
+    export CUDA_MPS_PIPE_DIRECTORY=/tmp/efabench-mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/efabench-mps-log
+    mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+    if nvidia-cuda-mps-control -d; then
+      run cuda-1gpu-mps --mem cuda --gpu 0 $SIZES $ITERS
+      echo quit | nvidia-cuda-mps-control
+    else
+      echo "## mps: nvidia-cuda-mps-control -d failed"
+    fi
+    unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+  else
+    echo "## mps: nvidia-cuda-mps-control not installed, part skipped"
+  fi
 fi
 python3 scripts/proxy_summary.py "$OUT"/*.jsonl | tee "$OUT/summary.txt"
 echo "done t=${SECONDS}s fail=$fail"
