@@ -22,6 +22,7 @@
 //! stops with the same one-line reason instead of waiting for a rank that already gave up.
 
 mod options;
+mod placement;
 mod point;
 mod select;
 
@@ -323,6 +324,15 @@ fn run_connected<B: Benchmark>(
                     .unwrap_or(Value::Null)
             })
             .collect();
+        let ordinals: Vec<i32> = gpus
+            .iter()
+            .map(|v| v.as_i64().unwrap_or(-1) as i32)
+            .collect();
+        if let Some(note) =
+            placement::shared_gpu_note(&ordinals, &ctx.hosts, placement::mps_running())
+        {
+            facts.header.push(note);
+        }
         facts.extra.insert("gpus".into(), Value::Array(gpus));
     }
     let specs = bench.points(&ctx)?;
