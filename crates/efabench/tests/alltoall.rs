@@ -5,89 +5,13 @@
 //!
 //! Sizes and iteration counts are small: this file runs on a 2-core CI host with up to 8 ranks.
 
-use std::net::TcpListener;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-const BIN: &str = env!("CARGO_BIN_EXE_efabench");
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("efabench-a2a-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-fn rank(r: u32, world: u32, port: u16, args: &[&str], env: &[(&str, &str)]) -> Child {
-    let mut c = Command::new(BIN);
-    c.args(args)
-        .args([
-            "--rank",
-            &r.to_string(),
-            "--world",
-            &world.to_string(),
-            "--rdzv",
-            &format!("127.0.0.1:{port}"),
-        ])
-        .env("EFABENCH_JOB_TOKEN", format!("a2a-test-{port}"))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    for (k, v) in env {
-        c.env(k, v);
-    }
-    c.spawn().expect("start efabench")
-}
-
-/// Runs `world` ranks; `env` goes to every rank, `env1` to rank 1 only.
-fn job(world: u32, args: &[&str], env: &[(&str, &str)], env1: &[(&str, &str)]) -> Vec<Output> {
-    let port = free_port();
-    let kids: Vec<Child> = (0..world)
-        .map(|r| {
-            let mut e = env.to_vec();
-            if r == 1 {
-                e.extend_from_slice(env1);
-            }
-            rank(r, world, port, args, &e)
-        })
-        .collect();
-    kids.into_iter()
-        .map(|k| k.wait_with_output().unwrap())
-        .collect()
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-fn records(path: &Path) -> Vec<efabench_report::Record> {
-    let body = std::fs::read_to_string(path).expect("records file");
-    body.lines()
-        .map(|l| efabench_report::validate_line(l).expect("record validates against the schema"))
-        .collect()
-}
-
-fn all_ok(outs: &[Output], what: &str) {
-    for (r, o) in outs.iter().enumerate() {
-        assert!(
-            o.status.success(),
-            "{what}: rank {r} failed ({:?}):\n{}\n{}",
-            o.status,
-            text(&o.stdout),
-            text(&o.stderr)
-        );
-    }
-}
+mod common;
+use common::*;
 
 fn alltoall(provider: &str, world: u32, op: &str, extra: &[&str]) {
     alltoall_to(provider, world, op, extra, "64K", 3)
@@ -119,7 +43,7 @@ fn alltoall_to(provider: &str, world: u32, op: &str, extra: &[&str], max: &str, 
         out.to_str().unwrap(),
     ];
     args.extend_from_slice(extra);
-    let outs = job(world, &args, &[], &[]);
+    let outs = job(world, &args);
     let what = format!("alltoall {provider} n={world} {op} {extra:?}");
     all_ok(&outs, &what);
     let recs = records(&out);
@@ -226,7 +150,7 @@ fn alltoall_tcp_2_3_4_8_ranks() {
 fn a_corrupted_chunk_is_caught() {
     let dir = tmp("corrupt");
     let out = dir.join("r.jsonl");
-    let outs = job(
+    let outs = job_env(
         3,
         &[
             "alltoall",
@@ -364,12 +288,7 @@ fn a_frozen_rank_fails_the_job_within_the_timeout_and_is_named() {
 
 #[test]
 fn too_small_sizes_are_refused_with_exit_2() {
-    let outs = job(
-        4,
-        &["alltoall", "-p", "shm", "-b", "8", "-e", "32"],
-        &[],
-        &[],
-    );
+    let outs = job(4, &["alltoall", "-p", "shm", "-b", "8", "-e", "32"]);
     // Every rank finds it; the first to tell the others wins, so look at all of them.
     assert!(outs.iter().all(|o| !o.status.success()));
     assert!(outs.iter().any(|o| o.status.code() == Some(2)));
@@ -384,7 +303,7 @@ fn too_small_sizes_are_refused_with_exit_2() {
 fn pairs_names_the_slowed_rank_and_gates_on_min_bw() {
     let dir = tmp("pairs");
     let out = dir.join("r.jsonl");
-    let outs = job(
+    let outs = job_env(
         4,
         &[
             "pairs",
@@ -471,8 +390,6 @@ fn pairs_one_at_a_time_covers_every_pair() {
             "-o",
             out.to_str().unwrap(),
         ],
-        &[],
-        &[],
     );
     all_ok(&outs, "pairs --one-at-a-time");
     let recs = records(&out);

@@ -6,69 +6,11 @@
 //! Select the libfabric under test with EFABENCH_LIBFABRIC (scripts/test.sh runs this file
 //! against Debian's 1.17 and against 2.5.1).
 
-use std::net::TcpListener;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_efabench");
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("efabench-p2p-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-fn rank(r: u32, world: u32, port: u16, args: &[&str], env: &[(&str, &str)]) -> Child {
-    let mut c = Command::new(BIN);
-    c.args(args)
-        .args([
-            "--rank",
-            &r.to_string(),
-            "--world",
-            &world.to_string(),
-            "--rdzv",
-            &format!("127.0.0.1:{port}"),
-        ])
-        .env("EFABENCH_JOB_TOKEN", format!("p2p-test-{port}"))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    for (k, v) in env {
-        c.env(k, v);
-    }
-    c.spawn().expect("start efabench")
-}
-
-/// Run `world` ranks of `args`; returns every rank's output. `env1` goes to rank 1 only.
-fn job(world: u32, args: &[&str], env1: &[(&str, &str)]) -> Vec<Output> {
-    let port = free_port();
-    let kids: Vec<Child> = (0..world)
-        .map(|r| rank(r, world, port, args, if r == 1 { env1 } else { &[] }))
-        .collect();
-    kids.into_iter()
-        .map(|k| k.wait_with_output().unwrap())
-        .collect()
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-fn records(path: &Path) -> Vec<efabench_report::Record> {
-    let body = std::fs::read_to_string(path).expect("records file");
-    body.lines()
-        .map(|l| efabench_report::validate_line(l).expect("record validates against the schema"))
-        .collect()
-}
+mod common;
+use common::*;
 
 fn provider_available(p: &str) -> bool {
     // `efabench topo` needs no ranks; ask libfabric through a one-rank failing run instead is
@@ -113,7 +55,6 @@ fn sweep(bench: &str, provider: &str) {
             "-o",
             out.to_str().unwrap(),
         ],
-        &[],
     );
     for (r, o) in outs.iter().enumerate() {
         assert!(
@@ -194,7 +135,7 @@ fn corrupted_payload_is_reported_and_fails_the_run() {
     for bench in ["sendrecv", "write"] {
         let dir = tmp(&format!("corrupt-{bench}"));
         let out = dir.join("r.jsonl");
-        let outs = job(
+        let outs = job_env(
             2,
             &[
                 bench,
@@ -211,6 +152,7 @@ fn corrupted_payload_is_reported_and_fails_the_run() {
                 "-o",
                 out.to_str().unwrap(),
             ],
+            &[],
             &[("EFABENCH_TEST_CORRUPT_PAYLOAD", "1")],
         );
         assert_eq!(
@@ -277,7 +219,7 @@ fn a_killed_peer_fails_the_job_fast_and_keeps_records() {
 }
 
 fn bad(args: &[&str]) -> String {
-    let outs = job(2, args, &[]);
+    let outs = job(2, args);
     let o = &outs[0];
     assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o.stderr));
     let err = text(&o.stderr);
@@ -346,7 +288,6 @@ fn three_ranks_measure_each_peer_in_turn() {
             "-o",
             out.to_str().unwrap(),
         ],
-        &[],
     );
     for (r, o) in outs.iter().enumerate() {
         assert!(o.status.success(), "rank {r}: {}", text(&o.stderr));

@@ -3,51 +3,11 @@
 //! stage breakdown in every record; a killed target fails the initiator fast; and without a
 //! CUDA driver the GPU producer is refused with exit 2 and "no CUDA driver".
 
-use std::net::TcpListener;
-use std::path::PathBuf;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_efabench");
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("efabench-proxy-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-fn rank(r: u32, world: u32, port: u16, args: &[&str]) -> Child {
-    Command::new(BIN)
-        .args(args)
-        .args(["--rank", &r.to_string(), "--world", &world.to_string()])
-        .args(["--rdzv", &format!("127.0.0.1:{port}")])
-        .env("EFABENCH_JOB_TOKEN", format!("proxy-test-{port}"))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start efabench")
-}
-
-fn job(world: u32, args: &[&str]) -> Vec<Output> {
-    let port = free_port();
-    let kids: Vec<_> = (0..world).map(|r| rank(r, world, port, args)).collect();
-    kids.into_iter()
-        .map(|k| k.wait_with_output().unwrap())
-        .collect()
-}
+mod common;
+use common::*;
 
 fn modes(provider: &str, rails: u32, threads: &str) {
     let dir = tmp(&format!("{provider}-{rails}-{threads}"));
@@ -171,8 +131,8 @@ fn a_killed_target_fails_the_initiator_fast() {
         "--timeout",
         "5",
     ];
-    let mut r0 = rank(0, 2, port, &args);
-    let mut r1 = rank(1, 2, port, &args);
+    let mut r0 = rank(0, 2, port, &args, &[]);
+    let mut r1 = rank(1, 2, port, &args, &[]);
     std::thread::sleep(Duration::from_secs(3));
     r1.kill().unwrap();
     let _ = r1.wait();

@@ -5,59 +5,8 @@
 //! Also `--domain` (honoured or refused with the list) and `--rails all` (says what it resolved
 //! to).
 
-use std::net::TcpListener;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-
-const BIN: &str = env!("CARGO_BIN_EXE_efabench");
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("efabench-rails-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-/// `world` ranks of `args`, started by hand; every rank's output.
-fn job(world: u32, args: &[&str]) -> Vec<Output> {
-    let port = free_port();
-    let kids: Vec<_> = (0..world)
-        .map(|r| {
-            Command::new(BIN)
-                .args(args)
-                .args(["--rank", &r.to_string(), "--world", &world.to_string()])
-                .args(["--rdzv", &format!("127.0.0.1:{port}")])
-                .env("EFABENCH_JOB_TOKEN", format!("rails-test-{port}"))
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .expect("start efabench")
-        })
-        .collect();
-    kids.into_iter()
-        .map(|k| k.wait_with_output().unwrap())
-        .collect()
-}
-
-fn records(path: &Path) -> Vec<efabench_report::Record> {
-    std::fs::read_to_string(path)
-        .expect("records file")
-        .lines()
-        .map(|l| efabench_report::validate_line(l).expect("record validates"))
-        .collect()
-}
+mod common;
+use common::*;
 
 fn run_rails(bench: &str, provider: &str, rails: u32, strategy: &str, world: u32) {
     let dir = tmp(&format!("{bench}-{provider}-{rails}-{strategy}-{world}"));

@@ -1,0 +1,96 @@
+//! What the integration tests share: real ranks over loopback started by hand
+//! (`--rank/--world/--rdzv`, the way a user runs efabench on two hosts without a launcher), their
+//! output, and their records checked against the schema.
+// Each test file is its own crate and uses part of this module.
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_efabench");
+
+/// A port nobody listens on now (the rendezvous of one job).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A fresh, empty directory for one test of this process.
+pub fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("efabench-test-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+pub fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Rank `r` of `world`, meeting at the rendezvous on `port`, with extra environment.
+pub fn rank(r: u32, world: u32, port: u16, args: &[&str], env: &[(&str, &str)]) -> Child {
+    let mut c = Command::new(BIN);
+    c.args(args)
+        .args(["--rank", &r.to_string(), "--world", &world.to_string()])
+        .args(["--rdzv", &format!("127.0.0.1:{port}")])
+        .env("EFABENCH_JOB_TOKEN", format!("test-{port}"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.spawn().expect("start efabench")
+}
+
+/// Runs `world` ranks of `args` to the end; every rank's output.
+pub fn job(world: u32, args: &[&str]) -> Vec<Output> {
+    job_env(world, args, &[], &[])
+}
+
+/// Like [`job`]; `env` goes to every rank, `env1` to rank 1 only (a fault on one rank).
+pub fn job_env(
+    world: u32,
+    args: &[&str],
+    env: &[(&str, &str)],
+    env1: &[(&str, &str)],
+) -> Vec<Output> {
+    let port = free_port();
+    let kids: Vec<Child> = (0..world)
+        .map(|r| {
+            let mut e = env.to_vec();
+            if r == 1 {
+                e.extend_from_slice(env1);
+            }
+            rank(r, world, port, args, &e)
+        })
+        .collect();
+    kids.into_iter()
+        .map(|k| k.wait_with_output().unwrap())
+        .collect()
+}
+
+/// Every record of a records file, each validated against the schema.
+pub fn records(path: &Path) -> Vec<efabench_report::Record> {
+    std::fs::read_to_string(path)
+        .expect("records file")
+        .lines()
+        .map(|l| efabench_report::validate_line(l).expect("record validates against the schema"))
+        .collect()
+}
+
+/// Fails the test unless every rank exited 0, with their output.
+pub fn all_ok(outs: &[Output], what: &str) {
+    for (r, o) in outs.iter().enumerate() {
+        assert!(
+            o.status.success(),
+            "{what}: rank {r} failed ({:?}):\n{}\n{}",
+            o.status,
+            text(&o.stdout),
+            text(&o.stderr)
+        );
+    }
+}
