@@ -44,12 +44,23 @@ const CASES: &[(&str, &str, &str)] = &[
     ("typed", "queue --producers 0x0", "BLOCKSxTHREADS"),
     ("typed", "proxy --proxy-threads nic", "rail, gpu"),
     ("typed", "proxy --payload-fence never", "per-put, once"),
+    ("typed", "proxy --ring spsc", "pinned, managed, gdr or hybrid"),
+    (
+        "typed",
+        "proxy --ring libefaxx",
+        "cannot carry a 32-byte put",
+    ),
     // options a benchmark cannot honour are refused, before any hardware probe
     ("refused", "ipc --rails 2", "drop --rails"),
     ("refused", "ipc --provider tcp", "drop --provider"),
     ("refused", "ipc --mem pinned", "drop --mem"),
     ("refused", "ipc -b 8", "multiple of 16"),
     ("refused", "sendrecv -b 1M -e 8", "-b/--min-bytes"),
+    (
+        "refused",
+        "proxy --producer host --ring hybrid",
+        "drop --ring",
+    ),
     // garbage files are not accepted as fi_info output
     ("input", "topo --fi-info /etc/passwd", "not fi_info output"),
     (

@@ -22,6 +22,7 @@ pub mod error;
 pub mod gdr;
 pub mod ipc;
 pub mod kernels;
+mod mapped;
 pub mod nvml;
 pub mod proxy;
 pub mod queue;

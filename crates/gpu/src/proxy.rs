@@ -13,11 +13,19 @@
 //! 64 bytes apart): `tail` (commands consumed: the GPU's credits) and `done` (commands whose
 //! write completed: what `quiet` waits for). The host side here is safe code over `&[AtomicU64]`
 //! so tests drive it with a host producer and plain memory ([`RingMemory::heap`]).
+//!
+//! Where a ring lives is the queue benchmark's choice of placements (`--ring`, [`RingKind`]):
+//! `pinned` (the default, the best the queue sweep measured without GDRCopy), `managed`, `gdr`
+//! (slots in device memory the proxy reads through GDRCopy) and `hybrid` (slots in pinned memory,
+//! tail and done in device memory the proxy writes through GDRCopy, so the kernel polls its own
+//! memory instead of reading host memory across PCIe, NCCL GIN's proxy layout).
 
-use crate::buffer::{DeviceBuffer, PinnedBuffer};
+use crate::buffer::DeviceBuffer;
 use crate::driver::{Gpu, KernelParams, Shape, Stream, TypedKernel};
 use crate::error::GpuError;
 use crate::kernels::{kernel, Source};
+use crate::mapped::{gdr_mapped, managed, pinned, HostMem};
+use crate::queue::RingKind;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -102,6 +110,8 @@ pub struct CommandRing<'a> {
     pub slots: &'a [AtomicU64],
     pub ctl: &'a [AtomicU64],
     pub nslots_log2: u32,
+    /// The control words are write-combined device memory (GDRCopy): publish with a fence.
+    pub ctl_write_combined: bool,
 }
 
 impl CommandRing<'_> {
@@ -159,6 +169,7 @@ impl CommandRing<'_> {
     }
     pub fn publish_tail(&self, v: u64) {
         self.ctl[0].store(v, Ordering::Release);
+        self.flush_ctl();
     }
     /// Commands whose write completed (what quiet waits for).
     pub fn done(&self) -> u64 {
@@ -166,15 +177,25 @@ impl CommandRing<'_> {
     }
     pub fn publish_done(&self, v: u64) {
         self.ctl[DONE_WORD].store(v, Ordering::Release);
+        self.flush_ctl();
+    }
+    /// Stores to a write-combined mapping sit in the CPU's buffers until a fence drains them.
+    fn flush_ctl(&self) {
+        if self.ctl_write_combined {
+            std::sync::atomic::fence(Ordering::SeqCst);
+        }
     }
 }
 
-/// Where the rings live: mapped pinned host memory (the GPU producer) or the heap (a host
-/// producer standing in for the GPU).
-pub enum RingMemory {
-    Pinned {
-        slots: PinnedBuffer,
-        ctl: PinnedBuffer,
+/// Where the rings live: memory the GPU producer and the proxy both reach (a [`RingKind`]
+/// placement) or the heap (a host producer standing in for the GPU).
+pub struct RingMemory(Place);
+
+enum Place {
+    Shared {
+        kind: RingKind,
+        slots: HostMem,
+        ctl: HostMem,
     },
     Heap {
         slots: Vec<AtomicU64>,
@@ -182,53 +203,75 @@ pub enum RingMemory {
     },
 }
 
-fn words_of(b: &PinnedBuffer) -> &[AtomicU64] {
-    use efabench_fabric::MemoryBuffer;
-    // SAFETY: the pinned allocation is len bytes, page aligned (so 8-byte aligned), lives as long
-    // as `b`, and the host touches it only through these atomics while the GPU writes it (memory
-    // shared with a device is outside Rust's model either way; atomics keep the host's own
-    // accesses free of data races).
-    unsafe { std::slice::from_raw_parts(b.as_ptr() as *const AtomicU64, b.len() / 8) }
-}
-
 impl RingMemory {
     /// `rings` rings of 2^`nslots_log2` slots in plain memory.
     pub fn heap(rings: usize, nslots_log2: u32) -> RingMemory {
         let n = rings * (SLOT_WORDS << nslots_log2);
-        RingMemory::Heap {
+        RingMemory(Place::Heap {
             slots: (0..n).map(|_| AtomicU64::new(0)).collect(),
             ctl: (0..rings * CTL_STRIDE).map(|_| AtomicU64::new(0)).collect(),
-        }
-    }
-    /// The same in mapped pinned memory of `gpu` (zeroed by the allocation).
-    pub fn pinned(gpu: &Arc<Gpu>, rings: usize, nslots_log2: u32) -> Result<RingMemory, GpuError> {
-        Ok(RingMemory::Pinned {
-            slots: PinnedBuffer::new(gpu, rings * (SLOT_WORDS << nslots_log2) * 8)?,
-            ctl: PinnedBuffer::new(gpu, rings * CTL_STRIDE * 8)?,
         })
     }
-    fn parts(&self) -> (&[AtomicU64], &[AtomicU64]) {
-        match self {
-            RingMemory::Pinned { slots, ctl } => (words_of(slots), words_of(ctl)),
-            RingMemory::Heap { slots, ctl } => (slots, ctl),
+    /// The same placed as `kind` says, for the GPU producer of `gpu` (zeroed). The Libefaxx
+    /// ring is a different protocol (16-byte Vyukov cells) and is refused; `gdr` and `hybrid`
+    /// need GDRCopy, `managed` concurrent managed access ([`crate::queue::missing`]).
+    pub fn new(
+        gpu: &Arc<Gpu>,
+        kind: RingKind,
+        rings: usize,
+        nslots_log2: u32,
+    ) -> Result<RingMemory, GpuError> {
+        if kind == RingKind::Libefaxx {
+            return Err(GpuError::Invalid(
+                "--ring libefaxx is the queue benchmark's CAS ring, which has no room for a \
+                 32-byte put: use pinned, managed, gdr or hybrid"
+                    .into(),
+            ));
+        }
+        if let Some(why) = crate::queue::missing(gpu, kind) {
+            return Err(GpuError::Invalid(format!(
+                "--ring {kind} cannot run here: {why}; use --ring pinned"
+            )));
+        }
+        let slot_bytes = rings * (SLOT_WORDS << nslots_log2) * 8;
+        let ctl_bytes = rings * CTL_STRIDE * 8;
+        let (slots, ctl) = match kind {
+            RingKind::Pinned => (pinned(gpu, slot_bytes)?, pinned(gpu, ctl_bytes)?),
+            RingKind::Managed => (managed(gpu, slot_bytes)?, managed(gpu, ctl_bytes)?),
+            RingKind::Gdr => (gdr_mapped(gpu, slot_bytes)?, pinned(gpu, ctl_bytes)?),
+            RingKind::Hybrid => (pinned(gpu, slot_bytes)?, gdr_mapped(gpu, ctl_bytes)?),
+            RingKind::Libefaxx => unreachable!("refused above"),
+        };
+        slots.zero();
+        ctl.zero();
+        Ok(RingMemory(Place::Shared { kind, slots, ctl }))
+    }
+    /// The placement, for records (`heap` for the host producer's rings).
+    pub fn kind_name(&self) -> &'static str {
+        match &self.0 {
+            Place::Shared { kind, .. } => kind.name(),
+            Place::Heap { .. } => "heap",
         }
     }
     /// Ring `r`.
     pub fn ring(&self, r: usize, nslots_log2: u32) -> CommandRing<'_> {
-        let (s, c) = self.parts();
+        let (s, c, wc) = match &self.0 {
+            Place::Shared { slots, ctl, .. } => (slots.words(), ctl.words(), ctl.write_combined()),
+            Place::Heap { slots, ctl } => (&slots[..], &ctl[..], false),
+        };
         let n = SLOT_WORDS << nslots_log2;
         CommandRing {
             slots: &s[r * n..(r + 1) * n],
             ctl: &c[r * CTL_STRIDE..(r + 1) * CTL_STRIDE],
             nslots_log2,
+            ctl_write_combined: wc,
         }
     }
     /// Device addresses (slots, control) for the kernel.
     fn device(&self) -> Option<(u64, u64)> {
-        use crate::buffer::GpuBuffer;
-        match self {
-            RingMemory::Pinned { slots, ctl } => Some((slots.device_ptr()?, ctl.device_ptr()?)),
-            RingMemory::Heap { .. } => None,
+        match &self.0 {
+            Place::Shared { slots, ctl, .. } => Some((slots.device(), ctl.device())),
+            Place::Heap { .. } => None,
         }
     }
 }
@@ -330,7 +373,7 @@ impl GpuProducer {
             )));
         }
         let (slots, ctl) = mem.device().ok_or_else(|| {
-            GpuError::Invalid("the GPU producer needs rings in pinned memory".into())
+            GpuError::Invalid("the GPU producer needs rings it can reach (RingMemory::new)".into())
         })?;
         let p = ProxyParams {
             slots,
@@ -350,8 +393,9 @@ impl GpuProducer {
             fence_each: plan.fence_each as u64,
         };
         // SAFETY: every address is a live allocation of this GPU (state, ts, span) or the device
-        // mapping of the pinned rings, all sized for `puts` and `rails` (checked above), and all
-        // outlive the launch because we synchronise before returning.
+        // address of the rings' shared memory (pinned, managed or GDR-mapped), all sized for
+        // `puts` and `rails` (checked above), and all outlive the launch because we synchronise
+        // before returning.
         unsafe {
             self.puts
                 .launch(&self.stream, Shape { grid: 1, block: 32 }, &p)?
@@ -374,12 +418,9 @@ impl GpuProducer {
     /// stamp is taken as the midpoint, and the exchange with the shortest round trip wins.
     /// Returns (offset, that round trip, the host time of that exchange's midpoint).
     pub fn clock_offset(&self, n: u32) -> Result<(i64, u64, u64), GpuError> {
-        let buf = PinnedBuffer::new(&self.gpu, 4096)?;
-        let w = words_of(&buf);
-        let dev = {
-            use crate::buffer::GpuBuffer;
-            buf.device_ptr().unwrap_or(0)
-        };
+        let buf = pinned(&self.gpu, 4096)?;
+        let w = buf.words();
+        let dev = buf.device();
         // SAFETY: efa_proxy_ping(u64 words, u64 n) reads/writes three words of the live pinned
         // buffer, which outlives the launch (we synchronise below).
         unsafe {

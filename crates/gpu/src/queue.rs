@@ -34,14 +34,14 @@
 //! push call, the time the push held the producing warp (claim, credit wait, stores). Throughput
 //! is commands received over the span from the first push to the last quiet, on the GPU clock.
 
-use crate::buffer::{DeviceBuffer, ManagedBuffer, PinnedBuffer};
+use crate::buffer::{DeviceBuffer, PinnedBuffer};
 use crate::driver::{Gpu, KernelParams, Shape, Stream, TypedKernel};
 use crate::error::GpuError;
-use crate::gdr::{Gdr, GdrMapping};
+use crate::gdr::Gdr;
 use crate::kernels::{kernel, Source};
+use crate::mapped::{gdr_mapped, managed, pinned, HostMem};
 use crate::pattern;
 use cudarc::driver::sys;
-use efabench_fabric::MemoryBuffer;
 use std::fmt;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -786,9 +786,15 @@ pub struct QueueMeasurement {
 
 /// Why a ring cannot run on this machine (printed as one line, and the point is skipped).
 pub fn unavailable(gpu: &Arc<Gpu>, ring: RingKind) -> Option<String> {
+    missing(gpu, ring).map(|why| format!("ring {ring} skipped: {why}"))
+}
+
+/// What this machine lacks for a ring placement, if anything: GDRCopy for `gdr` and `hybrid`,
+/// concurrent managed access for `managed` and `libefaxx`.
+pub fn missing(gpu: &Arc<Gpu>, ring: RingKind) -> Option<String> {
     if ring.needs_gdr() {
         if let Err(e) = Gdr::open() {
-            return Some(format!("ring {ring} skipped: {e}"));
+            return Some(e.to_string());
         }
     }
     if ring.needs_concurrent_managed() {
@@ -796,8 +802,8 @@ pub fn unavailable(gpu: &Arc<Gpu>, ring: RingKind) -> Option<String> {
             gpu.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS);
         if a.ok() != Some(1) {
             return Some(format!(
-                "ring {ring} skipped: GPU {} does not support concurrent managed access, so the \
-                 CPU cannot read managed memory while a kernel runs",
+                "GPU {} does not support concurrent managed access, so the CPU cannot read \
+                 managed memory while a kernel runs",
                 gpu.ordinal
             ));
         }
@@ -885,63 +891,6 @@ struct VyukovParams {
 }
 // SAFETY: repr(C), nine u64 fields in the order of `struct VyukovParams` in kernels/queue.cu.
 unsafe impl KernelParams for VyukovParams {}
-
-/// Memory the host reaches through a pointer: pinned, managed or GDR-mapped.
-enum HostMem {
-    Pinned(PinnedBuffer),
-    Managed(ManagedBuffer),
-    Gdr(GdrMapping),
-}
-
-impl HostMem {
-    fn host(&self) -> *mut u8 {
-        match self {
-            HostMem::Pinned(b) => b.as_ptr(),
-            HostMem::Managed(b) => b.as_ptr(),
-            HostMem::Gdr(m) => m.host(),
-        }
-    }
-    fn device(&self) -> u64 {
-        use crate::buffer::GpuBuffer;
-        match self {
-            HostMem::Pinned(b) => b.device_ptr().unwrap_or(0),
-            HostMem::Managed(b) => b.device_ptr().unwrap_or(0),
-            HostMem::Gdr(m) => m.device(),
-        }
-    }
-    fn len(&self) -> usize {
-        match self {
-            HostMem::Pinned(b) => b.len(),
-            HostMem::Managed(b) => b.len(),
-            HostMem::Gdr(m) => m.len(),
-        }
-    }
-    /// The memory as u64 atomics.
-    fn words(&self) -> &[AtomicU64] {
-        // SAFETY: the allocation is at least len bytes, 8-byte aligned (page-aligned allocations
-        // from the driver), lives as long as self, and is only ever accessed through atomics by
-        // the host (the GPU's concurrent writes are outside Rust's memory model, as for any
-        // memory shared with a device).
-        unsafe { std::slice::from_raw_parts(self.host() as *const AtomicU64, self.len() / 8) }
-    }
-    fn zero(&self) {
-        for w in self.words() {
-            w.store(0, Ordering::Relaxed);
-        }
-    }
-}
-
-fn pinned(gpu: &Arc<Gpu>, len: usize) -> Result<HostMem, GpuError> {
-    Ok(HostMem::Pinned(PinnedBuffer::new(gpu, len)?))
-}
-fn managed(gpu: &Arc<Gpu>, len: usize) -> Result<HostMem, GpuError> {
-    Ok(HostMem::Managed(ManagedBuffer::new(gpu, len)?))
-}
-fn gdr_mapped(gpu: &Arc<Gpu>, len: usize) -> Result<HostMem, GpuError> {
-    let g = Gdr::open()?;
-    let buf = Arc::new(DeviceBuffer::new(gpu, len)?);
-    Ok(HostMem::Gdr(g.map(buf, len)?))
-}
 
 /// Runs one point: allocates the ring, starts the consumers (pinned to `cfg.cpus`), launches the
 /// producers, and verifies every command.
@@ -1070,7 +1019,7 @@ pub fn measure(gpu: &Arc<Gpu>, cfg: &QueueConfig) -> Result<QueueMeasurement, Gp
             slots: slots.words(),
             tails: tails.words(),
             geometry: g,
-            tails_write_combined: matches!(tails, HostMem::Gdr(_)),
+            tails_write_combined: tails.write_combined(),
         };
         let lanes = shape.block.min(32);
         let batch = if cfg.batch == 0 {

@@ -49,6 +49,7 @@ use std::time::Duration;
 
 use efabench_fabric::{GroupAddress, MrPath, Rail, RailConfig, RegionDescriptor};
 use efabench_gpu::proxy::{realtime_ns, CommandRing, GpuProducer, PutPlan, RingMemory, MAX_RINGS};
+use efabench_gpu::queue::RingKind;
 use efabench_gpu::{GpuBuffer, MemKind};
 use serde_json::{json, Map, Value};
 
@@ -77,6 +78,11 @@ pub struct ProxyArgs {
     /// Bytes an iteration touches per buffer at most (puts beyond it are dropped, at least one).
     #[arg(long, default_value = "64M", value_parser = footprint_arg, allow_hyphen_values = true)]
     pub footprint: u64,
+    /// Where the GPU producer's command rings live: pinned (host memory, the default), managed,
+    /// gdr (slots in device memory, read through GDRCopy), hybrid (tail and done counts in device
+    /// memory, written through GDRCopy, so the GPU polls its own memory).
+    #[arg(long, default_value = "pinned", value_parser = ring_arg)]
+    pub ring: RingKind,
     /// Slots per ring (power of two, 16 to 65536).
     #[arg(long, default_value = "1024", value_parser = slots_arg, allow_hyphen_values = true)]
     pub ring_slots: u64,
@@ -154,6 +160,17 @@ impl Mode {
 pub enum Producer {
     Gpu,
     Host,
+}
+
+fn ring_arg(s: &str) -> Result<RingKind, String> {
+    const USE: &str = "use pinned, managed, gdr or hybrid";
+    match s.parse::<RingKind>() {
+        Ok(RingKind::Libefaxx) => Err(format!(
+            "libefaxx (the queue's CAS ring) cannot carry a 32-byte put: {USE}"
+        )),
+        Ok(k) => Ok(k),
+        Err(_) => Err(format!("unknown ring: {USE}")),
+    }
 }
 
 fn puts_arg(s: &str) -> Result<u32, String> {
@@ -244,6 +261,13 @@ impl<'a> Proxy<'a> {
             ));
         }
         let gpu_modes = args.modes.iter().any(|m| *m != Mode::Cpu);
+        if args.ring != RingKind::Pinned && !(args.producer == Producer::Gpu && gpu_modes) {
+            return Err(BenchError::usage(format!(
+                "efabench proxy: --ring {} places the GPU producer's rings, and this run has none \
+                 (--producer host pushes into plain memory, --modes cpu pushes nothing); drop --ring",
+                args.ring
+            )));
+        }
         if args.producer == Producer::Gpu && gpu_modes {
             if let Err(e) = efabench_gpu::driver() {
                 return Err(BenchError::usage(if e.is_no_driver() {
@@ -421,8 +445,8 @@ impl<'a> Benchmark for Proxy<'a> {
                         .map_err(|e| BenchError::usage(format!("the GPU producer: {e}")))?,
                 };
                 let g = efabench_gpu::Gpu::open(ordinal).map_err(|e| failed(e.to_string()))?;
-                let rings =
-                    RingMemory::pinned(&g, nrails, log2).map_err(|e| failed(e.to_string()))?;
+                let rings = RingMemory::new(&g, self.args.ring, nrails, log2)
+                    .map_err(|e| BenchError::usage(format!("efabench proxy: {e}")))?;
                 let prod = GpuProducer::new(&g, self.args.puts as usize)
                     .map_err(|e| failed(format!("the GPU producer: {e}")))?;
                 let clock = prod
@@ -462,6 +486,13 @@ impl<'a> Benchmark for Proxy<'a> {
                 Producer::Host => "host",
             }),
         );
+        let gpu_modes = self.args.modes.iter().any(|m| *m != Mode::Cpu);
+        let ring = if self.args.producer == Producer::Gpu && gpu_modes {
+            self.args.ring.name()
+        } else {
+            "heap"
+        };
+        extra.insert("ring".into(), json!(ring));
         extra.insert("ring_slots".into(), json!(self.args.ring_slots));
         extra.insert("quiet_poll_ns".into(), json!(self.args.quiet_poll_ns));
         extra.insert(
@@ -495,12 +526,13 @@ impl<'a> Benchmark for Proxy<'a> {
             }),
         );
         let header = vec![format!(
-            "# proxy: rank 0 -> rank 1 | producer {} | rails {}{} | strategy {} | proxy threads per {} | ring {} slots | batch {} | mem {} ({})",
+            "# proxy: rank 0 -> rank 1 | producer {} | rails {}{} | strategy {} | proxy threads per {} | ring {} {} slots | batch {} | mem {} ({})",
             extra["producer"].as_str().unwrap_or(""),
             nrails,
             if plan.virtual_rails { " virtual" } else { "" },
             c.strategy.name(),
             self.args.proxy_threads.name(),
+            ring,
             self.args.ring_slots,
             self.args.batch,
             c.mem,
