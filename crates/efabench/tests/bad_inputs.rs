@@ -44,7 +44,11 @@ const CASES: &[(&str, &str, &str)] = &[
     ("typed", "queue --producers 0x0", "BLOCKSxTHREADS"),
     ("typed", "proxy --proxy-threads nic", "rail, gpu"),
     ("typed", "proxy --payload-fence never", "per-put, once"),
-    ("typed", "proxy --ring spsc", "pinned, managed, gdr or hybrid"),
+    (
+        "typed",
+        "proxy --ring spsc",
+        "pinned, managed, gdr or hybrid",
+    ),
     (
         "typed",
         "proxy --ring libefaxx",
