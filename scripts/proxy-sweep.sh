@@ -19,8 +19,10 @@
 #              no MPS, every blocking put waits one time slice (~2.4 ms on an H200) for the target's
 #              synchronous copy while the producer kernel holds the GPU, so full counts take minutes
 #   PARTS      which parts to run (default "rounds targets small poll pinned rails rails-small fence
-#              mps"); mps repeats the one-GPU run under NVIDIA MPS (one shared context, so the copy
-#              and the producer kernel run at once) when nvidia-cuda-mps-control is installed
+#              mps rings"); mps repeats the one-GPU run under NVIDIA MPS (one shared context, so
+#              the copy and the producer kernel run at once) when nvidia-cuda-mps-control is
+#              installed; rings runs --ring pinned and managed, and gdr and hybrid where GDRCopy
+#              is (/dev/gdrdrv and libgdrapi)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 B=${EFABENCH:-target/release/efabench}
@@ -32,7 +34,7 @@ ITERS=${ITERS:--n 100 -w 10}
 T=${T:-240}
 POLL=${POLL:-200}
 ITERS1=${ITERS1:--n 5 -w 1}
-PARTS=${PARTS:-rounds targets small poll pinned rails rails-small fence mps}
+PARTS=${PARTS:-rounds targets small poll pinned rails rails-small fence mps rings}
 mkdir -p "$OUT"
 export EFABENCH_LIBFABRIC=${EFABENCH_LIBFABRIC:-$LF/lib/libfabric.so.1}
 ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
@@ -118,6 +120,20 @@ if has mps; then
   else
     echo "## mps: nvidia-cuda-mps-control not installed, part skipped"
   fi
+fi
+# Ring placements (--ring): small puts, where the GPU's polls of the proxy's counts matter, and
+# 1 MiB. gdr and hybrid need GDRCopy (the gdrdrv module and libgdrapi).
+# shellcheck disable=SC2086
+if has rings; then
+  rings="pinned managed"
+  if [ -e /dev/gdrdrv ] && ldconfig -p 2>/dev/null | grep -q libgdrapi; then
+    rings="$rings gdr hybrid"
+  else
+    echo "## rings: no GDRCopy (/dev/gdrdrv, libgdrapi): gdr and hybrid skipped"
+  fi
+  for ring in $rings; do
+    run "ring-$ring" --mem cuda --gpu "$G" --ring "$ring" -b 8 -e 1M -f 8 $ITERS
+  done
 fi
 python3 scripts/proxy_summary.py "$OUT"/*.jsonl | tee "$OUT/summary.txt"
 echo "done t=${SECONDS}s fail=$fail"
