@@ -197,7 +197,7 @@ pub fn one_line(e: &clap::Error) -> String {
 }
 
 /// The first line of a clap error, with the indented lines that complete it when it ends with a
-/// colon ("the following required arguments were not provided:\n  --foo <FOO>").
+/// colon (`the following required arguments were not provided:\n  --foo <FOO>`).
 fn first_line(rendered: &str) -> String {
     let mut lines = rendered.lines().filter(|l| !l.trim().is_empty());
     let mut first = lines

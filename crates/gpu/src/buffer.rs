@@ -210,7 +210,7 @@ fn host_write(
 
 /// Copies `len` bytes from `src` at `src_off` into `dst` at `dst_off`, in one pass: device to
 /// device with `cuMemcpyDtoD` when both are device memory, word by word (aligned atomics, as
-/// [`host_write`]) when both are host-accessible and the offsets and length are whole words, else
+/// `host_write`) when both are host-accessible and the offsets and length are whole words, else
 /// through a host copy. What an all-to-all does with a rank's own chunk, inside its timed loop.
 pub fn copy_between(
     src: &dyn GpuBuffer,

@@ -298,8 +298,8 @@ fn find_in(hay: &[u8], needle: &[u8], at_end: bool) -> Option<String> {
     None
 }
 
-/// Leading dotted numbers of a version string: `2.17.3g` → [2,17,3], `1.22.0amzn5.0` → [1,22,0],
-/// `1.7.3-aws` → [1,7,3], `535.54.03` → [535,54,3], `2.18.5+cuda12.2` → [2,18,5].
+/// Leading dotted numbers of a version string: `2.17.3g` → `[2, 17, 3]`, `1.22.0amzn5.0` → `[1, 22, 0]`,
+/// `1.7.3-aws` → `[1, 7, 3]`, `535.54.03` → `[535, 54, 3]`, `2.18.5+cuda12.2` → `[2, 18, 5]`.
 pub fn version_numbers(v: &str) -> Vec<u32> {
     let mut out = Vec::new();
     for part in v.trim().trim_start_matches('v').split('.') {

@@ -28,7 +28,7 @@ pub struct Args {
     /// Linear x axis even for size.
     #[arg(long)]
     pub linear_x: bool,
-    /// Chart title (default: "<y> vs <x>").
+    /// Chart title (default: e.g. "efabench write: bandwidth vs message size").
     #[arg(long)]
     pub title: Option<String>,
     /// Only records of this benchmark (e.g. sendrecv).
