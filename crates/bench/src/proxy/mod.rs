@@ -80,9 +80,9 @@ pub struct ProxyArgs {
     pub footprint: u64,
     /// Where the GPU producer's command rings live: pinned (host memory, the default), managed,
     /// gdr (slots in device memory, read through GDRCopy), hybrid (tail and done counts in device
-    /// memory, written through GDRCopy, so the GPU polls its own memory).
-    #[arg(long, default_value = "pinned", value_parser = ring_arg)]
-    pub ring: RingKind,
+    /// memory, written through GDRCopy, so the GPU polls its own memory). [default: pinned]
+    #[arg(long, value_parser = ring_arg)]
+    pub ring: Option<RingKind>,
     /// Slots per ring (power of two, 16 to 65536).
     #[arg(long, default_value = "1024", value_parser = slots_arg, allow_hyphen_values = true)]
     pub ring_slots: u64,
@@ -261,11 +261,10 @@ impl<'a> Proxy<'a> {
             ));
         }
         let gpu_modes = args.modes.iter().any(|m| *m != Mode::Cpu);
-        if args.ring != RingKind::Pinned && !(args.producer == Producer::Gpu && gpu_modes) {
+        if let (Some(ring), false) = (args.ring, args.producer == Producer::Gpu && gpu_modes) {
             return Err(BenchError::usage(format!(
-                "efabench proxy: --ring {} places the GPU producer's rings, and this run has none \
-                 (--producer host pushes into plain memory, --modes cpu pushes nothing); drop --ring",
-                args.ring
+                "efabench proxy: --ring {ring} places the GPU producer's rings, and this run has none \
+                 (--producer host pushes into plain memory, --modes cpu pushes nothing); drop --ring"
             )));
         }
         if args.producer == Producer::Gpu && gpu_modes {
@@ -284,6 +283,11 @@ impl<'a> Proxy<'a> {
             sizes,
             setup: None,
         })
+    }
+
+    /// `--ring`, or the default placement.
+    fn ring_kind(&self) -> RingKind {
+        self.args.ring.unwrap_or(RingKind::Pinned)
     }
 
     fn puts_at(&self, size: u64) -> u32 {
@@ -445,7 +449,7 @@ impl<'a> Benchmark for Proxy<'a> {
                         .map_err(|e| BenchError::usage(format!("the GPU producer: {e}")))?,
                 };
                 let g = efabench_gpu::Gpu::open(ordinal).map_err(|e| failed(e.to_string()))?;
-                let rings = RingMemory::new(&g, self.args.ring, nrails, log2)
+                let rings = RingMemory::new(&g, self.ring_kind(), nrails, log2)
                     .map_err(|e| BenchError::usage(format!("efabench proxy: {e}")))?;
                 let prod = GpuProducer::new(&g, self.args.puts as usize)
                     .map_err(|e| failed(format!("the GPU producer: {e}")))?;
@@ -488,7 +492,7 @@ impl<'a> Benchmark for Proxy<'a> {
         );
         let gpu_modes = self.args.modes.iter().any(|m| *m != Mode::Cpu);
         let ring = if self.args.producer == Producer::Gpu && gpu_modes {
-            self.args.ring.name()
+            self.ring_kind().name()
         } else {
             "heap"
         };
