@@ -1574,11 +1574,16 @@ impl Bootstrap {
         let mut st = lock(&self.shared.state);
         loop {
             let deadline = st.activity_at.map_or(entered, |a| a.max(entered)) + backstop;
-            if let Some(e) = &st.failure {
-                return Err(e.clone());
-            }
+            // A result that arrived is returned even when a failure was reported since: every
+            // rank got the same result, so they all draw the same conclusion from it. Otherwise
+            // a rank that reads a `check_same` table late would see the abort another rank sent
+            // after reading it (`rank 1 aborted the job: ...`, exit 1) instead of the usage error
+            // it computes itself (exit 2 on every rank).
             if st.result.as_ref().is_some_and(|(s, _)| *s == seq) {
                 return Ok(st.result.take().map(|(_, p)| p).unwrap_or_default());
+            }
+            if let Some(e) = &st.failure {
+                return Err(e.clone());
             }
             if st.rank0_left {
                 return Err(BootstrapError::Left {
