@@ -19,7 +19,7 @@
 typedef unsigned int efa_u32;
 
 // Layout of the device-memory state block (u64 words), shared with queue.rs.
-#define S_CACHE 0   // [0, 4): cached consumer tails
+#define S_CACHE 0   // [0, 8): cached consumer tails
 #define S_LOCK 8    // the refresh lock (one refresher at a time)
 #define S_CTL 9     // control: 0 run, 1 stop claiming (time budget spent), 2 kill (give up waits)
 #define S_T0 10     // min push start (globaltimer ns)
@@ -35,7 +35,7 @@ struct FifoParams {
     efa_u64 pushed;      // u32 per producer: commands pushed
     efa_u64 lat;         // u32 per command (index seq * producers + producer): ns + 1, 0 = none
     efa_u64 nslots_log2;
-    efa_u64 chunk_log2;  // consumers own chunks of 2^chunk_log2 positions, round robin
+    efa_u64 chunk_log2;  // consumers own chunks of 2^chunk_log2 slots, round robin
     efa_u64 consumers;
     efa_u64 per_producer;
     efa_u64 batch;       // nbi: commands per lane per claim (blocking: 1)
@@ -97,9 +97,11 @@ __device__ void efa_refresh(const FifoParams& p) {
     }
 }
 
+// The consumer that owns position pos: chunks of slots are dealt round robin, the same slots on
+// every lap (queue.rs, Geometry, says why a one-bit lap flag needs that).
 __device__ __forceinline__ efa_u64 efa_owner(efa_u64 pos, const FifoParams& p) {
-    // 32-bit modulo: chunk numbers stay below 2^32 in any run (2^40 positions).
-    return (efa_u32)(pos >> p.chunk_log2) % (efa_u32)p.consumers;
+    const efa_u64 slot = pos & ((1ull << p.nslots_log2) - 1);
+    return (efa_u32)(slot >> p.chunk_log2) % (efa_u32)p.consumers;
 }
 
 // Waits until the cached tail of consumer c passes `need` (tail > need). False when killed.

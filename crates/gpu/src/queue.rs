@@ -19,7 +19,8 @@
 //! `fst` = the pattern word of (seq, producer, run salt), so a slot whose two halves come from
 //! different writes is caught ("torn"). The host never clears a slot: the parity of lap L is
 //! `(L & 1) ^ 1` and a consumer waits until the slot's flag has the parity of the lap it expects.
-//! Consumers own chunks of positions round robin and each publishes how far it got (its tail);
+//! Consumers own chunks of slots round robin (the same slots on every lap, so a one-bit lap flag
+//! cannot let a consumer take a command two laps old) and each publishes how far it got (its tail);
 //! the GPU keeps a cached copy of the tails in device memory that one warp at a time refreshes,
 //! so waiting warps spin on L2 instead of each polling the host across PCIe (the collapse a
 //! feasibility probe saw at 132x1024). Warps claim slots with one atomicAdd on the head for all
@@ -49,10 +50,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Most consumer threads a ring supports (the kernel keeps one cached tail per consumer).
-pub const MAX_CONSUMERS: usize = 4;
+pub const MAX_CONSUMERS: usize = 8;
 /// Consumer tails are this many u64 apart (64 bytes: one cache line each).
 pub const TAIL_STRIDE: usize = 8;
-/// Words of the device state block (must match `kernels/queue.cu`; cached tails are 0..4).
+/// Words of the device state block (must match `kernels/queue.cu`; cached tails are 0..8).
 const S_CTL: usize = 9;
 const S_T0: usize = 10;
 const S_T1: usize = 11;
@@ -292,8 +293,17 @@ pub const fn decode_snd(snd: u64) -> (u64, u64, u64) {
     (snd >> 63, (snd >> 32) & 0x7fff_ffff, snd & 0xffff_ffff)
 }
 
-/// The shape of a FIFO ring: 2^nslots_log2 slots, consumers owning chunks of 2^chunk_log2
-/// positions round robin.
+/// The shape of a FIFO ring: 2^nslots_log2 slots in chunks of 2^chunk_log2 slots, the chunks
+/// dealt to the consumers round robin.
+///
+/// Ownership follows the *slot*, not the position: chunk k of every lap belongs to consumer
+/// k mod consumers. So the consumer that takes position p is the one that took p − slots before
+/// it, and when it arrives at p the slot holds either the command of p − slots (already taken,
+/// opposite lap parity) or the command of p. A one-bit lap flag is then enough for any consumer
+/// count. Had ownership followed the position (chunk p >> chunk_log2 mod consumers), a consumer
+/// count that does not divide the chunks of a lap would hand position p to a consumer that never
+/// saw p − slots: arriving early, it could find the command of p − 2·slots still in the slot, with
+/// the parity of p, and take it a second time while p's own command was later lost.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Geometry {
     pub nslots_log2: u32,
@@ -314,19 +324,45 @@ impl Geometry {
                  and chunks no larger than the ring"
             ));
         }
+        let chunks = 1u64 << (nslots_log2 - chunk_log2);
+        if chunks < consumers as u64 {
+            return Err(format!(
+                "a ring of 2^{nslots_log2} slots in chunks of 2^{chunk_log2} has {chunks} chunks, \
+                 fewer than the {consumers} consumers: use a larger ring or fewer consumers"
+            ));
+        }
         Ok(Geometry {
             nslots_log2,
             chunk_log2,
             consumers,
         })
     }
+
+    /// The geometry a run uses: chunks of up to 256 slots, small enough that every consumer owns
+    /// at least one chunk, and (for a consumer count that is not a power of two) at least four
+    /// chunks per consumer, so the uneven share of the last round stays under a quarter of the
+    /// ring.
+    pub fn for_run(nslots_log2: u32, consumers: u32) -> Result<Geometry, String> {
+        let spread = if consumers.is_power_of_two() {
+            consumers.trailing_zeros()
+        } else {
+            consumers.next_power_of_two().trailing_zeros() + 2
+        };
+        let chunk_log2 = 8.min(nslots_log2.saturating_sub(spread));
+        Geometry::new(nslots_log2, chunk_log2, consumers)
+    }
+
     pub fn nslots(&self) -> u64 {
         1 << self.nslots_log2
     }
-    /// The consumer that owns position `pos`.
+    /// Chunks in one lap of the ring.
+    fn chunks(&self) -> u64 {
+        1 << (self.nslots_log2 - self.chunk_log2)
+    }
+    /// The consumer that owns position `pos` (the same for every lap of its slot).
     #[inline(always)]
     pub fn owner(&self, pos: u64) -> u32 {
-        ((pos >> self.chunk_log2) % self.consumers as u64) as u32
+        (((pos & (self.nslots() - 1)) >> self.chunk_log2) % self.consumers as u64) as u32
     }
     /// The first position consumer `c` owns.
     pub fn first_owned(&self, c: u32) -> u64 {
@@ -336,11 +372,20 @@ impl Geometry {
     #[inline(always)]
     pub fn next_owned(&self, pos: u64) -> u64 {
         let next = pos + 1;
-        if next & ((1 << self.chunk_log2) - 1) == 0 {
-            next + ((self.consumers as u64 - 1) << self.chunk_log2)
-        } else {
-            next
+        if next & ((1 << self.chunk_log2) - 1) != 0 {
+            return next;
         }
+        // `pos` ended a chunk: the consumer's next chunk is `consumers` chunks on in this lap,
+        // or its first chunk of the next lap.
+        let lap = pos >> self.nslots_log2;
+        let chunk = (pos & (self.nslots() - 1)) >> self.chunk_log2;
+        let following = chunk + self.consumers as u64;
+        let (lap, chunk) = if following < self.chunks() {
+            (lap, following)
+        } else {
+            (lap + 1, chunk % self.consumers as u64)
+        };
+        (lap << self.nslots_log2) | (chunk << self.chunk_log2)
     }
 }
 
@@ -493,9 +538,26 @@ pub struct EndSignal {
     done: AtomicBool,
     final_head: AtomicU64,
     abandon: AtomicBool,
+    yield_when_idle: bool,
 }
 
 impl EndSignal {
+    /// Consumers that give their CPU away while their next slot is empty, for runs with more
+    /// threads than CPUs (host-only models of the ring). A measurement keeps the default: each
+    /// consumer spins on a CPU of its own.
+    pub fn yielding() -> EndSignal {
+        EndSignal {
+            yield_when_idle: true,
+            ..EndSignal::default()
+        }
+    }
+    fn idle(&self) {
+        if self.yield_when_idle {
+            std::thread::yield_now();
+        } else {
+            std::hint::spin_loop();
+        }
+    }
     /// The producers are finished and claimed positions `0..final_head`.
     pub fn finish(&self, final_head: u64) {
         self.final_head.store(final_head, Ordering::Relaxed);
@@ -557,7 +619,7 @@ pub fn consume_fifo(view: &FifoView<'_>, c: u32, v: &Verifier, end: &EndSignal) 
             if end.stop_at(pos) {
                 break;
             }
-            std::hint::spin_loop();
+            end.idle();
             continue;
         }
         let fst = view.slots[2 * i].load(Ordering::Relaxed);
@@ -999,8 +1061,7 @@ pub fn measure(gpu: &Arc<Gpu>, cfg: &QueueConfig) -> Result<QueueMeasurement, Gp
         })?;
         (reports, None)
     } else {
-        let g = Geometry::new(cfg.ring_log2, 8.min(cfg.ring_log2), cfg.consumers)
-            .map_err(GpuError::Invalid)?;
+        let g = Geometry::for_run(cfg.ring_log2, cfg.consumers).map_err(GpuError::Invalid)?;
         let slot_bytes = (g.nslots() * 16) as usize;
         let tail_bytes = 4096;
         let (slots, tails) = match cfg.ring {
@@ -1221,22 +1282,80 @@ mod tests {
     }
 
     #[test]
-    fn consumers_own_chunks_round_robin() {
-        let g = Geometry::new(10, 2, 3).unwrap();
+    fn consumers_own_chunks_of_slots_round_robin() {
+        // 64 slots in chunks of 4: 16 chunks per lap, dealt to 3 consumers (6, 5 and 5 chunks).
+        let g = Geometry::new(6, 2, 3).unwrap();
         assert_eq!(
             (g.owner(0), g.owner(3), g.owner(4), g.owner(8), g.owner(12)),
             (0, 0, 1, 2, 0)
         );
+        // Chunk 15 (slots 60..63) is consumer 0's; the next lap starts again with chunk 0.
+        assert_eq!((g.owner(60), g.owner(64), g.owner(68)), (0, 0, 1));
         let mut p = g.first_owned(1);
         let mut seen = vec![];
-        for _ in 0..6 {
+        for _ in 0..22 {
             seen.push(p);
             assert_eq!(g.owner(p), 1);
             p = g.next_owned(p);
         }
-        assert_eq!(seen, vec![4, 5, 6, 7, 16, 17]);
-        assert!(Geometry::new(10, 2, 5).is_err());
+        let want: Vec<u64> = [4u64, 16, 28, 40, 52, 68]
+            .iter()
+            .flat_map(|&c| c..c + 4)
+            .take(22)
+            .collect();
+        assert_eq!(seen, want);
+        assert!(Geometry::new(10, 2, MAX_CONSUMERS as u32 + 1).is_err());
         assert!(Geometry::new(3, 2, 1).is_err());
+        // 4 chunks cannot feed 5 consumers.
+        assert!(Geometry::new(4, 2, 5).is_err());
+    }
+
+    #[test]
+    fn every_position_has_one_owner_which_is_the_owner_of_its_slot() {
+        for nslots_log2 in 4..=6 {
+            for chunk_log2 in 0..=nslots_log2 {
+                for consumers in 1..=MAX_CONSUMERS as u32 {
+                    let Ok(g) = Geometry::new(nslots_log2, chunk_log2, consumers) else {
+                        assert!(1u64 << (nslots_log2 - chunk_log2) < consumers as u64);
+                        continue;
+                    };
+                    let end = 3 * g.nslots();
+                    let mut owner = vec![u32::MAX; end as usize];
+                    for c in 0..consumers {
+                        let mut p = g.first_owned(c);
+                        while p < end {
+                            assert_eq!(owner[p as usize], u32::MAX, "{g:?}: {p} owned twice");
+                            owner[p as usize] = c;
+                            let next = g.next_owned(p);
+                            assert!(next > p);
+                            p = next;
+                        }
+                    }
+                    for p in 0..end {
+                        assert_eq!(owner[p as usize], g.owner(p), "{g:?} at {p}");
+                        if p >= g.nslots() {
+                            assert_eq!(g.owner(p), g.owner(p - g.nslots()));
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_run_gives_every_consumer_a_share_of_the_ring() {
+        for consumers in 1..=MAX_CONSUMERS as u32 {
+            for ring_log2 in 4..=16 {
+                let g = Geometry::for_run(ring_log2, consumers).unwrap();
+                let chunks = g.chunks();
+                let most = chunks.div_ceil(consumers as u64);
+                let least = chunks / consumers as u64;
+                assert!(least >= 1, "{g:?}");
+                if chunks >= 4 * consumers as u64 {
+                    assert!(4 * (most - least) <= most, "{g:?}");
+                }
+            }
+        }
     }
 
     #[test]

@@ -4,7 +4,7 @@
 
 use efabench_gpu::queue::{
     consume_fifo, consume_vyukov, EndSignal, Errors, FifoView, Geometry, Mode, ProducerShape,
-    QueueConfig, RingKind, Verifier, VyukovView, TAIL_STRIDE,
+    QueueConfig, RingKind, Verifier, VyukovView, MAX_CONSUMERS, TAIL_STRIDE,
 };
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -38,7 +38,7 @@ fn run_fifo(
 ) -> (Errors, u64) {
     let g = Geometry::new(nslots_log2, 2, consumers).unwrap();
     let slots = words(2 * g.nslots() as usize);
-    let tails = words(TAIL_STRIDE * 4);
+    let tails = words(TAIL_STRIDE * MAX_CONSUMERS);
     let view = FifoView {
         slots: &slots,
         tails: &tails,
@@ -175,6 +175,210 @@ fn stale_slots_of_the_previous_lap_are_not_consumed() {
         efabench_gpu::queue::lap_flag(17, 4),
         "stale slot must not look written for lap 1"
     );
+}
+
+/// The first position at or after `from` that consumer `c` owns.
+fn owned_from(g: Geometry, c: u32, from: u64) -> u64 {
+    let mut p = g.first_owned(c);
+    while p < from {
+        p = g.next_owned(p);
+    }
+    p
+}
+
+/// One host producer writes positions `0..total` in order, except those in `late`: each of these
+/// is held back until the ring cannot go on without it (the position a lap later needs its slot)
+/// or the end, and then written only once every consumer has gone as far as it can, that is,
+/// waits at or beyond it. A consumer that took a command two laps old from the held-back slot
+/// shows as a duplicate (or torn) command and a lost one.
+fn run_with_late_writes(
+    nslots_log2: u32,
+    chunk_log2: u32,
+    consumers: u32,
+    total: u64,
+    late: &[u64],
+) -> (Errors, u64) {
+    let g = Geometry::new(nslots_log2, chunk_log2, consumers).unwrap();
+    let n = g.nslots();
+    let slots = words(2 * n as usize);
+    let tails = words(TAIL_STRIDE * MAX_CONSUMERS);
+    for c in 0..consumers {
+        tails[c as usize * TAIL_STRIDE].store(g.first_owned(c), Ordering::Relaxed);
+    }
+    let view = FifoView {
+        slots: &slots,
+        tails: &tails,
+        geometry: g,
+        tails_write_combined: false,
+    };
+    // One producer, command `pos` has sequence `pos`.
+    let v = Verifier::new(1, total, SALT, consumers > 1);
+    let end = EndSignal::yielding();
+    let reports = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..consumers)
+            .map(|c| {
+                let (view, v, end) = (&view, &v, &end);
+                s.spawn(move || consume_fifo(view, c, v, end))
+            })
+            .collect();
+        let write = |pos: u64| {
+            if pos >= n {
+                while view.tail(g.owner(pos - n)) <= pos - n {
+                    std::thread::yield_now();
+                }
+            }
+            view.host_push(pos, pos, 0, SALT);
+        };
+        let settle_then_write = |pos: u64| {
+            for c in 0..consumers {
+                let stop = owned_from(g, c, pos);
+                while view.tail(c) < stop {
+                    std::thread::yield_now();
+                }
+            }
+            write(pos);
+        };
+        let mut held: Vec<u64> = vec![];
+        for pos in 0..total {
+            if let Some(i) = held.iter().position(|&l| l + n == pos) {
+                settle_then_write(held.remove(i));
+            }
+            if late.contains(&pos) {
+                held.push(pos);
+            } else {
+                write(pos);
+            }
+        }
+        for l in held {
+            settle_then_write(l);
+        }
+        end.finish(total);
+        hs.into_iter()
+            .map(|h| h.join().unwrap())
+            .collect::<Vec<_>>()
+    });
+    let mut e = Errors::default();
+    for r in &reports {
+        e.duplicated += r.duplicated;
+        e.torn += r.torn;
+        e.out_of_range += r.out_of_range;
+    }
+    v.finish(&[total as u32], &mut e);
+    (e, reports.iter().map(|r| r.consumed).sum())
+}
+
+#[test]
+fn no_consumer_count_or_chunking_takes_a_stale_slot_from_a_late_writer() {
+    let mut runs = 0;
+    for nslots_log2 in [4u32, 5] {
+        let n = 1u64 << nslots_log2;
+        for chunk_log2 in 0..=3u32 {
+            for consumers in 1..=MAX_CONSUMERS as u32 {
+                if Geometry::new(nslots_log2, chunk_log2, consumers).is_err() {
+                    // Fewer chunks than consumers: refused, never run.
+                    assert!(n >> chunk_log2 < consumers as u64);
+                    continue;
+                }
+                // Late writers in the first lap (the slot is still zero), in a later lap (it
+                // holds a command two laps old), at a chunk's start and inside one, and two at
+                // once.
+                for late in [
+                    vec![n],
+                    vec![n + 1],
+                    vec![1],
+                    vec![2 * n + 3],
+                    vec![n + 2, 2 * n + 5],
+                ] {
+                    let total = 4 * n;
+                    let (e, consumed) =
+                        run_with_late_writes(nslots_log2, chunk_log2, consumers, total, &late);
+                    assert_eq!(
+                        (e, consumed),
+                        (Errors::default(), total),
+                        "2^{nslots_log2} slots, chunks of 2^{chunk_log2}, {consumers} consumers, \
+                         late {late:?}"
+                    );
+                    runs += 1;
+                }
+            }
+        }
+    }
+    assert!(runs > 100, "{runs}");
+}
+
+#[test]
+fn many_producers_claiming_out_of_order_lose_and_double_nothing() {
+    // Producers claim positions from a shared head and write them after a pseudo-random pause,
+    // as warps of a GPU do, for every consumer count on a small ring (many laps).
+    for consumers in 1..=MAX_CONSUMERS as u32 {
+        let g = Geometry::for_run(5, consumers).unwrap();
+        let n = g.nslots();
+        let slots = words(2 * n as usize);
+        let tails = words(TAIL_STRIDE * MAX_CONSUMERS);
+        for c in 0..consumers {
+            tails[c as usize * TAIL_STRIDE].store(g.first_owned(c), Ordering::Relaxed);
+        }
+        let view = FifoView {
+            slots: &slots,
+            tails: &tails,
+            geometry: g,
+            tails_write_combined: false,
+        };
+        let (producers, per) = (3u64, 200u64);
+        let v = Verifier::new(producers, per, SALT, true);
+        let end = EndSignal::yielding();
+        let head = AtomicU64::new(0);
+        let reports = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..consumers)
+                .map(|c| {
+                    let (view, v, end) = (&view, &v, &end);
+                    s.spawn(move || consume_fifo(view, c, v, end))
+                })
+                .collect();
+            let ps: Vec<_> = (0..producers)
+                .map(|p| {
+                    let (view, head) = (&view, &head);
+                    s.spawn(move || {
+                        let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ p;
+                        for seq in 0..per {
+                            let pos = head.fetch_add(1, Ordering::Relaxed);
+                            x ^= x << 13;
+                            x ^= x >> 7;
+                            x ^= x << 17;
+                            for _ in 0..x % 8 {
+                                std::thread::yield_now();
+                            }
+                            if pos >= n {
+                                while view.tail(g.owner(pos - n)) <= pos - n {
+                                    std::thread::yield_now();
+                                }
+                            }
+                            view.host_push(pos, seq, p, SALT);
+                        }
+                    })
+                })
+                .collect();
+            for p in ps {
+                p.join().unwrap();
+            }
+            end.finish(head.load(Ordering::Relaxed));
+            hs.into_iter()
+                .map(|h| h.join().unwrap())
+                .collect::<Vec<_>>()
+        });
+        let mut e = Errors::default();
+        for r in &reports {
+            e.duplicated += r.duplicated;
+            e.torn += r.torn;
+            e.out_of_range += r.out_of_range;
+        }
+        v.finish(&[per as u32; 3], &mut e);
+        assert_eq!(e, Errors::default(), "{consumers} consumers, {g:?}");
+        assert_eq!(
+            reports.iter().map(|r| r.consumed).sum::<u64>(),
+            producers * per
+        );
+    }
 }
 
 #[test]
