@@ -44,8 +44,8 @@ fn bad_options_are_refused_before_the_gpu_is_touched() {
         &["1x2048", "SMx1024"],
     );
     one_line_exit_2(
-        &efabench(&["queue", "--consumers", "5"]),
-        &["--consumers", "1 to 4"],
+        &efabench(&["queue", "--consumers", "9"]),
+        &["--consumers", "1 to 8"],
     );
     one_line_exit_2(
         &efabench(&["queue", "--mode", "quiet"]),
