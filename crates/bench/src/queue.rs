@@ -4,7 +4,7 @@
 //! each network operation from GPU threads to a CPU proxy through a ring of commands, so the
 //! ring's rate and round trip bound what such a kernel can issue. This benchmark drives the rings
 //! of `efabench_gpu::queue` (`pinned`, `managed`, `gdr`, `hybrid` and Libefaxx's Vyukov ring for
-//! a ratio in the same run) with producers from one GPU thread to the whole GPU and 1..4 CPU
+//! a ratio in the same run) with producers from one GPU thread to the whole GPU and 1..8 CPU
 //! consumers pinned to the GPU's NUMA node, in `nbi` (push many, one quiet) and `blocking`
 //! (quiet after each push) modes. Every command is verified (producer, sequence, pattern): the
 //! record's `errors` counts commands lost, duplicated, torn or out of range.
@@ -51,7 +51,7 @@ pub struct QueueArgs {
     /// Producer shapes, BLOCKSxTHREADS comma-separated; SM = the GPU's SM count.
     #[arg(long, default_value = ProducerShape::DEFAULT_LIST)]
     pub producers: String,
-    /// Consumer threads, comma-separated, each 1 to 4.
+    /// Consumer threads, comma-separated, each 1 to 8.
     #[arg(long, value_delimiter = ',', default_value = "1,4")]
     pub consumers: Vec<String>,
     /// Modes, comma-separated: nbi, blocking.

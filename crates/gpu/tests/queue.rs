@@ -458,6 +458,9 @@ fn every_ring_on_a_gpu_delivers_every_command() {
             ("1x1", 1, Mode::Blocking),
             ("1x32", 2, Mode::Nbi),
             ("4x256", 3, Mode::Nbi),
+            ("4x256", 5, Mode::Nbi),
+            ("1x32", 6, Mode::Blocking),
+            ("8x256", 8, Mode::Nbi),
         ] {
             let mut cfg = QueueConfig::new(
                 ring,
