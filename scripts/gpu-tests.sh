@@ -10,8 +10,11 @@
 #   IPC_ARGS="-b 4K -e 1G"                extra options for the ipc run
 #   EFABENCH_LIBFABRIC=/path/libfabric.so.1  library for the registration test; default: the CUDA
 #                                         build of scripts/gpu-libfabric.sh at .dev/lf-cuda when
-#                                         present (so FI_HMEM_CUDA registration is tested for real),
-#                                         else the system's
+#                                         present, else the system's. The test registers on shm
+#                                         with FI_HMEM when that library registers CUDA memory
+#                                         (the CUDA build does), else on tcp without; its
+#                                         "registration:" line, repeated at the end, says which
+#                                         and whether HMEM registration was exercised
 #
 # Exit status: non-zero when any test or the ipc verification fails.
 set -uo pipefail
@@ -53,6 +56,8 @@ else
   [ -n "${CARGO_TARGET_DIR:-}" ] && efabench="$CARGO_TARGET_DIR/release/efabench"
   cargo test --release -p efabench-gpu -- --nocapture --test-threads=1 2>&1 | tee "$OUT/gpu-tests.log" || fail=1
 fi
+
+grep -h '^registration:' "$OUT/gpu-tests.log" 2>/dev/null || echo "registration: no line in $OUT/gpu-tests.log (test skipped or not run)"
 
 if [ "${ngpu:-0}" -ge 2 ]; then
   kind=${MACHINE:-$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr ' ' '-' | tr 'A-Z' 'a-z')-x$ngpu}

@@ -5,7 +5,7 @@ use crate::env::{lint, EnvContext};
 use crate::minimums::{for_instance, Minimums};
 use crate::{Check, Inputs, LibfabricInput, Memlock, Status};
 use efabench_topology::counters::{is_error_counter, Snapshot};
-use efabench_topology::installed::{version_lt, EfaDriver, Found, Installed};
+use efabench_topology::installed::{version_lt, CudaSource, EfaDriver, Found, Installed};
 use efabench_topology::topo::{instance_profile, InstanceProfile};
 use efabench_topology::Topology;
 
@@ -657,10 +657,17 @@ fn cuda(f: &Facts) -> Check {
         );
     };
     let Some(v) = &c.version else {
+        let why = match c.source {
+            CudaSource::Nvcc if f.inputs.root.is_system() => {
+                "only bin/nvcc could tell it, and `nvcc --version` failed or printed no release"
+            }
+            CudaSource::Nvcc => "only bin/nvcc could tell it, and nvcc is run only with --root /",
+            _ => "none in version.json, version.txt, include/cuda.h or the libcudart.so name",
+        };
         return Check::new(
             id,
             Status::Warn,
-            format!("{} has no readable version", c.path),
+            format!("CUDA toolkit in {} has no readable version ({why})", c.dir),
         )
         .subjects([c.path.clone()]);
     };
@@ -668,13 +675,20 @@ fn cuda(f: &Facts) -> Check {
         Some(m) => Check::new(
             id,
             Status::Fail,
-            format!("CUDA {v} is older than {m} (minimum for {})", f.min.family),
+            format!(
+                "CUDA {v} (from {}) is older than {m} (minimum for {})",
+                c.from(),
+                f.min.family
+            ),
         )
         .fix("install a newer CUDA toolkit")
         .subjects([c.path.clone()]),
-        None => {
-            Check::new(id, Status::Pass, format!("CUDA toolkit {v}")).subjects([c.path.clone()])
-        }
+        None => Check::new(
+            id,
+            Status::Pass,
+            format!("CUDA toolkit {v} in {} (from {})", c.dir, c.from()),
+        )
+        .subjects([c.path.clone()]),
     }
 }
 

@@ -337,3 +337,53 @@ fn in_tree_driver_relies_on_dmabuf() {
         Status::Fail
     );
 }
+
+#[test]
+fn cuda_13_found_and_says_where() {
+    let cases = [
+        (
+            "cuda13-header",
+            Status::Pass,
+            "CUDA toolkit 13.0 in /usr/local/cuda-13.0 (from include/cuda.h)",
+        ),
+        (
+            "cuda13-cudart",
+            Status::Pass,
+            "CUDA toolkit 13.0.96 in /usr/local/cuda-13.0 (from targets/x86_64-linux/lib/libcudart.so.13.0.96)",
+        ),
+        (
+            "cuda13-soname",
+            Status::Pass,
+            "CUDA toolkit 13 in /usr/local/cuda-13.0 (from targets/x86_64-linux/lib/libcudart.so)",
+        ),
+        (
+            "cuda13-nvcc",
+            Status::Warn,
+            "CUDA toolkit in /usr/local/cuda-13.0 has no readable version (only bin/nvcc could tell it, and nvcc is run only with --root /)",
+        ),
+    ];
+    for (variant, want, summary) in cases {
+        let t = variants::variant(variant);
+        let r = run(&inputs(t.path(), &[]));
+        let c = r.get("cuda").unwrap();
+        assert_eq!((c.status, c.summary.as_str()), (want, summary), "{variant}");
+    }
+    let r = run(&inputs(&variants::fixture("p5.48xlarge"), &[]));
+    assert_eq!(
+        r.get("cuda").unwrap().summary,
+        "CUDA toolkit 12.8.1 in /usr/local/cuda (from version.json)"
+    );
+    // The minimum still applies to a version read from the header.
+    let t = variants::variant("cuda13-header");
+    t.write(
+        "usr/local/cuda-13.0/targets/x86_64-linux/include/cuda.h",
+        "#define CUDA_VERSION 12010\n",
+    );
+    let c = run(&inputs(t.path(), &[])).get("cuda").unwrap().clone();
+    assert_eq!(c.status, Status::Fail, "{c:?}");
+    assert!(
+        c.summary
+            .starts_with("CUDA 12.1 (from include/cuda.h) is older than 12.2"),
+        "{c:?}"
+    );
+}

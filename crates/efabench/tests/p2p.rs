@@ -81,6 +81,8 @@ fn sweep(bench: &str, provider: &str) {
                 && r.lat_us.p50 <= r.lat_us.max
         );
         assert!(r.libfabric.is_some());
+        // Host memory: no GPU to share, said as null in every record.
+        assert_eq!(r.extra.get("gpu_sharing"), Some(&serde_json::Value::Null));
     }
     let variants: std::collections::BTreeSet<_> = recs.iter().map(|r| r.variant.as_str()).collect();
     assert_eq!(

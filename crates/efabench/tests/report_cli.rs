@@ -213,6 +213,51 @@ fn compare_exit_codes_follow_the_tolerance() {
     assert_eq!(out.trim_end().lines().count(), 1);
 }
 
+/// Records of a run whose two ranks shared GPU 0 without MPS say so in `gpu_sharing`; compare
+/// warns about them and plot marks their series.
+#[test]
+fn time_sliced_records_are_flagged_by_compare_and_plot() {
+    let d = tempdir("timesliced");
+    let (base, cand) = (d.join("two-gpus.jsonl"), d.join("one-gpu.jsonl"));
+    write_sweep(&base, 1.0, None);
+    write_sweep(&cand, 1.0, None);
+    let sliced: String = std::fs::read_to_string(&cand)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let l = l.strip_suffix('}').unwrap();
+            format!(r#"{l},"gpu_sharing":[{{"host":"h","gpu":0,"ranks":[0,1],"mps":false}}]}}"#)
+                + "\n"
+        })
+        .collect();
+    std::fs::write(&cand, sliced).unwrap();
+    let o = efabench(&["compare", base.to_str().unwrap(), cand.to_str().unwrap()]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "a warning, not a failure: {out}");
+    assert!(
+        out.contains("# warning: 20 candidate record(s) were measured on a GPU shared without NVIDIA MPS (ranks 0,1 on GPU 0 of h)"),
+        "{out}"
+    );
+    let svg = d.join("p.svg");
+    let o = efabench(&[
+        "plot",
+        base.to_str().unwrap(),
+        cand.to_str().unwrap(),
+        "-o",
+        svg.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr_line(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("2 series, 40 points; 1 series measured on a GPU shared without NVIDIA MPS (time-sliced), marked (GPU time-sliced, no MPS) in the legend"),
+        "{out}"
+    );
+    assert!(std::fs::read_to_string(&svg)
+        .unwrap()
+        .contains("sendrecv/stream [one-gpu.jsonl] (GPU time-sliced, no MPS)"));
+    let _ = std::fs::remove_dir_all(&d);
+}
+
 /// Issue 14: a candidate that lacks most of the baseline's points (a run that crashed after a few
 /// sizes) used to exit 0 with "Result: OK". It fails now unless `--allow-missing`.
 #[test]

@@ -267,39 +267,118 @@ fn nvml_inventory_lists_every_gpu() {
     );
 }
 
-/// Registers each kind with libfabric where the library and a provider exist (tcp on loopback;
-/// CUDA kinds need FI_HMEM, which Debian's tcp provider may lack: then it prints what it said).
+/// `FI_ENOSYS`: what `fi_mr_regattr` returns for CUDA memory on a libfabric built without CUDA,
+/// even where the provider lists `FI_HMEM` in its caps (Debian's shm does).
+const FI_ENOSYS: i32 = 38;
+
+/// Registers each kind with libfabric on a provider that registers device memory when this
+/// libfabric has one: shm, then tcp, each asked for `FI_HMEM` and taken only when its fi_info
+/// caps carry it and a CUDA buffer actually registers (a libfabric built with CUDA:
+/// scripts/gpu-libfabric.sh). There every kind must register. Otherwise tcp on loopback without
+/// `FI_HMEM`: host kinds must register and CUDA kinds are refused. The output names the provider
+/// and whether HMEM registration was exercised.
 #[test]
 fn buffers_register_with_libfabric_where_the_provider_allows() {
     let Some(_) = gpu() else { return };
-    if let Err(e) = efabench_fabric::load_library(None) {
-        println!("skipped registration: {e}");
-        return;
-    }
-    for hmem in [false, true] {
-        let mut hints = efabench_fabric::Hints::provider("tcp");
-        hints.node = Some("127.0.0.1".into());
-        hints.hmem = hmem;
+    let lib = match efabench_fabric::load_library(None) {
+        Ok(l) => l,
+        Err(e) => {
+            println!("skipped registration: {e}");
+            return;
+        }
+    };
+    println!("libfabric {} from {}", lib.version, lib.path.display());
+    let mut why_not: Vec<String> = Vec::new();
+    for provider in ["shm", "tcp"] {
+        let mut hints = efabench_fabric::Hints::provider(provider);
+        if provider == "tcp" {
+            hints.node = Some("127.0.0.1".into());
+        }
+        hints.hmem = true;
         let info = match efabench_fabric::first_provider(&hints) {
-            Ok(i) => i,
+            Ok(i) if i.hmem => i,
+            Ok(i) => {
+                why_not.push(format!(
+                    "{provider}: FI_HMEM not in its caps ({:#x})",
+                    i.caps
+                ));
+                continue;
+            }
             Err(e) => {
-                println!("tcp with hmem={hmem}: {e}");
+                why_not.push(format!("{provider}: {e}"));
                 continue;
             }
         };
         let rail = efabench_fabric::Rail::open(&info, &Default::default()).expect("open rail");
+        // Device memory first: a libfabric without CUDA support refuses it with FI_ENOSYS.
+        let probe = Arc::new(alloc(MemKind::Cuda, 1 << 20, 0).unwrap());
+        match rail.register(probe) {
+            Ok(_) => {}
+            Err(e) if e.errno() == Some(FI_ENOSYS) => {
+                why_not.push(format!(
+                    "{provider}: FI_HMEM in its caps, but this libfabric has no CUDA support ({e})"
+                ));
+                continue;
+            }
+            Err(e) => panic!(
+                "{} ({}) offers FI_HMEM but refused device memory: {e}",
+                info.provider, info.domain
+            ),
+        }
         for kind in MemKind::ALL {
             let b = Arc::new(alloc(kind, 1 << 20, 0).unwrap());
             match rail.register(b) {
-                Ok(_) => println!("tcp hmem={hmem}: {kind} registered"),
-                Err(e) => {
-                    println!("tcp hmem={hmem}: {kind} not registered: {e}");
-                    assert!(
-                        kind.needs_gpu() && matches!(kind, MemKind::Cuda | MemKind::Managed),
-                        "host-resident {kind} must register: {e}"
-                    );
-                }
+                Ok(_) => println!("{} hmem: {kind} registered", info.provider),
+                Err(e) => panic!(
+                    "{} ({}) with FI_HMEM: {kind} must register: {e}",
+                    info.provider, info.domain
+                ),
+            }
+        }
+        println!(
+            "registration: provider {} (domain {}), HMEM registration exercised (cuda and managed registered with FI_HMEM_CUDA)",
+            info.provider, info.domain
+        );
+        return;
+    }
+
+    // No provider registers device memory here: host kinds on tcp without FI_HMEM.
+    let mut hints = efabench_fabric::Hints::provider("tcp");
+    hints.node = Some("127.0.0.1".into());
+    let info = match efabench_fabric::first_provider(&hints) {
+        Ok(i) => i,
+        Err(e) => {
+            println!(
+                "skipped registration: no provider registers device memory ({}) and tcp is not offered: {e}",
+                why_not.join("; ")
+            );
+            return;
+        }
+    };
+    let rail = efabench_fabric::Rail::open(&info, &Default::default()).expect("open rail");
+    for kind in MemKind::ALL {
+        let b = Arc::new(alloc(kind, 1 << 20, 0).unwrap());
+        match rail.register(b) {
+            Ok(_) => {
+                assert!(
+                    !matches!(kind, MemKind::Cuda | MemKind::Managed),
+                    "{kind} registered without FI_HMEM"
+                );
+                println!("{} without hmem: {kind} registered", info.provider);
+            }
+            Err(e) => {
+                println!("{} without hmem: {kind} not registered: {e}", info.provider);
+                assert!(
+                    matches!(kind, MemKind::Cuda | MemKind::Managed),
+                    "host-resident {kind} must register: {e}"
+                );
             }
         }
     }
+    println!(
+        "registration: provider {} (domain {}), HMEM registration NOT exercised: {} (use a libfabric built with CUDA: scripts/gpu-libfabric.sh, EFABENCH_LIBFABRIC=...)",
+        info.provider,
+        info.domain,
+        why_not.join("; ")
+    );
 }

@@ -31,5 +31,8 @@ pub use jsonl::{
     validate_line, JsonlWriter, RecordsRead, MAX_LINE_BYTES,
 };
 pub use output::{Format, Sink};
-pub use record::{LatencySummary, Record, LATENCY_FIELDS, REQUIRED_FIELDS, SCHEMA};
+pub use record::{
+    GpuSharing, LatencySummary, Record, SharedGpu, GPU_SHARING, LATENCY_FIELDS, REQUIRED_FIELDS,
+    SCHEMA,
+};
 pub use util::{hostname, human_size, now_rfc3339, rfc3339_from_unix};

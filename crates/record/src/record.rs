@@ -61,6 +61,74 @@ pub struct Record {
     pub extra: serde_json::Map<String, serde_json::Value>,
 }
 
+/// The extra field that says which ranks put their GPU buffers on one GPU (`docs/records.md`).
+pub const GPU_SHARING: &str = "gpu_sharing";
+
+/// Ranks of one host whose GPU buffers are on the same GPU: one element of `gpu_sharing`.
+///
+/// Two processes on one GPU do not run at once unless NVIDIA MPS gives them one shared context:
+/// without it the GPU time-slices between them, and GPU-side timings include waiting for the
+/// other's slice.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SharedGpu {
+    /// Host name of the ranks.
+    pub host: String,
+    /// The GPU's index on that host.
+    pub gpu: i32,
+    /// The ranks on it, ascending (at least two).
+    pub ranks: Vec<u32>,
+    /// Whether an NVIDIA MPS control daemon served the ranks (false: time-sliced).
+    pub mps: bool,
+}
+
+impl SharedGpu {
+    /// `ranks 0,1 on GPU 0 of host-a`.
+    pub fn describe(&self) -> String {
+        let ranks: Vec<String> = self.ranks.iter().map(|r| r.to_string()).collect();
+        format!(
+            "ranks {} on GPU {} of {}",
+            ranks.join(","),
+            self.gpu,
+            self.host
+        )
+    }
+}
+
+/// What a record says about ranks sharing a GPU (`gpu_sharing`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum GpuSharing {
+    /// The record has no `gpu_sharing` field (written before efabench recorded it).
+    Unknown,
+    /// `null`: no two ranks of one host used one GPU (or the run used no GPU memory).
+    NotShared,
+    /// These GPUs each served several ranks.
+    Shared(Vec<SharedGpu>),
+}
+
+impl GpuSharing {
+    /// The field's value for a run: `null` when no group shares a GPU.
+    pub fn to_value(groups: &[SharedGpu]) -> serde_json::Value {
+        if groups.is_empty() {
+            serde_json::Value::Null
+        } else {
+            serde_json::to_value(groups).unwrap_or(serde_json::Value::Null)
+        }
+    }
+
+    /// The groups sharing a GPU without MPS (their GPU work was time-sliced).
+    pub fn time_sliced(&self) -> Vec<&SharedGpu> {
+        match self {
+            GpuSharing::Shared(g) => g.iter().filter(|g| !g.mps).collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// True when some ranks shared a GPU without MPS.
+    pub fn is_time_sliced(&self) -> bool {
+        !self.time_sliced().is_empty()
+    }
+}
+
 /// Every top-level key a record must carry (`docs/records.md`). Nullable fields (`peer`,
 /// `libfabric`, `busbw_gbps`, `link_gbps`, `util_pct`, `counters`, `git`) must be present as
 /// `null` rather than left out, so a reader can tell "unknown" from "written by an older tool".
@@ -118,6 +186,20 @@ impl Record {
         self.extra.get("busbw_def").and_then(|v| v.as_str())
     }
 
+    /// The record's `gpu_sharing` field, typed. A value of the wrong shape reads as
+    /// [`GpuSharing::Unknown`]; [`Record::check`] refuses such a record.
+    pub fn gpu_sharing(&self) -> GpuSharing {
+        match self.extra.get(GPU_SHARING) {
+            None => GpuSharing::Unknown,
+            Some(serde_json::Value::Null) => GpuSharing::NotShared,
+            Some(v) => match serde_json::from_value::<Vec<SharedGpu>>(v.clone()) {
+                Ok(g) if g.is_empty() => GpuSharing::NotShared,
+                Ok(g) => GpuSharing::Shared(g),
+                Err(_) => GpuSharing::Unknown,
+            },
+        }
+    }
+
     /// Checks what serde cannot: the schema tag and that every float is finite (serde_json
     /// writes NaN and infinity as `null`, which would make the record unreadable later).
     /// The error names the record and the field.
@@ -151,6 +233,14 @@ impl Record {
                 }
             }
         }
+        if let Some(v) = self.extra.get(GPU_SHARING).filter(|v| !v.is_null()) {
+            if let Err(e) = serde_json::from_value::<Vec<SharedGpu>>(v.clone()) {
+                return Err(format!(
+                    "{}: {GPU_SHARING} is not null or a list of {{host, gpu, ranks, mps}}: {e}",
+                    self.describe()
+                ));
+            }
+        }
         Ok(())
     }
 
@@ -161,5 +251,64 @@ impl Record {
             "record {}/{} {} B{peer}",
             self.bench, self.variant, self.size_bytes
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::sample;
+    use serde_json::json;
+
+    #[test]
+    fn gpu_sharing_reads_every_state() {
+        let mut r = sample("proxy", "nbi", 1024, 1.0, 1.0);
+        assert_eq!(r.gpu_sharing(), GpuSharing::Unknown, "an older record");
+        r.extra.insert(GPU_SHARING.into(), json!(null));
+        assert_eq!(r.gpu_sharing(), GpuSharing::NotShared);
+        assert!(!r.gpu_sharing().is_time_sliced());
+        let groups = vec![
+            SharedGpu {
+                host: "a".into(),
+                gpu: 0,
+                ranks: vec![0, 2],
+                mps: false,
+            },
+            SharedGpu {
+                host: "a".into(),
+                gpu: 1,
+                ranks: vec![1, 3],
+                mps: true,
+            },
+        ];
+        let v = GpuSharing::to_value(&groups);
+        assert_eq!(
+            v,
+            json!([{"host": "a", "gpu": 0, "ranks": [0, 2], "mps": false},
+                   {"host": "a", "gpu": 1, "ranks": [1, 3], "mps": true}])
+        );
+        assert_eq!(GpuSharing::to_value(&[]), json!(null));
+        r.extra.insert(GPU_SHARING.into(), v);
+        let s = r.gpu_sharing();
+        assert_eq!(s, GpuSharing::Shared(groups.clone()));
+        assert_eq!(s.time_sliced(), vec![&groups[0]]);
+        assert_eq!(groups[0].describe(), "ranks 0,2 on GPU 0 of a");
+        assert!(r.check().is_ok());
+        // Through JSON and back, as a reader sees it.
+        let back: Record = serde_json::from_str(&serde_json::to_string(&r).unwrap()).unwrap();
+        assert_eq!(back.gpu_sharing(), GpuSharing::Shared(groups));
+    }
+
+    #[test]
+    fn a_malformed_gpu_sharing_is_refused() {
+        let mut r = sample("proxy", "nbi", 1024, 1.0, 1.0);
+        r.extra
+            .insert(GPU_SHARING.into(), json!("ranks 0,1 on GPU 0"));
+        assert_eq!(r.gpu_sharing(), GpuSharing::Unknown);
+        let e = r.check().unwrap_err();
+        assert!(e.contains("gpu_sharing is not null or a list"), "{e}");
+        r.extra
+            .insert(GPU_SHARING.into(), json!([{"gpu": 0, "ranks": [0, 1]}]));
+        assert!(r.check().is_err());
     }
 }

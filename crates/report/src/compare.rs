@@ -12,10 +12,12 @@
 //! measure a deliberately smaller sweep pass `allow_missing` (`--allow-missing`); the missing
 //! points are still listed and counted. Points only the candidate has are listed and never fail.
 //! When a file holds the same key several times (runs appended to one file), the last record is
-//! used and the output says so.
+//! used and the output says so. Records measured on a GPU that ranks time-sliced without NVIDIA
+//! MPS (`gpu_sharing`) get a warning line, and so do pairs whose sides differ in that state:
+//! such a change is the GPU scheduler's, not the path's.
 
 use efabench_record::Error;
-use efabench_record::Record;
+use efabench_record::{GpuSharing, Record};
 use std::fmt::Write as _;
 
 /// What two records must share to be compared.
@@ -115,6 +117,49 @@ pub struct Comparison {
     /// Matched pairs whose baseline was verified but whose candidate was not (`--no-check`):
     /// their error count of 0 proves nothing.
     pub unverified_candidate: usize,
+    /// Matched baseline records measured on a GPU that ranks shared without NVIDIA MPS.
+    pub time_sliced_baseline: TimeSliced,
+    /// Same for the candidate.
+    pub time_sliced_candidate: TimeSliced,
+    /// Matched pairs whose sides differ in GPU sharing (not shared, shared under MPS,
+    /// time-sliced), where both records say.
+    pub gpu_sharing_differs: usize,
+}
+
+/// Records whose GPU work was time-sliced with another rank's (`gpu_sharing` with `mps: false`):
+/// their GPU-side timings include waiting for the other's slices.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+pub struct TimeSliced {
+    pub records: usize,
+    /// The shared GPUs, each once: `ranks 0,1 on GPU 0 of host-a`.
+    pub gpus: Vec<String>,
+}
+
+impl TimeSliced {
+    fn add(&mut self, sharing: &GpuSharing) {
+        let groups = sharing.time_sliced();
+        if groups.is_empty() {
+            return;
+        }
+        self.records += 1;
+        for g in groups {
+            let d = g.describe();
+            if !self.gpus.contains(&d) {
+                self.gpus.push(d);
+            }
+        }
+    }
+}
+
+/// A record's GPU-sharing state for telling two sides apart; `None` when the record predates
+/// the field.
+fn sharing_state(s: &GpuSharing) -> Option<&'static str> {
+    match s {
+        GpuSharing::Unknown => None,
+        GpuSharing::NotShared => Some("not shared"),
+        GpuSharing::Shared(_) if s.is_time_sliced() => Some("time-sliced"),
+        GpuSharing::Shared(_) => Some("shared under MPS"),
+    }
 }
 
 /// Judges one metric. `higher_is_better` for bandwidth, not for latency.
@@ -185,6 +230,9 @@ pub fn compare(
     let mut rows = Vec::new();
     let mut only_baseline = Vec::new();
     let mut unverified_candidate = 0;
+    let mut time_sliced_baseline = TimeSliced::default();
+    let mut time_sliced_candidate = TimeSliced::default();
+    let mut gpu_sharing_differs = 0;
     for (k, b) in &base {
         let Some(c) = cand_pos.get(k) else {
             only_baseline.push(k.clone());
@@ -192,6 +240,12 @@ pub fn compare(
         };
         if b.verified && !c.verified {
             unverified_candidate += 1;
+        }
+        let (bs, cs) = (b.gpu_sharing(), c.gpu_sharing());
+        time_sliced_baseline.add(&bs);
+        time_sliced_candidate.add(&cs);
+        if let (Some(x), Some(y)) = (sharing_state(&bs), sharing_state(&cs)) {
+            gpu_sharing_differs += usize::from(x != y);
         }
         let bw = judge(b.bw_gbps, c.bw_gbps, tolerance_pct, true);
         let lat = judge(b.lat_us.p50, c.lat_us.p50, tolerance_pct, false);
@@ -246,6 +300,9 @@ pub fn compare(
         repeated_baseline,
         repeated_candidate,
         unverified_candidate,
+        time_sliced_baseline,
+        time_sliced_candidate,
+        gpu_sharing_differs,
     })
 }
 
@@ -327,6 +384,26 @@ impl Comparison {
                 out,
                 "# note: {} candidate record(s) were run without verification (--no-check) where the baseline was verified; their errors are not known",
                 self.unverified_candidate
+            );
+        }
+        for (t, which) in [
+            (&self.time_sliced_baseline, "baseline"),
+            (&self.time_sliced_candidate, "candidate"),
+        ] {
+            if t.records > 0 {
+                let _ = writeln!(
+                    out,
+                    "# warning: {} {which} record(s) were measured on a GPU shared without NVIDIA MPS ({}): their GPU work was time-sliced, so GPU-side timings include waiting for the other rank's slices",
+                    t.records,
+                    t.gpus.join("; ")
+                );
+            }
+        }
+        if self.gpu_sharing_differs > 0 {
+            let _ = writeln!(
+                out,
+                "# warning: {} matched pair(s) differ in GPU sharing (not shared / shared under MPS / time-sliced, from gpu_sharing): a change there is the GPU scheduler's, not the path's",
+                self.gpu_sharing_differs
             );
         }
         let _ = writeln!(out, "#");
@@ -539,6 +616,86 @@ mod tests {
         // Fewer errors than the baseline is not a regression.
         let c = compare(&cand, &base, 0.0, false).unwrap();
         assert_eq!(c.regressions(), 0);
+    }
+
+    fn shared(r: &mut Record, mps: Option<bool>) {
+        let v = match mps {
+            None => serde_json::Value::Null,
+            Some(mps) => serde_json::json!([{"host": "h", "gpu": 0, "ranks": [0, 1], "mps": mps}]),
+        };
+        r.extra.insert(efabench_record::GPU_SHARING.into(), v);
+    }
+
+    #[test]
+    fn time_sliced_gpus_are_warned_about() {
+        let sweep = |mps: Option<bool>| {
+            let mut v = vec![
+                sample("proxy", "nbi", 1024, 10.0, 3.0),
+                sample("proxy", "nbi", 2048, 10.0, 3.0),
+            ];
+            v.iter_mut().for_each(|r| shared(r, mps));
+            v
+        };
+        let warnings = |c: &Comparison| -> Vec<String> {
+            c.render_table("a", "b")
+                .lines()
+                .filter(|l| l.starts_with("# warning:"))
+                .map(str::to_string)
+                .collect()
+        };
+        // Neither side shared a GPU, or the records predate the field: no warning.
+        let c = compare(&sweep(None), &sweep(None), 5.0, false).unwrap();
+        assert!(warnings(&c).is_empty());
+        let old = vec![
+            sample("proxy", "nbi", 1024, 10.0, 3.0),
+            sample("proxy", "nbi", 2048, 10.0, 3.0),
+        ];
+        let c = compare(&old, &sweep(None), 5.0, false).unwrap();
+        assert!(warnings(&c).is_empty());
+        assert_eq!(c.gpu_sharing_differs, 0);
+
+        // Both time-sliced: one line per side, naming the GPU; the states agree.
+        let c = compare(&sweep(Some(false)), &sweep(Some(false)), 5.0, false).unwrap();
+        let w = warnings(&c);
+        assert_eq!(w.len(), 2, "{w:?}");
+        assert!(
+            w[0].starts_with("# warning: 2 baseline record(s) were measured on a GPU shared without NVIDIA MPS (ranks 0,1 on GPU 0 of h): their GPU work was time-sliced"),
+            "{w:?}"
+        );
+        assert!(
+            w[1].starts_with("# warning: 2 candidate record(s)"),
+            "{w:?}"
+        );
+        assert_eq!(c.gpu_sharing_differs, 0);
+
+        // Baseline under MPS, candidate time-sliced: the candidate's line and the difference.
+        let c = compare(&sweep(Some(true)), &sweep(Some(false)), 5.0, false).unwrap();
+        let w = warnings(&c);
+        assert_eq!(w.len(), 2, "{w:?}");
+        assert!(
+            w[0].starts_with("# warning: 2 candidate record(s)"),
+            "{w:?}"
+        );
+        assert!(
+            w[1].starts_with("# warning: 2 matched pair(s) differ in GPU sharing"),
+            "{w:?}"
+        );
+        // Not shared against shared under MPS differs too, with nothing time-sliced.
+        let c = compare(&sweep(None), &sweep(Some(true)), 5.0, false).unwrap();
+        assert_eq!(warnings(&c).len(), 1);
+        assert_eq!(c.gpu_sharing_differs, 2);
+        // In the JSON.
+        let c = compare(&sweep(Some(false)), &sweep(None), 5.0, false).unwrap();
+        let j = c.to_json("a", "b");
+        assert_eq!(j["time_sliced_baseline"]["records"], 2);
+        assert_eq!(
+            j["time_sliced_baseline"]["gpus"][0],
+            "ranks 0,1 on GPU 0 of h"
+        );
+        assert_eq!(j["time_sliced_candidate"]["records"], 0);
+        assert_eq!(j["gpu_sharing_differs"], 2);
+        // A warning, not a failure.
+        assert!(!c.failed());
     }
 
     #[test]

@@ -19,4 +19,7 @@ pub use efabench_record::{
 };
 pub use efabench_record::{Error, ErrorKind};
 pub use efabench_record::{Format, Sink};
-pub use efabench_record::{LatencySummary, Record, LATENCY_FIELDS, REQUIRED_FIELDS, SCHEMA};
+pub use efabench_record::{
+    GpuSharing, LatencySummary, Record, SharedGpu, GPU_SHARING, LATENCY_FIELDS, REQUIRED_FIELDS,
+    SCHEMA,
+};

@@ -265,6 +265,8 @@ pub struct PlotSummary {
     pub points: usize,
     /// Records left out: no value for the field, or a non-positive value on a log axis.
     pub skipped: usize,
+    /// Series drawn from records whose GPU was time-sliced between ranks (no MPS).
+    pub time_sliced: usize,
     pub format: ImageFormat,
 }
 
@@ -272,6 +274,8 @@ pub struct PlotSummary {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Series {
     pub label: String,
+    /// Its records were measured on a GPU that ranks shared without NVIDIA MPS.
+    pub time_sliced: bool,
     /// (x, y) in data units, sorted by x.
     pub points: Vec<(f64, f64)>,
 }
@@ -287,7 +291,11 @@ struct SeriesKey {
     /// 1M, at 4M, ...), instead of points of different sizes stacked at the same x.
     size: Option<u64>,
     file: usize,
+    time_sliced: bool,
 }
+
+/// What the legend appends to a series measured on a time-sliced GPU.
+pub const TIME_SLICED_MARK: &str = "(GPU time-sliced, no MPS)";
 
 /// Groups records into series (see the module docs) and returns them with the count of
 /// records that had no plottable value.
@@ -320,6 +328,7 @@ pub fn build_series(inputs: &[(PathBuf, Vec<Record>)], opts: &PlotOptions) -> (V
                 provider: r.provider.clone(),
                 size: (opts.x != Field::Size).then_some(r.size_bytes),
                 file,
+                time_sliced: r.gpu_sharing().is_time_sliced(),
             };
             match groups.iter().rposition(|(k, _, _)| *k == key) {
                 Some(i) if !groups[i].2.iter().any(|p| p.0 == x) => groups[i].2.push((x, y)),
@@ -386,7 +395,15 @@ pub fn build_series(inputs: &[(PathBuf, Vec<Record>)], opts: &PlotOptions) -> (V
             if show_run {
                 label.push_str(&format!(" run {run}"));
             }
-            Series { label, points }
+            if k.time_sliced {
+                label.push(' ');
+                label.push_str(TIME_SLICED_MARK);
+            }
+            Series {
+                label,
+                time_sliced: k.time_sliced,
+                points,
+            }
         })
         .collect();
     (series, skipped)
@@ -650,6 +667,7 @@ pub fn plot_files(
         series: series.len(),
         points,
         skipped,
+        time_sliced: series.iter().filter(|s| s.time_sliced).count(),
         format,
     })
 }
@@ -975,6 +993,62 @@ mod tests {
         ] {
             assert!(text.contains(needle), "{needle} missing from the SVG");
         }
+    }
+
+    #[test]
+    fn time_sliced_records_are_marked_in_the_legend() {
+        let sliced = |mut v: Vec<Record>, mps: bool| {
+            for r in &mut v {
+                r.extra.insert(
+                    efabench_record::GPU_SHARING.into(),
+                    serde_json::json!([{"host": "h", "gpu": 0, "ranks": [0, 1], "mps": mps}]),
+                );
+            }
+            v
+        };
+        // One file: a run on one GPU without MPS, then one under MPS (shared, not time-sliced)
+        // and one that predates the field. The time-sliced run is its own series.
+        let mut recs = sliced(sweep("proxy", "nbi", 0.01), false);
+        recs.extend(sliced(sweep("proxy", "nbi", 1.0), true));
+        let inputs = vec![(PathBuf::from("one-gpu.jsonl"), recs)];
+        let (series, _) = build_series(&inputs, &PlotOptions::default());
+        let labels: Vec<&str> = series.iter().map(|s| s.label.as_str()).collect();
+        assert_eq!(
+            labels,
+            ["proxy/nbi (GPU time-sliced, no MPS)", "proxy/nbi"],
+            "no 'run 2': the time-sliced records are another series"
+        );
+        assert_eq!(
+            series.iter().map(|s| s.time_sliced).collect::<Vec<_>>(),
+            [true, false]
+        );
+        // Before/after files that differ only in that: the file names and the mark.
+        let inputs = vec![
+            (
+                PathBuf::from("shared.jsonl"),
+                sliced(sweep("proxy", "nbi", 0.01), false),
+            ),
+            (PathBuf::from("two-gpus.jsonl"), sweep("proxy", "nbi", 1.0)),
+        ];
+        let (series, _) = build_series(&inputs, &PlotOptions::default());
+        let labels: Vec<&str> = series.iter().map(|s| s.label.as_str()).collect();
+        assert_eq!(
+            labels,
+            [
+                "proxy/nbi [shared.jsonl] (GPU time-sliced, no MPS)",
+                "proxy/nbi [two-gpus.jsonl]"
+            ]
+        );
+        // Drawn into the legend, and counted in the summary.
+        let dir = tempdir("plotsliced");
+        let svg = dir.join("p.svg");
+        let s = plot_files(&inputs, &PlotOptions::default(), &svg).unwrap();
+        assert_eq!((s.series, s.time_sliced), (2, 1));
+        let text = std::fs::read_to_string(&svg).unwrap();
+        assert!(
+            text.contains("(GPU time-sliced, no MPS)"),
+            "legend mark missing"
+        );
     }
 
     #[test]

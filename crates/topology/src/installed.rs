@@ -4,7 +4,8 @@
 //! crash, and a fixture tree cannot be loaded at all. Every component embeds a greppable version
 //! (reference/efa-facts.md §3): the installer's package file, `/sys/module/efa/version`,
 //! `Initializing aws-ofi-nccl X` and `NCCL version X+cudaY` inside the shared objects,
-//! `/proc/driver/nvidia/version`, and the CUDA toolkit's `version.json`.
+//! `/proc/driver/nvidia/version`, and the CUDA toolkit's `version.json` (or, on installs without
+//! it, `include/cuda.h`'s `CUDA_VERSION` and the `libcudart.so.X.Y.Z` file name).
 
 use crate::root::Root;
 use serde::Serialize;
@@ -46,7 +47,7 @@ pub struct Installed {
     pub aws_ofi_nccl: Vec<Found>,
     pub nccl: Vec<Found>,
     pub nvidia_driver: Option<NvidiaDriver>,
-    pub cuda: Option<Found>,
+    pub cuda: Option<CudaToolkit>,
     pub kernel: Option<String>,
     /// Module names from `/proc/modules`.
     pub modules: Vec<String>,
@@ -187,25 +188,231 @@ fn nvidia_driver(root: &Root) -> Option<NvidiaDriver> {
         })
 }
 
-fn cuda(root: &Root) -> Option<Found> {
-    let path = "/usr/local/cuda/version.json";
-    if let Ok(t) = root.read(path) {
-        let v: Option<String> = serde_json::from_str::<serde_json::Value>(&t)
+/// The CUDA toolkit behind `/usr/local/cuda`, read without loading anything from it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CudaToolkit {
+    /// The toolkit directory: `/usr/local/cuda` with its symlinks resolved inside the root
+    /// (e.g. `/usr/local/cuda-13.0`).
+    pub dir: String,
+    /// Where the version was read (or, without a version, the first toolkit file seen).
+    pub source: CudaSource,
+    /// The system path of that file.
+    pub path: String,
+    pub version: Option<String>,
+}
+
+/// The places a CUDA toolkit records its version, in the order they are tried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CudaSource {
+    /// `version.json` (`{"cuda": {"version": "12.8.1"}}`), CUDA 11.1 and later.
+    VersionJson,
+    /// `version.txt` (`CUDA Version 11.0.228`), CUDA 11.0 and earlier.
+    VersionTxt,
+    /// `#define CUDA_VERSION 13000` in `include/cuda.h` (major and minor only).
+    CudaHeader,
+    /// The runtime library's real name, `libcudart.so.13.0.96`, or the soname inside it.
+    Cudart,
+    /// `bin/nvcc --version` (`release 13.0, V13.0.88`), run only on the live system.
+    Nvcc,
+}
+
+impl CudaToolkit {
+    /// Where the version came from, relative to the toolkit directory: `include/cuda.h`,
+    /// `targets/x86_64-linux/lib/libcudart.so.13.0.96`, `bin/nvcc --version`.
+    pub fn from(&self) -> String {
+        let rel = self
+            .path
+            .strip_prefix(&self.dir)
+            .map(|r| r.trim_start_matches('/'))
+            .filter(|r| !r.is_empty())
+            .unwrap_or(&self.path);
+        match self.source {
+            CudaSource::Nvcc => format!("{rel} --version"),
+            _ => rel.to_string(),
+        }
+    }
+}
+
+/// Longest `nvcc --version` may run before it is killed and the version counted as unread.
+const NVCC_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+fn cuda(root: &Root) -> Option<CudaToolkit> {
+    let top = "/usr/local/cuda";
+    if !root.is_dir(top) {
+        return None;
+    }
+    let dir = root
+        .resolve(top)
+        .map(|p| p.to_string_lossy().into_owned())
+        .unwrap_or_else(|| top.to_string());
+    let mut first_seen: Option<CudaToolkit> = None;
+    let mut found = |source: CudaSource, path: String, version: Option<String>| {
+        let t = CudaToolkit {
+            dir: dir.clone(),
+            source,
+            path,
+            version,
+        };
+        if t.version.is_some() {
+            return Some(t);
+        }
+        first_seen.get_or_insert(t);
+        None
+    };
+    let path = format!("{dir}/version.json");
+    if let Ok(t) = root.read(&path) {
+        let v = serde_json::from_str::<serde_json::Value>(&t)
             .ok()
             .and_then(|j| j.get("cuda")?.get("version")?.as_str().map(str::to_string));
-        return Some(Found {
-            path: path.into(),
-            version: v,
-        });
+        if let Some(t) = found(CudaSource::VersionJson, path, v) {
+            return Some(t);
+        }
     }
-    let path = "/usr/local/cuda/version.txt";
-    root.read(path).ok().map(|t| Found {
-        path: path.into(),
-        version: t
+    let path = format!("{dir}/version.txt");
+    if let Ok(t) = root.read(&path) {
+        let v = t
             .split_whitespace()
             .find(|w| is_dotted_number(w))
-            .map(str::to_string),
+            .map(str::to_string);
+        if let Some(t) = found(CudaSource::VersionTxt, path, v) {
+            return Some(t);
+        }
+    }
+    let targets: Vec<String> = root
+        .list(format!("{dir}/targets"))
+        .into_iter()
+        .map(|t| format!("{dir}/targets/{t}"))
+        .collect();
+    let mut headers = vec![format!("{dir}/include/cuda.h")];
+    headers.extend(targets.iter().map(|t| format!("{t}/include/cuda.h")));
+    for path in headers {
+        if let Ok(t) = root.read(&path) {
+            let v = cuda_h_version(&t);
+            if let Some(t) = found(CudaSource::CudaHeader, path, v) {
+                return Some(t);
+            }
+        }
+    }
+    let mut lib_dirs = vec![format!("{dir}/lib64"), format!("{dir}/lib")];
+    lib_dirs.extend(targets.iter().map(|t| format!("{t}/lib")));
+    let mut best: Option<(String, String)> = None;
+    for d in &lib_dirs {
+        for f in root.list(d) {
+            if !f.starts_with("libcudart.so") {
+                continue;
+            }
+            let path = format!("{d}/{f}");
+            let Some(real) = root.resolve(&path).filter(|_| root.exists(&path)) else {
+                continue;
+            };
+            let real_name = real.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            let v = cudart_version(real_name)
+                .or_else(|| cudart_version(&f))
+                .or_else(|| {
+                    // A bare libcudart.so: the soname string inside names the major version.
+                    scan_for_version(&root.host(&path), b"libcudart.so.")
+                        .filter(|v| is_version_like(v))
+                });
+            let real = real.to_string_lossy().into_owned();
+            match v {
+                Some(v) if best.as_ref().is_none_or(|(b, _)| v.len() > b.len()) => {
+                    best = Some((v, real))
+                }
+                Some(_) => {}
+                None => {
+                    found(CudaSource::Cudart, real, None);
+                }
+            }
+        }
+    }
+    if let Some((v, path)) = best {
+        return found(CudaSource::Cudart, path, Some(v));
+    }
+    let path = format!("{dir}/bin/nvcc");
+    if root.exists(&path) {
+        // Running a program is the last resort, and only on the live system: a fixture tree's
+        // nvcc is not this machine's to run.
+        let v = if root.is_system() {
+            nvcc_version(&root.host(&path), NVCC_TIMEOUT)
+        } else {
+            None
+        };
+        if let Some(t) = found(CudaSource::Nvcc, path, v) {
+            return Some(t);
+        }
+    }
+    first_seen
+}
+
+/// `#define CUDA_VERSION 13000` → `13.0` (the header encodes major × 1000 + minor × 10).
+pub fn cuda_h_version(header: &str) -> Option<String> {
+    header.lines().find_map(|l| {
+        let mut w = l.split_whitespace();
+        if w.next()? != "#define" || w.next()? != "CUDA_VERSION" {
+            return None;
+        }
+        let n: u32 = w.next()?.parse().ok()?;
+        (n >= 1000).then(|| format!("{}.{}", n / 1000, (n % 1000) / 10))
     })
+}
+
+/// `libcudart.so.13.0.96` → `13.0.96`, `libcudart.so.13` → `13`; None for `libcudart.so`.
+pub fn cudart_version(file_name: &str) -> Option<String> {
+    let v = file_name.strip_prefix("libcudart.so.")?;
+    is_version_like(v).then(|| v.to_string())
+}
+
+fn is_version_like(v: &str) -> bool {
+    !v.is_empty()
+        && v.split('.')
+            .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// `nvcc --version`'s `Cuda compilation tools, release 13.0, V13.0.88` → `13.0.88` (or `13.0`
+/// without the `V` word).
+pub fn nvcc_release(out: &str) -> Option<String> {
+    let line = out.lines().find(|l| l.contains("release "))?;
+    let after = line.split_once("release ")?.1;
+    if let Some(v) = after
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix('V'))
+        .filter(|v| is_version_like(v))
+    {
+        return Some(v.to_string());
+    }
+    let r = after.split([',', ' ']).next()?;
+    is_version_like(r).then(|| r.to_string())
+}
+
+/// Run `nvcc --version` with its output captured and a time limit; None when it fails, hangs or
+/// prints no release.
+fn nvcc_version(nvcc: &std::path::Path, limit: std::time::Duration) -> Option<String> {
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(nvcc)
+        .arg("--version")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()?;
+    let start = std::time::Instant::now();
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => break,
+            Ok(None) if start.elapsed() < limit => {
+                std::thread::sleep(std::time::Duration::from_millis(20))
+            }
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return None;
+            }
+        }
+    }
+    let mut out = String::new();
+    child.stdout.take()?.read_to_string(&mut out).ok()?;
+    nvcc_release(&out)
 }
 
 fn is_dotted_number(w: &str) -> bool {
@@ -347,6 +554,67 @@ mod tests {
         assert!(!version_lt("2.10.0g", "2.5.0"));
         assert!(!version_lt("junk", "1.0"));
         assert!(version_lt("535.54.03", "535.104.05"));
+    }
+
+    #[test]
+    fn cuda_version_texts() {
+        let h = "/* CUDA_VERSION 9000 in a comment */\n#define CUDA_VERSION 13000\n";
+        assert_eq!(cuda_h_version(h).as_deref(), Some("13.0"));
+        assert_eq!(
+            cuda_h_version("#define  CUDA_VERSION   12080").as_deref(),
+            Some("12.8")
+        );
+        assert_eq!(cuda_h_version("#define CUDA_VERSION_MAJOR 13"), None);
+        assert_eq!(cuda_h_version("#define CUDA_VERSION x"), None);
+        assert_eq!(
+            cudart_version("libcudart.so.13.0.96").as_deref(),
+            Some("13.0.96")
+        );
+        assert_eq!(cudart_version("libcudart.so.13").as_deref(), Some("13"));
+        assert_eq!(cudart_version("libcudart.so"), None);
+        assert_eq!(cudart_version("libcudart.so.13.0.96.bak"), None);
+        let out =
+            "nvcc: NVIDIA (R) Cuda compiler driver\nCopyright (c) 2005-2025 NVIDIA Corporation\n\
+Built on Wed_Jul_16_07:30:01_PM_PDT_2025\nCuda compilation tools, release 13.0, V13.0.88\n\
+Build cuda_13.0.r13.0/compiler.36260728_0\n";
+        assert_eq!(nvcc_release(out).as_deref(), Some("13.0.88"));
+        assert_eq!(
+            nvcc_release("Cuda compilation tools, release 12.4,").as_deref(),
+            Some("12.4")
+        );
+        assert_eq!(nvcc_release("nvcc: command not found"), None);
+    }
+
+    #[test]
+    fn nvcc_is_run_with_a_time_limit() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = std::env::temp_dir().join(format!("efabench-nvcc-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        let script = |name: &str, body: &str| {
+            let p = d.join(name);
+            std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+            p
+        };
+        let limit = std::time::Duration::from_secs(5);
+        let ok = script(
+            "nvcc",
+            "echo 'Cuda compilation tools, release 13.0, V13.0.88'",
+        );
+        assert_eq!(nvcc_version(&ok, limit).as_deref(), Some("13.0.88"));
+        // Answers only after the limit: killed, so no version.
+        let slow = script(
+            "nvcc-slow",
+            "sleep 3; echo 'Cuda compilation tools, release 13.0, V13.0.88'",
+        );
+        assert_eq!(
+            nvcc_version(&slow, std::time::Duration::from_millis(200)),
+            None
+        );
+        let fails = script("nvcc-fails", "exit 1");
+        assert_eq!(nvcc_version(&fails, limit), None);
+        assert_eq!(nvcc_version(&d.join("absent"), limit), None);
+        let _ = std::fs::remove_dir_all(&d);
     }
 
     #[test]

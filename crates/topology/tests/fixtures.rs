@@ -3,7 +3,7 @@
 #[path = "../../../fixtures/variants.rs"]
 mod variants;
 
-use efabench_topology::installed::{EfaDriver, Installed};
+use efabench_topology::installed::{CudaSource, EfaDriver, Installed};
 use efabench_topology::topo::Pairing;
 use efabench_topology::{NvLink, NvmlGpu, Root, Snapshot, Topology};
 use std::collections::BTreeMap;
@@ -256,4 +256,71 @@ fn kernel_names_efa_n_are_accepted() {
     assert_eq!(names, ["efa_0", "efa_1", "efa_2", "efa_3"]);
     assert_eq!(topo.gpus[5].nics, vec!["efa_2"]);
     assert_eq!(Snapshot::read(&root).unwrap().nics[3].name, "efa_3");
+}
+
+#[test]
+fn cuda_13_without_version_files() {
+    // (variant, version, where it was read, relative to the toolkit directory)
+    let cases = [
+        ("cuda13-header", Some("13.0"), "include/cuda.h"),
+        (
+            "cuda13-cudart",
+            Some("13.0.96"),
+            "targets/x86_64-linux/lib/libcudart.so.13.0.96",
+        ),
+        (
+            "cuda13-soname",
+            Some("13"),
+            "targets/x86_64-linux/lib/libcudart.so",
+        ),
+        ("cuda13-nvcc", None, "bin/nvcc --version"),
+    ];
+    for (variant, version, from) in cases {
+        let t = variants::variant(variant);
+        let i = Installed::scan(&Root::new(t.path()).unwrap(), &BTreeMap::new());
+        let c = i.cuda.unwrap_or_else(|| panic!("{variant}: no toolkit"));
+        assert_eq!(
+            c.dir, "/usr/local/cuda-13.0",
+            "{variant}: links followed in the root"
+        );
+        assert_eq!(c.version.as_deref(), version, "{variant}: {c:?}");
+        assert_eq!(c.from(), from, "{variant}: {c:?}");
+    }
+}
+
+#[test]
+fn cuda_version_files_come_first() {
+    let t = variants::variant("cuda13-cudart");
+    t.write(
+        "usr/local/cuda-13.0/version.json",
+        "{\"cuda\": {\"version\": \"13.0.1\"}}\n",
+    );
+    let root = Root::new(t.path()).unwrap();
+    let c = Installed::scan(&root, &BTreeMap::new()).cuda.unwrap();
+    assert_eq!(
+        (c.version.as_deref(), c.source),
+        (Some("13.0.1"), CudaSource::VersionJson)
+    );
+    // A version.json without a version falls through to the next source.
+    t.write("usr/local/cuda-13.0/version.json", "{}\n");
+    let c = Installed::scan(&root, &BTreeMap::new()).cuda.unwrap();
+    assert_eq!(
+        (c.version.as_deref(), c.source),
+        (Some("13.0.96"), CudaSource::Cudart)
+    );
+    // The header is read before the library.
+    t.write(
+        "usr/local/cuda-13.0/targets/x86_64-linux/include/cuda.h",
+        "#define CUDA_VERSION 13000\n",
+    );
+    let c = Installed::scan(&root, &BTreeMap::new()).cuda.unwrap();
+    assert_eq!(c.source, CudaSource::CudaHeader);
+    // Nothing with a version: the first file seen is named.
+    t.remove("usr/local/cuda-13.0/targets/x86_64-linux/include/cuda.h");
+    t.remove("usr/local/cuda-13.0/targets/x86_64-linux/lib");
+    let c = Installed::scan(&root, &BTreeMap::new()).cuda.unwrap();
+    assert_eq!((c.version, c.source), (None, CudaSource::VersionJson));
+    // A dangling /usr/local/cuda is no toolkit.
+    t.remove("usr/local/cuda-13.0");
+    assert_eq!(Installed::scan(&root, &BTreeMap::new()).cuda, None);
 }

@@ -311,29 +311,31 @@ fn run_connected<B: Benchmark>(
     }
 
     let mut facts = bench.setup(&ctx)?;
+    // Every record says whether ranks shared a GPU (`gpu_sharing`, null when none did).
+    facts
+        .extra
+        .insert(efabench_record::GPU_SHARING.into(), serde_json::Value::Null);
     if let Some(d) = ctx.device {
-        // Placement decides GPU latency (two ranks on one GPU are time-sliced): say where each
-        // rank's buffers were.
-        let all = bs.all_gather(&d.to_le_bytes()).map_err(from_bootstrap)?;
-        let gpus: Vec<Value> = all
+        // Placement decides GPU latency (two ranks on one GPU are time-sliced unless MPS serves
+        // them): say where each rank's buffers were, and whether its host runs MPS.
+        let mine = placement::encode(d, placement::mps_running());
+        let all = bs.all_gather(&mine).map_err(from_bootstrap)?;
+        let placed: Vec<Option<(i32, bool)>> = all.iter().map(|b| placement::decode(b)).collect();
+        let gpus: Vec<Value> = placed
             .iter()
-            .map(|b| {
-                b.as_slice()
-                    .try_into()
-                    .map(|w| Value::from(i32::from_le_bytes(w)))
-                    .unwrap_or(Value::Null)
-            })
+            .map(|p| p.map(|(g, _)| Value::from(g)).unwrap_or(Value::Null))
             .collect();
-        let ordinals: Vec<i32> = gpus
-            .iter()
-            .map(|v| v.as_i64().unwrap_or(-1) as i32)
-            .collect();
-        if let Some(note) =
-            placement::shared_gpu_note(&ordinals, &ctx.hosts, placement::mps_running())
-        {
+        let ordinals: Vec<i32> = placed.iter().map(|p| p.map_or(-1, |(g, _)| g)).collect();
+        let mps: Vec<bool> = placed.iter().map(|p| p.is_some_and(|(_, m)| m)).collect();
+        let groups = placement::shared_gpus(&ordinals, &ctx.hosts, &mps);
+        if let Some(note) = placement::shared_gpu_note(&groups) {
             facts.header.push(note);
         }
         facts.extra.insert("gpus".into(), Value::Array(gpus));
+        facts.extra.insert(
+            efabench_record::GPU_SHARING.into(),
+            efabench_record::GpuSharing::to_value(&groups),
+        );
     }
     let specs = bench.points(&ctx)?;
     let run = RunInfo {

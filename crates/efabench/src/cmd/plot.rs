@@ -3,7 +3,7 @@
 //! this file maps options and errors (bad input exit 2, a failed draw exit 1).
 
 use crate::error::CliError;
-use efabench_report::plot::{plot_paths, Field, PlotOptions, FIELD_NAMES};
+use efabench_report::plot::{plot_paths, Field, PlotOptions, FIELD_NAMES, TIME_SLICED_MARK};
 use efabench_report::ErrorKind;
 use std::path::PathBuf;
 
@@ -81,8 +81,16 @@ pub fn run(args: Args) -> Result<i32, CliError> {
     } else {
         String::new()
     };
+    let sliced = if summary.time_sliced > 0 {
+        format!(
+            "; {} series measured on a GPU shared without NVIDIA MPS (time-sliced), marked {TIME_SLICED_MARK} in the legend",
+            summary.time_sliced
+        )
+    } else {
+        String::new()
+    };
     super::compare::print_stdout(&format!(
-        "wrote {}: {} series, {} points{skipped}\n",
+        "wrote {}: {} series, {} points{skipped}{sliced}\n",
         args.output.display(),
         summary.series,
         summary.points
