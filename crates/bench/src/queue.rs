@@ -20,7 +20,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use efabench_gpu::queue::{
-    measure, numa_cpus, unavailable, Mode, ProducerShape, QueueConfig, RingKind, TailPoll,
+    measure, numa_cpus, unavailable, LatencyNs, Mode, ProducerShape, QueueConfig, RingKind,
+    TailPoll,
 };
 use efabench_gpu::{Gpu, GpuError};
 use efabench_record::{LatencySummary, Record};
@@ -372,10 +373,7 @@ impl Benchmark for Queue {
         extra.insert("msg_rate_mops".into(), json!(m.msg_rate_mops));
         extra.insert("lat_kind".into(), json!(m.lat_kind));
         extra.insert("lat_samples".into(), json!(m.latency.samples));
-        extra.insert(
-            "lat_ns".into(),
-            json!({"min": m.latency.min, "p50": m.latency.p50, "p99": m.latency.p99, "max": m.latency.max, "mean": m.latency.mean}),
-        );
+        extra.insert("lat_ns".into(), lat_ns_json(&m.latency));
         extra.insert("lost".into(), json!(m.errors.lost));
         extra.insert("duplicated".into(), json!(m.errors.duplicated));
         extra.insert("torn".into(), json!(m.errors.torn));
@@ -397,8 +395,7 @@ impl Benchmark for Queue {
     fn point(&self, _ctx: &Ctx, spec: &QueueSpec, all: &[Measured]) -> Point {
         let m = all.first().cloned().unwrap_or_default();
         let f = |k: &str| m.extra.get(k).and_then(Value::as_f64).unwrap_or(0.0);
-        let lat = m.extra.get("lat_ns").cloned().unwrap_or(Value::Null);
-        let l = |k: &str| lat.get(k).and_then(Value::as_f64).unwrap_or(0.0) / 1e3;
+        let lat_us = lat_us_of(m.extra.get("lat_ns").unwrap_or(&Value::Null));
         let mops = f("msg_rate_mops");
         let mut extra = m.extra.clone();
         extra.remove("msg_rate_mops");
@@ -408,13 +405,7 @@ impl Benchmark for Queue {
             size_bytes: COMMAND_BYTES,
             iters: f("commands") as u64,
             warmup: 0,
-            lat_us: LatencySummary {
-                min: l("min"),
-                p50: l("p50"),
-                p99: l("p99"),
-                max: l("max"),
-                mean: l("mean"),
-            },
+            lat_us,
             bw_gbps: mops * 1e6 * COMMAND_BYTES as f64 * 8.0 / 1e9,
             msg_rate_mops: mops,
             extra,
@@ -424,6 +415,23 @@ impl Benchmark for Queue {
 
     fn summary(&self, records: &[Record]) -> Vec<String> {
         summarize(records)
+    }
+}
+
+/// The GPU-clock distribution as the `lat_ns` object a measurement carries to its point.
+pub(crate) fn lat_ns_json(l: &LatencyNs) -> Value {
+    json!({"min": l.min, "p50": l.p50, "p99": l.p99, "max": l.max, "mean": l.mean})
+}
+
+/// `lat_ns` (as written by [`lat_ns_json`]) in microseconds, the record's `lat_us`.
+pub(crate) fn lat_us_of(lat_ns: &Value) -> LatencySummary {
+    let l = |k: &str| lat_ns.get(k).and_then(Value::as_f64).unwrap_or(0.0) / 1e3;
+    LatencySummary {
+        min: l("min"),
+        p50: l("p50"),
+        p99: l("p99"),
+        max: l("max"),
+        mean: l("mean"),
     }
 }
 
