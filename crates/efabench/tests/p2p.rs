@@ -131,6 +131,10 @@ fn read_shm() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "test-hooks"),
+    ignore = "needs the fault hooks: cargo test --features test-hooks"
+)]
 fn corrupted_payload_is_reported_and_fails_the_run() {
     for bench in ["sendrecv", "write"] {
         let dir = tmp(&format!("corrupt-{bench}"));
