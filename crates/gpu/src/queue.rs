@@ -196,7 +196,8 @@ pub struct ProducerShape {
 }
 
 impl ProducerShape {
-    /// The sweep the issue asks for.
+    /// The default sweep of producer shapes (blocks x threads): one thread, one warp, one block,
+    /// eight blocks, one block per SM, one 1024-thread block per SM.
     pub const DEFAULT_LIST: &'static str = "1x1,1x32,1x256,8x256,SMx256,SMx1024";
 
     /// The launch shape on a GPU with `sm_count` multiprocessors.
