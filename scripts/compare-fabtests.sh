@@ -17,7 +17,7 @@
 #   --footprint 64 x the largest size, so both tools touch the same bytes at every size, unless
 #   EFA_OPTS names --footprint itself. (An earlier version of this script said fabtests reuse one
 #   buffer and ran efabench with --footprint 4K: its ratios of 2-4x came from cache-resident
-#   buffers, not from the tools. results/sync-memops-nvidia-h200-x2-2026-11-23/ has both.)
+#   buffers, not from the tools. results/nvidia-h200-x2/p2p/2026-11-23-cuda-vs-fabtests/ has both.)
 # - read: fi_rma_bw -o read has BOTH processes read from each other at once (the server posts
 #   reads too), and prints one side; efabench's read has one reader. The read rows are therefore
 #   not like for like, and on shm, where the peer process makes every copy, fabtests' read is

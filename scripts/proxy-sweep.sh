@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# efabench proxy on a GPU machine (issue 12): cpu / blocking / nbi in one run, over the CUDA-enabled
+# efabench proxy on a GPU machine: cpu / blocking / nbi in one run, over the CUDA-enabled
 # shm provider (scripts/gpu-libfabric.sh) with device and pinned memory, both ranks on one GPU and
 # (with 2+ GPUs) on two, per-rail and per-GPU proxy threads; the main configurations are repeated
 # ROUNDS times, alternating, and scripts/proxy_summary.py prints medians of the ratios.
@@ -58,14 +58,14 @@ if has rounds; then
     [ "$ngpu" -ge 2 ] && run "cuda-2gpu-r$r" --mem cuda --gpu auto $SIZES $ITERS
   done
 fi
-# The issue's target sizes (nbi from 1 MiB, blocking at 8 MiB), GPU to GPU when there are two.
+# Large puts (nbi from 1 MiB, blocking at 8 MiB), GPU to GPU when there are two.
 # shellcheck disable=SC2086
 if has targets; then
   for r in $(seq 1 "$ROUNDS"); do
     run "targets-r$r" --mem cuda --gpu "$G" -b 1M -e 8M -f 2 $ITERS
   done
 fi
-# The issue's small puts, 8 B to 8 KiB in steps of 2, GPU to GPU when there are two.
+# Small puts, 8 B to 8 KiB in steps of 2, GPU to GPU when there are two.
 # shellcheck disable=SC2086
 if has small; then
   for r in $(seq 1 "$ROUNDS"); do

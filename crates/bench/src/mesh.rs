@@ -104,9 +104,6 @@ fn fabric(e: efabench_fabric::Error) -> BenchError {
     fabric_error(e)
 }
 
-/// Test-only hook: corrupt one byte of the first chunk this rank verifies.
-pub const CORRUPT_ENV: &str = "EFABENCH_TEST_CORRUPT_PAYLOAD";
-
 /// What a peer needs from us.
 struct MeshPeer {
     peer: GroupPeer,
@@ -206,7 +203,7 @@ impl Mesh {
             idle_sleep: None,
             scratch: Vec::new(),
             stream: pattern::Stream::default(),
-            corrupt_once: std::env::var_os(CORRUPT_ENV).is_some(),
+            corrupt_once: crate::test_hooks::corrupt_payload(),
         })
     }
 

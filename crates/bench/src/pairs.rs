@@ -32,11 +32,6 @@ use crate::mesh::{cq_data, parse_cq_data, Kind, Mesh, ITER_MOD};
 use crate::pattern;
 use crate::stats::{gbps, Samples};
 
-/// Test-only hook: the rank named here sleeps `EFABENCH_TEST_SLOW_US` (default 2000) µs inside
-/// the timed part of every window it sends, so a test can show `pairs` names it.
-pub const SLOW_RANK_ENV: &str = "EFABENCH_TEST_SLOW_RANK";
-pub const SLOW_US_ENV: &str = "EFABENCH_TEST_SLOW_US";
-
 /// Most bytes a pair's window touches per buffer (slots beyond it are reused).
 const FOOTPRINT: u64 = 1 << 20;
 
@@ -173,17 +168,7 @@ impl<'a> Benchmark for Pairs<'a> {
             .iter()
             .map(|b| String::from_utf8_lossy(b).into_owned())
             .collect();
-        self.slow = std::env::var(SLOW_RANK_ENV)
-            .ok()
-            .and_then(|v| v.trim().parse::<u32>().ok())
-            .filter(|&r| r == ctx.rank)
-            .map(|_| {
-                let us = std::env::var(SLOW_US_ENV)
-                    .ok()
-                    .and_then(|v| v.trim().parse::<u64>().ok())
-                    .unwrap_or(2000);
-                Duration::from_micros(us)
-            });
+        self.slow = crate::test_hooks::slow_rank_delay(ctx.rank);
         facts.extra.insert(
             "schedule".into(),
             json!(if self.args.one_at_a_time {

@@ -78,15 +78,9 @@ pub fn clip(s: &str) -> String {
     format!("{head}...")
 }
 
-/// `8`, `4K`, `1M`, `1G` for exact powers, else the plain byte count.
-pub fn human(bytes: u64) -> String {
-    for (shift, unit) in [(30, "G"), (20, "M"), (10, "K")] {
-        if bytes >= 1 << shift && bytes % (1 << shift) == 0 {
-            return format!("{}{unit}", bytes >> shift);
-        }
-    }
-    bytes.to_string()
-}
+/// Sizes print with the one formatter every crate uses ([`efabench_record::human_size`]: `8`,
+/// `4K`, `1536`, `1M`), which [`parse_size`] reads back.
+pub use efabench_record::human_size as human;
 
 #[cfg(test)]
 mod tests {

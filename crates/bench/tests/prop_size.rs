@@ -1,4 +1,4 @@
-//! Property tests of the size parser and the sweep (issue 14): any input is a value or a one-line
+//! Property tests of the size parser and the sweep: any input is a value or a one-line
 //! error (never a panic), errors never echo more than a bounded part of the input, a parsed
 //! size round-trips through its printed form, and every sweep the option bounds allow is finite,
 //! ascending, and ends at the maximum. Bounded case counts keep CI fast (PROPTEST_CASES raises

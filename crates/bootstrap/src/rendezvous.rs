@@ -166,12 +166,6 @@ fn describe_loss(e: &io::Error) -> String {
     }
 }
 
-fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_else(|_| "?".into())
-}
-
 impl Shared {
     fn new(world: u32, token: String, timeout: Duration) -> Shared {
         Shared {
@@ -967,7 +961,7 @@ fn start_client(
         world: info.world,
         pid: std::process::id(),
         token: info.token.clone().unwrap_or_default(),
-        host: hostname(),
+        host: efabench_record::hostname(),
     };
     let hello = wire::frame(wire::T_HELLO, &hello.encode());
     let mut backoff = Duration::from_millis(5);

@@ -7,7 +7,7 @@
 //! harness) so that the re-executed copies never run the tests themselves.
 //!
 //! Timing assertions are only generous upper bounds on failure detection ("within the timeout
-//! plus a few seconds"), as the issue asks.
+//! plus a few seconds"): never a timed assertion on how fast things work.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;

@@ -1,6 +1,5 @@
 //! Environment lint: variables that silently push NCCL/MPI onto TCP, make libfabric abort, or are
-//! leftovers from old EFA guides (reference/efa-facts.md §2.3, §5 F4/F6/F7/F8/F19; adt
-//! efa-cheatsheet). The environment is passed in, so tests inject it.
+//! leftovers from old EFA guides (each rule below says why it matters). The environment is passed in, so tests inject it.
 
 use crate::{Check, Status};
 use efabench_topology::installed::version_lt;

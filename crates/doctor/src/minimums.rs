@@ -1,4 +1,4 @@
-//! Minimum versions per instance family (reference/efa-facts.md §5.1).
+//! Minimum versions per instance family.
 //!
 //! Why two tables: AWS effectively publishes one for P5 (installer 1.26.1 fixed RDMA writedata on
 //! P5, NCCL 2.18.5 fixed NVLS, plugin 1.7.3 fixed LL/LL128), assembled from pcluster, adt and

@@ -1,6 +1,5 @@
 //! Reading an `NCCL_DEBUG=INFO` log: did NCCL use the aws-ofi-nccl plugin on the `efa` provider,
-//! with GPUDirect, or fall back to sockets? Line formats from NCCL and aws-ofi-nccl sources
-//! (reference/efa-facts.md §3.4, §3.5, §6.3).
+//! with GPUDirect, or fall back to sockets? Line formats from NCCL and aws-ofi-nccl sources.
 
 use crate::{Check, Status};
 

@@ -1,6 +1,6 @@
 //! The one error type every command returns, and how it becomes an exit status.
 //!
-//! DESIGN.md: bad input is one line naming the problem and the fix, exit status 2, never a panic
+//! Bad input is one line naming the problem and the fix, exit status 2, never a panic
 //! or a backtrace. A run that measured or checked something and found it wrong exits 1.
 
 use std::ffi::OsString;

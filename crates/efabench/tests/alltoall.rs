@@ -147,6 +147,10 @@ fn alltoall_tcp_2_3_4_8_ranks() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "test-hooks"),
+    ignore = "needs the fault hooks: cargo test --features test-hooks"
+)]
 fn a_corrupted_chunk_is_caught() {
     let dir = tmp("corrupt");
     let out = dir.join("r.jsonl");
@@ -300,6 +304,10 @@ fn too_small_sizes_are_refused_with_exit_2() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "test-hooks"),
+    ignore = "needs the fault hooks: cargo test --features test-hooks"
+)]
 fn pairs_names_the_slowed_rank_and_gates_on_min_bw() {
     let dir = tmp("pairs");
     let out = dir.join("r.jsonl");

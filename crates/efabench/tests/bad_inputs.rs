@@ -1,4 +1,4 @@
-//! Issue 14's classes of bad input, as a table: every command line below must exit 2 with one
+//! The classes of bad input, as a table: every command line below must exit 2 with one
 //! line on stderr that names the problem (the needle), no panic, no backtrace, nothing echoed at
 //! length. Each case runs one process and touches no hardware: options are checked first.
 //! (Cases that need ranks — an unknown `--domain`, ranks with different options — are in

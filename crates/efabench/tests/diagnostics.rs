@@ -311,7 +311,7 @@ fn bad_input_is_one_line_and_exit_2() {
         assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
         assert!(err.starts_with("efabench: "), "{err}");
         assert!(err.len() < 400, "{args:?}: echoes too much: {err}");
-        // Issue 14: a negative or huge number names its option instead of clap's
+        // A negative or huge number names its option instead of clap's
         // "unexpected argument '-1' found".
         let number = args.iter().position(|a| {
             a.starts_with('-') && a[1..].starts_with(|c: char| c.is_ascii_digit())

@@ -2,7 +2,7 @@
 //! phases, with 2, 4 and 8 ranks, over tcp and shm, plus two jobs at once, a taken port, a
 //! killed or hung-up `launch`, and ranks started with different options.
 //!
-//! The guarantee under test (DESIGN.md, issue 14 item 9): a fault ends the job within the
+//! The guarantee under test: a fault ends the job within the
 //! benchmark's `--timeout` plus a little, the output names the rank or the cause, no process is
 //! left behind (checked through /proc), every record measured before the fault is intact in
 //! the `-o` file (each line a whole JSON record, no torn line), and a dead shm rank leaves no
@@ -778,8 +778,8 @@ fn a_taken_port_is_named_with_the_fix() {
     drop(squatter);
 }
 
-/// Ranks started by hand with different options are told so (issue 14: they used to see
-/// "Truncation error" or millions of payload errors).
+/// Ranks started by hand with different options are told so (without the check they
+/// would see "Truncation error" or millions of payload errors).
 #[test]
 fn different_options_are_named() {
     let _one = serial();

@@ -258,7 +258,7 @@ fn time_sliced_records_are_flagged_by_compare_and_plot() {
     let _ = std::fs::remove_dir_all(&d);
 }
 
-/// Issue 14: a candidate that lacks most of the baseline's points (a run that crashed after a few
+/// A candidate that lacks most of the baseline's points (a run that crashed after a few
 /// sizes) used to exit 0 with "Result: OK". It fails now unless `--allow-missing`.
 #[test]
 fn compare_fails_when_the_candidate_lacks_baseline_points() {
@@ -309,7 +309,7 @@ fn compare_fails_when_the_candidate_lacks_baseline_points() {
     assert_eq!(o.status.code(), Some(0));
 }
 
-/// Issue 14: a full disk or a killed writer leaves a torn last line, which `compare` and `plot`
+/// A full disk or a killed writer leaves a torn last line, which `compare` and `plot`
 /// used to reject (exit 2), losing every record of the run. The records before it are read now,
 /// with one warning naming the file and line; a corrupt line in the middle is still an error.
 #[test]
@@ -380,7 +380,7 @@ fn compare_bad_input_exits_2() {
         (&["compare", b, other.to_str().unwrap()], "no record of"),
         (&["compare", b, b, "--format", "xml"], "use table or json"),
         (&["compare", b, b, "--tolerance=-3"], "--tolerance"),
-        // Issue 14: a negative number reaches the option's own check (it used to read
+        // A negative number reaches the option's own check (it used to read
         // "unexpected argument '-3' found"), and long values are not echoed whole.
         (
             &["compare", b, b, "--tolerance", "-3"],
@@ -418,7 +418,7 @@ fn compare_bad_input_exits_2() {
     }
 }
 
-/// Issue 14: records written into an `-o` file deleted mid-run used to vanish with exit 0. A real
+/// Records written into an `-o` file deleted mid-run used to vanish with exit 0. A real
 /// two-rank run over tcp loopback: the file is deleted as soon as its first record lands, and the
 /// run must end non-zero naming the file.
 #[test]

@@ -1,6 +1,6 @@
 //! efabench-fabric-sys: the libfabric ABI, loaded at run time.
 //!
-//! Why this shape (see `reference/rust-deps.md` §1.3): almost all of libfabric's API is
+//! Why this shape: almost all of libfabric's API is
 //! `static inline` code in its headers that jumps through function tables held in the objects, and
 //! only about ten functions are really exported, each under a symbol version (`FABRIC_1.x`).
 //! So this crate is three things, and nothing else in the workspace touches raw libfabric:

@@ -2,7 +2,7 @@
 //!
 //! Two measurements:
 //! * **fake**: an in-memory "CQ" whose operation becomes visible on the 2nd progress call, so
-//!   every future returns Pending once and is re-polled (the setup of reference/rust-deps.md §6).
+//!   every future returns Pending once and is re-polled.
 //!   The difference is what the executor itself adds.
 //! * **real**: RMA writes of 8 bytes from a rail to itself over `shm` (and `tcp` on loopback),
 //!   raw `post_write` + `poll` versus `Executor::block_on(rail.write(..))`. The provider's cost

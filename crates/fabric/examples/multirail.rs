@@ -1,4 +1,4 @@
-//! Which completion-queue model should multi-rail code use (issue 9 item 4)? Streams
+//! Which completion-queue model should multi-rail code use? Streams
 //! `fi_writedata` of 64 KiB–1 MiB from rank 0 to rank 1 over 1, 2 and 4 rails, striped
 //! (`split`) or whole messages in turn (`round_robin_rail`), with
 //! * **one-thread**: one thread posts on every rail and polls every rail's CQ in turn, or

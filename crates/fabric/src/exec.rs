@@ -1,6 +1,6 @@
 //! A busy-poll executor: one per thread, no tokio, no wakers that do anything.
 //!
-//! Why (reference/rust-deps.md §6): the data path is a thread spinning on `fi_cq_read`; a
+//! Why: the data path is a thread spinning on `fi_cq_read`; a
 //! generic runtime adds 40–90 ns and occasional `epoll_wait` syscalls to every re-poll, while a
 //! loop that polls the future with a no-op waker and then progresses the rails adds about a
 //! nanosecond. Futures are re-polled after every progress round, so they need no waker; a future

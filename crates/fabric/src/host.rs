@@ -70,6 +70,47 @@ impl HostBuffer {
         Ok(())
     }
 
+    /// The bytes, for exclusive use: `&mut self` keeps every `&self` copy and any registration
+    /// (which holds a shared `Arc`) away while the slice lives. Shared readers use
+    /// [`HostBuffer::read_at`]. The old shared `as_slice` is gone because `write_at(&self)` (and
+    /// the NIC) could change the bytes under it; the borrow checker now refuses that pattern:
+    ///
+    /// ```compile_fail,E0502
+    /// use efabench_fabric::HostBuffer;
+    /// let mut b = HostBuffer::new(64).unwrap();
+    /// let view = b.as_mut_slice();
+    /// b.write_at(0, &[1, 2, 3]).unwrap(); // a write through &self while the slice is alive
+    /// assert_eq!(view[0], 0);
+    /// ```
+    ///
+    /// and neither can a shared slice be taken at all:
+    ///
+    /// ```compile_fail,E0599
+    /// use efabench_fabric::HostBuffer;
+    /// let b = HostBuffer::new(64).unwrap();
+    /// let view: &[u8] = b.as_slice();
+    /// b.write_at(0, &[1, 2, 3]).unwrap();
+    /// assert_eq!(view[0], 0);
+    /// ```
+    ///
+    /// (Stable rustdoc does not check the error codes named above; the passing example below
+    /// has the same setup, so each failure comes from its marked line.)
+    ///
+    /// What works: copy out through `&self`, or mutate through `&mut self`.
+    ///
+    /// ```
+    /// use efabench_fabric::HostBuffer;
+    /// let mut b = HostBuffer::new(64).unwrap();
+    /// b.as_mut_slice()[0] = 9;
+    /// b.write_at(1, &[1, 2, 3]).unwrap();
+    /// let mut copy = [0u8; 4];
+    /// b.read_at(0, &mut copy).unwrap();
+    /// assert_eq!(copy, [9, 1, 2, 3]);
+    /// ```
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        self.alloc.as_mut_slice()
+    }
+
     /// A copy of `len` bytes at `off`.
     pub fn to_vec(&self, off: usize, len: usize) -> Result<Vec<u8>> {
         let mut v = vec![0u8; len];

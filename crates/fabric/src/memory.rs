@@ -53,7 +53,7 @@ pub unsafe trait MemoryBuffer: Send + Sync {
     }
 }
 
-/// How a buffer is registered (issue 13).
+/// How a buffer is registered.
 ///
 /// GPU memory can be registered two ways: through a dmabuf export of the buffer
 /// (`FI_MR_DMABUF`, what EFA needs for GPUDirect RDMA without the nvidia-peermem module), or by

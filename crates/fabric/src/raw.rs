@@ -861,6 +861,13 @@ impl PageAlloc {
             done += take;
         }
     }
+    /// The bytes, for the exclusive owner (`&mut self`: no shared copy and no registration,
+    /// which holds an `Arc`, can be live).
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: ptr holds len initialised (zeroed at allocation) bytes owned by self, and
+        // &mut self gives exclusive access for the slice's lifetime.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
     pub fn fill(&self, off: usize, len: usize, byte: u8) {
         let chunk = [byte; 256];
         let mut at = off;

@@ -6,7 +6,7 @@
 // up to 128 KiB, then up to `rails` stripes aligned to 128 bytes, rotating the first rail) pushed
 // into that rail's ring; one CPU proxy thread per rail pops its ring and posts fi_writemsg.
 //
-// Ring (one per rail): the queue issue's FIFO with 32-byte commands. A command does not fit the
+// Ring (one per rail): the FIFO ring of kernels/queue.cu with 32-byte commands. A command does not fit the
 // queue ring's 16-byte slot (two 64-bit offsets, a length, a rank and a signal), so a slot is two
 // 16-byte halves, each written with one 16-byte store and each carrying the lap parity and the
 // low 30 bits of the position: the host takes a command once both halves show the lap it

@@ -355,84 +355,10 @@ impl Drop for AlignedHost {
     }
 }
 
-/// Plain page-aligned host memory (`--mem host`); needs no CUDA.
-pub struct HostBuffer {
-    mem: AlignedHost,
-    len: usize,
-}
-
-// SAFETY: the allocation is owned by the value and freed once, by whichever thread drops it;
-// nothing in it is tied to the thread that made it.
-unsafe impl Send for HostBuffer {}
-// SAFETY: through `&self` the bytes are only copied in and out with word-sized atomics
-// (host_write/host_read), so threads sharing it race on values, never in the memory model; the
-// NIC's DMA into a registered buffer is likewise never observed through a Rust reference.
-unsafe impl Sync for HostBuffer {}
-
-impl HostBuffer {
-    pub fn new(len: usize) -> Result<HostBuffer, GpuError> {
-        nonzero(len)?;
-        Ok(HostBuffer {
-            mem: AlignedHost::new(len)?,
-            len,
-        })
-    }
-    /// The bytes, for exclusive use: `&mut self` keeps every `&self` copy and any registration
-    /// (which holds a shared `Arc`) away while the slice lives. Shared readers use
-    /// [`GpuBuffer::read_at`]. The old shared `as_slice` is gone because `write_at(&self)` (and
-    /// the NIC) could change the bytes under it; the borrow checker now refuses that pattern:
-    ///
-    /// ```compile_fail,E0502
-    /// use efabench_gpu::{GpuBuffer, HostBuffer};
-    /// let mut b = HostBuffer::new(64).unwrap();
-    /// let view = b.as_mut_slice();
-    /// b.write_at(0, &[1, 2, 3]).unwrap(); // a write through &self while the slice is alive
-    /// assert_eq!(view[0], 0);
-    /// ```
-    ///
-    /// and neither can a shared slice be taken at all:
-    ///
-    /// ```compile_fail,E0599
-    /// use efabench_gpu::{GpuBuffer, HostBuffer};
-    /// let b = HostBuffer::new(64).unwrap();
-    /// let view: &[u8] = b.as_slice();
-    /// b.write_at(0, &[1, 2, 3]).unwrap();
-    /// assert_eq!(view[0], 0);
-    /// ```
-    ///
-    /// (Stable rustdoc does not check the error codes named above; the passing example below
-    /// has the same setup, so each failure comes from its marked line.)
-    ///
-    /// What works: copy out through `&self`, or mutate through `&mut self`.
-    ///
-    /// ```
-    /// use efabench_gpu::{GpuBuffer, HostBuffer};
-    /// let mut b = HostBuffer::new(64).unwrap();
-    /// b.as_mut_slice()[0] = 9;
-    /// b.write_at(1, &[1, 2, 3]).unwrap();
-    /// let mut copy = [0u8; 4];
-    /// b.read_at(0, &mut copy).unwrap();
-    /// assert_eq!(copy, [9, 1, 2, 3]);
-    /// ```
-    pub fn as_mut_slice(&mut self) -> &mut [u8] {
-        // SAFETY: mem holds at least len initialised (zeroed) bytes owned by self, and &mut self
-        // gives exclusive access: no &self copy and no registration can be live.
-        unsafe { std::slice::from_raw_parts_mut(self.mem.ptr, self.len) }
-    }
-}
-
-// SAFETY: ptr..ptr+len is one live host allocation owned by self; hmem is System.
-unsafe impl MemoryBuffer for HostBuffer {
-    fn as_ptr(&self) -> *mut u8 {
-        self.mem.ptr
-    }
-    fn len(&self) -> usize {
-        self.len
-    }
-    fn hmem(&self) -> Hmem {
-        Hmem::System
-    }
-}
+/// Plain page-aligned host memory (`--mem host`), needing no CUDA: the fabric crate's
+/// [`HostBuffer`] (one host buffer type for the whole workspace), with the pattern methods of
+/// [`GpuBuffer`] here.
+pub use efabench_fabric::HostBuffer;
 
 impl GpuBuffer for HostBuffer {
     fn kind(&self) -> MemKind {
@@ -1107,7 +1033,10 @@ pub fn alloc(kind: MemKind, len: usize, device: i32) -> Result<Box<dyn GpuBuffer
         Gpu::open(device)
     };
     Ok(match kind {
-        MemKind::Host => Box::new(HostBuffer::new(len)?),
+        MemKind::Host => {
+            nonzero(len)?;
+            Box::new(HostBuffer::new(len).map_err(|e| GpuError::Invalid(e.to_string()))?)
+        }
         MemKind::Pinned => Box::new(PinnedBuffer::new(&gpu()?, len)?),
         MemKind::Cuda => Box::new(DeviceBuffer::new(&gpu()?, len)?),
         MemKind::Managed => Box::new(ManagedBuffer::new(&gpu()?, len)?),
@@ -1131,8 +1060,12 @@ mod range_tests {
         let mut got = [0u8; 5];
         b.read_at(7, &mut got).unwrap();
         assert_eq!(got, [0, 1, 2, 3, 0]);
-        let e = b.write_at(62, &[0; 4]).unwrap_err().to_string();
+        let e = GpuBuffer::write_at(&b, 62, &[0; 4])
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("outside the 64-byte host buffer"), "{e}");
+        // The buffer's own copy refuses the same range.
+        assert!(b.write_at(62, &[0; 4]).is_err());
         assert!(b.read_at(usize::MAX, &mut got).is_err());
     }
 

@@ -1,7 +1,7 @@
 //! The GPU side of `efabench proxy`: command rings the GPU pushes puts into and a CPU proxy pops,
 //! and the kernels that issue puts (`kernels/proxy.cu`: `efa_put_nbi`, `efa_quiet`, `efa_fence`).
 //!
-//! The ring is the queue issue's FIFO (head in device memory, slots in mapped pinned host memory,
+//! The ring is the `fifo` ring of [`crate::queue`] (head in device memory, slots in mapped pinned host memory,
 //! lap parity in every published word so the host never clears a slot) with a 32-byte command
 //! instead of its 16-byte slot: a put needs two 64-bit offsets, a length, a rank and a signal,
 //! which do not fit 16 bytes, and a GPU has no store wider than 16 bytes that reaches host

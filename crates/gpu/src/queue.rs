@@ -43,6 +43,7 @@ use crate::kernels::{kernel, Source};
 use crate::mapped::{gdr_mapped, managed, pinned, HostMem};
 use crate::pattern;
 use cudarc::driver::sys;
+use efabench_record::stats::Samples;
 use std::fmt;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -196,7 +197,8 @@ pub struct ProducerShape {
 }
 
 impl ProducerShape {
-    /// The sweep the issue asks for.
+    /// The default sweep of producer shapes (blocks x threads): one thread, one warp, one block,
+    /// eight blocks, one block per SM, one 1024-thread block per SM.
     pub const DEFAULT_LIST: &'static str = "1x1,1x32,1x256,8x256,SMx256,SMx1024";
 
     /// The launch shape on a GPU with `sm_count` multiprocessors.
@@ -789,7 +791,8 @@ impl QueueConfig {
     }
 }
 
-/// Latency percentiles in ns.
+/// Latency distribution in ns: the shared nearest-rank definition of
+/// [`efabench_record::stats`], kept in the GPU clock's unit.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct LatencyNs {
     pub samples: u64,
@@ -801,20 +804,16 @@ pub struct LatencyNs {
 }
 
 impl LatencyNs {
-    pub fn from_samples(mut v: Vec<u32>) -> LatencyNs {
-        if v.is_empty() {
-            return LatencyNs::default();
-        }
-        v.sort_unstable();
-        let n = v.len();
-        let at = |q: f64| v[((q * (n - 1) as f64).round() as usize).min(n - 1)] as f64;
+    pub fn from_samples(v: Vec<u32>) -> LatencyNs {
+        let n = v.len() as u64;
+        let d = Samples::from_vec(v.into_iter().map(u64::from).collect()).summary_ns();
         LatencyNs {
-            samples: n as u64,
-            min: v[0] as f64,
-            mean: v.iter().map(|&x| x as f64).sum::<f64>() / n as f64,
-            p50: at(0.50),
-            p99: at(0.99),
-            max: v[n - 1] as f64,
+            samples: n,
+            min: d.min,
+            mean: d.mean,
+            p50: d.p50,
+            p99: d.p99,
+            max: d.max,
         }
     }
 }

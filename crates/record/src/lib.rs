@@ -11,7 +11,8 @@
 //! What the benchmark harness calls:
 //! - [`JsonlWriter::open`] on `-o FILE.jsonl` before measuring, then [`JsonlWriter::push`] per record;
 //! - [`Sink::stdout`] with the `--format` ([`Format`]), [`Sink::push`] per record, [`Sink::finish`];
-//! - [`now_rfc3339`], [`hostname`], [`human_size`] to fill and label records.
+//! - [`now_rfc3339`], [`hostname`], [`human_size`] to fill and label records;
+//! - [`stats::Samples`] to turn timed samples into a record's `lat_us` (one percentile definition).
 
 #![forbid(unsafe_code)]
 
@@ -21,6 +22,7 @@ pub mod output;
 #[cfg(test)]
 mod proptests;
 pub mod record;
+pub mod stats;
 #[cfg(any(test, feature = "test-util"))]
 pub mod testing;
 pub mod util;

@@ -888,7 +888,7 @@ mod tests {
         assert_eq!(out.matches("schema,bench").count(), 1);
     }
 
-    /// Issue 14: every record field has a CSV column, extra fields included, derived from the
+    /// Every record field has a CSV column, extra fields included, derived from the
     /// records so that a new field needs no change to the CSV code.
     #[test]
     fn csv_columns_cover_every_field_of_the_record() {

@@ -66,27 +66,17 @@ pub fn hostname() -> String {
         .unwrap_or_else(|| "unknown".to_string())
 }
 
-const UNITS: [(u64, &str); 5] = [
-    (1 << 50, "P"),
-    (1 << 40, "T"),
-    (1 << 30, "G"),
-    (1 << 20, "M"),
-    (1 << 10, "K"),
-];
+// The suffixes the size options accept (`efabench_bench::size::parse_size`).
+const UNITS: [(u64, &str); 3] = [(1 << 30, "G"), (1 << 20, "M"), (1 << 10, "K")];
 
-/// A byte count in powers of 1024: `8`, `1000`, `4K`, `1.5K`, `1M`, `1G`.
-/// Exact multiples print as integers; other values at or above 1K print with at most two
-/// decimals (trailing zeros dropped), so the label is short but never claims an exact size it
-/// does not have (`1000` stays `1000`, not `0.98K`).
+/// A byte count as efabench prints every size (labels, headers, plot axes, error hints): the
+/// largest power-of-1024 unit that divides it exactly, else the plain count — `8`, `1000`, `4K`,
+/// `1536`, `1M`, `1536K`, `1G`. Always exact, and always a form the size options accept
+/// (`-b 1536K`), so a printed size can be typed back and never hides a rounding.
 pub fn human_size(bytes: u64) -> String {
     for (unit, suffix) in UNITS {
-        if bytes >= unit {
-            if bytes % unit == 0 {
-                return format!("{}{suffix}", bytes / unit);
-            }
-            let v = format!("{:.2}", bytes as f64 / unit as f64);
-            let v = v.trim_end_matches('0').trim_end_matches('.');
-            return format!("{v}{suffix}");
+        if bytes >= unit && bytes % unit == 0 {
+            return format!("{}{suffix}", bytes / unit);
         }
     }
     bytes.to_string()
@@ -142,11 +132,12 @@ mod tests {
         assert_eq!(human_size(1023), "1023");
         assert_eq!(human_size(1024), "1K");
         assert_eq!(human_size(4096), "4K");
-        assert_eq!(human_size(1536), "1.5K");
+        assert_eq!(human_size(1536), "1536");
         assert_eq!(human_size(1 << 20), "1M");
-        assert_eq!(human_size(3 << 19), "1.5M");
+        assert_eq!(human_size(3 << 19), "1536K");
+        assert_eq!(human_size(3 << 20), "3M");
         assert_eq!(human_size(1 << 30), "1G");
-        assert_eq!(human_size(1 << 40), "1T");
-        assert_eq!(human_size(u64::MAX), "16384P");
+        assert_eq!(human_size(1 << 40), "1024G");
+        assert_eq!(human_size(u64::MAX), "18446744073709551615");
     }
 }

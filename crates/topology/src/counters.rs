@@ -1,8 +1,7 @@
 //! EFA hardware counters: snapshots, deltas and rates.
 //!
 //! Why listing and not a fixed table: the counter set depends on the driver (14 names on 2019
-//! drivers, 35 on r2.17+, and before r1.14 the same list appears at device *and* port scope —
-//! reference/efa-facts.md §1.4), so every file of `hw_counters/` and `ports/N/hw_counters/` is read
+//! drivers, 35 on r2.17+, and before r1.14 the same list appears at device *and* port scope —), so every file of `hw_counters/` and `ports/N/hw_counters/` is read
 //! and nothing is assumed. `lifespan` is the driver's cache time in ms, not a counter, and is left
 //! out. Values are cumulative since driver load, so everything useful is a difference between two
 //! snapshots. Note that reading port counters makes the driver issue admin commands, so
@@ -60,7 +59,7 @@ pub struct Rates {
     pub errors: u64,
 }
 
-/// Counters whose increase means trouble (reference/efa-facts.md §1.5).
+/// Counters whose increase means trouble.
 pub fn is_error_counter(name: &str) -> bool {
     name.ends_with("_err")
         || name == "rx_drops"

@@ -1,8 +1,8 @@
 //! Versions of the installed EFA/NCCL/NVIDIA stack, read from files under a [`Root`].
 //!
 //! Why files and not `dlopen`: loading a plugin or NCCL to ask its version can itself fail or
-//! crash, and a fixture tree cannot be loaded at all. Every component embeds a greppable version
-//! (reference/efa-facts.md §3): the installer's package file, `/sys/module/efa/version`,
+//! crash, and a fixture tree cannot be loaded at all. Every component embeds a greppable version:
+//! the installer's package file, `/sys/module/efa/version`,
 //! `Initializing aws-ofi-nccl X` and `NCCL version X+cudaY` inside the shared objects,
 //! `/proc/driver/nvidia/version`, and the CUDA toolkit's `version.json` (or, on installs without
 //! it, `include/cuda.h`'s `CUDA_VERSION` and the `libcudart.so.X.Y.Z` file name).

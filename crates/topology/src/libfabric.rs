@@ -2,7 +2,7 @@
 //!
 //! Why not only the fabric crate: `doctor` and `topo` must work where libfabric cannot be loaded
 //! (wrong version, missing, or a fixture tree of another node), so they parse the text of
-//! `fi_info --version` / `fi_info -p efa` (reference/efa-facts.md §2.1) — from a file the user
+//! `fi_info --version` / `fi_info -p efa` — from a file the user
 //! captured, or by running `fi_info` on the live system — and read versions from the
 //! `libfabric.so.1.N.0` file name (§2.4). The fabric layer can fill the same types directly.
 //!
@@ -226,7 +226,7 @@ pub fn prov_version_to_libfabric(v: &str) -> Option<String> {
     Some(format!("{}.{}.{}", a / 100, a % 100, b / 10))
 }
 
-/// libfabric release for a `libfabric.so.1.N.0` file (reference/efa-facts.md §2.4).
+/// libfabric release for a `libfabric.so.1.N.0` file.
 pub fn libfabric_version_from_soname(file: &str) -> Option<&'static str> {
     let rest = file.strip_prefix("libfabric.so.1.")?;
     let minor: u32 = rest.split('.').next()?.parse().ok()?;

@@ -5,7 +5,7 @@
 //! libfabric domains, are optional extras merged in by the CLI ([`Topology::merge_nvml`],
 //! [`Topology::set_libfabric_domains`]).
 //!
-//! Pairing rule (reference/efa-facts.md §4.2): a GPU is paired with the NICs whose sysfs device path
+//! Pairing rule: a GPU is paired with the NICs whose sysfs device path
 //! shares the longest prefix with its own, provided they share at least the PCIe root complex
 //! (`pci0000:XX`). That groups one EFA with two GPUs per root on p4d and four EFAs with one GPU per
 //! PCIe switch on p5. When no NIC shares a root complex the NICs on the same NUMA node are used.
@@ -252,7 +252,7 @@ pub fn normalize_bus_id(id: &str) -> String {
     }
 }
 
-/// EFA PCI device ids (`0xefa0`…`0xefa4`, reference/efa-facts.md §1.1).
+/// EFA PCI device ids (`0xefa0`…`0xefa4`).
 pub fn is_efa_device_id(device: &str) -> bool {
     let d = device.trim().to_ascii_lowercase();
     d.len() == 6 && d.starts_with("0xefa") && d.as_bytes()[5].is_ascii_hexdigit()
@@ -454,7 +454,7 @@ fn pair(gpus: &mut [Gpu], nics: &mut [Nic]) {
 }
 
 /// What an instance type should have: (EFA devices, Gb/s per EFA, GPUs). From
-/// reference/efa-facts.md §4.3 and the AWS health-check instance profiles.
+/// the AWS health-check instance profiles.
 pub fn instance_profile(instance_type: &str) -> Option<InstanceProfile> {
     let (efa, gbps, gpus) = match instance_type.trim() {
         "p4d.24xlarge" | "p4de.24xlarge" => (4, 100.0, 8),

@@ -179,7 +179,7 @@ pub trait Benchmark {
     fn measure(&mut self, ctx: &Ctx, spec: &Self::Spec) -> Result<Measured, BenchError>;
 
     /// On rank 0: every rank's outcome (indexed by rank) → the record's numbers. `bw_gbps` and
-    /// `busbw_gbps` are the benchmark's definition (DESIGN.md "Metric definitions").
+    /// `busbw_gbps` are the benchmark's definition (`docs/metrics.md`).
     fn point(&self, ctx: &Ctx, spec: &Self::Spec, all: &[Measured]) -> Point;
 
     /// The benchmark's own options that every rank must share, as command-line words

@@ -165,7 +165,7 @@ pub enum MrChoice {
     Va,
 }
 
-/// The shared benchmark options (DESIGN.md "Benchmark options shared by all").
+/// The shared benchmark options (`efabench <bench> --help` lists them).
 #[derive(clap::Args, Debug, Clone)]
 pub struct CommonArgs {
     /// Smallest message size (8, 4K, 1M, 1G; powers of 1024; at most 64G).

@@ -1,7 +1,7 @@
 //! Which provider, which domain(s), and how many rails: decided once per run by the harness, from
 //! facts every rank shares, so all ranks agree without talking about it.
 //!
-//! * Provider (DESIGN.md): `--provider`, else `efa` when present, else `shm` when every rank is on
+//! * Provider: `--provider`, else `efa` when present, else `shm` when every rank is on
 //!   this host, else `tcp`. Names match libfabric's or their first component, so `tcp` finds
 //!   1.17's `tcp;ofi_rxm`.
 //! * Domain: `--domain` is honoured or refused — a name the provider does not offer exits 2 with
@@ -169,7 +169,7 @@ fn paired_domains(ctx: &Ctx, provider: &str, offered: &[ProviderInfo]) -> Vec<St
     out
 }
 
-/// DESIGN.md: `efa` when present, else `shm` when every rank is on this host, else `tcp`.
+/// `efa` when present, else `shm` when every rank is on this host, else `tcp`.
 /// Returns the name as libfabric spells it, and why it was chosen.
 pub fn choose_provider(
     asked: Option<&str>,

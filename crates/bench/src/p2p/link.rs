@@ -142,10 +142,6 @@ fn fabric(e: efabench_fabric::Error) -> LinkError {
     crate::harness::fabric_error(e).into()
 }
 
-/// Test-only hook (integration tests set it on one rank): corrupt one byte of the first payload
-/// this rank verifies, so a test can prove that verification reports errors.
-const CORRUPT_ENV: &str = "EFABENCH_TEST_CORRUPT_PAYLOAD";
-
 /// A payload buffer of any `--mem` kind, shared with the rails that registered it.
 pub type Payload = Arc<Box<dyn GpuBuffer>>;
 
@@ -315,7 +311,7 @@ impl Link {
             progress,
             scratch: Vec::new(),
             stream: pattern::Stream::default(),
-            corrupt_once: std::env::var_os(CORRUPT_ENV).is_some(),
+            corrupt_once: crate::test_hooks::corrupt_payload(),
         })
     }
 

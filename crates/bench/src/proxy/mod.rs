@@ -59,7 +59,7 @@ use crate::harness::{
     self, fabric_error, Benchmark, CommonArgs, Ctx, Measured, MrChoice, Needs, Point, RunFacts,
     Strategy,
 };
-use crate::stats::{gbps, mops, Samples};
+use crate::stats::{gbps, mops, nearest_rank, Samples};
 
 /// Options of `efabench proxy`.
 #[derive(clap::Args, Debug, Clone)]
@@ -736,13 +736,12 @@ fn split_blob(b: &[u8]) -> Option<(&[u8], &[u8])> {
     Some((b.get(4..end)?, b.get(end..)?))
 }
 
-fn pct(mut v: Vec<i64>) -> Value {
+pub(crate) fn pct(mut v: Vec<i64>) -> Value {
     if v.is_empty() {
         return Value::Null;
     }
     v.sort_unstable();
-    let n = v.len();
-    let q = |f: f64| v[((f * n as f64).ceil() as usize).clamp(1, n) - 1] as f64 / 1000.0;
+    let q = |f: f64| nearest_rank(&v, f).unwrap_or(0) as f64 / 1000.0;
     json!({"p50_us": q(0.5), "p99_us": q(0.99)})
 }
 

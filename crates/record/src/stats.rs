@@ -1,0 +1,181 @@
+//! The one place where timed samples become the `lat_us` distribution of a record.
+//!
+//! Every benchmark, CPU-timed (`sendrecv`, `alltoall`, `pairs`, `proxy`) or GPU-timed (`ipc`
+//! with CUDA events, `queue` with `%globaltimer` stamps), turns its samples into a
+//! [`LatencySummary`] here, so `lat_us.p99` means the same thing in every record.
+//!
+//! Percentiles are **nearest rank**: for `n` sorted samples `x[1] <= ... <= x[n]`, the
+//! q-th quantile is `x[k]` with `k = max(1, ceil(q * n))` — the smallest sample with at least a
+//! fraction `q` of the samples at or below it. It is always a measured value (no interpolation)
+//! and needs no histogram; `docs/metrics.md` states the same formula.
+//!
+//! The module lives in `efabench-record`, beside the [`LatencySummary`] it fills, because both
+//! `efabench-gpu` (the GPU-timed queue measurement) and `efabench-bench` (everything else) need
+//! it: `efabench-record` depends on no other efabench crate, so both can depend on it without a
+//! cycle. `efabench-bench` re-exports this module as `efabench_bench::stats`.
+//!
+//! Every timed iteration is kept (a few hundred KiB at most), then sorted once per point: exact
+//! percentiles with no bucketing error, and the mean comes along for comparisons with tools that
+//! print only a mean.
+
+use crate::record::LatencySummary;
+
+/// The nearest-rank `q`-quantile (`0 < q <= 1`) of samples sorted in ascending order:
+/// `sorted[max(1, ceil(q * n)) - 1]`. `None` when there are no samples.
+pub fn nearest_rank<T: Copy>(sorted: &[T], q: f64) -> Option<T> {
+    let n = sorted.len();
+    if n == 0 {
+        return None;
+    }
+    let k = (q * n as f64).ceil() as usize;
+    Some(sorted[k.clamp(1, n) - 1])
+}
+
+/// Collects one duration per timed iteration, in nanoseconds.
+#[derive(Debug, Default, Clone)]
+pub struct Samples {
+    ns: Vec<u64>,
+}
+
+impl Samples {
+    pub fn with_capacity(n: usize) -> Self {
+        Samples {
+            ns: Vec::with_capacity(n),
+        }
+    }
+
+    /// Samples measured elsewhere (another rank's, gathered by the harness, or read back from
+    /// the GPU).
+    pub fn from_vec(ns: Vec<u64>) -> Self {
+        Samples { ns }
+    }
+
+    /// The raw samples, in nanoseconds.
+    pub fn into_vec(self) -> Vec<u64> {
+        self.ns
+    }
+
+    #[inline]
+    pub fn push(&mut self, ns: u64) {
+        self.ns.push(ns);
+    }
+
+    pub fn len(&self) -> usize {
+        self.ns.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ns.is_empty()
+    }
+
+    /// Sum of all samples in nanoseconds.
+    pub fn total_ns(&self) -> u64 {
+        self.ns.iter().sum()
+    }
+
+    /// The distribution in microseconds, each sample first divided by `divisor` (2 for a
+    /// round trip reported as one-way latency, the window for per-message time).
+    pub fn summary_us(&mut self, divisor: f64) -> LatencySummary {
+        self.summary_in(1000.0 * divisor)
+    }
+
+    /// The distribution in nanoseconds (for records that also keep the raw unit, e.g. `queue`'s
+    /// `lat_ns`). Dividing each field by 1000 gives exactly [`Samples::summary_us`]`(1.0)`.
+    pub fn summary_ns(&mut self) -> LatencySummary {
+        self.summary_in(1.0)
+    }
+
+    /// Every field is `ns / unit`; all zero when there are no samples.
+    fn summary_in(&mut self, unit: f64) -> LatencySummary {
+        if self.ns.is_empty() {
+            return LatencySummary::default();
+        }
+        self.ns.sort_unstable();
+        let n = self.ns.len();
+        let at = |q: f64| nearest_rank(&self.ns, q).unwrap_or(0) as f64 / unit;
+        LatencySummary {
+            min: self.ns[0] as f64 / unit,
+            p50: at(0.50),
+            p99: at(0.99),
+            max: self.ns[n - 1] as f64 / unit,
+            mean: self.total_ns() as f64 / n as f64 / unit,
+        }
+    }
+}
+
+/// Payload bits in one direction per second, in Gbps (10^9 bit/s).
+pub fn gbps(bytes: u64, ns: u64) -> f64 {
+    if ns == 0 {
+        return 0.0;
+    }
+    bytes as f64 * 8.0 / ns as f64
+}
+
+/// Messages per second in millions.
+pub fn mops(messages: u64, ns: u64) -> f64 {
+    if ns == 0 {
+        return 0.0;
+    }
+    messages as f64 * 1000.0 / ns as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_are_nearest_rank() {
+        let mut s = Samples::default();
+        for v in 1..=100u64 {
+            s.push(v * 1000);
+        }
+        let l = s.summary_us(1.0);
+        assert_eq!((l.min, l.p50, l.p99, l.max), (1.0, 50.0, 99.0, 100.0));
+        assert!((l.mean - 50.5).abs() < 1e-9);
+    }
+
+    #[test]
+    fn nearest_rank_picks_a_sample_never_interpolates() {
+        // n = 10: p50 is the 5th sample, p99 the 10th (ceil(9.9) = 10); round(q (n-1)) would
+        // have given the 6th for p50 (round(4.5) = 5, zero-based).
+        let v: Vec<u64> = (1..=10).collect();
+        assert_eq!(nearest_rank(&v, 0.5), Some(5));
+        assert_eq!(nearest_rank(&v, 0.99), Some(10));
+        assert_eq!(nearest_rank(&v, 0.0), Some(1));
+        assert_eq!(nearest_rank(&[7i64], 0.99), Some(7));
+        assert_eq!(nearest_rank::<u64>(&[], 0.5), None);
+        let neg = [-3i64, -1, 2];
+        assert_eq!(nearest_rank(&neg, 0.5), Some(-1));
+    }
+
+    #[test]
+    fn ns_and_us_agree() {
+        let mut s = Samples::from_vec(vec![1234, 5, 99_999, 42, 7_777]);
+        let ns = s.summary_ns();
+        let us = s.summary_us(1.0);
+        assert_eq!(ns.p50 / 1000.0, us.p50);
+        assert_eq!(ns.p99 / 1000.0, us.p99);
+        assert_eq!(ns.min / 1000.0, us.min);
+        assert_eq!(ns.max / 1000.0, us.max);
+        assert_eq!(ns.mean / 1000.0, us.mean);
+    }
+
+    #[test]
+    fn divisor_halves_round_trips() {
+        let mut s = Samples::default();
+        s.push(10_000);
+        assert_eq!(s.summary_us(2.0).p50, 5.0);
+    }
+
+    #[test]
+    fn empty_is_zero_and_units_are_decimal() {
+        assert_eq!(
+            Samples::default().summary_us(1.0),
+            LatencySummary::default()
+        );
+        // 1 GB in one second is 8 Gbps.
+        assert_eq!(gbps(1_000_000_000, 1_000_000_000), 8.0);
+        assert_eq!(mops(1_000_000, 1_000_000_000), 1.0);
+        assert_eq!(gbps(1, 0), 0.0);
+    }
+}
