@@ -632,6 +632,17 @@ pub fn matrix_lines(records: &[Record]) -> Vec<String> {
                     .collect();
                 lines.push(format!("# {row:>4}{cols}"));
             }
+            // nvbandwidth's closing line: the sum of the matrix's cells.
+            let sum: f64 = cells
+                .iter()
+                .filter(|r| r.size_bytes == size)
+                .filter_map(|r| cell_value(r, key))
+                .sum();
+            lines.push(format!(
+                "# SUM {}{} {sum:.2}",
+                test.name(),
+                part.replace(' ', "_")
+            ));
         }
     }
     lines
@@ -861,7 +872,6 @@ mod tests {
         ];
         let lines = matrix_lines(&recs);
         let text = lines.join("\n");
-        println!("{text}");
         assert!(
             lines[0].starts_with("# device_to_device_memcpy_write_ce: memcpy CE GPU(row) <- GPU(column) bandwidth (GB/s) at 1073741824 B"),
             "{text}"
@@ -885,6 +895,15 @@ mod tests {
             .unwrap();
         assert!(lines[local + 2].contains("N/A"), "{text}");
         assert!(lines[local + 2].contains(&gb(32.0)), "{text}");
-        assert_eq!(lines.len(), 4 + 3 * 4 + 3, "{text}");
+        assert_eq!(lines.len(), 5 + 3 * 5 + 4, "{text}");
+        let sum = format!(
+            "{:.2}",
+            (1u64 << 30) as f64 * 16.0 * (1.0 / 64e6 + 1.0 / 128e6)
+        );
+        assert!(
+            text.contains(&format!("# SUM device_to_device_memcpy_write_ce {sum}")),
+            "{text}"
+        );
+        assert!(text.contains("# SUM device_to_device_bidirectional_memcpy_write_ce_total "));
     }
 }
