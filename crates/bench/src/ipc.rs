@@ -1067,6 +1067,31 @@ mod tests {
         assert!(e.contains("copy-engine, push, pull or tma"), "{e}");
     }
 
+    #[test]
+    fn nvbw_replaces_the_default_variants_unless_they_are_named() {
+        let parse = |v: &[&str]| IpcArgsParser::parse_from(v.iter().copied()).a;
+        let a = parse(&["x"]);
+        assert_eq!(variants(&a), ["copy-engine", "push", "pull", "tma"]);
+        assert!(a.nvbw.is_empty());
+        let a = parse(&["x", "--nvbw", "all"]);
+        assert!(variants(&a).is_empty());
+        assert_eq!(nvbw::parse_tests(&a.nvbw).unwrap().len(), 10);
+        let a = parse(&[
+            "x",
+            "--nvbw",
+            "device_local_copy,device_to_device_latency_sm",
+            "--variant",
+            "copy-engine",
+        ]);
+        assert_eq!(variants(&a), ["copy-engine"]);
+        assert_eq!(
+            nvbw::parse_tests(&a.nvbw).unwrap(),
+            [nvbw::Test::LocalCopy, nvbw::Test::Latency]
+        );
+        let m = methods(&variants(&a), &a.shapes, &a.tma_grids).unwrap();
+        assert_eq!(m, [Method::CopyEngine]);
+    }
+
     #[derive(clap::Parser)]
     struct IpcArgsParser {
         #[command(flatten)]
