@@ -19,7 +19,7 @@
 #   optional: .dev/bin/gpu-*              the efabench-gpu test binary, run when present
 # Environment: OUT (default results/two-gpu-run), ROUNDS (3), LIMIT (seconds for the whole
 # script, default 530: every step's timeout is cut to what is left, and a step that would not
-# fit is skipped and says so).
+# fit is skipped and says so), IPC_SIZES (size options of ipc --nvbw).
 #
 # What comes back under $OUT (at most 8 files): two-gpu.log (this console), ipc.jsonl,
 # proxy.jsonl, alltoall.jsonl (efabench, with "round"), nccl-alltoall.jsonl (nccl-tests rows,
@@ -116,7 +116,10 @@ step ipc-1gpu 60 "$BIN" ipc --gpu 0 --nvbw device_local_copy,device_to_device_la
 show ipc-1gpu 40
 if [ "$ngpu" -ge 2 ]; then
   # nvbandwidth's set on every ordered pair; the matrices print at 512 MiB, nvbandwidth's size.
-  step ipc-nvbw 150 "$BIN" launch -n "$ngpu" -- ipc --nvbw all -b 1M -e 512M -f 8 -o "$OUT/ipc.jsonl"
+  # Two GPUs: 1M, 8M, 64M, 512M; more: 512 MiB only (the cells grow as N x (N - 1)).
+  IPC_SIZES=${IPC_SIZES:-$([ "$ngpu" -eq 2 ] && echo "-b 1M -e 512M -f 8" || echo "-b 512M -e 512M")}
+  # shellcheck disable=SC2086
+  step ipc-nvbw 150 "$BIN" launch -n "$ngpu" -- ipc --nvbw all $IPC_SIZES -o "$OUT/ipc.jsonl"
   show ipc-nvbw 200
   # The kernel variants beside the copy engine, GPU 0 -> GPU 1, and the pair matrix.
   step ipc-variants 120 "$BIN" launch -n "$ngpu" -- ipc --matrix -b 4K -e 1G -f 4 -o "$OUT/ipc.jsonl"
