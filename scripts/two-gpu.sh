@@ -40,6 +40,7 @@ LIMIT=${LIMIT:-530}
 export NCCL_NVLS_ENABLE=0
 WORK=$(mktemp -d /tmp/two-gpu.XXXXXX)
 exec > >(tee -a "$OUT/two-gpu.log") 2>&1
+tee_pid=$!
 
 fail=0
 # step NAME SECONDS CMD...: runs CMD with its output in $WORK/NAME.log, under a timeout cut to
@@ -183,4 +184,7 @@ fi
 } 2>&1 | tee "$OUT/summary.txt"
 tar czf "$OUT/logs.tar.gz" -C "$WORK" $(cd "$WORK" && ls ./*.log ./*.jsonl ./*.txt 2>/dev/null) 2>/dev/null
 echo "done t=${SECONDS}s fail=$fail; files: $(ls "$OUT" | tr '\n' ' ')"
+# Let tee write the last lines before the machine collects $OUT.
+exec >&- 2>&-
+wait "$tee_pid" 2>/dev/null
 exit $fail
