@@ -24,7 +24,13 @@
 //!   checked the same way. pull compares every word of every iteration on the receiving GPU;
 //!
 //! * with more than two ranks (or `--matrix`), an N×N matrix of copy-engine and push at the
-//!   largest size, one pair at a time.
+//!   largest size, one pair at a time;
+//! * `--nvbw`: nvbandwidth's device-to-device testcases (copy engine and SM, read and write, one
+//!   way and both ways, the local copy and the pointer-chase latency) on every ordered GPU pair,
+//!   with nvbandwidth's names and definitions ([`nvbw`]). The local copy and the latency against
+//!   the GPU's own memory also run with one rank.
+
+pub mod nvbw;
 
 use crate::harness::{
     from_bootstrap, Benchmark, BuildInfo, CommonArgs, Ctx, Measured, MrChoice, Needs, Point, Rails,
@@ -51,13 +57,10 @@ pub struct IpcArgs {
     /// Timed batches per point; each is bracketed by CUDA events, none by a host sync.
     #[arg(long, default_value = "5", value_parser = samples_arg, allow_hyphen_values = true)]
     pub samples: u64,
-    /// Variants, comma-separated: copy-engine, push, pull, tma.
-    #[arg(
-        long,
-        value_delimiter = ',',
-        default_value = "copy-engine,push,pull,tma"
-    )]
-    pub variant: Vec<String>,
+    /// Variants, comma-separated: copy-engine, push, pull, tma [default: all four, or none
+    /// when --nvbw is given].
+    #[arg(long, value_delimiter = ',')]
+    pub variant: Option<Vec<String>>,
     /// Launch shapes of push and pull, GRIDxBLOCK; `smxB` means one block per SM.
     #[arg(
         long,
@@ -71,6 +74,23 @@ pub struct IpcArgs {
     /// Also measure every ordered GPU pair at the largest size (automatic above 2 GPUs).
     #[arg(long)]
     pub matrix: bool,
+    /// nvbandwidth's device-to-device testcases, comma-separated, or `all`: every ordered GPU
+    /// pair at every size (device_to_device_memcpy_{read,write}_{ce,sm},
+    /// device_to_device_bidirectional_memcpy_{read,write}_{ce,sm}, device_local_copy,
+    /// device_to_device_latency_sm).
+    #[arg(long, value_delimiter = ',')]
+    pub nvbw: Vec<String>,
+}
+
+/// The variants `--variant` selects: the given list, else all four unless `--nvbw` is given.
+pub fn variants(args: &IpcArgs) -> Vec<String> {
+    match &args.variant {
+        Some(v) => v.clone(),
+        None if args.nvbw.is_empty() => ["copy-engine", "push", "pull", "tma"]
+            .map(String::from)
+            .to_vec(),
+        None => Vec::new(),
+    }
 }
 
 fn samples_arg(s: &str) -> Result<u64, String> {
@@ -213,9 +233,6 @@ pub fn methods(
             }
         }
     }
-    if out.is_empty() {
-        return Err("no ipc variant selected: pass --variant copy-engine,push,pull,tma".into());
-    }
     out.dedup();
     Ok(out)
 }
@@ -282,11 +299,19 @@ pub struct IpcSpec {
     index: u64,
 }
 
+/// One point of `efabench ipc`: a variant of the sweep or matrix, or an nvbandwidth cell.
+#[derive(Clone, Copy, Debug)]
+pub enum IpcPoint {
+    Variant(IpcSpec),
+    Nvbw(nvbw::NvbwSpec),
+}
+
 /// `efabench ipc` on the shared harness.
 pub struct Ipc<'a> {
     args: &'a IpcArgs,
     sizes: Vec<u64>,
     methods: Vec<Method>,
+    tests: Vec<nvbw::Test>,
     rank: Option<Rank>,
     /// PCI bus id of every rank's GPU.
     buses: Vec<String>,
@@ -299,7 +324,13 @@ impl<'a> Ipc<'a> {
         let c = &args.common;
         let sizes = ipc_sizes(c.min_bytes, c.max_bytes, c.step_factor)?;
         let methods =
-            methods(&args.variant, &args.shapes, &args.tma_grids).map_err(BenchError::usage)?;
+            methods(&variants(args), &args.shapes, &args.tma_grids).map_err(BenchError::usage)?;
+        let tests = nvbw::parse_tests(&args.nvbw).map_err(BenchError::usage)?;
+        if methods.is_empty() && tests.is_empty() {
+            return Err(BenchError::usage(
+                "nothing to measure: pass --variant copy-engine,push,pull,tma or --nvbw all",
+            ));
+        }
         let unused = [
             (c.provider.is_some(), "--provider"),
             (c.domain.is_some(), "--domain"),
@@ -319,6 +350,7 @@ impl<'a> Ipc<'a> {
             args,
             sizes,
             methods,
+            tests,
             rank: None,
             buses: Vec::new(),
             inventory: None,
@@ -339,7 +371,7 @@ impl<'a> Ipc<'a> {
 }
 
 impl Benchmark for Ipc<'_> {
-    type Spec = IpcSpec;
+    type Spec = IpcPoint;
 
     fn name(&self) -> &'static str {
         "ipc"
@@ -348,7 +380,7 @@ impl Benchmark for Ipc<'_> {
     fn needs(&self) -> Needs {
         Needs {
             fabric: false,
-            min_world: 2,
+            min_world: 1,
             how_to_launch: "ipc runs one rank per GPU: `efabench launch -n <GPUs> -- ipc ...`",
         }
     }
@@ -356,12 +388,13 @@ impl Benchmark for Ipc<'_> {
     fn fingerprint(&self) -> String {
         let a = self.args;
         format!(
-            "--samples {} --variant {} --shapes {} --tma-grids {} --matrix {}",
+            "--samples {} --variant {} --shapes {} --tma-grids {} --matrix {} --nvbw {}",
             a.samples,
-            a.variant.join(","),
+            variants(a).join(","),
             a.shapes.join(","),
             a.tma_grids.join(","),
-            a.matrix
+            a.matrix,
+            a.nvbw.join(",")
         )
     }
 
@@ -371,7 +404,10 @@ impl Benchmark for Ipc<'_> {
         let ordinal =
             efabench_gpu::resolve(self.args.common.gpu, ctx.local_rank).map_err(gpu_err)?;
         let gpu = Gpu::open(ordinal).map_err(gpu_err)?;
-        let max = *self.sizes.iter().max().unwrap_or(&16) as usize;
+        let mut max = *self.sizes.iter().max().unwrap_or(&16) as usize;
+        if self.tests.contains(&nvbw::Test::Latency) {
+            max = max.max(nvbw::LATENCY_BYTES as usize);
+        }
 
         // Everyone must be on a different GPU.
         let buses: Vec<String> = bs
@@ -419,22 +455,31 @@ impl Benchmark for Ipc<'_> {
             rank.peer_src[r] = Some(map(&b[IPC_HANDLE_LEN..])?);
         }
 
-        // NVLink bandwidth between the measured GPUs (rank 0 → rank 1 for the sweep).
+        // NVLink bandwidth between the measured GPUs (rank 0 → rank 1 for the sweep; an
+        // nvbandwidth-only run gives each record its own pair's).
         match efabench_gpu::nvml::inventory() {
             Ok(inv) => self.inventory = Some(inv),
             Err(e) if me == 0 => eprintln!("efabench: {e}; link_gbps and util_pct stay empty"),
             Err(_) => {}
         }
         self.buses = buses.clone();
-        let link_gbps = self.link(0, 1);
+        let link_gbps = if self.methods.is_empty() {
+            None
+        } else {
+            self.link(0, 1)
+        };
         if me == 0 {
+            let what = match buses.get(1) {
+                Some(b1) if !self.methods.is_empty() => {
+                    format!("sweep GPU {} -> GPU {b1}", buses[0])
+                }
+                _ => format!("GPUs {}", buses.join(", ")),
+            };
             eprintln!(
-                "efabench: ipc on {world} GPUs ({}, {} SMs); sweep GPU {} -> GPU {}, NVLink {}",
+                "efabench: ipc on {world} GPU(s) ({}, {} SMs); {what}, NVLink {}",
                 gpu.name,
                 gpu.sm_count,
-                buses[0],
-                buses[1],
-                link_gbps
+                self.link(0, 1)
                     .map(|g| format!("{g:.0} Gbps per direction"))
                     .unwrap_or_else(|| "speed unknown".into())
             );
@@ -461,70 +506,70 @@ impl Benchmark for Ipc<'_> {
         })
     }
 
-    fn points(&self, ctx: &Ctx) -> Result<Vec<IpcSpec>, BenchError> {
-        let mut out = Vec::new();
-        let mut index = 0u64;
-        for &m in &self.methods {
-            for &size in &self.sizes {
-                index += 1;
-                let (iters, warmup) = self.iterations(size);
-                out.push(IpcSpec {
-                    m,
-                    size,
-                    a: 0,
-                    b: 1,
-                    iters,
-                    warmup,
-                    matrix: false,
-                    index,
-                });
-            }
-        }
-        if ctx.world > 2 || self.args.matrix {
-            let size = *self.sizes.iter().max().unwrap_or(&16);
-            let (iters, warmup) = self.iterations(size);
-            let best_push = self
-                .methods
-                .iter()
-                .copied()
-                .rfind(|m| matches!(m, Method::Push(_)));
-            for m in [Some(Method::CopyEngine), best_push].into_iter().flatten() {
-                for a in 0..ctx.world as usize {
-                    for b in (0..ctx.world as usize).filter(|b| *b != a) {
-                        index += 1;
-                        out.push(IpcSpec {
-                            m,
-                            size,
-                            a,
-                            b,
-                            iters,
-                            warmup,
-                            matrix: true,
-                            index,
-                        });
-                    }
-                }
-            }
+    fn points(&self, ctx: &Ctx) -> Result<Vec<IpcPoint>, BenchError> {
+        let mut out = self.variant_points(ctx)?;
+        let index = out.len() as u64;
+        let c = &self.args.common;
+        out.extend(
+            nvbw::specs(
+                &self.tests,
+                &self.sizes,
+                ctx.world as usize,
+                c.iters,
+                c.warmup.unwrap_or(10),
+                self.args.samples,
+                index,
+            )
+            .into_iter()
+            .map(IpcPoint::Nvbw),
+        );
+        if out.is_empty() {
+            return Err(BenchError::usage(format!(
+                "nothing to measure with {} rank(s): with one GPU only --nvbw device_local_copy,device_to_device_latency_sm run; \
+                 start one rank per GPU with `efabench launch -n <GPUs> -- ipc ...`",
+                ctx.world
+            )));
         }
         Ok(out)
     }
 
-    fn label(&self, s: &IpcSpec) -> String {
+    fn label(&self, p: &IpcPoint) -> String {
         let sm = self.rank.as_ref().map_or(0, |r| r.gpu.sm_count);
-        format!(
-            "{} {} {}->{}",
-            s.m.name(sm),
-            crate::size::human(s.size),
-            s.a,
-            s.b
-        )
+        match p {
+            IpcPoint::Variant(s) => format!(
+                "{} {} {}->{}",
+                s.m.name(sm),
+                crate::size::human(s.size),
+                s.a,
+                s.b
+            ),
+            IpcPoint::Nvbw(s) => format!(
+                "{} {} {},{}",
+                s.test.name(),
+                crate::size::human(s.size),
+                s.row,
+                s.col
+            ),
+        }
     }
 
-    fn measure(&mut self, ctx: &Ctx, s: &IpcSpec) -> Result<Measured, BenchError> {
+    fn measure(&mut self, ctx: &Ctx, p: &IpcPoint) -> Result<Measured, BenchError> {
         let rank = self
             .rank
             .as_mut()
             .ok_or_else(|| BenchError::failed("measure before setup"))?;
+        let s = match p {
+            IpcPoint::Variant(s) => s,
+            IpcPoint::Nvbw(s) => {
+                return nvbw::measure(
+                    rank,
+                    ctx.bs,
+                    s,
+                    self.args.samples,
+                    self.args.common.verify(),
+                )
+            }
+        };
         let o = measure(rank, ctx.bs, s, self.args)?;
         Ok(Measured {
             samples_ns: o
@@ -537,7 +582,13 @@ impl Benchmark for Ipc<'_> {
         })
     }
 
-    fn point(&self, _ctx: &Ctx, s: &IpcSpec, all: &[Measured]) -> Point {
+    fn point(&self, _ctx: &Ctx, p: &IpcPoint, all: &[Measured]) -> Point {
+        let s = match p {
+            IpcPoint::Variant(s) => s,
+            IpcPoint::Nvbw(s) => {
+                return nvbw::point(s, all, self.args.samples, self.link(s.row, s.col))
+            }
+        };
         let sm = self.rank.as_ref().map_or(0, |r| r.gpu.sm_count);
         let exec = &all[exec_rank(s.m, s.a, s.b)];
         let mut p = point(
@@ -561,7 +612,69 @@ impl Benchmark for Ipc<'_> {
     fn summary(&self, records: &[Record]) -> Vec<String> {
         let mut lines = summary(records);
         lines.extend(matrix_lines(records));
+        lines.extend(nvbw::matrix_lines(records));
         lines
+    }
+}
+
+impl Ipc<'_> {
+    /// The points of `--variant`: the sweep GPU 0 → GPU 1, then the matrix.
+    fn variant_points(&self, ctx: &Ctx) -> Result<Vec<IpcPoint>, BenchError> {
+        let mut out = Vec::new();
+        let mut index = 0u64;
+        if self.methods.is_empty() {
+            return Ok(out);
+        }
+        if ctx.world < 2 {
+            return Err(BenchError::usage(format!(
+                "ipc --variant {} needs two GPUs (one rank each): start them with `efabench launch -n 2 -- ipc ...`, \
+                 or on one GPU run --nvbw device_local_copy,device_to_device_latency_sm",
+                variants(self.args).join(",")
+            )));
+        }
+        for &m in &self.methods {
+            for &size in &self.sizes {
+                index += 1;
+                let (iters, warmup) = self.iterations(size);
+                out.push(IpcPoint::Variant(IpcSpec {
+                    m,
+                    size,
+                    a: 0,
+                    b: 1,
+                    iters,
+                    warmup,
+                    matrix: false,
+                    index,
+                }));
+            }
+        }
+        if ctx.world > 2 || self.args.matrix {
+            let size = *self.sizes.iter().max().unwrap_or(&16);
+            let (iters, warmup) = self.iterations(size);
+            let best_push = self
+                .methods
+                .iter()
+                .copied()
+                .rfind(|m| matches!(m, Method::Push(_)));
+            for m in [Some(Method::CopyEngine), best_push].into_iter().flatten() {
+                for a in 0..ctx.world as usize {
+                    for b in (0..ctx.world as usize).filter(|b| *b != a) {
+                        index += 1;
+                        out.push(IpcPoint::Variant(IpcSpec {
+                            m,
+                            size,
+                            a,
+                            b,
+                            iters,
+                            warmup,
+                            matrix: true,
+                            index,
+                        }));
+                    }
+                }
+            }
+        }
+        Ok(out)
     }
 }
 
@@ -850,9 +963,11 @@ fn point(
 /// Summary lines: each variant's peak and the size where it reaches 90% of it, and the best
 /// kernel against the copy engine at ≥ 64 MiB.
 pub fn summary(records: &[Record]) -> Vec<String> {
+    // The sweep's records: not the matrix's, not nvbandwidth's (those print as matrices).
+    let sweep = |r: &&Record| r.extra.get("matrix").is_none() && r.extra.get("suite").is_none();
     let mut variants: Vec<&str> = Vec::new();
-    for r in records {
-        if r.extra.get("matrix").is_none() && !variants.contains(&r.variant.as_str()) {
+    for r in records.iter().filter(sweep) {
+        if !variants.contains(&r.variant.as_str()) {
             variants.push(&r.variant);
         }
     }
@@ -861,7 +976,8 @@ pub fn summary(records: &[Record]) -> Vec<String> {
     for v in &variants {
         let pts: Vec<(u64, f64)> = records
             .iter()
-            .filter(|r| r.variant == *v && r.extra.get("matrix").is_none())
+            .filter(sweep)
+            .filter(|r| r.variant == *v)
             .map(|r| (r.size_bytes, gbs(r)))
             .collect();
         if let Some((s90, peak)) = size_at_fraction(&pts, 0.9) {
@@ -872,7 +988,7 @@ pub fn summary(records: &[Record]) -> Vec<String> {
             ));
         }
     }
-    let big = |r: &&Record| r.size_bytes >= 64 << 20 && r.extra.get("matrix").is_none();
+    let big = |r: &&Record| r.size_bytes >= 64 << 20 && sweep(r);
     let ce = records
         .iter()
         .filter(big)
@@ -935,7 +1051,7 @@ mod tests {
     #[test]
     fn default_method_list_is_ce_four_pushes_four_pulls_and_tma() {
         let a = IpcArgsParser::parse_from(["x"]).a;
-        let m = methods(&a.variant, &a.shapes, &a.tma_grids).unwrap();
+        let m = methods(&variants(&a), &a.shapes, &a.tma_grids).unwrap();
         assert_eq!(m.len(), 10);
         assert_eq!(m[0], Method::CopyEngine);
         assert_eq!(m[9].name(132), "tma-sm264x256");
@@ -949,6 +1065,31 @@ mod tests {
         assert!(names.contains(&"pull-sm132x512".to_string()));
         let e = methods(&["store".into()], &a.shapes, &a.tma_grids).unwrap_err();
         assert!(e.contains("copy-engine, push, pull or tma"), "{e}");
+    }
+
+    #[test]
+    fn nvbw_replaces_the_default_variants_unless_they_are_named() {
+        let parse = |v: &[&str]| IpcArgsParser::parse_from(v.iter().copied()).a;
+        let a = parse(&["x"]);
+        assert_eq!(variants(&a), ["copy-engine", "push", "pull", "tma"]);
+        assert!(a.nvbw.is_empty());
+        let a = parse(&["x", "--nvbw", "all"]);
+        assert!(variants(&a).is_empty());
+        assert_eq!(nvbw::parse_tests(&a.nvbw).unwrap().len(), 10);
+        let a = parse(&[
+            "x",
+            "--nvbw",
+            "device_local_copy,device_to_device_latency_sm",
+            "--variant",
+            "copy-engine",
+        ]);
+        assert_eq!(variants(&a), ["copy-engine"]);
+        assert_eq!(
+            nvbw::parse_tests(&a.nvbw).unwrap(),
+            [nvbw::Test::LocalCopy, nvbw::Test::Latency]
+        );
+        let m = methods(&variants(&a), &a.shapes, &a.tma_grids).unwrap();
+        assert_eq!(m, [Method::CopyEngine]);
     }
 
     #[derive(clap::Parser)]

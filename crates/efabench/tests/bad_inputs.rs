@@ -59,6 +59,12 @@ const CASES: &[(&str, &str, &str)] = &[
     ("refused", "ipc --provider tcp", "drop --provider"),
     ("refused", "ipc --mem pinned", "drop --mem"),
     ("refused", "ipc -b 8", "multiple of 16"),
+    (
+        "refused",
+        "ipc --nvbw device_to_device_copy",
+        "unknown --nvbw testcase",
+    ),
+    ("refused", "ipc --variant push --nvbw all,x", "ipc --help"),
     ("refused", "sendrecv -b 1M -e 8", "-b/--min-bytes"),
     (
         "refused",

@@ -106,7 +106,58 @@ impl Drop for IpcMapping {
 pub struct IpcKernels {
     push: Kernel,
     pull: Kernel,
+    copy: Kernel,
+    chase_init: Kernel,
+    chase: Kernel,
     tma: Option<Kernel>,
+}
+
+/// Device memory a launch on one GPU can address: a buffer of that GPU or a peer's buffer
+/// mapped into it.
+#[derive(Clone, Copy)]
+pub enum Mem<'a> {
+    Local(&'a DeviceBuffer),
+    Peer(&'a IpcMapping),
+}
+
+impl Mem<'_> {
+    /// The address in the context of [`Mem::gpu`].
+    pub fn ptr(&self) -> u64 {
+        match self {
+            Mem::Local(b) => b.ptr(),
+            Mem::Peer(m) => m.ptr,
+        }
+    }
+    /// Bytes addressable from `ptr`.
+    pub fn len(&self) -> usize {
+        match self {
+            Mem::Local(b) => efabench_fabric::MemoryBuffer::len(*b),
+            Mem::Peer(m) => m.len,
+        }
+    }
+    /// True when nothing is addressable.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// The GPU whose context the address belongs to.
+    pub fn gpu(&self) -> &Gpu {
+        match self {
+            Mem::Local(b) => b.gpu(),
+            Mem::Peer(m) => &m.gpu,
+        }
+    }
+}
+
+/// Bytes of one node of the pointer-chase list (one device pointer).
+pub const CHASE_NODE: u64 = 8;
+
+/// The node where a chase of `hops` loads from node 0 stops, in a list of `nodes` nodes where
+/// node i points at node (i + stride) % nodes.
+pub fn chase_end(nodes: u64, stride: u64, hops: u64) -> u64 {
+    if nodes == 0 {
+        return 0;
+    }
+    ((u128::from(hops) * u128::from(stride)) % u128::from(nodes)) as u64
 }
 
 fn check_launch(what: &str, len: usize, caps: &[(&str, usize)]) -> Result<(), GpuError> {
@@ -147,6 +198,9 @@ impl IpcKernels {
         Ok(IpcKernels {
             push: kernel(gpu, Source::Ipc, "efa_push")?,
             pull: kernel(gpu, Source::Ipc, "efa_pull")?,
+            copy: kernel(gpu, Source::Ipc, "efa_copy")?,
+            chase_init: kernel(gpu, Source::Ipc, "efa_chase_init")?,
+            chase: kernel(gpu, Source::Ipc, "efa_chase")?,
             tma,
         })
     }
@@ -239,5 +293,138 @@ impl IpcKernels {
         // SAFETY: efa_tma_push(unsigned char*, u64 len, u64 seed): dst holds len bytes, a
         // multiple of 16 (checked), mapped until the mapping's drop waits for the GPU.
         unsafe { k.launch(stream, shape, &[dst.ptr, len as u64, seed]) }
+    }
+}
+
+impl IpcKernels {
+    /// Copy-engine copy of `len` bytes from `src` to `dst` (each local or peer-mapped), ordered
+    /// on `stream`, whose GPU must be the one both addresses belong to.
+    pub fn memcpy(stream: &Stream, dst: Mem, src: Mem, len: usize) -> Result<(), GpuError> {
+        check_launch(
+            "copy-engine",
+            len,
+            &[("destination", dst.len()), ("source", src.len())],
+        )?;
+        same_gpu("copy-engine destination", stream, dst.gpu())?;
+        same_gpu("copy-engine source", stream, src.gpu())?;
+        // SAFETY: both ranges hold len bytes (checked) and stay allocated until the copy is
+        // done (DeviceBuffer and IpcMapping synchronise their GPU before they go away).
+        unsafe { stream.copy_async(dst.ptr(), src.ptr(), len) }
+    }
+
+    /// SM copy of `len` bytes from `src` to `dst` with 16-byte loads and stores (`efa_copy`).
+    pub fn sm_copy(
+        &self,
+        stream: &Stream,
+        shape: Shape,
+        dst: Mem,
+        src: Mem,
+        len: usize,
+    ) -> Result<(), GpuError> {
+        check_launch(
+            "sm copy",
+            len,
+            &[("destination", dst.len()), ("source", src.len())],
+        )?;
+        same_gpu("sm copy destination", stream, dst.gpu())?;
+        same_gpu("sm copy source", stream, src.gpu())?;
+        // SAFETY: efa_copy(ulonglong2* dst, const ulonglong2* src, u64 n16): both hold len bytes
+        // (checked) and are freed only after their drops synchronise the GPU.
+        unsafe {
+            self.copy
+                .launch(stream, shape, &[dst.ptr(), src.ptr(), (len / 16) as u64])
+        }
+    }
+
+    /// Writes the pointer-chase list of `nodes` 8-byte nodes into `list` (node i points at node
+    /// (i + stride) % nodes), with addresses of the stream's GPU.
+    pub fn chase_init(
+        &self,
+        stream: &Stream,
+        list: Mem,
+        nodes: u64,
+        stride: u64,
+    ) -> Result<(), GpuError> {
+        chase_checks(stream, list, nodes)?;
+        let shape = Shape {
+            grid: nodes.div_ceil(256).clamp(1, 1024) as u32,
+            block: 256,
+        };
+        // SAFETY: efa_chase_init(efa_node*, u64 n, u64 stride): list holds nodes * 8 bytes
+        // (checked); the mapping or buffer outlives the kernel (drops synchronise).
+        unsafe {
+            self.chase_init
+                .launch(stream, shape, &[list.ptr(), nodes, stride])
+        }
+    }
+
+    /// Follows `hops` dependent loads through a list made by [`IpcKernels::chase_init`] on the
+    /// same GPU, in one thread of block `target` of a grid of one block per SM; the address of
+    /// the last node lands in `end`.
+    pub fn chase(
+        &self,
+        stream: &Stream,
+        list: Mem,
+        nodes: u64,
+        hops: u64,
+        target: u32,
+        end: &Counter,
+    ) -> Result<(), GpuError> {
+        chase_checks(stream, list, nodes)?;
+        same_gpu("chase result", stream, end.gpu())?;
+        let grid = stream.gpu().sm_count.max(1);
+        if target >= grid {
+            return Err(GpuError::Invalid(format!(
+                "chase: block {target} does not exist in a grid of {grid}"
+            )));
+        }
+        // SAFETY: efa_chase(efa_node*, u64 hops, u64 target, u64* end): the list holds nodes *
+        // 8 bytes (checked) and end is a live u64 of this GPU, both outliving the kernel (drops
+        // synchronise). The kernel only loads through the list and stores to end: a list that
+        // chase_init did not build makes it fault (a CUDA error), never write elsewhere.
+        unsafe {
+            self.chase.launch(
+                stream,
+                Shape { grid, block: 1 },
+                &[list.ptr(), hops, u64::from(target), end.ptr()],
+            )
+        }
+    }
+}
+
+fn chase_checks(stream: &Stream, list: Mem, nodes: u64) -> Result<(), GpuError> {
+    if nodes == 0 || nodes.saturating_mul(CHASE_NODE) > list.len() as u64 {
+        return Err(GpuError::Invalid(format!(
+            "chase: {nodes} nodes of {CHASE_NODE} bytes do not fit the {}-byte buffer",
+            list.len()
+        )));
+    }
+    same_gpu("chase", stream, list.gpu())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chase_ends_where_the_stride_arithmetic_says() {
+        // 2 MiB of 8-byte nodes, 16 apart: the cycle from node 0 has 16384 nodes.
+        let n = 262_144;
+        assert_eq!(chase_end(n, 16, 0), 0);
+        assert_eq!(chase_end(n, 16, 1), 16);
+        assert_eq!(chase_end(n, 16, 16384), 0);
+        assert_eq!(chase_end(n, 16, 16385), 16);
+        // Walk it step by step for a small list with wrap-around.
+        let (nodes, stride) = (10u64, 3u64);
+        let mut i = 0;
+        for hops in 0..40 {
+            assert_eq!(chase_end(nodes, stride, hops), i, "{hops}");
+            i = (i + stride) % nodes;
+        }
+        assert_eq!(chase_end(0, 16, 5), 0);
+        assert_eq!(
+            chase_end(n, 16, u64::MAX),
+            (u64::MAX as u128 * 16 % n as u128) as u64
+        );
     }
 }

@@ -21,7 +21,7 @@ const PATTERN_CUH: &str = include_str!("../kernels/pattern.cuh");
 pub enum Source {
     /// `buffer.cu`: efa_fill, efa_mismatches.
     Buffer,
-    /// `ipc.cu`: efa_push, efa_pull.
+    /// `ipc.cu`: efa_push, efa_pull, efa_copy, efa_chase_init, efa_chase.
     Ipc,
     /// `ipc_tma.cu`: efa_tma_push (sm_90 and newer).
     IpcTma,

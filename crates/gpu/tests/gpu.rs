@@ -382,3 +382,79 @@ fn buffers_register_with_libfabric_where_the_provider_allows() {
         why_not.join("; ")
     );
 }
+
+/// The nvbandwidth copies (copy engine and SM kernel) between two buffers of one GPU, and the
+/// pointer chase against its own memory: the same launches `ipc --nvbw` makes across NVLink.
+#[test]
+fn ipc_copies_and_chase_run_on_one_gpu() {
+    use efabench_gpu::ipc::{chase_end, IpcKernels, Mem, CHASE_NODE};
+    use efabench_gpu::GpuBuffer;
+    let Some(g) = gpu() else { return };
+    let k = IpcKernels::load(&g).unwrap();
+    let s = Stream::new(&g).unwrap();
+    let len = (3 << 20) + 48;
+    let src = DeviceBuffer::new(&g, len).unwrap();
+    let dst = DeviceBuffer::new(&g, len).unwrap();
+    for (i, sm) in [false, true].into_iter().enumerate() {
+        let seed = pattern::seed(i as u64, 0, 0, 7);
+        efabench_gpu::buffer::fill(&s, &src, len, seed).unwrap();
+        efabench_gpu::buffer::fill(&s, &dst, len, seed ^ 0xff).unwrap();
+        if sm {
+            let shape = Shape {
+                grid: g.sm_count,
+                block: 512,
+            };
+            k.sm_copy(&s, shape, Mem::Local(&dst), Mem::Local(&src), len)
+                .unwrap();
+        } else {
+            IpcKernels::memcpy(&s, Mem::Local(&dst), Mem::Local(&src), len).unwrap();
+        }
+        s.synchronize().unwrap();
+        assert_eq!(dst.mismatches(seed).unwrap(), 0, "sm={sm}");
+    }
+    // A partial copy leaves the tail poisoned: the check sees a short copy.
+    let seed = pattern::seed(5, 0, 0, 7);
+    efabench_gpu::buffer::fill(&s, &src, len, seed).unwrap();
+    efabench_gpu::buffer::fill(&s, &dst, len, 1).unwrap();
+    IpcKernels::memcpy(&s, Mem::Local(&dst), Mem::Local(&src), len - 4096).unwrap();
+    s.synchronize().unwrap();
+    assert_eq!(dst.mismatches(seed).unwrap(), 512);
+    // Lengths are checked against both buffers.
+    let small = DeviceBuffer::new(&g, 4096).unwrap();
+    assert!(IpcKernels::memcpy(&s, Mem::Local(&small), Mem::Local(&src), 8192).is_err());
+    assert!(k
+        .sm_copy(
+            &s,
+            Shape { grid: 1, block: 32 },
+            Mem::Local(&dst),
+            Mem::Local(&src),
+            100
+        )
+        .is_err());
+
+    // Pointer chase over a 2 MiB list, 128 bytes between loads.
+    let list = DeviceBuffer::new(&g, 2 << 20).unwrap();
+    let nodes = (2 << 20) / CHASE_NODE;
+    let end = Counter::new(&g).unwrap();
+    k.chase_init(&s, Mem::Local(&list), nodes, 16).unwrap();
+    for (hops, target) in [(1u64, 0u32), (16384, 1), (100_000, g.sm_count - 1)] {
+        let (a, b) = (Event::new(&g).unwrap(), Event::new(&g).unwrap());
+        a.record(&s).unwrap();
+        k.chase(&s, Mem::Local(&list), nodes, hops, target, &end)
+            .unwrap();
+        b.record(&s).unwrap();
+        b.synchronize().unwrap();
+        let want = list.ptr() + chase_end(nodes, 16, hops) * CHASE_NODE;
+        assert_eq!(end.read().unwrap(), want, "{hops} hops");
+        println!(
+            "chase of {hops} loads on block {target}: {:.1} ns per load (local memory)",
+            a.elapsed_ms(&b).unwrap() * 1e6 / hops as f64
+        );
+    }
+    assert!(k
+        .chase(&s, Mem::Local(&list), nodes + 1, 1, 0, &end)
+        .is_err());
+    assert!(k
+        .chase(&s, Mem::Local(&list), nodes, 1, g.sm_count, &end)
+        .is_err());
+}
