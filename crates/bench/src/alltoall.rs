@@ -173,6 +173,7 @@ pub(crate) fn open_mesh(
         ctx.bs.health(),
     )?;
     m.set_ranks_on_host(ctx.hosts.iter().filter(|h| **h == ctx.host).count());
+    m.set_progress(ctx.bs.progress());
     let blob = m.local_blob()?;
     let blobs = ctx.bs.all_gather(&blob).map_err(harness::from_bootstrap)?;
     m.connect(&blobs)?;
