@@ -328,6 +328,12 @@ impl<'a> Benchmark for Pairs<'a> {
     fn point(&self, ctx: &Ctx, spec: &PairsSpec, all: &[Measured]) -> Point {
         let m = &all[spec.src as usize];
         let mut extra_stop = None;
+        // Warm-up windows actually sent (fewer than -w when a tenth of --max-time ran out).
+        let warmup = m
+            .extra
+            .get("warmup_done")
+            .and_then(Value::as_u64)
+            .unwrap_or(spec.warmup);
         let mut s = Samples::from_vec(m.samples_ns.clone());
         let window = self.args.window;
         if let Some(why) = m.extra.get("stopped_by") {
@@ -370,7 +376,7 @@ impl<'a> Benchmark for Pairs<'a> {
             size_bytes: spec.size as u64,
             // Windows actually timed: fewer than -n when --max-time ran out first.
             iters: s.len() as u64,
-            warmup: spec.warmup,
+            warmup,
             peer: Some(spec.dst),
             lat_us,
             bw_gbps: bw,
@@ -779,6 +785,9 @@ fn stream(
     extra.insert("per_rail".into(), mesh.per_rail());
     if let Some(why) = stopped {
         extra.insert("stopped_by".into(), json!(why.name()));
+    }
+    if let Some((first, _)) = timed {
+        extra.insert("warmup_done".into(), json!(first));
     }
     Ok(Measured {
         samples_ns: samples.into_vec(),

@@ -56,9 +56,7 @@ fn four_nodes_one_throttled_is_named_alone() {
     let _one = serial();
     let Some(mut c) = Cluster::new(4) else { return };
     c.impair(2, Side::Both, Impair::rate(300));
-    let outs = c.job(&["pairs", "-p", "tcp", "-b", "1M", "-e", "1M"], |_| {
-        Vec::new()
-    });
+    let outs = c.job(&["pairs", "-b", "1M", "-e", "1M"], |_| Vec::new());
     let err = ok(&outs);
     let out = text(&outs[0].stdout);
     let s = suspects(&err);
