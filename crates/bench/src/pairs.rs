@@ -46,6 +46,11 @@ use crate::stats::{gbps, Samples};
 pub const SLOW_RANK_ENV: &str = "EFABENCH_TEST_SLOW_RANK";
 pub const SLOW_US_ENV: &str = "EFABENCH_TEST_SLOW_US";
 
+/// Test-only hook (feature `test-hooks`): the rank named here raises SIGSEGV in its first
+/// measured round.
+#[cfg(feature = "test-hooks")]
+pub const CRASH_RANK_ENV: &str = "EFABENCH_TEST_CRASH_RANK";
+
 /// Most bytes a pair's window touches per buffer (slots beyond it are reused).
 const FOOTPRINT: u64 = 1 << 20;
 
@@ -320,6 +325,15 @@ impl<'a> Benchmark for Pairs<'a> {
             .as_mut()
             .ok_or_else(|| BenchError::failed("measure before setup"))?;
         ctx.bs.barrier().map_err(harness::from_bootstrap)?;
+        #[cfg(feature = "test-hooks")]
+        if std::env::var(CRASH_RANK_ENV)
+            .ok()
+            .and_then(|v| v.trim().parse::<u32>().ok())
+            == Some(me)
+        {
+            // As a provider's bad access inside a call would.
+            efabench_fabric::crash::raise_segv();
+        }
         let m = stream(mesh, spec, to, from, verify, slow)?;
         self.cached = Some(m.clone());
         Ok(m)
