@@ -813,7 +813,15 @@ fn stream(
 /// Runs one rank of `pairs`; exit 1 (on rank 0) when a pair is below `--min-bw`.
 pub fn run_pairs(args: &PairsArgs, build: &harness::BuildInfo) -> Result<i32, BenchError> {
     let mut b = Pairs::new(args)?;
-    let code = harness::run(&mut b, &args.common, build)?;
+    let run = harness::run(&mut b, &args.common, build);
+    if run.is_err() {
+        // A failed run can leave writes posted to a peer that stopped reading (or reads too
+        // slowly); libfabric 1.17's tcp provider (ofi_rxm) crashes with SIGSEGV when such an
+        // endpoint and its registrations are closed. The process exits next and the kernel
+        // releases the sockets and memory, so the fabric is not torn down here.
+        std::mem::forget(b.mesh.take());
+    }
+    let code = run?;
     let below = b.below_min.get();
     if below > 0 {
         eprintln!(

@@ -811,6 +811,27 @@ mod tests {
         assert!(last_row.ends_with("N/A"), "{last_row}");
     }
 
+    #[test]
+    fn pair_rows_are_summed_as_pairs_not_as_sizes_of_a_peer() {
+        // Three sources to one destination at one size: not "over 3 sizes".
+        let rs: Vec<Record> = (0..3u32)
+            .map(|src| {
+                let mut r = sample("pairs", "write-stream", 1 << 20, 1.0 + src as f64, 9.0);
+                r.peer = Some(3);
+                r.extra.insert("src".into(), serde_json::json!(src));
+                r
+            })
+            .collect();
+        let out = render(Format::Table, &rs);
+        assert!(
+            out.contains("# Avg bw: 2.00 Gbps over 3 ordered pairs at 1 size"),
+            "{out}"
+        );
+        assert!(!out.contains("over 3 sizes"), "{out}");
+        assert!(out.contains("# one row per ordered pair"), "{out}");
+        assert!(!out.contains("measures each peer in turn"), "{out}");
+    }
+
     fn col_has_peer(out: &str) -> bool {
         out.lines().any(|l| {
             l.starts_with('#')
