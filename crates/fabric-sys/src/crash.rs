@@ -41,7 +41,7 @@ pub struct CrashWatch {
 }
 
 impl CrashWatch {
-    /// Blocks until a crash signal arrives (its number) or [`CrashWatch::stop`] was called
+    /// Blocks until a crash signal arrives (its number) or [`CrashStop::stop`] was called
     /// (`None`).
     pub fn wait(&mut self) -> Option<c_int> {
         let mut b = [0u8; 1];
