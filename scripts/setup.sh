@@ -28,6 +28,8 @@ if [ "$level" = test ]; then
   command -v fi_pingpong >/dev/null || need_apt+=(libfabric-bin)
   command -v python3 >/dev/null || need_apt+=(python3)
   python3 -c 'import venv, ensurepip' 2>/dev/null || need_apt+=(python3-venv)
+  # Simulated nodes in the tests: network namespaces, veths, a bridge and tc.
+  { command -v ip && command -v tc; } >/dev/null || need_apt+=(iproute2)
 fi
 
 if [ ${#need_apt[@]} -gt 0 ]; then

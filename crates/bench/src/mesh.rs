@@ -32,7 +32,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use efabench_bootstrap::Health;
+use efabench_bootstrap::{Health, ProgressHandle};
 use efabench_fabric::{
     Completion as FiCompletion, GroupAddress, GroupPeer, GroupRegion, HostBuffer, MemoryBuffer,
     MrPath, RailGroup, RegionDescriptor, Stripe,
@@ -54,6 +54,9 @@ pub enum Kind {
     Ack = 1,
     /// "You may start the next window" (pairs).
     Ready = 2,
+    /// "No more windows: the count or the time budget of this pair is spent" (pairs; sent by
+    /// the sender in place of the window the READY asked for).
+    Stop = 3,
 }
 
 /// How long an idle wait sleeps when ranks outnumber cores, after yielding for IDLE_YIELD.
@@ -77,6 +80,7 @@ pub fn parse_cq_data(d: u64) -> Option<(Kind, u64, u32)> {
         0 => Kind::Payload,
         1 => Kind::Ack,
         2 => Kind::Ready,
+        3 => Kind::Stop,
         _ => return None,
     };
     Some((kind, (d >> 16) & (ITER_MOD - 1), (d & 0xFFFF) as u32))
@@ -141,6 +145,9 @@ pub struct Mesh {
     counting: bool,
     timeout: Duration,
     health: Health,
+    /// Ticked on every poll that found a completion, so the bootstrap sees a slow data path
+    /// move (a long point is slow, not stuck).
+    progress_tick: Option<ProgressHandle>,
     /// How a rank that found nothing to do waits (see [`Mesh::set_ranks_on_host`]).
     idle_sleep: Option<Duration>,
     scratch: Vec<u8>,
@@ -200,11 +207,17 @@ impl Mesh {
             counting: false,
             timeout,
             health,
+            progress_tick: None,
             idle_sleep: None,
             scratch: Vec::new(),
             stream: pattern::Stream::default(),
             corrupt_once: crate::test_hooks::corrupt_payload(),
         })
+    }
+
+    /// Report data-path progress to the bootstrap through `p` (its heartbeats carry the count).
+    pub fn set_progress(&mut self, p: ProgressHandle) {
+        self.progress_tick = Some(p);
     }
 
     /// With more ranks on this host than cores, idle waits sleep a few microseconds instead
@@ -469,6 +482,11 @@ impl Mesh {
             }
             got |= n > 0;
         }
+        if got {
+            if let Some(p) = &self.progress_tick {
+                p.tick();
+            }
+        }
         Ok(got)
     }
 
@@ -616,12 +634,13 @@ mod tests {
             (Kind::Payload, 0u64, 0u32),
             (Kind::Ack, 16_383, 65_535),
             (Kind::Ready, 16_384 + 5, 7),
+            (Kind::Stop, 9, 3),
         ] {
             let d = cq_data(k, it, src);
             assert!(d < 1 << 32);
             assert_eq!(parse_cq_data(d), Some((k, it % ITER_MOD, src)));
         }
-        assert_eq!(parse_cq_data(3 << 30), None);
+        assert_eq!(parse_cq_data(1 << 32), None);
         assert_eq!(parse_cq_data(u64::MAX), None);
     }
 }

@@ -12,12 +12,20 @@
 //! n(n−1) ordered pairs — what the cluster sees under load, every NIC sending and receiving.
 //! `--one-at-a-time` measures one pair at a time instead (n(n−1) steps, an idle fabric around it).
 //!
+//! # Time budget
+//! Each pair stops after `-w` + `-n` windows or `--max-time` seconds of timed windows (warm-up
+//! at most a tenth of it), whichever comes first, so a link 100 times slower than the others
+//! still yields its number, and the header states the budget of the whole run. Every poll that
+//! finds a completion counts as progress for the bootstrap, so `--timeout` means "nothing moved",
+//! never "slow".
+//!
 //! # Output
-//! One record per pair (`peer` = destination, `src` in the record), an n × n table of Gbps
-//! after the sweep, the pairs below `--outlier PCT` of the median of their size named with host
-//! and NIC of both ends, and as suspects the ranks whose own pairs' median is below that line
-//! (a slow node slows all 2(n−1) pairs it is in; a healthy node shares only 2 of its pairs
-//! with it). `--min-bw GBPS` makes the run exit 1 when any pair is below it.
+//! One record per pair (`peer` = destination, `src` in the record, `stopped_by` count or time),
+//! an n × n table of Gbps after the sweep, the pairs below `--outlier PCT` of the median of their
+//! size named with host and NIC of both ends, and the suspect ranks with the direction of the
+//! fault and one line of evidence each: a rank's pairs are compared with the pairs that do not
+//! involve it ([`crate::locate`]), below `--suspect-below PCT`. `--min-bw GBPS` makes the run
+//! exit 1 when any pair is below it.
 
 use std::cell::Cell;
 use std::time::{Duration, Instant};
@@ -28,6 +36,7 @@ use serde_json::{json, Map, Value};
 use crate::alltoall::open_mesh;
 use crate::error::BenchError;
 use crate::harness::{self, Benchmark, CommonArgs, Ctx, Measured, Needs, Point, RunFacts};
+use crate::locate::{self, PairBw};
 use crate::mesh::{cq_data, parse_cq_data, Kind, Mesh, ITER_MOD};
 use crate::pattern;
 use crate::stats::{gbps, Samples};
@@ -49,6 +58,14 @@ pub struct PairsArgs {
     /// Name pairs below this percentage of the median bandwidth of their size (1 to 100).
     #[arg(long, default_value = "80", value_parser = pct_arg, allow_hyphen_values = true)]
     pub outlier: f64,
+    /// Name a rank as suspect when the median of its pairs (sending or receiving) is below this
+    /// percentage of the median of the pairs without it (1 to 100).
+    #[arg(long, default_value = "60", value_parser = suspect_arg, allow_hyphen_values = true)]
+    pub suspect_below: f64,
+    /// Longest timed part of one pair's measurement, in seconds: it stops after -n windows or
+    /// this, whichever comes first (warm-up is bounded by a tenth of it).
+    #[arg(long, default_value = "1", value_parser = max_time_arg, allow_hyphen_values = true)]
+    pub max_time: f64,
     /// Exit 1 when any pair is below this bandwidth in Gbps (a cluster acceptance gate).
     #[arg(long, value_parser = min_bw_arg, allow_hyphen_values = true)]
     pub min_bw: Option<f64>,
@@ -58,11 +75,32 @@ fn window_arg(s: &str) -> Result<u64, String> {
     harness::bounded(s, "--window", 1, 4096, "16")
 }
 
-fn pct_arg(s: &str) -> Result<f64, String> {
+fn pct(s: &str, what: &str, example: &str) -> Result<f64, String> {
     match s.trim().parse::<f64>() {
         Ok(v) if v > 0.0 && v <= 100.0 => Ok(v),
         _ => Err(format!(
-            "--outlier '{}' is not a percentage above 0 and at most 100; pass e.g. --outlier 80",
+            "{what} '{}' is not a percentage above 0 and at most 100; pass e.g. {what} {example}",
+            crate::size::clip(s)
+        )),
+    }
+}
+
+fn pct_arg(s: &str) -> Result<f64, String> {
+    pct(s, "--outlier", "80")
+}
+
+fn suspect_arg(s: &str) -> Result<f64, String> {
+    pct(s, "--suspect-below", "60")
+}
+
+/// Longest `--max-time`, seconds (an hour per pair).
+const MAX_PAIR_TIME_S: f64 = 3600.0;
+
+fn max_time_arg(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if (0.001..=MAX_PAIR_TIME_S).contains(&v) => Ok(v),
+        _ => Err(format!(
+            "--max-time '{}' is not a number of seconds from 0.001 to {MAX_PAIR_TIME_S}; pass e.g. --max-time 1",
             crate::size::clip(s)
         )),
     }
@@ -84,6 +122,8 @@ pub struct PairsSpec {
     size: usize,
     iters: u64,
     warmup: u64,
+    /// Time bound of the timed part (warm-up: a tenth of it).
+    max_time: Duration,
     slots: usize,
     /// Messages per window.
     window: u64,
@@ -178,13 +218,15 @@ impl<'a> Benchmark for Pairs<'a> {
             }),
         );
         facts.header.push(format!(
-            "# pairs: write stream, window {}, {}; bw per ordered pair (peer = destination, src in the record)",
+            "# pairs: write stream, window {}; bw per ordered pair (peer = destination, src in the record)",
             self.args.window,
-            if self.args.one_at_a_time {
-                "one pair at a time"
-            } else {
-                "ring shift (all n pairs of a round at once)"
-            }
+        ));
+        facts.header.extend(budget_lines(
+            ctx.world as u64,
+            &self.sizes,
+            self.args.one_at_a_time,
+            self.args.max_time,
+            |size| ctx.args.iterations(size, self.args.window),
         ));
         self.mesh = Some(m);
         Ok(facts)
@@ -199,6 +241,7 @@ impl<'a> Benchmark for Pairs<'a> {
                 size: size as usize,
                 iters,
                 warmup,
+                max_time: Duration::from_secs_f64(self.args.max_time),
                 slots: self.slots(size),
                 window: self.args.window,
                 round: Round::Alone,
@@ -262,6 +305,10 @@ impl<'a> Benchmark for Pairs<'a> {
             .as_mut()
             .ok_or_else(|| BenchError::failed("measure before setup"))?;
         ctx.bs.barrier().map_err(harness::from_bootstrap)?;
+        if crate::test_hooks::crash_rank(me) {
+            // As a provider's bad access inside a call would.
+            efabench_fabric::crash::raise_segv();
+        }
         let m = stream(mesh, spec, to, from, verify, slow)?;
         self.cached = Some(m.clone());
         Ok(m)
@@ -269,8 +316,18 @@ impl<'a> Benchmark for Pairs<'a> {
 
     fn point(&self, ctx: &Ctx, spec: &PairsSpec, all: &[Measured]) -> Point {
         let m = &all[spec.src as usize];
+        let mut extra_stop = None;
+        // Warm-up windows actually sent (fewer than -w when a tenth of --max-time ran out).
+        let warmup = m
+            .extra
+            .get("warmup_done")
+            .and_then(Value::as_u64)
+            .unwrap_or(spec.warmup);
         let mut s = Samples::from_vec(m.samples_ns.clone());
         let window = self.args.window;
+        if let Some(why) = m.extra.get("stopped_by") {
+            extra_stop = Some(why.clone());
+        }
         let messages = s.len() as u64 * window;
         let bw = gbps(spec.size as u64 * messages, s.total_ns());
         let lat_us = s.summary_us(window as f64);
@@ -286,6 +343,9 @@ impl<'a> Benchmark for Pairs<'a> {
         extra.insert("src_nic".into(), json!(self.nics.get(spec.src as usize)));
         extra.insert("dst_nic".into(), json!(self.nics.get(spec.dst as usize)));
         extra.insert("window".into(), json!(window));
+        if let Some(why) = extra_stop {
+            extra.insert("stopped_by".into(), why);
+        }
         extra.insert(
             "lat_kind".into(),
             json!("per message (window time / window)"),
@@ -303,8 +363,9 @@ impl<'a> Benchmark for Pairs<'a> {
         Point {
             variant: "write-stream".into(),
             size_bytes: spec.size as u64,
-            iters: spec.iters,
-            warmup: spec.warmup,
+            // Windows actually timed: fewer than -n when --max-time ran out first.
+            iters: s.len() as u64,
+            warmup,
             peer: Some(spec.dst),
             lat_us,
             bw_gbps: bw,
@@ -315,12 +376,22 @@ impl<'a> Benchmark for Pairs<'a> {
     }
 
     fn summary(&self, records: &[Record]) -> Vec<String> {
-        summarize(records, self.args.outlier, self.args.min_bw)
+        summarize(
+            records,
+            self.args.outlier,
+            self.args.suspect_below,
+            self.args.min_bw,
+        )
     }
 }
 
 /// The n × n tables, the outliers, the suspects and the `--min-bw` verdict (rank 0).
-pub fn summarize(records: &[Record], outlier: f64, min_bw: Option<f64>) -> Vec<String> {
+pub fn summarize(
+    records: &[Record],
+    outlier: f64,
+    suspect_below: f64,
+    min_bw: Option<f64>,
+) -> Vec<String> {
     let mut out = Vec::new();
     let mut sizes: Vec<u64> = records.iter().map(|r| r.size_bytes).collect();
     sizes.dedup();
@@ -391,38 +462,36 @@ pub fn summarize(records: &[Record], outlier: f64, min_bw: Option<f64>) -> Vec<S
                 "# no pair at {size} B below {outlier}% of the median {median:.2} Gbps"
             ));
         }
-        // A slow node slows every pair it is in, sending and receiving; a healthy node shares
-        // only 2 of its 2(n-1) pairs with it. So a rank is suspect when the median of the pairs
-        // it takes part in is itself below the outlier line.
+        // A slow node is judged against the pairs without it (see `locate`): with three
+        // nodes, four of six pairs involve a slow one and a global median is its own number.
         if n >= 3 {
-            let mut suspects = Vec::new();
-            for rank in 0..n {
-                let mut mine: Vec<f64> = rs
-                    .iter()
-                    .filter(|r| src_of(r) == rank || r.peer == Some(rank as u32))
-                    .map(|r| r.bw_gbps)
-                    .collect();
-                mine.sort_by(f64::total_cmp);
-                let m = match mine.len() {
-                    0 => continue,
-                    l if l % 2 == 1 => mine[l / 2],
-                    l => (mine[l / 2 - 1] + mine[l / 2]) / 2.0,
-                };
-                if m < limit {
-                    let host = rs
-                        .iter()
-                        .find(|x| src_of(x) == rank)
-                        .map(|x| format!("{} NIC {}", text(x, "src_host"), text(x, "src_nic")))
-                        .unwrap_or_default();
-                    suspects.push(format!(
-                        "rank {rank} on {host} (median of its pairs {m:.2} Gbps)"
-                    ));
-                }
+            let pairs: Vec<PairBw> = rs
+                .iter()
+                .map(|r| PairBw {
+                    src: src_of(r),
+                    dst: r.peer.unwrap_or(0) as usize,
+                    gbps: r.bw_gbps,
+                })
+                .collect();
+            let found = locate::locate(n, &pairs, suspect_below / 100.0);
+            if found.is_empty() {
+                out.push(format!(
+                    "# no suspect at {size} B: every rank's pairs (sending and receiving) are at \
+                     {suspect_below}% or more of the median of the pairs without it"
+                ));
             }
-            if suspects.is_empty() {
-                out.push(format!("# no suspect rank at {size} B"));
-            } else {
-                out.push(format!("# suspect at {size} B: {}", suspects.join("; ")));
+            for s in found {
+                let place = rs
+                    .iter()
+                    .find(|x| src_of(x) == s.rank)
+                    .map(|x| format!("{} NIC {}", text(x, "src_host"), text(x, "src_nic")))
+                    .unwrap_or_else(|| "?".into());
+                out.push(format!(
+                    "# suspect at {size} B: rank {} on {place} ({}): {}",
+                    s.rank,
+                    s.direction.describe(),
+                    s.evidence()
+                ));
             }
         }
     }
@@ -453,7 +522,78 @@ pub fn summarize(records: &[Record], outlier: f64, min_bw: Option<f64>) -> Vec<S
     out
 }
 
+/// The header lines that say how pairs are scheduled and how long the whole run may measure.
+fn budget_lines(
+    n: u64,
+    sizes: &[u64],
+    one_at_a_time: bool,
+    max_time: f64,
+    iterations: impl Fn(u64) -> (u64, u64),
+) -> Vec<String> {
+    let pairs = n * n.saturating_sub(1);
+    let (steps, how) = if one_at_a_time {
+        (pairs, format!("one pair at a time, {pairs} steps"))
+    } else {
+        (
+            n.saturating_sub(1),
+            format!(
+                "ring shift, {} round{} of {n} pairs at once (round k: every rank r sends to r+k \
+                 and receives from r-k)",
+                n.saturating_sub(1),
+                if n == 2 { "" } else { "s" }
+            ),
+        )
+    };
+    let per_size: Vec<String> = sizes
+        .iter()
+        .map(|&s| {
+            let (iters, warmup) = iterations(s);
+            format!("{warmup}+{iters} at {}", crate::size::human(s))
+        })
+        .collect();
+    let budget = steps as f64 * sizes.len() as f64 * max_time * 1.1;
+    vec![
+        format!(
+            "# schedule: {how}; {} size{} = {} pair measurements",
+            sizes.len(),
+            if sizes.len() == 1 { "" } else { "s" },
+            pairs * sizes.len() as u64
+        ),
+        format!(
+            "# time budget: each pair stops after its warm-up+timed windows ({}) or {max_time} s \
+             timed (warm-up at most {:.3} s), whichever comes first: at most {budget:.1} s of \
+             measurement in all, plus one window per pair",
+            per_size.join(", "),
+            max_time / 10.0
+        ),
+    ]
+}
+
+/// How the sender ended a pair's stream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum StopReason {
+    /// `-n` timed windows were sent.
+    Count,
+    /// `--max-time` ran out first.
+    Time,
+}
+
+impl StopReason {
+    fn name(self) -> &'static str {
+        match self {
+            StopReason::Count => "count",
+            StopReason::Time => "time",
+        }
+    }
+}
+
 /// This rank's part of one round: a write stream to `to` and/or from `from`, at once.
+///
+/// The sender decides how long its pair runs: warm-up ends after `-w` windows or a tenth of
+/// `--max-time`, and the timed part after `-n` windows or `--max-time`, whichever comes first
+/// (at least one timed window). It says so with a STOP in place of the window the receiver's
+/// READY asked for, so both ends finish with nothing in flight and a link 100 times slower than
+/// the others still yields its number within the budget.
 fn stream(
     mesh: &mut Mesh,
     spec: &PairsSpec,
@@ -464,20 +604,24 @@ fn stream(
 ) -> Result<Measured, BenchError> {
     let me = mesh.me();
     let size = spec.size;
-    let total = spec.warmup + spec.iters;
     let win = spec.slots.max(1);
     let per_window = spec.window;
+    let warm_budget = spec.max_time / 10;
     // Sender state.
-    let mut samples = Samples::with_capacity(spec.iters as usize);
+    let mut samples = Samples::with_capacity(spec.iters.min(1 << 16) as usize);
     let mut sw = 0u64; // window being sent
     let mut in_flight: Option<Instant> = None;
     let mut readies = 0u64; // READY words received (the next one expected is for window `readies`)
     let mut acks = 0u64;
+    let mut started: Option<Instant> = None; // first window posted
+    let mut timed: Option<(u64, Instant)> = None; // first timed window and when it started
+    let mut stopped: Option<StopReason> = None;
     let send_routes = to.map(|d| mesh.route(me, d, size, false));
     let recv_routes = from.map(|s| mesh.route(s, me, size, false));
     // Receiver state.
     let mut rw = 0u64;
     let mut got = 0u64;
+    let mut rstopped = false;
     let expect = recv_routes
         .as_ref()
         .map(|r| r.len() as u64 * per_window)
@@ -486,8 +630,6 @@ fn stream(
     if let Some(s) = from {
         mesh.signal(s, cq_data(Kind::Ready, 0, me))?;
     }
-    let send_done = |sw: u64| to.is_none() || sw >= total;
-    let recv_done = |rw: u64| from.is_none() || rw >= total;
     let mut filled = u64::MAX;
     loop {
         // Sort what arrived.
@@ -496,7 +638,10 @@ fn stream(
                 BenchError::failed(format!("rank {me} got CQ data {d:#x} no pairs peer sends"))
             })?;
             match kind {
-                Kind::Payload if Some(src) == from && it == rw % ITER_MOD => got += 1,
+                Kind::Payload if Some(src) == from && it == rw % ITER_MOD && !rstopped => got += 1,
+                Kind::Stop if Some(src) == from && it == rw % ITER_MOD && got == 0 => {
+                    rstopped = true
+                }
                 Kind::Ready if Some(src) == to && it == readies % ITER_MOD => readies += 1,
                 Kind::Ack if Some(src) == to && it == acks % ITER_MOD => acks += 1,
                 _ => {
@@ -508,9 +653,9 @@ fn stream(
             }
         }
         let mut moved = false;
-        // Sender: fill, wait for READY, post the window, wait for the ACK.
+        // Sender: fill, wait for READY, post the window (or STOP), wait for the ACK.
         if let (Some(dst), Some(routes)) = (to, send_routes.as_ref()) {
-            if !send_done(sw) {
+            if stopped.is_none() {
                 if in_flight.is_none() && filled != sw && verify {
                     mesh.drain_local()?;
                     for slot in 0..win {
@@ -526,35 +671,52 @@ fn stream(
                     moved = true;
                 }
                 if in_flight.is_none() && readies > sw {
-                    if sw == spec.warmup {
+                    let now = Instant::now();
+                    let began = *started.get_or_insert(now);
+                    if timed.is_none()
+                        && (sw >= spec.warmup || now.duration_since(began) >= warm_budget)
+                    {
+                        timed = Some((sw, now));
                         mesh.count_from_now(true);
                     }
-                    let t0 = Instant::now();
-                    if let Some(d) = slow {
-                        std::thread::sleep(d);
-                    }
-                    let data = cq_data(Kind::Payload, sw, me);
-                    for pos in 0..per_window as usize {
-                        let slot = pos % win;
-                        for st in routes {
-                            let off = slot * size + st.off;
-                            mesh.write(dst, st.rail, off, st.len, off, data)?;
+                    let stop = timed.and_then(|(first, at)| {
+                        if sw >= first + spec.iters {
+                            Some(StopReason::Count)
+                        } else if sw > first && now.duration_since(at) >= spec.max_time {
+                            Some(StopReason::Time)
+                        } else {
+                            None
                         }
+                    });
+                    if let Some(why) = stop {
+                        mesh.count_from_now(false);
+                        mesh.signal(dst, cq_data(Kind::Stop, sw, me))?;
+                        stopped = Some(why);
+                    } else {
+                        let t0 = Instant::now();
+                        if let Some(d) = slow {
+                            std::thread::sleep(d);
+                        }
+                        let data = cq_data(Kind::Payload, sw, me);
+                        for pos in 0..per_window as usize {
+                            let slot = pos % win;
+                            for st in routes {
+                                let off = slot * size + st.off;
+                                mesh.write(dst, st.rail, off, st.len, off, data)?;
+                            }
+                        }
+                        in_flight = Some(t0);
                     }
-                    in_flight = Some(t0);
                     moved = true;
                 }
                 if let Some(t0) = in_flight {
                     if acks > sw {
                         let dt = t0.elapsed().as_nanos() as u64;
-                        if sw >= spec.warmup {
+                        if timed.is_some() {
                             samples.push(dt);
                         }
                         in_flight = None;
                         sw += 1;
-                        if sw == total {
-                            mesh.count_from_now(false);
-                        }
                         moved = true;
                     }
                 }
@@ -562,7 +724,7 @@ fn stream(
         }
         // Receiver: count, ACK, check, READY.
         if let (Some(src), Some(routes)) = (from, recv_routes.as_ref()) {
-            if !recv_done(rw) && got >= expect {
+            if !rstopped && got >= expect {
                 if got > expect {
                     return Err(BenchError::failed(format!(
                         "rank {me} got {got} stripes from rank {src} in window {rw}, expected {expect}"
@@ -582,26 +744,24 @@ fn stream(
                 }
                 rw += 1;
                 got = 0;
-                if rw < total {
-                    mesh.signal(src, cq_data(Kind::Ready, rw, me))?;
-                }
+                mesh.signal(src, cq_data(Kind::Ready, rw, me))?;
                 moved = true;
             }
         }
-        if send_done(sw) && recv_done(rw) {
+        if (to.is_none() || stopped.is_some()) && (from.is_none() || rstopped) {
             break;
         }
         if !moved {
-            let (rw_, sw_) = (rw, sw);
+            let (rw_, sw_, rdone, sdone) = (rw, sw, rstopped, stopped.is_some());
             mesh.wait_progress(move |_| {
                 let mut parts = Vec::new();
                 if let Some(s) = from {
-                    if rw_ < total {
+                    if !rdone {
                         parts.push(format!("window {rw_} from rank {s}"));
                     }
                 }
                 if let Some(d) = to {
-                    if sw_ < total {
+                    if !sdone {
                         parts.push(format!("rank {d} to acknowledge window {sw_}"));
                     }
                 }
@@ -612,6 +772,12 @@ fn stream(
     mesh.drain_local()?;
     let mut extra = Map::new();
     extra.insert("per_rail".into(), mesh.per_rail());
+    if let Some(why) = stopped {
+        extra.insert("stopped_by".into(), json!(why.name()));
+    }
+    if let Some((first, _)) = timed {
+        extra.insert("warmup_done".into(), json!(first));
+    }
     Ok(Measured {
         samples_ns: samples.into_vec(),
         errors,
@@ -622,7 +788,15 @@ fn stream(
 /// Runs one rank of `pairs`; exit 1 (on rank 0) when a pair is below `--min-bw`.
 pub fn run_pairs(args: &PairsArgs, build: &harness::BuildInfo) -> Result<i32, BenchError> {
     let mut b = Pairs::new(args)?;
-    let code = harness::run(&mut b, &args.common, build)?;
+    let run = harness::run(&mut b, &args.common, build);
+    if run.is_err() {
+        // A failed run can leave writes posted to a peer that stopped reading (or reads too
+        // slowly); libfabric 1.17's tcp provider (ofi_rxm) crashes with SIGSEGV when such an
+        // endpoint and its registrations are closed. The process exits next and the kernel
+        // releases the sockets and memory, so the fabric is not torn down here.
+        std::mem::forget(b.mesh.take());
+    }
+    let code = run?;
     let below = b.below_min.get();
     if below > 0 {
         eprintln!(

@@ -23,6 +23,26 @@ pub const SLOW_RANK_ENV: &str = "EFABENCH_TEST_SLOW_RANK";
 #[cfg(feature = "test-hooks")]
 pub const SLOW_US_ENV: &str = "EFABENCH_TEST_SLOW_US";
 
+/// The rank named here raises SIGSEGV in its first measured `pairs` round.
+#[cfg(feature = "test-hooks")]
+pub const CRASH_RANK_ENV: &str = "EFABENCH_TEST_CRASH_RANK";
+
+/// Whether `rank` is the one to crash, as a provider's bad access inside a call would.
+pub fn crash_rank(rank: u32) -> bool {
+    #[cfg(feature = "test-hooks")]
+    {
+        std::env::var(CRASH_RANK_ENV)
+            .ok()
+            .and_then(|v| v.trim().parse::<u32>().ok())
+            == Some(rank)
+    }
+    #[cfg(not(feature = "test-hooks"))]
+    {
+        let _ = rank;
+        false
+    }
+}
+
 /// Whether this rank corrupts the first payload it verifies.
 pub fn corrupt_payload() -> bool {
     #[cfg(feature = "test-hooks")]
@@ -58,5 +78,6 @@ mod tests {
         // Whatever the environment says, a build without the feature injects nothing.
         assert!(!super::corrupt_payload());
         assert_eq!(super::slow_rank_delay(0), None);
+        assert!(!super::crash_rank(0));
     }
 }

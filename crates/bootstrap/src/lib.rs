@@ -33,4 +33,4 @@ pub use detect::{
     detect, detect_from_process_env, expand_hostlist, first_host, LaunchFlags, RankInfo,
 };
 pub use error::BootstrapError;
-pub use rendezvous::{Bootstrap, Health, ProgressHandle};
+pub use rendezvous::{AbortHandle, Bootstrap, Health, ProgressHandle};

@@ -1243,6 +1243,58 @@ fn watchdog(shared: &Shared, rank: u32, grace: Duration) {
 // ---------------------------------------------------------------------------------------------
 // The public face.
 
+/// See [`Bootstrap::abort_handle`].
+#[derive(Clone)]
+pub struct AbortHandle {
+    shared: Arc<Shared>,
+    rank: u32,
+    link: AbortLink,
+}
+
+#[derive(Clone)]
+enum AbortLink {
+    Single,
+    Hub,
+    Client(Sender<Out>),
+}
+
+impl AbortHandle {
+    /// See [`Bootstrap::abort`].
+    pub fn abort(&self, reason: &str) {
+        let reason: String = reason.chars().take(wire::MAX_TEXT / 4).collect();
+        self.shared.report(BootstrapError::Aborted {
+            rank: self.rank,
+            reason: reason.clone(),
+        });
+        let mut acks = Vec::new();
+        match &self.link {
+            AbortLink::Single => {}
+            AbortLink::Hub => {
+                let st = lock(&self.shared.state);
+                for p in st.hub.iter().flat_map(|h| h.peers.iter().flatten()) {
+                    let (tx, rx) = mpsc::sync_channel(1);
+                    if p.tx.send(Out::Flush(tx)).is_ok() {
+                        acks.push(rx);
+                    }
+                }
+            }
+            AbortLink::Client(tx) => {
+                let mut p = Vec::new();
+                wire::put_text(&mut p, &reason);
+                let _ = tx.send(Out::Frame(Arc::new(wire::frame(wire::T_ABORT, &p))));
+                let (ack_tx, ack_rx) = mpsc::sync_channel(1);
+                if tx.send(Out::Flush(ack_tx)).is_ok() {
+                    acks.push(ack_rx);
+                }
+            }
+        }
+        let deadline = Instant::now() + Duration::from_secs(2);
+        for rx in acks {
+            let _ = rx.recv_timeout(deadline.saturating_duration_since(Instant::now()));
+        }
+    }
+}
+
 /// See [`Bootstrap::health`].
 #[derive(Clone)]
 pub struct Health(Arc<Shared>);
@@ -1465,36 +1517,20 @@ impl Bootstrap {
     /// Fail the whole job with `reason`: every rank's `check` and collectives return
     /// [`BootstrapError::Aborted`] naming this rank. Waits (at most 2 s) until the message is out.
     pub fn abort(&self, reason: &str) {
-        let reason: String = reason.chars().take(wire::MAX_TEXT / 4).collect();
-        self.shared.report(BootstrapError::Aborted {
+        self.abort_handle().abort(reason)
+    }
+
+    /// A handle that can [`AbortHandle::abort`] the job from another thread (e.g. one that
+    /// learns this rank crashed).
+    pub fn abort_handle(&self) -> AbortHandle {
+        AbortHandle {
+            shared: self.shared.clone(),
             rank: self.rank,
-            reason: reason.clone(),
-        });
-        let mut acks = Vec::new();
-        match &self.role {
-            Role::Single => {}
-            Role::Hub { .. } => {
-                let st = lock(&self.shared.state);
-                for p in st.hub.iter().flat_map(|h| h.peers.iter().flatten()) {
-                    let (tx, rx) = mpsc::sync_channel(1);
-                    if p.tx.send(Out::Flush(tx)).is_ok() {
-                        acks.push(rx);
-                    }
-                }
-            }
-            Role::Client { tx, .. } => {
-                let mut p = Vec::new();
-                wire::put_text(&mut p, &reason);
-                let _ = tx.send(Out::Frame(Arc::new(wire::frame(wire::T_ABORT, &p))));
-                let (ack_tx, ack_rx) = mpsc::sync_channel(1);
-                if tx.send(Out::Flush(ack_tx)).is_ok() {
-                    acks.push(ack_rx);
-                }
-            }
-        }
-        let deadline = Instant::now() + Duration::from_secs(2);
-        for rx in acks {
-            let _ = rx.recv_timeout(deadline.saturating_duration_since(Instant::now()));
+            link: match &self.role {
+                Role::Single => AbortLink::Single,
+                Role::Hub { .. } => AbortLink::Hub,
+                Role::Client { tx, .. } => AbortLink::Client(tx.clone()),
+            },
         }
     }
 

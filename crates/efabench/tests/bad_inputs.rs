@@ -28,6 +28,9 @@ const CASES: &[(&str, &str, &str)] = &[
     ("limit", "sendrecv --rails 100000", "1 to 64"),
     ("limit", "ipc --samples 0", "--samples"),
     ("limit", "proxy --puts 0", "--puts"),
+    ("limit", "pairs --max-time 0", "0.001 to 3600"),
+    ("limit", "pairs --max-time inf", "--max-time"),
+    ("limit", "pairs --suspect-below 150", "--suspect-below"),
     ("limit", "proxy --quiet-poll-ns 20000", "0 to 10000"),
     // negative numbers reach the option's own check
     ("negative", "sendrecv -n -1", "negative"),

@@ -23,6 +23,7 @@
 //! [`CqErrEntry`], which carry trailing room for that reason.
 
 pub mod bindings;
+pub mod crash;
 pub mod inline;
 pub mod loader;
 

@@ -31,6 +31,7 @@ pub mod rail;
 mod raw;
 pub mod route;
 
+pub use efabench_fabric_sys::crash;
 pub use error::{Error, Result};
 pub use exec::{join_all, Executor, JoinAll, Progress};
 /// futures-lite's future combinators (`zip`, `try_zip`, `or`, `race`, `poll_fn`, …): they work

@@ -197,6 +197,8 @@ struct GroupKey {
     busbw: bool,
     busbw_def: Option<String>,
     host: String,
+    /// Rows are ordered pairs (the record names its source in `src`), not peers of rank 0.
+    pairs: bool,
 }
 
 impl GroupKey {
@@ -216,6 +218,7 @@ impl GroupKey {
             busbw: r.busbw_gbps.is_some(),
             busbw_def: r.busbw_def().map(str::to_string),
             host: r.host.clone(),
+            pairs: r.extra.contains_key("src"),
         }
     }
 }
@@ -236,6 +239,8 @@ struct GroupStats {
 #[derive(Default)]
 struct PeerStats {
     rows: u64,
+    /// Distinct sizes among the rows.
+    sizes: Vec<u64>,
     bw_sum: f64,
     peak_bw: f64,
     peak_at: u64,
@@ -259,6 +264,9 @@ impl GroupStats {
         };
         let st = &mut self.peers[i].1;
         st.rows += 1;
+        if !st.sizes.contains(&r.size_bytes) {
+            st.sizes.push(r.size_bytes);
+        }
         st.bw_sum += r.bw_gbps;
         if st.rows == 1 || r.bw_gbps > st.peak_bw {
             st.peak_bw = r.bw_gbps;
@@ -405,10 +413,17 @@ fn header_block(r: &Record, key: &GroupKey) -> Vec<String> {
         "# mem {}  rails {}  world {}  host {}",
         r.mem, r.rails, r.world, r.host
     ));
-    h.push(format!(
-        "# rank 0 measures each peer in turn (column \"peer\"); untimed and timed iterations per size in columns \"warmup\" and \"iters\"; verification {}",
-        if r.verified { "on" } else { "off (errors N/A)" }
-    ));
+    h.push(if key.pairs {
+        format!(
+            "# one row per ordered pair: column \"peer\" is the destination, the source is the record's src (the pair table below names both); untimed and timed windows in columns \"warmup\" and \"iters\"; verification {}",
+            if r.verified { "on" } else { "off (errors N/A)" }
+        )
+    } else {
+        format!(
+            "# rank 0 measures each peer in turn (column \"peer\"); untimed and timed iterations per size in columns \"warmup\" and \"iters\"; verification {}",
+            if r.verified { "on" } else { "off (errors N/A)" }
+        )
+    });
     h.push(latency_line(&key.lat_kind));
     if key.busbw {
         h.push(
@@ -452,13 +467,37 @@ fn summary_block(key: &GroupKey, st: &GroupStats) -> Vec<String> {
     if st.peers.is_empty() {
         return s;
     }
-    for (peer, ps) in &st.peers {
-        let who = peer.map(|p| format!(" with peer {p}")).unwrap_or_default();
+    if key.pairs {
+        // Rows of every source to one destination: an average per "peer" would mix sources.
+        let rows: u64 = st.peers.iter().map(|(_, ps)| ps.rows).sum();
+        let sum: f64 = st.peers.iter().map(|(_, ps)| ps.bw_sum).sum();
+        let mut sizes: Vec<u64> = st
+            .peers
+            .iter()
+            .flat_map(|(_, ps)| ps.sizes.clone())
+            .collect();
+        sizes.sort_unstable();
+        sizes.dedup();
         s.push(format!(
-            "# Avg bw{who}: {:.2} Gbps over {} size{} (peak {:.2} Gbps at {} B)",
+            "# Avg bw: {:.2} Gbps over {rows} ordered pair{} at {} size{} (the pair table and suspects follow)",
+            sum / rows.max(1) as f64,
+            if rows == 1 { "" } else { "s" },
+            sizes.len(),
+            if sizes.len() == 1 { "" } else { "s" },
+        ));
+    }
+    for (peer, ps) in st.peers.iter().filter(|_| !key.pairs) {
+        let who = peer.map(|p| format!(" with peer {p}")).unwrap_or_default();
+        let n = ps.sizes.len();
+        let times = if ps.rows as usize > n {
+            format!(", {} rows", ps.rows)
+        } else {
+            String::new()
+        };
+        s.push(format!(
+            "# Avg bw{who}: {:.2} Gbps over {n} size{}{times} (peak {:.2} Gbps at {} B)",
             ps.bw_sum / ps.rows as f64,
-            ps.rows,
-            if ps.rows == 1 { "" } else { "s" },
+            if n == 1 { "" } else { "s" },
             ps.peak_bw,
             ps.peak_at
         ));
@@ -770,6 +809,27 @@ mod tests {
         assert!(out.contains("verification off"));
         let last_row = out.lines().rfind(|l| !l.starts_with('#')).unwrap();
         assert!(last_row.ends_with("N/A"), "{last_row}");
+    }
+
+    #[test]
+    fn pair_rows_are_summed_as_pairs_not_as_sizes_of_a_peer() {
+        // Three sources to one destination at one size: not "over 3 sizes".
+        let rs: Vec<Record> = (0..3u32)
+            .map(|src| {
+                let mut r = sample("pairs", "write-stream", 1 << 20, 1.0 + src as f64, 9.0);
+                r.peer = Some(3);
+                r.extra.insert("src".into(), serde_json::json!(src));
+                r
+            })
+            .collect();
+        let out = render(Format::Table, &rs);
+        assert!(
+            out.contains("# Avg bw: 2.00 Gbps over 3 ordered pairs at 1 size"),
+            "{out}"
+        );
+        assert!(!out.contains("over 3 sizes"), "{out}");
+        assert!(out.contains("# one row per ordered pair"), "{out}");
+        assert!(!out.contains("measures each peer in turn"), "{out}");
     }
 
     fn col_has_peer(out: &str) -> bool {

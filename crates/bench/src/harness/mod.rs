@@ -311,6 +311,9 @@ fn run_connected<B: Benchmark>(
     }
 
     let mut facts = bench.setup(&ctx)?;
+    // Providers may install their own crash handlers when their endpoints open: replace them
+    // now, so a crash inside a provider call is reported by signal at once.
+    let _crash_watch = CrashGuard::start(bs, rank, &ctx.host);
     // Every record says whether ranks shared a GPU (`gpu_sharing`, null when none did).
     facts
         .extra
@@ -426,6 +429,43 @@ fn run_connected<B: Benchmark>(
         return Ok(1);
     }
     Ok(0)
+}
+
+/// Reports a crash of this rank (SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT) to the whole job
+/// before the process ends by that signal; see `efabench_fabric::crash`. Dropping it stops the
+/// watching thread.
+struct CrashGuard(Option<efabench_fabric::crash::CrashStop>);
+
+impl CrashGuard {
+    fn start(bs: &Bootstrap, rank: u32, host: &str) -> CrashGuard {
+        let Ok((mut watch, stop)) = efabench_fabric::crash::install() else {
+            // Without the handler a crash still ends the process; the job learns it when the
+            // connection closes.
+            return CrashGuard(None);
+        };
+        let abort = bs.abort_handle();
+        let host = host.to_string();
+        let spawned = std::thread::Builder::new()
+            .name("efabench-crash".into())
+            .stack_size(128 << 10)
+            .spawn(move || {
+                if let Some(sig) = watch.wait() {
+                    let name = efabench_bootstrap::launcher::signal_name(sig);
+                    eprintln!("efabench: rank {rank} on {host} died on signal {sig} ({name})");
+                    abort.abort(&format!("it died on signal {sig} ({name}) on {host}"));
+                    watch.ack();
+                }
+            });
+        CrashGuard(spawned.ok().map(|_| stop))
+    }
+}
+
+impl Drop for CrashGuard {
+    fn drop(&mut self) {
+        if let Some(s) = self.0.take() {
+            s.stop();
+        }
+    }
 }
 
 /// `--per-rail`: one line per rail under a record's row.

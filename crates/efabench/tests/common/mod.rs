@@ -94,3 +94,4 @@ pub fn all_ok(outs: &[Output], what: &str) {
         );
     }
 }
+pub mod netns;

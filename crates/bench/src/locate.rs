@@ -1,0 +1,383 @@
+//! Naming the slow node of a pair matrix.
+//!
+//! Input: the measured bandwidth of ordered pairs (source rank → destination rank) of one size.
+//! Output: the ranks whose own pairs are slow, the direction (the pairs it sends, the pairs it
+//! receives, or both), and the numbers that show it.
+//!
+//! # The rule
+//! A rank is judged against the pairs that do **not** involve it. A slow node takes part in
+//! 2(n−1) of the n(n−1) ordered pairs; with three nodes that is four of six, so a global median
+//! is the slow node's own number and nobody stands out. The pairs without a candidate are
+//! free of the candidate's fault, so when the candidate is healthy its reference is no better
+//! than its own pairs, and when it is the faulty one the reference is the healthy level.
+//!
+//! For every rank c and each direction (pairs c sends, pairs c receives): the median of those
+//! pairs is compared with the median of the pairs in which c is neither source nor destination.
+//! Below `margin` (a fraction, e.g. 0.6) the rank is named for that direction. Named ranks are
+//! taken out of the reference of the ranks judged after them, worst first, so two slow nodes of
+//! eight do not lift each other.
+//!
+//! The margin is a fraction of the reference, not a count of deviations: a degraded port, a
+//! link trained at a lower speed, one rail of two down or a lossy cable costs a half or more
+//! of a pair's bandwidth, while the spread of healthy pairs measured at once in a ring shift
+//! comes from sharing CPU and fabric and stays well inside that (see the README's cluster
+//! acceptance section for measured spreads). A median over at least two pairs per direction
+//! means a single noisy pair cannot name a rank.
+
+/// One measured ordered pair.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PairBw {
+    pub src: usize,
+    pub dst: usize,
+    pub gbps: f64,
+}
+
+/// Which of a rank's pairs are slow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Direction {
+    /// The pairs it sends (its egress).
+    Sending,
+    /// The pairs it receives (its ingress).
+    Receiving,
+    /// Both.
+    Both,
+}
+
+impl Direction {
+    pub fn describe(self) -> &'static str {
+        match self {
+            Direction::Sending => "sending",
+            Direction::Receiving => "receiving",
+            Direction::Both => "sending and receiving",
+        }
+    }
+}
+
+/// The numbers behind one side of a verdict.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Spread {
+    pub count: usize,
+    pub min: f64,
+    pub median: f64,
+    pub max: f64,
+}
+
+impl Spread {
+    fn of(v: &[f64]) -> Option<Spread> {
+        let mut s: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
+        if s.is_empty() {
+            return None;
+        }
+        s.sort_by(f64::total_cmp);
+        Some(Spread {
+            count: s.len(),
+            min: s[0],
+            median: median_sorted(&s),
+            max: s[s.len() - 1],
+        })
+    }
+}
+
+fn median_sorted(s: &[f64]) -> f64 {
+    let l = s.len();
+    if l % 2 == 1 {
+        s[l / 2]
+    } else {
+        (s[l / 2 - 1] + s[l / 2]) / 2.0
+    }
+}
+
+/// A rank named slow, with its evidence.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Suspect {
+    pub rank: usize,
+    pub direction: Direction,
+    /// Its slow pairs (the direction's, or all of them for `Both`).
+    pub mine: Spread,
+    /// The pairs without it (and without ranks named before it).
+    pub others: Spread,
+}
+
+impl Suspect {
+    /// Its pairs' median as a fraction of the reference.
+    pub fn ratio(&self) -> f64 {
+        self.mine.median / self.others.median.max(f64::MIN_POSITIVE)
+    }
+
+    /// One line of evidence: "its 4 pairs sending and receiving at 0.40-0.44 Gbps (median
+    /// 0.42), the 2 pairs without it at median 3.65 Gbps (12%)".
+    pub fn evidence(&self) -> String {
+        let range = if self.mine.count == 1 {
+            format!("{} Gbps", g(self.mine.min))
+        } else {
+            format!(
+                "{}-{} Gbps (median {})",
+                g(self.mine.min),
+                g(self.mine.max),
+                g(self.mine.median)
+            )
+        };
+        format!(
+            "its {} pair{} {} at {range}, the {} pair{} without it at median {} Gbps ({:.0}%)",
+            self.mine.count,
+            if self.mine.count == 1 { "" } else { "s" },
+            self.direction.describe(),
+            self.others.count,
+            if self.others.count == 1 { "" } else { "s" },
+            g(self.others.median),
+            self.ratio() * 100.0
+        )
+    }
+}
+
+/// Gbps with two decimals, three significant digits below 1 (0.0123, not 0.01).
+fn g(v: f64) -> String {
+    if v >= 1.0 || v == 0.0 {
+        format!("{v:.2}")
+    } else {
+        let digits = (2 - v.log10().floor() as i32).clamp(2, 9) as usize;
+        format!("{v:.digits$}")
+    }
+}
+
+/// The verdict for one candidate against a reference that excludes `excluded` ranks.
+fn judge(pairs: &[PairBw], c: usize, excluded: &[usize], margin: f64) -> Option<Suspect> {
+    let reference: Vec<f64> = pairs
+        .iter()
+        .filter(|p| p.src != c && p.dst != c)
+        .filter(|p| !excluded.contains(&p.src) && !excluded.contains(&p.dst))
+        .map(|p| p.gbps)
+        .collect();
+    let others = Spread::of(&reference)?;
+    // Pairs with already named ranks say nothing about c.
+    let own = |f: &dyn Fn(&PairBw) -> bool| -> Vec<f64> {
+        pairs
+            .iter()
+            .filter(|p| f(p))
+            .filter(|p| !excluded.contains(&p.src) && !excluded.contains(&p.dst))
+            .map(|p| p.gbps)
+            .collect()
+    };
+    let out = own(&|p| p.src == c);
+    let inn = own(&|p| p.dst == c);
+    let line = others.median * margin;
+    let slow = |v: &[f64]| Spread::of(v).filter(|s| s.median < line);
+    let (so, si) = (slow(&out), slow(&inn));
+    let (direction, mine) = match (so, si) {
+        (Some(_), Some(_)) => {
+            let mut all = out.clone();
+            all.extend_from_slice(&inn);
+            (Direction::Both, Spread::of(&all)?)
+        }
+        (Some(s), None) => (Direction::Sending, s),
+        (None, Some(s)) => (Direction::Receiving, s),
+        (None, None) => return None,
+    };
+    Some(Suspect {
+        rank: c,
+        direction,
+        mine,
+        others,
+    })
+}
+
+/// The slow ranks among `n`, worst first. `margin` is a fraction (0.6 = a rank is named when
+/// the median of its pairs in a direction is below 60% of the median of the pairs without it).
+/// Needs at least three ranks: with two, every pair involves both.
+pub fn locate(n: usize, pairs: &[PairBw], margin: f64) -> Vec<Suspect> {
+    let mut named: Vec<Suspect> = Vec::new();
+    if n < 3 {
+        return named;
+    }
+    loop {
+        let excluded: Vec<usize> = named.iter().map(|s| s.rank).collect();
+        let worst = (0..n)
+            .filter(|c| !excluded.contains(c))
+            .filter_map(|c| judge(pairs, c, &excluded, margin))
+            .min_by(|a, b| a.ratio().total_cmp(&b.ratio()));
+        match worst {
+            Some(s) => named.push(s),
+            None => return named,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every ordered pair of `n` at `healthy` Gbps times a deterministic noise in
+    /// [1 − noise, 1 + noise], with `f(src, dst)` applied on top.
+    fn matrix(n: usize, healthy: f64, noise: f64, f: impl Fn(usize, usize) -> f64) -> Vec<PairBw> {
+        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+        let mut out = Vec::new();
+        for src in 0..n {
+            for dst in (0..n).filter(|&d| d != src) {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                let u = (seed % 10_000) as f64 / 10_000.0; // [0, 1)
+                let g = healthy * (1.0 - noise + 2.0 * noise * u) * f(src, dst);
+                out.push(PairBw { src, dst, gbps: g });
+            }
+        }
+        out
+    }
+
+    fn ranks(s: &[Suspect]) -> Vec<usize> {
+        let mut r: Vec<usize> = s.iter().map(|s| s.rank).collect();
+        r.sort();
+        r
+    }
+
+    const MARGIN: f64 = 0.6;
+
+    #[test]
+    fn one_slow_node_of_three_is_named_although_it_dominates_the_median() {
+        // The case a global median misses: four of six pairs involve the slow node.
+        let slow = 2;
+        let m = matrix(
+            3,
+            4.0,
+            0.1,
+            |s, d| if s == slow || d == slow { 0.1 } else { 1.0 },
+        );
+        let got = locate(3, &m, MARGIN);
+        assert_eq!(ranks(&got), vec![slow], "{got:?}");
+        assert_eq!(got[0].direction, Direction::Both);
+        assert_eq!(got[0].mine.count, 4);
+        assert_eq!(got[0].others.count, 2);
+        let e = got[0].evidence();
+        assert!(
+            e.starts_with("its 4 pairs sending and receiving at 0."),
+            "{e}"
+        );
+        assert!(e.contains("the 2 pairs without it at median 3."), "{e}");
+    }
+
+    #[test]
+    fn one_slow_node_of_four() {
+        for slow in 0..4 {
+            let m = matrix(4, 10.0, 0.15, |s, d| {
+                if s == slow || d == slow {
+                    0.1
+                } else {
+                    1.0
+                }
+            });
+            let got = locate(4, &m, MARGIN);
+            assert_eq!(ranks(&got), vec![slow], "{got:?}");
+            assert_eq!(got[0].direction, Direction::Both);
+        }
+    }
+
+    #[test]
+    fn two_slow_nodes_of_eight() {
+        let bad = [1, 6];
+        let m = matrix(8, 90.0, 0.15, |s, d| {
+            if bad.contains(&s) || bad.contains(&d) {
+                0.3
+            } else {
+                1.0
+            }
+        });
+        let got = locate(8, &m, MARGIN);
+        assert_eq!(ranks(&got), bad.to_vec(), "{got:?}");
+    }
+
+    #[test]
+    fn two_slow_nodes_of_eight_at_different_speeds() {
+        let m = matrix(8, 90.0, 0.1, |s, d| {
+            let f = |r| match r {
+                3 => 0.5,
+                5 => 0.1,
+                _ => 1.0,
+            };
+            f(s) * f(d)
+        });
+        let got = locate(8, &m, MARGIN);
+        assert_eq!(ranks(&got), vec![3, 5], "{got:?}");
+        assert_eq!(got[0].rank, 5, "the worst comes first: {got:?}");
+    }
+
+    #[test]
+    fn one_direction_is_told_apart() {
+        for n in [3, 4, 8] {
+            let m = matrix(n, 10.0, 0.1, |s, _| if s == 1 { 0.1 } else { 1.0 });
+            let got = locate(n, &m, MARGIN);
+            assert_eq!(ranks(&got), vec![1], "n={n}: {got:?}");
+            assert_eq!(got[0].direction, Direction::Sending, "n={n}");
+            assert_eq!(got[0].mine.count, n - 1);
+
+            let m = matrix(n, 10.0, 0.1, |_, d| if d == 0 { 0.2 } else { 1.0 });
+            let got = locate(n, &m, MARGIN);
+            assert_eq!(ranks(&got), vec![0], "n={n}: {got:?}");
+            assert_eq!(got[0].direction, Direction::Receiving, "n={n}");
+        }
+    }
+
+    #[test]
+    fn half_speed_node_is_named_at_the_default_margin() {
+        // One rail of two down, or a link trained at half its speed.
+        let m = matrix(
+            4,
+            100.0,
+            0.1,
+            |s, d| if s == 3 || d == 3 { 0.45 } else { 1.0 },
+        );
+        assert_eq!(ranks(&locate(4, &m, MARGIN)), vec![3]);
+    }
+
+    #[test]
+    fn healthy_clusters_name_nobody() {
+        // ±25% noise on every pair (more than measured between healthy simulated nodes).
+        for n in 3..=16 {
+            let m = matrix(n, 4.0, 0.25, |_, _| 1.0);
+            let got = locate(n, &m, MARGIN);
+            assert!(got.is_empty(), "n={n}: {got:?}");
+        }
+    }
+
+    #[test]
+    fn a_single_bad_pair_names_no_node() {
+        // One slow cable between two nodes is a pair outlier, not a node.
+        let m = matrix(
+            8,
+            10.0,
+            0.1,
+            |s, d| if (s, d) == (2, 5) { 0.05 } else { 1.0 },
+        );
+        assert!(locate(8, &m, MARGIN).is_empty());
+    }
+
+    #[test]
+    fn small_bandwidths_keep_three_digits() {
+        assert_eq!(g(0.0123), "0.0123");
+        assert_eq!(g(0.4), "0.400");
+        assert_eq!(g(4.1), "4.10");
+        assert_eq!(g(0.0), "0.00");
+    }
+
+    #[test]
+    fn too_few_ranks_or_pairs_name_nobody() {
+        let m = matrix(2, 1.0, 0.0, |s, _| if s == 0 { 0.01 } else { 1.0 });
+        assert!(locate(2, &m, MARGIN).is_empty());
+        assert!(locate(5, &[], MARGIN).is_empty());
+    }
+
+    #[test]
+    fn partial_matrices_from_cheaper_schedules_still_localize() {
+        // A ring schedule: each rank sends only to r+1 and r-1.
+        let n = 8;
+        let m: Vec<PairBw> = matrix(
+            n,
+            10.0,
+            0.1,
+            |s, d| if s == 4 || d == 4 { 0.1 } else { 1.0 },
+        )
+        .into_iter()
+        .filter(|p| p.dst == (p.src + 1) % n || p.src == (p.dst + 1) % n)
+        .collect();
+        assert_eq!(ranks(&locate(n, &m, MARGIN)), vec![4]);
+    }
+}

@@ -1,0 +1,309 @@
+//! Simulated nodes: one network namespace per node on a bridge made for the test, each with its
+//! own hostname (a UTS namespace entered per rank), its own address in 10.213.X.0/24 and an
+//! optional `tc netem` impairment (rate, delay, loss) on its sending side, its receiving side
+//! or both. Ranks started in a node see only its `eth0` (the loopback stays down), so traffic
+//! between ranks crosses the bridge and the impairment.
+//!
+//! Everything is removed when the [`Cluster`] is dropped, also when the test panics: the ranks
+//! it started are killed, the namespaces deleted (their veths and qdiscs go with them) and the
+//! bridge deleted. Names carry the test process's id and a counter, so tests running in parallel
+//! threads (and other test processes) never share a namespace or an interface; Linux interface
+//! names are at most 15 characters.
+//!
+//! Where namespaces cannot be made (not root, no `ip`), [`Cluster::new`] prints
+//! "skipped: ..." and returns `None`, and the test passes without measuring.
+
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use super::BIN;
+
+static NEXT: AtomicU32 = AtomicU32::new(0);
+
+/// What `tc netem` does to one node's traffic.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Impair {
+    /// Rate limit in Mbit/s.
+    pub rate_mbit: Option<u32>,
+    /// Added one-way delay in milliseconds.
+    pub delay_ms: Option<f64>,
+    /// Packet loss in percent.
+    pub loss_pct: Option<f64>,
+}
+
+impl Impair {
+    pub fn rate(mbit: u32) -> Impair {
+        Impair {
+            rate_mbit: Some(mbit),
+            ..Impair::default()
+        }
+    }
+
+    /// The qdisc: `tbf` for a rate limit alone (in every kernel that has traffic control),
+    /// `netem` when delay or loss is asked for (a module some kernels lack).
+    fn qdisc_args(&self) -> Vec<String> {
+        if let (Some(r), None, None) = (self.rate_mbit, self.delay_ms, self.loss_pct) {
+            // The bucket holds at least a jiffy's worth at the rate (and a 64 KiB segment).
+            let burst = (r as u64 * 1_000_000 / 8 / 250).max(64 << 10);
+            return vec![
+                "tbf".into(),
+                "rate".into(),
+                format!("{r}mbit"),
+                "burst".into(),
+                burst.to_string(),
+                "latency".into(),
+                "10ms".into(),
+            ];
+        }
+        self.netem_args()
+    }
+
+    fn netem_args(&self) -> Vec<String> {
+        let mut a = vec!["netem".to_string(), "limit".into(), "100000".into()];
+        if let Some(d) = self.delay_ms {
+            a.extend(["delay".into(), format!("{d}ms")]);
+        }
+        if let Some(l) = self.loss_pct {
+            a.extend(["loss".into(), format!("{l}%")]);
+        }
+        if let Some(r) = self.rate_mbit {
+            a.extend(["rate".into(), format!("{r}mbit")]);
+        }
+        a
+    }
+}
+
+/// Which of a node's directions an impairment applies to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Side {
+    /// What the node sends (its `eth0` egress).
+    Sending,
+    /// What the node receives (the egress of its veth's bridge end).
+    Receiving,
+    Both,
+}
+
+/// One simulated node.
+#[derive(Debug)]
+pub struct Node {
+    pub ns: String,
+    pub hostname: String,
+    pub addr: String,
+    /// The bridge end of its veth (in the test's own namespace).
+    pub outer: String,
+}
+
+/// N simulated nodes on one bridge; removed on drop.
+#[derive(Debug)]
+pub struct Cluster {
+    pub nodes: Vec<Node>,
+    bridge: String,
+    kids: Vec<u32>,
+}
+
+fn ip(args: &[&str]) -> Result<(), String> {
+    run("ip", args)
+}
+
+fn run(prog: &str, args: &[&str]) -> Result<(), String> {
+    let o = Command::new(prog)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("{prog}: {e}"))?;
+    if o.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{prog} {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&o.stderr).trim()
+        ))
+    }
+}
+
+impl Cluster {
+    /// `n` nodes (at most 250), named node1..nodeN, at 10.213.X.1..N. `None` (after printing
+    /// "skipped: ...") where network namespaces cannot be made here.
+    pub fn new(n: usize) -> Option<Cluster> {
+        assert!((1..=250).contains(&n));
+        // Namespaces need root: read the effective uid from /proc.
+        let root = std::fs::read_to_string("/proc/self/status")
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find(|l| l.starts_with("Uid:"))
+                    .map(|l| l.split_whitespace().nth(2) == Some("0"))
+            })
+            .unwrap_or(false);
+        if !root {
+            eprintln!("skipped: simulated nodes need root (network namespaces)");
+            return None;
+        }
+        if Command::new("ip").arg("-V").output().is_err() {
+            eprintln!(
+                "skipped: simulated nodes need `ip` (iproute2; scripts/setup.sh installs it)"
+            );
+            return None;
+        }
+        let id = NEXT.fetch_add(1, Ordering::Relaxed);
+        let tag = format!("{:x}x{id:x}", std::process::id());
+        let subnet = 1 + id % 250;
+        let mut c = Cluster {
+            nodes: Vec::new(),
+            bridge: format!("efb{tag}"),
+            kids: Vec::new(),
+        };
+        assert!(c.bridge.len() <= 15, "{}", c.bridge);
+        if let Err(e) = c.build(n, &tag, subnet) {
+            eprintln!("skipped: cannot make simulated nodes here ({e})");
+            return None; // drop removes what was made
+        }
+        Some(c)
+    }
+
+    fn build(&mut self, n: usize, tag: &str, subnet: u32) -> Result<(), String> {
+        ip(&["link", "add", &self.bridge, "type", "bridge"])?;
+        ip(&["link", "set", &self.bridge, "up"])?;
+        for i in 0..n {
+            let node = Node {
+                ns: format!("efabench-{tag}-n{}", i + 1),
+                hostname: format!("node{}", i + 1),
+                addr: format!("10.213.{subnet}.{}", i + 1),
+                outer: format!("efv{tag}n{i}"),
+            };
+            assert!(node.outer.len() <= 15, "{}", node.outer);
+            ip(&["netns", "add", &node.ns])?;
+            // Pushed before the veth exists, so a failure below still deletes the namespace.
+            let (ns, outer, addr) = (node.ns.clone(), node.outer.clone(), node.addr.clone());
+            self.nodes.push(node);
+            let inner = format!("efi{tag}n{i}");
+            ip(&[
+                "link", "add", &outer, "type", "veth", "peer", "name", &inner,
+            ])?;
+            ip(&["link", "set", &inner, "netns", &ns])?;
+            ip(&["link", "set", &outer, "master", &self.bridge])?;
+            ip(&["link", "set", &outer, "up"])?;
+            ip(&["-n", &ns, "link", "set", &inner, "name", "eth0"])?;
+            ip(&[
+                "-n",
+                &ns,
+                "addr",
+                "add",
+                &format!("{addr}/24"),
+                "dev",
+                "eth0",
+            ])?;
+            ip(&["-n", &ns, "link", "set", "eth0", "up"])?;
+        }
+        Ok(())
+    }
+
+    /// Impairs node `i` (0-based) on `side`. `Err` says why `tc` refused (e.g. a kernel
+    /// without `netem`; the caller skips).
+    pub fn try_impair(&self, i: usize, side: Side, how: Impair) -> Result<(), String> {
+        let node = &self.nodes[i];
+        let args = how.qdisc_args();
+        let a: Vec<&str> = args.iter().map(String::as_str).collect();
+        if matches!(side, Side::Sending | Side::Both) {
+            let mut v = vec!["-n", &node.ns, "qdisc", "replace", "dev", "eth0", "root"];
+            v.extend_from_slice(&a);
+            ip_tc(&v)?;
+        }
+        if matches!(side, Side::Receiving | Side::Both) {
+            let mut v = vec!["qdisc", "replace", "dev", &node.outer, "root"];
+            v.extend_from_slice(&a);
+            ip_tc(&v)?;
+        }
+        Ok(())
+    }
+
+    /// Like [`Cluster::try_impair`], failing the test when `tc` refuses.
+    pub fn impair(&self, i: usize, side: Side, how: Impair) {
+        self.try_impair(i, side, how).expect("tc impairment");
+    }
+
+    /// The rendezvous address of a job whose rank 0 runs on node `i`.
+    pub fn rdzv(&self, i: usize, port: u16) -> String {
+        format!("{}:{port}", self.nodes[i].addr)
+    }
+
+    /// Starts efabench in node `i` (its own hostname) with `args` and extra environment.
+    pub fn spawn(&mut self, i: usize, args: &[String], env: &[(String, String)]) -> Child {
+        let node = &self.nodes[i];
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &node.ns, "unshare", "--uts", "sh", "-c"])
+            .arg(r#"hostname "$0" && exec "$@""#)
+            .arg(&node.hostname)
+            .arg(BIN)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        let child = c.spawn().expect("start efabench in a simulated node");
+        self.kids.push(child.id());
+        child
+    }
+
+    /// Runs a job of one rank per node, rank r on node r, meeting at node 0; `env_of(r)` adds
+    /// environment per rank. Every rank's output, by rank.
+    pub fn job(
+        &mut self,
+        args: &[&str],
+        env_of: impl Fn(usize) -> Vec<(String, String)>,
+    ) -> Vec<Output> {
+        let world = self.nodes.len();
+        let port = 29_000 + (std::process::id() % 20_000) as u16;
+        let kids: Vec<Child> = (0..world)
+            .map(|r| {
+                let mut a: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+                a.extend([
+                    "--rank".into(),
+                    r.to_string(),
+                    "--world".into(),
+                    world.to_string(),
+                    "--rdzv".into(),
+                    self.rdzv(0, port),
+                ]);
+                let mut env = vec![("EFABENCH_JOB_TOKEN".to_string(), format!("sim-{port}"))];
+                env.extend(env_of(r));
+                self.spawn(r, &a, &env)
+            })
+            .collect();
+        let outs: Vec<Output> = kids
+            .into_iter()
+            .map(|k| {
+                let pid = k.id();
+                let o = k.wait_with_output().unwrap();
+                // Reaped: its pid may be reused, so the drop must not kill it.
+                self.kids.retain(|&p| p != pid);
+                o
+            })
+            .collect();
+        outs
+    }
+}
+
+fn ip_tc(args: &[&str]) -> Result<(), String> {
+    // `tc -n NS ...` or `tc ...`: the same words `ip` takes for a namespace.
+    run("tc", args)
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for &pid in &self.kids {
+            // Only our own children; those that exited are gone already (an error is fine).
+            let _ = Command::new("kill")
+                .args(["-9", &pid.to_string()])
+                .stderr(Stdio::null())
+                .status();
+        }
+        for n in &self.nodes {
+            let _ = ip(&["netns", "del", &n.ns]);
+        }
+        let _ = ip(&["link", "del", &self.bridge]);
+    }
+}

@@ -1,0 +1,145 @@
+//! `pairs` and `alltoall` across simulated nodes (network namespaces on a bridge, each with its
+//! own hostname and address, tcp provider, ranks started by hand): a node throttled with `tc` is
+//! measured within the time budget and named, with the direction of the fault; healthy clusters
+//! name nobody. Small sizes and short time budgets keep each test to seconds.
+
+mod common;
+
+use common::netns::{Cluster, Impair, Side};
+use common::text;
+use std::process::Output;
+use std::sync::{Mutex, MutexGuard};
+
+/// One simulated cluster at a time: on a 2-core host, clusters measured at once share the CPU
+/// and the healthy pairs drop to the throttled ones' speed.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn suspects(err: &str) -> Vec<String> {
+    err.lines()
+        .filter(|l| l.starts_with("# suspect"))
+        .map(str::to_string)
+        .collect()
+}
+
+fn ok(outs: &[Output]) -> String {
+    for (r, o) in outs.iter().enumerate() {
+        assert!(
+            o.status.success(),
+            "rank {r} ({:?}):\n{}\n{}",
+            o.status,
+            text(&o.stdout),
+            text(&o.stderr)
+        );
+    }
+    let err = text(&outs[0].stderr);
+    println!("{}\n{err}", text(&outs[0].stdout));
+    err
+}
+
+/// `pairs` over tcp at one size with a short budget per pair (0.3 s unless `extra` sets one).
+fn pairs(c: &mut Cluster, size: &str, extra: &[&str]) -> String {
+    let mut args = vec!["pairs", "-p", "tcp", "-b", size, "-e", size];
+    args.extend_from_slice(extra);
+    if !extra.contains(&"--max-time") {
+        args.extend(["--max-time", "0.3"]);
+    }
+    ok(&c.job(&args, |_| Vec::new()))
+}
+
+/// The acceptance case with default options: four nodes, one at 300 Mbit/s both ways.
+#[test]
+fn four_nodes_one_throttled_is_named_alone() {
+    let _one = serial();
+    let Some(mut c) = Cluster::new(4) else { return };
+    c.impair(2, Side::Both, Impair::rate(300));
+    let outs = c.job(&["pairs", "-b", "1M", "-e", "1M"], |_| Vec::new());
+    let err = ok(&outs);
+    let out = text(&outs[0].stdout);
+    let s = suspects(&err);
+    assert_eq!(s.len(), 1, "{err}");
+    assert!(
+        s[0].contains("rank 2 on node3 NIC eth0 (sending and receiving)"),
+        "{}",
+        s[0]
+    );
+    assert!(
+        out.contains("# schedule: ring shift, 3 rounds of 4 pairs at once"),
+        "{out}"
+    );
+}
+
+#[test]
+fn three_nodes_one_throttled_is_named_although_its_pairs_are_the_majority() {
+    let _one = serial();
+    let Some(mut c) = Cluster::new(3) else { return };
+    c.impair(1, Side::Both, Impair::rate(100));
+    let err = pairs(&mut c, "256K", &[]);
+    let s = suspects(&err);
+    assert_eq!(s.len(), 1, "{err}");
+    assert!(s[0].contains("rank 1 on node2"), "{}", s[0]);
+    assert!(
+        s[0].contains("its 4 pairs sending and receiving"),
+        "{}",
+        s[0]
+    );
+}
+
+#[test]
+fn one_direction_is_named_as_such() {
+    let _one = serial();
+    let Some(mut c) = Cluster::new(4) else { return };
+    c.impair(3, Side::Sending, Impair::rate(100));
+    // One pair at a time: in a ring shift the node's acknowledgements of what it receives
+    // queue behind its own throttled sends (one egress, one tcp connection per peer).
+    let err = pairs(&mut c, "256K", &["--one-at-a-time", "--max-time", "0.2"]);
+    let s = suspects(&err);
+    assert_eq!(s.len(), 1, "{err}");
+    assert!(
+        s[0].contains("rank 3 on node4 NIC eth0 (sending)"),
+        "{}",
+        s[0]
+    );
+}
+
+#[test]
+fn eight_nodes_two_throttled_and_eight_healthy() {
+    let _one = serial();
+    let Some(mut c) = Cluster::new(8) else { return };
+    let small = ["--window", "4", "--max-time", "0.2"];
+    let err = pairs(&mut c, "64K", &small);
+    assert!(
+        suspects(&err).is_empty(),
+        "healthy cluster named someone:\n{err}"
+    );
+    assert!(err.contains("# no suspect at 65536 B"), "{err}");
+    // Eight ranks on a small host are CPU-bound well below 100 Mbit/s per pair.
+    c.impair(1, Side::Both, Impair::rate(10));
+    c.impair(6, Side::Both, Impair::rate(10));
+    let err = pairs(&mut c, "64K", &small);
+    let s = suspects(&err);
+    assert_eq!(s.len(), 2, "{err}");
+    assert!(s.iter().any(|l| l.contains("rank 1 on node2")), "{s:?}");
+    assert!(s.iter().any(|l| l.contains("rank 6 on node7")), "{s:?}");
+}
+
+#[test]
+fn a_lossy_node_is_named() {
+    let _one = serial();
+    let Some(mut c) = Cluster::new(4) else { return };
+    let lossy = Impair {
+        loss_pct: Some(5.0),
+        ..Impair::default()
+    };
+    if let Err(e) = c.try_impair(0, Side::Both, lossy) {
+        eprintln!("skipped: packet loss needs the netem qdisc ({e})");
+        return;
+    }
+    let err = pairs(&mut c, "256K", &[]);
+    let s = suspects(&err);
+    assert_eq!(s.len(), 1, "{err}");
+    assert!(s[0].contains("rank 0 on node1"), "{}", s[0]);
+}
