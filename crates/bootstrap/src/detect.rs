@@ -3,7 +3,8 @@
 //! efabench runs under whatever starts it: `efabench launch`, `srun`, `mpirun` (Open MPI or
 //! MPICH/Hydra), torchrun-style launchers (Kubernetes jobs), or by hand with `--rank/--world`.
 //! Each launcher announces the rank differently, so [`detect`] checks them in a fixed order
-//! (flags, `efabench launch`, Slurm, Open MPI, MPICH/PMI, torchrun) and takes the first that is
+//! (flags, `efabench launch`, Slurm, Open MPI, MPICH/PMI, torchrun, Kubernetes Indexed Job) and
+//! takes the first that is
 //! present. Only the *first* launcher found counts: mixing a rank from one with a size from
 //! another would produce a job in which ranks disagree about the world.
 //!
@@ -64,7 +65,7 @@ pub struct RankInfo {
     /// Per-job secret shared by all ranks; `None` when the launcher gives nothing to derive one.
     pub token: Option<String>,
     /// Which launcher the numbers came from: "flags", "efabench launch", "slurm", "open mpi",
-    /// "mpich/pmi", "torchrun" or "none".
+    /// "mpich/pmi", "torchrun", "indexed job" or "none".
     pub source: &'static str,
 }
 
@@ -140,6 +141,16 @@ const LAUNCHERS: &[Launcher] = &[
         size: &["WORLD_SIZE"],
         local: "LOCAL_RANK",
         partial_is_error: false,
+    },
+    // A Kubernetes Indexed Job gives each pod its index; the world size is the Job's
+    // `completions`, which the pod spec passes as WORLD_SIZE. After torchrun: in a JobSet with
+    // several replicated jobs the index is per job and RANK, when set, is the global one.
+    Launcher {
+        source: "indexed job",
+        rank: "JOB_COMPLETION_INDEX",
+        size: &["WORLD_SIZE"],
+        local: "LOCAL_RANK",
+        partial_is_error: true,
     },
 ];
 
@@ -468,6 +479,11 @@ fn rendezvous(
         "torchrun" => format!(
             "RANK/WORLD_SIZE are set (world size {world}) but MASTER_ADDR is not; set \
              MASTER_ADDR and MASTER_PORT to rank 0's address, or pass --rdzv HOST:PORT"
+        ),
+        "indexed job" => format!(
+            "JOB_COMPLETION_INDEX/WORLD_SIZE are set (Kubernetes Indexed Job, world size {world}) \
+             but MASTER_ADDR is not; set MASTER_ADDR=<job>-0.<headless service> and MASTER_PORT \
+             in the pod spec (deploy/k8s/indexed-job.yaml), or pass --rdzv HOST:PORT"
         ),
         _ => format!(
             "--rank/--world describe a job of {world} ranks but no rendezvous address is given; \
@@ -824,6 +840,49 @@ mod tests {
             ("MASTER_PORT", "1"),
         ];
         assert_eq!(ok(&v).source, "open mpi");
+    }
+
+    #[test]
+    fn kubernetes_indexed_job_variables() {
+        let pod = [
+            ("JOB_COMPLETION_INDEX", "3"),
+            ("WORLD_SIZE", "4"),
+            ("MASTER_ADDR", "efabench-0.efabench"),
+            ("MASTER_PORT", "29500"),
+            ("EFABENCH_JOB_TOKEN", "efabench"),
+            ("HOSTNAME", "efabench-3"),
+        ];
+        let i = ok(&pod);
+        assert_eq!(
+            (i.rank, i.world, i.local_rank, i.source),
+            (3, 4, 0, "indexed job")
+        );
+        assert_eq!(i.rdzv.as_deref(), Some("efabench-0.efabench:29500"));
+        assert_eq!(i.token.as_deref(), Some("efabench"));
+        // The index without the world size is an error naming the missing variable.
+        let e = err(&LaunchFlags::default(), &pod[..1]).to_string();
+        assert!(
+            e.contains("JOB_COMPLETION_INDEX is set but WORLD_SIZE is not"),
+            "{e}"
+        );
+        // Without MASTER_ADDR the message points at the Service's DNS name.
+        let e = err(&LaunchFlags::default(), &pod[..2]).to_string();
+        assert!(e.contains("MASTER_ADDR=<job>-0.<headless service>"), "{e}");
+        // Out of range index.
+        let e = err(
+            &LaunchFlags::default(),
+            &[("JOB_COMPLETION_INDEX", "4"), ("WORLD_SIZE", "4")],
+        );
+        assert!(
+            e.to_string()
+                .contains("must be smaller than WORLD_SIZE = 4"),
+            "{e}"
+        );
+        // RANK (torchrun names, e.g. a JobSet's global rank) wins over the per-job index.
+        let mut v = pod.to_vec();
+        v.push(("RANK", "1"));
+        let i = ok(&v);
+        assert_eq!((i.rank, i.source), (1, "torchrun"));
     }
 
     #[test]

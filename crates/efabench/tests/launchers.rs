@@ -136,3 +136,165 @@ fn plain_mpirun_runs_write_and_pairs_without_an_address() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The container env of `deploy/k8s/indexed-job.yaml` as (name, value): literal `value:`s, and
+/// `valueFrom` field references resolved as Kubernetes would for a pod of Job `job`. Any other
+/// `valueFrom` fails the test, so the manifest and this test cannot drift apart silently.
+fn manifest_env(text: &str, job: &str) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    let mut in_env = false;
+    let mut env_indent = 0;
+    let mut pending: Option<String> = None;
+    for line in text.lines() {
+        let indent = line.len() - line.trim_start().len();
+        let t = line.trim();
+        if t == "env:" {
+            in_env = true;
+            env_indent = indent;
+            continue;
+        }
+        if !in_env || t.is_empty() || t.starts_with('#') {
+            continue;
+        }
+        if indent <= env_indent && !t.starts_with("- ") {
+            in_env = false;
+            continue;
+        }
+        if let Some(name) = t.strip_prefix("- name:") {
+            pending = Some(name.trim().trim_matches('"').to_string());
+        } else if let Some(v) = t.strip_prefix("value:") {
+            let name = pending.take().expect("value without a name");
+            out.push((name, v.trim().trim_matches('"').to_string()));
+        } else if let Some(f) = t.strip_prefix("fieldPath:") {
+            let name = pending.take().expect("fieldPath without a name");
+            let value = match f.trim() {
+                "metadata.labels['job-name']" => job.to_string(),
+                other => panic!("the test does not know field {other} (env {name})"),
+            };
+            out.push((name, value));
+        }
+    }
+    out
+}
+
+#[test]
+fn ranks_with_an_indexed_jobs_pod_environment_form_a_job() {
+    let manifest = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/k8s/indexed-job.yaml"),
+    )
+    .unwrap();
+    let env = manifest_env(&manifest, "efabench");
+    let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+    // The manifest's own promises: the world is `completions`, rank 0 is pod <job>-0 of the
+    // headless service named in `subdomain`.
+    assert_eq!(get("WORLD_SIZE").as_deref(), Some("2"), "{env:?}");
+    assert!(manifest.contains("completions: 2"));
+    assert!(manifest.contains("subdomain: efabench"));
+    assert_eq!(get("MASTER_ADDR").as_deref(), Some("efabench-0.efabench"));
+    assert_eq!(get("EFABENCH_JOB_TOKEN").as_deref(), Some("efabench"));
+    let world: u32 = get("WORLD_SIZE").unwrap().parse().unwrap();
+    // On loopback the service name cannot resolve (that needs the cluster's DNS): only
+    // MASTER_ADDR is replaced, by the address it would resolve to here.
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port().to_string()
+    };
+    let dir = tmp("indexed-job");
+    let out = dir.join("r.jsonl");
+    let children: Vec<Child> = (0..world)
+        .map(|index| {
+            let mut c = Command::new(BIN);
+            c.args([
+                "pairs",
+                "-p",
+                "tcp",
+                "-b",
+                "8",
+                "-e",
+                "64",
+                "-n",
+                "5",
+                "--timeout",
+                "60",
+            ]);
+            if index == 0 {
+                c.args(["-o", out.to_str().unwrap()]);
+            }
+            c.env_clear();
+            if let Ok(p) = std::env::var("PATH") {
+                c.env("PATH", p);
+            }
+            for (k, v) in &env {
+                c.env(k, v);
+            }
+            // What Kubernetes adds to every pod of an Indexed Job.
+            c.env("JOB_COMPLETION_INDEX", index.to_string())
+                .env("HOSTNAME", format!("efabench-{index}"))
+                .env("MASTER_ADDR", "127.0.0.1")
+                .env("MASTER_PORT", &port)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for (i, c) in children.into_iter().enumerate() {
+        let o = wait_bounded(c, Duration::from_secs(120), "indexed-job rank");
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "rank {i}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    let recs = records(&out);
+    assert!(!recs.is_empty());
+    assert!(recs.iter().all(|r| r["world"] == 2 && r["errors"] == 0));
+    // A pod whose index is outside the Job's completions is refused before it waits for anyone.
+    let o = Command::new(BIN)
+        .args(["pairs", "-p", "tcp", "--timeout", "5"])
+        .env_clear()
+        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .env("JOB_COMPLETION_INDEX", "2")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("JOB_COMPLETION_INDEX = 2"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn kubernetes_manifests_validate_against_the_schemas() {
+    let deps = std::env::var("EFABENCH_DEPS").unwrap_or_else(|_| "/opt/efabench-ci".into());
+    let py = Path::new(&deps).join("venv/bin/python");
+    let has = py.exists()
+        && Command::new(&py)
+            .args(["-c", "import kubernetes_validate"])
+            .output()
+            .is_ok_and(|o| o.status.success());
+    if !has {
+        eprintln!("skipped: no kubernetes-validate in {deps}/venv (scripts/setup.sh installs it)");
+        return;
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let o = Command::new(&py)
+        .arg(root.join("scripts/validate-k8s.py"))
+        .current_dir(&root)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{text}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    for what in [
+        "Job efabench",
+        "Service efabench",
+        "PodTemplate efabench-mpi-worker",
+        "MPIJob efabench-mpi",
+    ] {
+        assert!(text.contains(what), "{what} not validated: {text}");
+    }
+}
