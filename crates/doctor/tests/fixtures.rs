@@ -386,6 +386,8 @@ fn cuda_13_found_and_says_where() {
             .starts_with("CUDA 12.1 (from include/cuda.h) is older than 12.2"),
         "{c:?}"
     );
+}
+
 fn gin_inputs(name: &str) -> Inputs {
     let mut i = inputs(&variants::fixture(name), &[]);
     i.gin = true;
