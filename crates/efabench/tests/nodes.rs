@@ -67,7 +67,7 @@ fn four_nodes_one_throttled_is_named_alone() {
         s[0]
     );
     assert!(
-        out.contains("# schedule: ring shift, 3 rounds of 4 pairs at once"),
+        out.contains("# schedule: all ordered pairs: 3 rounds of 4 pairs at once"),
         "{out}"
     );
 }
@@ -142,4 +142,43 @@ fn a_lossy_node_is_named() {
     let s = suspects(&err);
     assert_eq!(s.len(), 1, "{err}");
     assert!(s[0].contains("rank 0 on node1"), "{}", s[0]);
+}
+
+/// Sixteen nodes with the cheap schedule: a ring (each rank with its two neighbours), then two
+/// retest rounds that pair the suspect with ranks not named: 4 rounds of 16 pairs in place of
+/// 15, and the throttled node alone is named.
+#[test]
+fn sixteen_nodes_ring_then_retest_names_the_throttled_one() {
+    let _one = serial();
+    let Some(mut c) = Cluster::new(16) else {
+        return;
+    };
+    c.impair(5, Side::Both, Impair::rate(4));
+    let args = [
+        "pairs",
+        "-p",
+        "tcp",
+        "-b",
+        "64K",
+        "-e",
+        "64K",
+        "--window",
+        "4",
+        "--max-time",
+        "0.1",
+        "--pairs",
+        "ring",
+    ];
+    let outs = c.job(&args, |_| Vec::new());
+    let err = ok(&outs);
+    let out = text(&outs[0].stdout);
+    assert!(
+        out.contains("# schedule: ring, each rank with its two neighbours: 2 rounds of 16 pairs"),
+        "{out}"
+    );
+    assert!(out.contains("then 2 retest rounds"), "{out}");
+    assert!(out.contains("= 64 pair measurements"), "{out}");
+    let s = suspects(&err);
+    assert_eq!(s.len(), 1, "{err}");
+    assert!(s[0].contains("rank 5 on node6"), "{}", s[0]);
 }
