@@ -396,6 +396,15 @@ impl<'a> Benchmark for Pairs<'a> {
             self.args.max_time,
             |size| ctx.args.iterations(size, self.args.window),
         ));
+        if m.rails() > 1 {
+            facts.header.push(format!(
+                "# rails: after each round's striped stream, each of the {} rails alone for 1/{} of \
+                 --max-time (rail_gbps in the records; a slow NIC is named by rail and domain): \
+                 each round takes up to twice its budget",
+                m.rails(),
+                m.rails()
+            ));
+        }
         self.mesh = Some(m);
         Ok(facts)
     }
@@ -540,7 +549,30 @@ impl<'a> Benchmark for Pairs<'a> {
             // As a provider's bad access inside a call would.
             efabench_fabric::crash::raise_segv();
         }
-        let m = stream(mesh, spec, to, from, verify, slow)?;
+        let mut m = stream(mesh, spec, to, from, verify, slow, None)?;
+        let rails = mesh.rails();
+        if rails > 1 {
+            // Each rail alone, for a share of the pair's budget: a slow NIC of a node shows as
+            // its rail's column, where the striped stream only shows the node.
+            let share = PairsSpec {
+                max_time: spec.max_time / rails as u32,
+                iters: spec.iters.div_ceil(rails as u64).max(1),
+                warmup: spec.warmup.div_ceil(rails as u64),
+                ..spec.clone()
+            };
+            let mut per = Vec::with_capacity(rails);
+            for rail in 0..rails {
+                ctx.bs.barrier().map_err(harness::from_bootstrap)?;
+                let r = stream(mesh, &share, to, from, verify, slow, Some(rail))?;
+                m.errors += r.errors;
+                let s = Samples::from_vec(r.samples_ns);
+                per.push(gbps(
+                    spec.size as u64 * s.len() as u64 * spec.window,
+                    s.total_ns(),
+                ));
+            }
+            m.extra.insert("rail_gbps".into(), json!(per));
+        }
         self.cached = Some(m.clone());
         Ok(m)
     }
@@ -611,6 +643,9 @@ impl<'a> Benchmark for Pairs<'a> {
         );
         if let Some(pr) = m.extra.get("per_rail") {
             extra.insert("per_rail".into(), pr.clone());
+        }
+        if let Some(rg) = m.extra.get("rail_gbps") {
+            extra.insert("rail_gbps".into(), rg.clone());
         }
         Point {
             variant: "write-stream".into(),
@@ -745,6 +780,7 @@ pub fn summarize(
                     s.evidence()
                 ));
             }
+            out.extend(rail_suspects(&rs, n, size, suspect_below));
         }
     }
     if let Some(min) = min_bw {
@@ -768,6 +804,58 @@ pub fn summarize(
                 "# --min-bw {min}: FAILED, {} pair(s) below: {}",
                 below.len(),
                 below.join(", ")
+            ));
+        }
+    }
+    out
+}
+
+/// Per-rail suspects of one size from the records' `rail_gbps` (each rail measured alone):
+/// the suspect NIC of a node, named by rail and domain.
+fn rail_suspects(rs: &[&Record], n: usize, size: u64, suspect_below: f64) -> Vec<String> {
+    let src_of = |r: &Record| r.extra.get("src").and_then(Value::as_u64).unwrap_or(0) as usize;
+    let per = |r: &Record| -> Vec<f64> {
+        r.extra
+            .get("rail_gbps")
+            .and_then(Value::as_array)
+            .map(|a| a.iter().filter_map(Value::as_f64).collect())
+            .unwrap_or_default()
+    };
+    let rails = rs.iter().map(|r| per(r).len()).max().unwrap_or(0);
+    let mut out = Vec::new();
+    if rails < 2 {
+        return out;
+    }
+    for rail in 0..rails {
+        let pairs: Vec<PairBw> = rs
+            .iter()
+            .filter_map(|r| {
+                per(r).get(rail).map(|&g| PairBw {
+                    src: src_of(r),
+                    dst: r.peer.unwrap_or(0) as usize,
+                    gbps: g,
+                })
+            })
+            .collect();
+        for s in locate::locate(n, &pairs, suspect_below / 100.0) {
+            let rec = rs.iter().find(|x| src_of(x) == s.rank);
+            let host = rec
+                .and_then(|x| x.extra.get("src_host"))
+                .and_then(Value::as_str)
+                .unwrap_or("?");
+            let domain = rec
+                .and_then(|x| x.extra.get("per_rail"))
+                .and_then(Value::as_array)
+                .and_then(|a| a.get(rail))
+                .and_then(|v| v.get("domain"))
+                .and_then(Value::as_str)
+                .unwrap_or("?");
+            out.push(format!(
+                "# suspect NIC at {size} B: rank {} on {host} rail {rail} (domain {domain}) ({}), \
+                 each rail measured alone: {}",
+                s.rank,
+                s.direction.describe(),
+                s.evidence()
             ));
         }
     }
@@ -913,6 +1001,7 @@ fn stream(
     from: Option<u32>,
     verify: bool,
     slow: Option<Duration>,
+    only_rail: Option<usize>,
 ) -> Result<Measured, BenchError> {
     let me = mesh.me();
     let size = spec.size;
@@ -928,8 +1017,17 @@ fn stream(
     let mut started: Option<Instant> = None; // first window posted
     let mut timed: Option<(u64, Instant)> = None; // first timed window and when it started
     let mut stopped: Option<StopReason> = None;
-    let send_routes = to.map(|d| mesh.route(me, d, size, false));
-    let recv_routes = from.map(|s| mesh.route(s, me, size, false));
+    // One rail alone carries whole messages when a rail is measured by itself.
+    let routes = |mesh: &Mesh, a: u32, b: u32| match only_rail {
+        Some(rail) => vec![efabench_fabric::Stripe {
+            rail,
+            off: 0,
+            len: size,
+        }],
+        None => mesh.route(a, b, size, false),
+    };
+    let send_routes = to.map(|d| routes(mesh, me, d));
+    let recv_routes = from.map(|s| routes(mesh, s, me));
     // Receiver state.
     let mut rw = 0u64;
     let mut got = 0u64;

@@ -182,3 +182,23 @@ fn sixteen_nodes_ring_then_retest_names_the_throttled_one() {
     assert_eq!(s.len(), 1, "{err}");
     assert!(s[0].contains("rank 5 on node6"), "{}", s[0]);
 }
+
+/// Two NICs per node (eth0 and eth1 on two bridges), `--rails 2` over tcp: node3's eth1 is
+/// throttled, and the suspect NIC is named by rail and domain from each rail measured alone.
+#[test]
+fn a_slow_rail_of_two_is_named_by_its_domain() {
+    let _one = serial();
+    let Some(mut c) = Cluster::with_nics(4, 2) else {
+        return;
+    };
+    c.try_impair_nic(2, 1, Side::Both, Impair::rate(20))
+        .expect("tc on eth1");
+    let err = pairs(&mut c, "256K", &["--rails", "2", "--window", "4"]);
+    let nic: Vec<&str> = err
+        .lines()
+        .filter(|l| l.starts_with("# suspect NIC"))
+        .collect();
+    assert_eq!(nic.len(), 1, "{err}");
+    assert!(nic[0].contains("rank 2 on node3 rail"), "{}", nic[0]);
+    assert!(nic[0].contains("(domain eth1)"), "{}", nic[0]);
+}
