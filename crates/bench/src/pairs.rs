@@ -113,7 +113,7 @@ fn suspect_arg(s: &str) -> Result<f64, String> {
 /// Longest `--max-time`, seconds (an hour per pair).
 const MAX_PAIR_TIME_S: f64 = 3600.0;
 
-fn max_time_arg(s: &str) -> Result<f64, String> {
+pub(crate) fn max_time_arg(s: &str) -> Result<f64, String> {
     match s.trim().parse::<f64>() {
         Ok(v) if (0.001..=MAX_PAIR_TIME_S).contains(&v) => Ok(v),
         _ => Err(format!(

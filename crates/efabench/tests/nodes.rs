@@ -202,3 +202,46 @@ fn a_slow_rail_of_two_is_named_by_its_domain() {
     assert!(nic[0].contains("rank 2 on node3 rail"), "{}", nic[0]);
     assert!(nic[0].contains("(domain eth1)"), "{}", nic[0]);
 }
+
+/// `alltoall` across four nodes, one throttled: every size stops within its time budget on
+/// every rank at once, the job exits 0, and the slowest rank is named with its host.
+#[test]
+fn alltoall_names_the_slowest_node_within_the_budget() {
+    let _one = serial();
+    let Some(mut c) = Cluster::new(4) else { return };
+    c.impair(2, Side::Both, Impair::rate(20));
+    let args = [
+        "alltoall",
+        "-p",
+        "tcp",
+        "-b",
+        "256K",
+        "-e",
+        "512K",
+        "--max-time",
+        "0.3",
+        "--format",
+        "json",
+    ];
+    let outs = c.job(&args, |_| Vec::new());
+    let err = ok(&outs);
+    let out = text(&outs[0].stdout);
+    let recs: Vec<serde_json::Value> = out
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).expect("a JSON record"))
+        .collect();
+    assert_eq!(recs.len(), 2, "{out}");
+    for r in &recs {
+        assert_eq!(r["stopped_by"], "time", "{r}");
+        assert!(r["iters"].as_u64().unwrap() >= 1, "{r}");
+    }
+    // Every rank waits for node3's chunks, so the ranks' times are alike; the per-peer
+    // arrival matrix names it.
+    let s: Vec<&str> = err
+        .lines()
+        .filter(|l| l.starts_with("# slowest node"))
+        .collect();
+    assert_eq!(s.len(), 2, "{err}");
+    assert!(s.iter().all(|l| l.contains("rank 2 on node3")), "{s:?}");
+}
