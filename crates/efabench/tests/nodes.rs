@@ -131,11 +131,11 @@ fn a_lossy_node_is_named() {
     let _one = serial();
     let Some(mut c) = Cluster::new(4) else { return };
     let lossy = Impair {
-        loss_pct: Some(5.0),
+        loss_pct: Some(10.0),
         ..Impair::default()
     };
     if let Err(e) = c.try_impair(0, Side::Both, lossy) {
-        eprintln!("skipped: packet loss needs the netem qdisc ({e})");
+        eprintln!("skipped: packet loss needs the netem qdisc or nftables ({e})");
         return;
     }
     let err = pairs(&mut c, "256K", &[]);

@@ -221,7 +221,9 @@ impl Cluster {
         self.try_impair_nic(i, 0, side, how)
     }
 
-    /// Impairs NIC `k` (eth`k`) of node `i` on `side`.
+    /// Impairs NIC `k` (eth`k`) of node `i` on `side`. Where the kernel lacks `netem`, packet
+    /// loss without delay falls back to nftables (`numgen random ... drop` on the node's
+    /// output and/or input hook for eth`k`) and a rate to `tbf`; delay has no fallback.
     pub fn try_impair_nic(
         &self,
         i: usize,
@@ -229,8 +231,21 @@ impl Cluster {
         side: Side,
         how: Impair,
     ) -> Result<(), String> {
+        match self.qdisc(i, k, side, &how.qdisc_args()) {
+            Err(e) if how.delay_ms.is_none() && how.loss_pct.is_some() => {
+                let loss = how.loss_pct.unwrap_or(0.0);
+                if let Some(r) = how.rate_mbit {
+                    self.qdisc(i, k, side, &Impair::rate(r).qdisc_args())?;
+                }
+                self.nft_loss(i, k, side, loss)
+                    .map_err(|f| format!("{e}; and by nftables: {f}"))
+            }
+            r => r,
+        }
+    }
+
+    fn qdisc(&self, i: usize, k: usize, side: Side, args: &[String]) -> Result<(), String> {
         let node = &self.nodes[i];
-        let args = how.qdisc_args();
         let a: Vec<&str> = args.iter().map(String::as_str).collect();
         let eth = format!("eth{k}");
         if matches!(side, Side::Sending | Side::Both) {
@@ -244,6 +259,46 @@ impl Cluster {
             ip_tc(&v)?;
         }
         Ok(())
+    }
+
+    /// Drops `pct` % of eth`k`'s packets inside node `i` with nftables (removed with the
+    /// namespace).
+    fn nft_loss(&self, i: usize, k: usize, side: Side, pct: f64) -> Result<(), String> {
+        let per_10k = (pct * 100.0).round() as u32;
+        let mut rules = format!("table inet efbloss{k} {{\n");
+        if matches!(side, Side::Sending | Side::Both) {
+            rules.push_str(&format!(
+                "chain out {{ type filter hook output priority 0; oifname \"eth{k}\" numgen random mod 10000 < {per_10k} drop; }}\n"
+            ));
+        }
+        if matches!(side, Side::Receiving | Side::Both) {
+            rules.push_str(&format!(
+                "chain in {{ type filter hook input priority 0; iifname \"eth{k}\" numgen random mod 10000 < {per_10k} drop; }}\n"
+            ));
+        }
+        rules.push_str("}\n");
+        let mut c = Command::new("ip")
+            .args(["netns", "exec", &self.nodes[i].ns, "nft", "-f", "-"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("nft: {e}"))?;
+        use std::io::Write;
+        c.stdin
+            .take()
+            .expect("piped stdin")
+            .write_all(rules.as_bytes())
+            .map_err(|e| format!("nft: {e}"))?;
+        let o = c.wait_with_output().map_err(|e| format!("nft: {e}"))?;
+        if o.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "nft (nftables; scripts/setup.sh installs it): {}",
+                String::from_utf8_lossy(&o.stderr).trim()
+            ))
+        }
     }
 
     /// Like [`Cluster::try_impair`], failing the test when `tc` refuses.
