@@ -34,7 +34,7 @@ run_efabench() { # ranks round
     local n=$1 port=$((20000 + RANDOM % 30000)) r pids=()
     for r in $(seq 0 $((n - 1))); do
         EFABENCH_JOB_TOKEN="cmp-$port" "$EFABENCH" alltoall -p "$PROVIDER" -b "$MIN" -e "$MAX" \
-            -n "$ITERS" -w "$WARMUP" --timeout 120 --format csv -o "$work/efa-$n-$2.jsonl" \
+            -n "$ITERS" -w "$WARMUP" --max-time 600 --timeout 120 --format csv -o "$work/efa-$n-$2.jsonl" \
             --rank "$r" --world "$n" --rdzv "127.0.0.1:$port" >"$work/efa-$n-$2.$r.log" 2>&1 &
         pids+=($!)
     done

@@ -37,6 +37,8 @@ if [ "$level" = test ]; then
   python3 -c 'import venv, ensurepip' 2>/dev/null || need_apt+=(python3-venv)
   # Simulated nodes in the tests: network namespaces, veths, a bridge and tc.
   { command -v ip && command -v tc; } >/dev/null || need_apt+=(iproute2)
+  # Packet loss on kernels without the netem qdisc (built without modules): nftables' numgen.
+  command -v nft >/dev/null || need_apt+=(nftables)
 fi
 if [ "$slurm" = yes ]; then
   command -v slurmctld >/dev/null && command -v slurmd >/dev/null && command -v srun >/dev/null || need_apt+=(slurm-wlm)

@@ -145,7 +145,7 @@ if [ "$ngpu" -ge 2 ]; then
   AT_SIZES="-b 1M -e 256M -f 2"
   for r in $(seq 1 "$ROUNDS"); do
     # shellcheck disable=SC2086
-    step "alltoall-efabench-r$r" 60 "$BIN" launch -n 2 -- alltoall -p shm --mem cuda --gpu auto \
+    step "alltoall-efabench-r$r" 60 "$BIN" launch -n 2 -- alltoall --max-time 600 -p shm --mem cuda --gpu auto \
       $AT_SIZES -n 20 -w 5 -o "$WORK/alltoall-efabench-r$r.jsonl"
     show "alltoall-efabench-r$r" 16
     if [ -x "$NT/build/alltoall_perf" ]; then

@@ -31,6 +31,15 @@
 //! peer one iteration ahead writes was already checked; the timed iterations all land in half 0
 //! (MPI's footprint); the final check uses half 1, where no late write of the timed loop lands.
 //!
+//! # Time budget
+//! Each size stops after `-n` timed iterations or `--max-time` seconds, whichever comes first
+//! (warm-up: `-w` or a tenth of it), so a node 100 times slower than the others yields its
+//! numbers within the budget instead of failing the job. Ranks agree on where to stop without a
+//! round trip: a rank whose clock ran out marks the chunks of its next iteration (CQ data kind
+//! `Stop` in place of `Payload`), and since every rank receives a chunk from every rank in every
+//! iteration, all of them see the mark at the end of the same iteration and leave the loop
+//! there. The record gives the iterations actually run and `stopped_by` (count or time).
+//!
 //! # Transfers
 //! `--op write` (default): RDMA write with remote CQ data into the peer's receive buffer at the
 //! chunk's place. `--op sendrecv`: send with CQ data into receives posted in advance (two
@@ -48,7 +57,7 @@
 //! * SinglePin: `alltoall --mem pinned --rails 1`
 //! * MultiPin: `alltoall --mem pinned --rails all --strategy split`
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use efabench_fabric::{MrPath, RailConfig};
 use efabench_record::Record;
@@ -91,6 +100,10 @@ pub struct AlltoallArgs {
     /// Print the per-peer bandwidth matrix (Gbps, source row → destination column) of each size.
     #[arg(long)]
     pub matrix: bool,
+    /// Longest timed part of one size, in seconds: it stops after -n iterations or this,
+    /// whichever comes first, on every rank at the same iteration (warm-up: a tenth of it).
+    #[arg(long, default_value = "1", value_parser = crate::pairs::max_time_arg, allow_hyphen_values = true)]
+    pub max_time: f64,
 }
 
 /// Chunk alignment (nccl-tests rounds counts to whole elements; 16 bytes keeps chunks aligned).
@@ -258,6 +271,14 @@ impl<'a> Benchmark for Alltoall<'a> {
             self.args.op.name(),
             ctx.world
         ));
+        facts.header.push(format!(
+            "# time budget: each size stops after its -n timed iterations or {} s, whichever comes \
+             first (warm-up: -w or {:.3} s), every rank at the same iteration: at most {:.1} s of \
+             measurement in all, plus one iteration per size",
+            self.args.max_time,
+            self.args.max_time / 10.0,
+            self.args.max_time * 1.1 * self.sizes.len() as f64
+        ));
         self.mesh = Some(m);
         Ok(facts)
     }
@@ -312,28 +333,48 @@ impl<'a> Benchmark for Alltoall<'a> {
         // not overwrite what we still check); timed iterations check nothing and all use half 0,
         // touching no more memory than MPI_Alltoall's one receive buffer; the final check uses
         // half 1, where no late write of a timed iteration can land (EFA orders no writes).
-        for i in 0..spec.warmup {
-            errors += run.iteration(verify, (i % 2) as usize, None)?;
+        let budget = Duration::from_secs_f64(self.args.max_time);
+        let began = Instant::now();
+        let mut warm = 0;
+        while warm < spec.warmup {
+            let ask = warm > 0 && began.elapsed() >= budget / 10;
+            // After the warm-up: the timed iterations and the final check.
+            let (e, stop) =
+                run.iteration(verify, (warm % 2) as usize, None, ask, spec.iters + 1)?;
+            errors += e;
+            warm += 1;
+            if stop {
+                break;
+            }
         }
         ctx.bs.barrier().map_err(harness::from_bootstrap)?;
         run.mesh.count_from_now(true);
-        let mut samples = Samples::with_capacity(spec.iters as usize);
+        let mut samples = Samples::with_capacity(spec.iters.min(1 << 16) as usize);
         let mut delays = vec![0u128; ctx.world as usize];
         let mut last = Instant::now();
-        for _ in 0..spec.iters {
-            run.iteration(false, 0, Some(&mut delays))?;
+        let first = last;
+        let mut stopped_by = "count";
+        for i in 0..spec.iters {
+            let ask = i > 0 && first.elapsed() >= budget;
+            let (_, stop) = run.iteration(false, 0, Some(&mut delays), ask, 1)?;
             let now = Instant::now();
             samples.push((now - last).as_nanos() as u64);
             last = now;
+            if stop && i + 1 < spec.iters {
+                stopped_by = "time";
+                break;
+            }
         }
         run.mesh.count_from_now(false);
         let per_rail = run.mesh.per_rail();
-        errors += run.iteration(verify, 1, None)?;
+        errors += run.iteration(verify, 1, None, false, 0)?.0;
         run.finish()?;
         let mut extra = Map::new();
         extra.insert("per_rail".into(), per_rail);
+        extra.insert("warmup_done".into(), json!(warm));
+        extra.insert("stopped_by".into(), json!(stopped_by));
         // Mean arrival time of each source's chunk after the iteration started, ns.
-        let iters = spec.iters.max(1) as u128;
+        let iters = samples.len().max(1) as u128;
         extra.insert(
             "src_delay_ns".into(),
             Value::Array(delays.iter().map(|d| json!((d / iters) as u64)).collect()),
@@ -350,6 +391,18 @@ impl<'a> Benchmark for Alltoall<'a> {
         let size = spec.size(n) as u64;
         let mut ranks = Vec::new();
         let mut slowest = (0usize, 0f64);
+        // Every rank stops at the same iteration; rank 0's counts are everyone's.
+        let timed = all.first().map(|m| m.samples_ns.len() as u64).unwrap_or(0);
+        let warm = all
+            .first()
+            .and_then(|m| m.extra.get("warmup_done"))
+            .and_then(Value::as_u64)
+            .unwrap_or(spec.warmup);
+        let stopped_by = all
+            .first()
+            .and_then(|m| m.extra.get("stopped_by"))
+            .cloned()
+            .unwrap_or(Value::Null);
         let mut slow_samples = Vec::new();
         for (r, m) in all.iter().enumerate() {
             let mut s = Samples::from_vec(m.samples_ns.clone());
@@ -381,7 +434,7 @@ impl<'a> Benchmark for Alltoall<'a> {
                 for (src, v) in d.iter().enumerate() {
                     let ns = v.as_f64().unwrap_or(0.0);
                     if src != dst && ns > 0.0 && src < n as usize {
-                        matrix[src][dst] = (spec.chunk as f64 * 8.0 / ns * 100.0).round() / 100.0;
+                        matrix[src][dst] = (spec.chunk as f64 * 8.0 / ns * 1e4).round() / 1e4;
                     }
                 }
             }
@@ -417,6 +470,7 @@ impl<'a> Benchmark for Alltoall<'a> {
                 "algbw x (n-1)/n with n = {n}; algbw = size / time of the slowest rank (nccl-tests all-to-all), Gbps"
             )),
         );
+        extra.insert("stopped_by".into(), stopped_by);
         extra.insert("slowest_rank".into(), json!(slowest.0));
         extra.insert("slowest_host".into(), json!(ctx.hosts.get(slowest.0)));
         extra.insert("rank_lat_us".into(), Value::Array(ranks));
@@ -426,8 +480,8 @@ impl<'a> Benchmark for Alltoall<'a> {
         Point {
             variant: self.args.op.name().to_string(),
             size_bytes: size,
-            iters: spec.iters,
-            warmup: spec.warmup,
+            iters: timed,
+            warmup: warm,
             peer: None,
             lat_us,
             bw_gbps: algbw,
@@ -458,6 +512,11 @@ impl<'a> Benchmark for Alltoall<'a> {
                     .unwrap_or("?"),
                 r.lat_us.mean
             ));
+        }
+        // The node behind a slow all-to-all: every rank waits for the slowest chunk, so the
+        // ranks' times are alike; the per-peer arrival matrix shows whose chunks are late.
+        for r in records {
+            out.extend(matrix_suspects(r));
         }
         if self.args.matrix {
             for r in records {
@@ -493,6 +552,63 @@ impl<'a> Benchmark for Alltoall<'a> {
     }
 }
 
+/// Margin of [`matrix_suspects`], percent (as `pairs --suspect-below`'s default).
+const SUSPECT_BELOW_PCT: f64 = 60.0;
+
+/// Suspect ranks of one record from its `matrix_gbps` (chunk / mean arrival time per ordered
+/// pair), judged as `pairs` judges its pair matrix ([`crate::locate`]).
+fn matrix_suspects(r: &Record) -> Vec<String> {
+    let Some(Value::Array(rows)) = r.extra.get("matrix_gbps") else {
+        return Vec::new();
+    };
+    let n = rows.len();
+    let mut pairs = Vec::new();
+    for (src, row) in rows.iter().enumerate() {
+        if let Value::Array(cells) = row {
+            for (dst, c) in cells.iter().enumerate() {
+                let g = c.as_f64().unwrap_or(0.0);
+                if src != dst && g > 0.0 {
+                    pairs.push(crate::locate::PairBw { src, dst, gbps: g });
+                }
+            }
+        }
+    }
+    let host = |rank: usize| -> String {
+        r.extra
+            .get("rank_lat_us")
+            .and_then(Value::as_array)
+            .and_then(|a| a.get(rank))
+            .and_then(|x| x.get("host"))
+            .and_then(Value::as_str)
+            .unwrap_or("?")
+            .to_string()
+    };
+    let found = crate::locate::locate(n, &pairs, SUSPECT_BELOW_PCT / 100.0);
+    if found.is_empty() && n >= 3 {
+        return vec![format!(
+            "# no suspect at {} B: every rank's chunks (sent and received) arrive at {SUSPECT_BELOW_PCT}% \
+             or more of the per-peer rate of the pairs without it",
+            r.size_bytes
+        )];
+    }
+    // Only the worst: once its chunks are late every rank's next iteration starts late, so the
+    // arrival rates of the others are not clean pair measurements (`pairs` judges further nodes).
+    found
+        .first()
+        .map(|s| {
+            format!(
+                "# slowest node at {} B: rank {} on {} ({}), per-peer chunk rate: {}",
+                r.size_bytes,
+                s.rank,
+                host(s.rank),
+                s.direction.describe(),
+                s.evidence()
+            )
+        })
+        .into_iter()
+        .collect()
+}
+
 /// One point's state on this rank: the global iteration number, the arrival counts of the
 /// current and the next iteration, and (send/recv) the receive slots.
 struct Run<'m> {
@@ -512,6 +628,8 @@ struct Run<'m> {
     /// Arrivals by iteration parity, total and per source.
     got: [u64; 2],
     got_from: [Vec<u32>; 2],
+    /// A chunk of the iteration (by parity) carried the stop mark.
+    stop: [bool; 2],
     /// send/recv: the receive slots, which iteration's data each holds, and how many receives
     /// this point still has to post.
     slots: Vec<RecvSlot>,
@@ -561,6 +679,7 @@ impl<'m> Run<'m> {
             expected,
             got: [0, 0],
             got_from: [vec![0; n as usize], vec![0; n as usize]],
+            stop: [false, false],
             slots,
             landed: Vec::new(),
             to_post: expected * total_iters,
@@ -594,14 +713,15 @@ impl<'m> Run<'m> {
     /// Counts one arrival of `data` (kind, iteration, source).
     fn count(&mut self, data: u64, at: Option<(&mut [u128], Instant)>) -> Result<u64, BenchError> {
         let (kind, it, src) = parse_cq_data(data)
-            .filter(|(k, _, s)| *k == Kind::Payload && *s < self.n && *s != self.me)
+            .filter(|(k, _, s)| {
+                matches!(k, Kind::Payload | Kind::Stop) && *s < self.n && *s != self.me
+            })
             .ok_or_else(|| {
                 BenchError::failed(format!(
                     "rank {} got CQ data {data:#x} that no all-to-all peer sends; are all ranks running the same efabench?",
                     self.me
                 ))
             })?;
-        let _ = kind;
         let cur = self.g % ITER_MOD;
         let next = (self.g + 1) % ITER_MOD;
         let g = if it == cur {
@@ -616,6 +736,7 @@ impl<'m> Run<'m> {
         };
         let p = (g % 2) as usize;
         self.got[p] += 1;
+        self.stop[p] |= kind == Kind::Stop;
         self.got_from[p][src as usize] += 1;
         if g == self.g {
             if let Some((delays, t0)) = at {
@@ -628,14 +749,18 @@ impl<'m> Run<'m> {
     }
 
     /// One iteration: fill (when checking), post every chunk, wait for every arrival of this
-    /// iteration and every local completion, check (when checking). Returns the errors found.
-    /// `half` is the receive half the chunks land in (see [`Alltoall::measure`]).
+    /// iteration and every local completion, check (when checking). Returns the errors found
+    /// and whether any rank (this one when `ask`) marked the iteration as its last of the loop.
+    /// `half` is the receive half the chunks land in (see [`Alltoall::measure`]); `after` is
+    /// how many iterations this point runs after this one when the loop stops here.
     fn iteration(
         &mut self,
         check: bool,
         half: usize,
         mut delays: Option<&mut Vec<u128>>,
-    ) -> Result<u64, BenchError> {
+        ask: bool,
+        after: u64,
+    ) -> Result<(u64, bool), BenchError> {
         let g = self.g;
         let parity = (g % 2) as usize;
         let (chunk, size, n, me) = (self.chunk, self.size, self.n, self.me);
@@ -656,7 +781,7 @@ impl<'m> Run<'m> {
             }
         }
         let t0 = Instant::now();
-        let data = cq_data(Kind::Payload, g, me);
+        let data = cq_data(if ask { Kind::Stop } else { Kind::Payload }, g, me);
         for k in 1..n {
             let p = (me + k) % n;
             for j in 0..self.stripes_out[p as usize].len() {
@@ -735,6 +860,12 @@ impl<'m> Run<'m> {
                 self.got[p], self.expected
             )));
         }
+        let stop = ask || self.stop[p];
+        if stop && self.op == Op::Sendrecv {
+            // The next iteration's receives are posted already; post only what the `after`
+            // iterations still need, so none is left posted into the next point.
+            self.to_post = after.saturating_sub(1) * self.expected;
+        }
         let mut errors = 0;
         if check {
             // Our own chunk, then every peer's, stripe by stripe.
@@ -794,9 +925,10 @@ impl<'m> Run<'m> {
             self.landed = keep;
         }
         self.got[p] = 0;
+        self.stop[p] = false;
         self.got_from[p].iter_mut().for_each(|c| *c = 0);
         self.g += 1;
-        Ok(errors)
+        Ok((errors, stop))
     }
 }
 

@@ -15,7 +15,9 @@
 //! pairs is compared with the median of the pairs in which c is neither source nor destination.
 //! Below `margin` (a fraction, e.g. 0.6) the rank is named for that direction. Named ranks are
 //! taken out of the reference of the ranks judged after them, worst first, so two slow nodes of
-//! eight do not lift each other.
+//! eight do not lift each other. A rank judged after another was named must have a reference
+//! of more pairs than its own: with four nodes and one named, the two pairs left without a
+//! candidate are too few to be the healthy level (so 2 slow nodes of 4 name the worst only).
 //!
 //! The margin is a fraction of the reference, not a count of deviations: a degraded port, a
 //! link trained at a lower speed, one rail of two down or a lossy cable costs a half or more
@@ -181,6 +183,15 @@ fn judge(pairs: &[PairBw], c: usize, excluded: &[usize], margin: f64) -> Option<
     })
 }
 
+/// How many pairs rank `c` takes part in, leaving out those with `excluded` ranks.
+fn own_pairs(pairs: &[PairBw], c: usize, excluded: &[usize]) -> usize {
+    pairs
+        .iter()
+        .filter(|p| p.src == c || p.dst == c)
+        .filter(|p| !excluded.contains(&p.src) && !excluded.contains(&p.dst))
+        .count()
+}
+
 /// The slow ranks among `n`, worst first. `margin` is a fraction (0.6 = a rank is named when
 /// the median of its pairs in a direction is below 60% of the median of the pairs without it).
 /// Needs at least three ranks: with two, every pair involves both.
@@ -194,6 +205,10 @@ pub fn locate(n: usize, pairs: &[PairBw], margin: f64) -> Vec<Suspect> {
         let worst = (0..n)
             .filter(|c| !excluded.contains(c))
             .filter_map(|c| judge(pairs, c, &excluded, margin))
+            // A further suspect needs a reference larger than its own pairs: with four
+            // nodes and one named, the two pairs left without a candidate shared rounds with
+            // the named node and are no healthy level.
+            .filter(|s| excluded.is_empty() || s.others.count > own_pairs(pairs, s.rank, &excluded))
             .min_by(|a, b| a.ratio().total_cmp(&b.ratio()));
         match worst {
             Some(s) => named.push(s),
@@ -326,6 +341,22 @@ mod tests {
             |s, d| if s == 3 || d == 3 { 0.45 } else { 1.0 },
         );
         assert_eq!(ranks(&locate(4, &m, MARGIN)), vec![3]);
+    }
+
+    #[test]
+    fn after_one_of_four_a_small_reference_names_nobody_else() {
+        // Rank 0 slow; pairs 1 <-> 3 happen to be fast, so rank 2's remaining pairs look slow
+        // against a reference of two pairs.
+        let m = matrix(4, 1.0, 0.0, |s, d| {
+            if s == 0 || d == 0 {
+                0.05
+            } else if (s, d) == (1, 3) || (s, d) == (3, 1) {
+                3.0
+            } else {
+                1.0
+            }
+        });
+        assert_eq!(ranks(&locate(4, &m, 0.6)), vec![0]);
     }
 
     #[test]

@@ -7,10 +7,22 @@
 //! verified by the receiver (untimed) before it tells the sender to start the next window.
 //!
 //! # Schedule
-//! By default a ring shift: round k (1 ≤ k < n) has every rank r write to (r + k) mod n while it
-//! receives from (r − k) mod n, so all n pairs of a round run at once and n − 1 rounds cover all
-//! n(n−1) ordered pairs — what the cluster sees under load, every NIC sending and receiving.
-//! `--one-at-a-time` measures one pair at a time instead (n(n−1) steps, an idle fabric around it).
+//! Pairs run in rounds of shifts: round k (1 ≤ k < n) has every rank r write to (r + k) mod n
+//! while it receives from (r − k) mod n, so all n pairs of a round run at once — what the cluster
+//! sees under load, every NIC sending and receiving. `--pairs` picks the shifts:
+//! - `all` (default): every shift, n − 1 rounds, all n(n−1) ordered pairs;
+//! - `ring`: shifts 1 and n − 1, each rank with its two neighbours (2 rounds);
+//! - `random:K[:SEED]`: K shifts drawn from a seed every rank shares (the seed is part of the
+//!   option, so ranks started with the same options agree), K partners each way per rank.
+//!
+//! After a `ring` or `random` first stage, [`RETEST_ROUNDS`] retest rounds follow at each size:
+//! rank 0 names the suspects of the partial matrix ([`crate::locate`]) and picks, for each retest
+//! round, a shift not measured yet that pairs every suspect with ranks that are not suspects
+//! themselves (both ways), and tells every rank. A suspect's fault then shows against known-good
+//! partners, and a healthy neighbour of a slow node gets pairs without it. The cost is
+//! (shifts + 2) rounds of n pairs: with K = log2 n, O(n log n) pair measurements.
+//! `--one-at-a-time` measures one pair at a time instead (n(n−1) steps, an idle fabric around
+//! it; `--pairs all` only).
 //!
 //! # Time budget
 //! Each pair stops after `-w` + `-n` windows or `--max-time` seconds of timed windows (warm-up
@@ -27,7 +39,7 @@
 //! involve it ([`crate::locate`]), below `--suspect-below PCT`. `--min-bw GBPS` makes the run
 //! exit 1 when any pair is below it.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::time::{Duration, Instant};
 
 use efabench_record::Record;
@@ -66,6 +78,11 @@ pub struct PairsArgs {
     /// this, whichever comes first (warm-up is bounded by a tenth of it).
     #[arg(long, default_value = "1", value_parser = max_time_arg, allow_hyphen_values = true)]
     pub max_time: f64,
+    /// Which pairs: all (every ordered pair, n-1 rounds), ring (each rank with its two
+    /// neighbours), or random:K[:SEED] (K partners each way per rank from a shared seed); ring and
+    /// random are followed by 2 retest rounds that pair the suspects with ranks not named.
+    #[arg(long = "pairs", default_value = "all", value_parser = schedule_arg)]
+    pub schedule: Schedule,
     /// Exit 1 when any pair is below this bandwidth in Gbps (a cluster acceptance gate).
     #[arg(long, value_parser = min_bw_arg, allow_hyphen_values = true)]
     pub min_bw: Option<f64>,
@@ -96,7 +113,7 @@ fn suspect_arg(s: &str) -> Result<f64, String> {
 /// Longest `--max-time`, seconds (an hour per pair).
 const MAX_PAIR_TIME_S: f64 = 3600.0;
 
-fn max_time_arg(s: &str) -> Result<f64, String> {
+pub(crate) fn max_time_arg(s: &str) -> Result<f64, String> {
     match s.trim().parse::<f64>() {
         Ok(v) if (0.001..=MAX_PAIR_TIME_S).contains(&v) => Ok(v),
         _ => Err(format!(
@@ -104,6 +121,102 @@ fn max_time_arg(s: &str) -> Result<f64, String> {
             crate::size::clip(s)
         )),
     }
+}
+
+/// Rounds after a `ring` or `random` stage that pair each suspect with ranks not named.
+pub const RETEST_ROUNDS: u32 = 2;
+
+/// Seed of `random:K` when none is given.
+const DEFAULT_SEED: u64 = 1;
+
+/// Which shifts the first stage measures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Schedule {
+    /// Every shift 1..n.
+    All,
+    /// Shifts 1 and n − 1.
+    Ring,
+    /// `k` shifts drawn from `seed`.
+    Random { k: u32, seed: u64 },
+}
+
+impl std::fmt::Display for Schedule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Schedule::All => write!(f, "all"),
+            Schedule::Ring => write!(f, "ring"),
+            Schedule::Random { k, seed } => write!(f, "random:{k}:{seed}"),
+        }
+    }
+}
+
+impl Schedule {
+    /// The first stage's shifts among `n` ranks, ascending.
+    pub fn shifts(self, n: u32) -> Vec<u32> {
+        if n < 2 {
+            return Vec::new();
+        }
+        let mut v: Vec<u32> = match self {
+            Schedule::All => (1..n).collect(),
+            Schedule::Ring => vec![1, n - 1],
+            Schedule::Random { k, seed } => {
+                let mut all = shuffled(n, seed);
+                all.truncate(k as usize);
+                all
+            }
+        };
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+
+    /// Whether retest rounds follow (the first stage left pairs out).
+    pub fn retests(self, n: u32) -> bool {
+        self != Schedule::All && (self.shifts(n).len() as u32) < n.saturating_sub(1)
+    }
+}
+
+/// Shifts 1..n in an order drawn from `seed` (Fisher–Yates on SplitMix64).
+fn shuffled(n: u32, seed: u64) -> Vec<u32> {
+    let mut v: Vec<u32> = (1..n).collect();
+    let mut state = seed;
+    for i in (1..v.len()).rev() {
+        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let j = (pattern::mix(state) % (i as u64 + 1)) as usize;
+        v.swap(i, j);
+    }
+    v
+}
+
+fn schedule_arg(s: &str) -> Result<Schedule, String> {
+    let bad = || {
+        format!(
+            "--pairs '{}' is not a schedule; pass --pairs all, --pairs ring or --pairs random:K \
+             (K partners per rank, 1 to 65535, optionally random:K:SEED)",
+            crate::size::clip(s)
+        )
+    };
+    let t = s.trim();
+    match t {
+        "all" => return Ok(Schedule::All),
+        "ring" => return Ok(Schedule::Ring),
+        _ => {}
+    }
+    let rest = t.strip_prefix("random:").ok_or_else(bad)?;
+    let mut parts = rest.split(':');
+    let k = parts
+        .next()
+        .and_then(|k| k.parse::<u32>().ok())
+        .filter(|k| (1..=65535).contains(k))
+        .ok_or_else(bad)?;
+    let seed = match parts.next() {
+        None => DEFAULT_SEED,
+        Some(x) => x.parse::<u64>().map_err(|_| bad())?,
+    };
+    if parts.next().is_some() {
+        return Err(bad());
+    }
+    Ok(Schedule::Random { k, seed })
 }
 
 fn min_bw_arg(s: &str) -> Result<f64, String> {
@@ -138,6 +251,8 @@ pub struct PairsSpec {
 enum Round {
     Shift(u32),
     Alone,
+    /// Retest round j of a size: its shift is chosen by rank 0 from the first stage's suspects.
+    Retest(u32),
 }
 
 /// `pairs` on the shared harness.
@@ -152,11 +267,24 @@ pub struct Pairs<'a> {
     slow: Option<Duration>,
     /// Set on rank 0 when a pair is below `--min-bw`.
     below_min: Cell<u64>,
+    /// Rank 0: the pairs measured so far (size, pair), for choosing retest shifts.
+    seen: RefCell<Vec<(u64, PairBw)>>,
+    /// The shifts measured at the current size (first stage and retests chosen so far).
+    used: Vec<(u64, u32)>,
+    /// The shift of the retest round being measured.
+    retest_shift: u32,
 }
 
 impl<'a> Pairs<'a> {
     pub fn new(args: &'a PairsArgs) -> Result<Self, BenchError> {
         let sizes = args.common.sizes()?;
+        if args.one_at_a_time && args.schedule != Schedule::All {
+            return Err(BenchError::usage(format!(
+                "--one-at-a-time measures every ordered pair, so it goes with --pairs all, not \
+                 --pairs {}; drop one of them",
+                args.schedule
+            )));
+        }
         Ok(Pairs {
             args,
             sizes,
@@ -165,11 +293,47 @@ impl<'a> Pairs<'a> {
             cached: None,
             slow: None,
             below_min: Cell::new(0),
+            seen: RefCell::new(Vec::new()),
+            used: Vec::new(),
+            retest_shift: 0,
         })
     }
 
     fn slots(&self, size: u64) -> usize {
         (FOOTPRINT / size.max(1)).clamp(1, self.args.window) as usize
+    }
+
+    /// Rank 0: the shift of retest round `j` at `size` (see the module docs).
+    fn choose_retest(&self, n: u32, size: u64, j: u32) -> u32 {
+        let pairs: Vec<PairBw> = self
+            .seen
+            .borrow()
+            .iter()
+            .filter(|(s, _)| *s == size)
+            .map(|(_, p)| *p)
+            .collect();
+        let named: Vec<u32> = locate::locate(n as usize, &pairs, self.args.suspect_below / 100.0)
+            .iter()
+            .map(|s| s.rank as u32)
+            .collect();
+        let used = |k: u32| self.used.iter().any(|&(s, u)| s == size && u == k);
+        let good = |k: u32| {
+            named
+                .iter()
+                .all(|&s| !named.contains(&((s + k) % n)) && !named.contains(&((s + n - k) % n)))
+        };
+        let seed = match self.args.schedule {
+            Schedule::Random { seed, .. } => seed,
+            _ => DEFAULT_SEED,
+        };
+        let order = shuffled(n, pattern::mix(seed ^ size ^ ((j as u64) << 40)));
+        order
+            .iter()
+            .copied()
+            .find(|&k| !used(k) && good(k))
+            .or_else(|| order.iter().copied().find(|&k| good(k)))
+            .or_else(|| order.iter().copied().find(|&k| !used(k)))
+            .unwrap_or(1)
     }
 }
 
@@ -212,9 +376,9 @@ impl<'a> Benchmark for Pairs<'a> {
         facts.extra.insert(
             "schedule".into(),
             json!(if self.args.one_at_a_time {
-                "one-at-a-time"
+                "one-at-a-time".to_string()
             } else {
-                "ring-shift"
+                self.args.schedule.to_string()
             }),
         );
         facts.header.push(format!(
@@ -222,12 +386,25 @@ impl<'a> Benchmark for Pairs<'a> {
             self.args.window,
         ));
         facts.header.extend(budget_lines(
-            ctx.world as u64,
+            ctx.world,
             &self.sizes,
-            self.args.one_at_a_time,
+            if self.args.one_at_a_time {
+                Plan::OneAtATime
+            } else {
+                Plan::Rounds(self.args.schedule)
+            },
             self.args.max_time,
             |size| ctx.args.iterations(size, self.args.window),
         ));
+        if m.rails() > 1 {
+            facts.header.push(format!(
+                "# rails: after each round's striped stream, each of the {} rails alone for 1/{} of \
+                 --max-time (rail_gbps in the records; a slow NIC is named by rail and domain): \
+                 each round takes up to twice its budget",
+                m.rails(),
+                m.rails()
+            ));
+        }
         self.mesh = Some(m);
         Ok(facts)
     }
@@ -259,7 +436,7 @@ impl<'a> Benchmark for Pairs<'a> {
                     }
                 }
             } else {
-                for k in 1..n {
+                for k in self.args.schedule.shifts(n) {
                     for src in 0..n {
                         out.push(PairsSpec {
                             round: Round::Shift(k),
@@ -269,30 +446,93 @@ impl<'a> Benchmark for Pairs<'a> {
                         });
                     }
                 }
+                if self.args.schedule.retests(n) {
+                    for j in 0..RETEST_ROUNDS {
+                        for src in 0..n {
+                            // The destination is known once rank 0 chose the round's shift.
+                            out.push(PairsSpec {
+                                round: Round::Retest(j),
+                                src,
+                                dst: src,
+                                ..base.clone()
+                            });
+                        }
+                    }
+                }
             }
         }
         Ok(out)
     }
 
     fn label(&self, spec: &PairsSpec) -> String {
+        match spec.round {
+            Round::Retest(j) => format!(
+                "{} retest {} from {}",
+                crate::size::human(spec.size as u64),
+                j + 1,
+                spec.src
+            ),
+            _ => format!(
+                "{} {} -> {}",
+                crate::size::human(spec.size as u64),
+                spec.src,
+                spec.dst
+            ),
+        }
+    }
+
+    fn fingerprint(&self) -> String {
         format!(
-            "{} {} -> {}",
-            crate::size::human(spec.size as u64),
-            spec.src,
-            spec.dst
+            "--pairs {} --window {} --max-time {} --suspect-below {}{}",
+            self.args.schedule,
+            self.args.window,
+            self.args.max_time,
+            self.args.suspect_below,
+            if self.args.one_at_a_time {
+                " --one-at-a-time"
+            } else {
+                ""
+            }
         )
     }
 
     fn measure(&mut self, ctx: &Ctx, spec: &PairsSpec) -> Result<Measured, BenchError> {
         // A round is measured once, at its first record; its other records reuse the outcome.
-        if let (Round::Shift(_), Some(m)) = (spec.round, &self.cached) {
+        if let (Round::Shift(_) | Round::Retest(_), Some(m)) = (spec.round, &self.cached) {
             if spec.src != 0 {
                 return Ok(m.clone());
             }
         }
         let (me, n) = (ctx.rank, ctx.world);
+        let size = spec.size as u64;
+        if let Round::Shift(k) = spec.round {
+            if spec.src == 0 {
+                self.used.push((size, k));
+            }
+        }
+        if let Round::Retest(j) = spec.round {
+            // Rank 0 chooses from what it has seen; every rank takes its word.
+            let mine = if me == 0 {
+                self.choose_retest(n, size, j).to_le_bytes().to_vec()
+            } else {
+                Vec::new()
+            };
+            let all = ctx.bs.all_gather(&mine).map_err(harness::from_bootstrap)?;
+            let k = all
+                .first()
+                .and_then(|b| <[u8; 4]>::try_from(b.as_slice()).ok())
+                .map(u32::from_le_bytes)
+                .filter(|k| (1..n).contains(k))
+                .ok_or_else(|| BenchError::failed("rank 0 sent no valid retest shift"))?;
+            self.retest_shift = k;
+            self.used.push((size, k));
+        }
         let (to, from) = match spec.round {
             Round::Shift(k) => (Some((me + k) % n), Some((me + n - k) % n)),
+            Round::Retest(_) => {
+                let k = self.retest_shift;
+                (Some((me + k) % n), Some((me + n - k) % n))
+            }
             Round::Alone => (
                 (me == spec.src).then_some(spec.dst),
                 (me == spec.dst).then_some(spec.src),
@@ -309,12 +549,40 @@ impl<'a> Benchmark for Pairs<'a> {
             // As a provider's bad access inside a call would.
             efabench_fabric::crash::raise_segv();
         }
-        let m = stream(mesh, spec, to, from, verify, slow)?;
+        let mut m = stream(mesh, spec, to, from, verify, slow, None)?;
+        let rails = mesh.rails();
+        if rails > 1 {
+            // Each rail alone, for a share of the pair's budget: a slow NIC of a node shows as
+            // its rail's column, where the striped stream only shows the node.
+            let share = PairsSpec {
+                max_time: spec.max_time / rails as u32,
+                iters: spec.iters.div_ceil(rails as u64).max(1),
+                warmup: spec.warmup.div_ceil(rails as u64),
+                ..spec.clone()
+            };
+            let mut per = Vec::with_capacity(rails);
+            for rail in 0..rails {
+                ctx.bs.barrier().map_err(harness::from_bootstrap)?;
+                let r = stream(mesh, &share, to, from, verify, slow, Some(rail))?;
+                m.errors += r.errors;
+                let s = Samples::from_vec(r.samples_ns);
+                per.push(gbps(
+                    spec.size as u64 * s.len() as u64 * spec.window,
+                    s.total_ns(),
+                ));
+            }
+            m.extra.insert("rail_gbps".into(), json!(per));
+        }
         self.cached = Some(m.clone());
         Ok(m)
     }
 
     fn point(&self, ctx: &Ctx, spec: &PairsSpec, all: &[Measured]) -> Point {
+        let mut spec = spec.clone();
+        if let Round::Retest(_) = spec.round {
+            spec.dst = (spec.src + self.retest_shift) % ctx.world;
+        }
+        let spec = &spec;
         let m = &all[spec.src as usize];
         let mut extra_stop = None;
         // Warm-up windows actually sent (fewer than -w when a tenth of --max-time ran out).
@@ -330,6 +598,14 @@ impl<'a> Benchmark for Pairs<'a> {
         }
         let messages = s.len() as u64 * window;
         let bw = gbps(spec.size as u64 * messages, s.total_ns());
+        self.seen.borrow_mut().push((
+            spec.size as u64,
+            PairBw {
+                src: spec.src as usize,
+                dst: spec.dst as usize,
+                gbps: bw,
+            },
+        ));
         let lat_us = s.summary_us(window as f64);
         if let Some(min) = self.args.min_bw {
             if bw < min {
@@ -354,11 +630,22 @@ impl<'a> Benchmark for Pairs<'a> {
             "round".into(),
             match spec.round {
                 Round::Shift(k) => json!(k),
+                Round::Retest(_) => json!(self.retest_shift),
                 Round::Alone => Value::Null,
             },
         );
+        extra.insert(
+            "stage".into(),
+            json!(match spec.round {
+                Round::Retest(_) => "retest",
+                _ => "first",
+            }),
+        );
         if let Some(pr) = m.extra.get("per_rail") {
             extra.insert("per_rail".into(), pr.clone());
+        }
+        if let Some(rg) = m.extra.get("rail_gbps") {
+            extra.insert("rail_gbps".into(), rg.clone());
         }
         Point {
             variant: "write-stream".into(),
@@ -493,6 +780,7 @@ pub fn summarize(
                     s.evidence()
                 ));
             }
+            out.extend(rail_suspects(&rs, n, size, suspect_below));
         }
     }
     if let Some(min) = min_bw {
@@ -522,27 +810,139 @@ pub fn summarize(
     out
 }
 
+/// Per-rail suspects of one size from the records' `rail_gbps` (each rail measured alone):
+/// the suspect NIC of a node, named by rail and domain.
+fn rail_suspects(rs: &[&Record], n: usize, size: u64, suspect_below: f64) -> Vec<String> {
+    let src_of = |r: &Record| r.extra.get("src").and_then(Value::as_u64).unwrap_or(0) as usize;
+    let per = |r: &Record| -> Vec<f64> {
+        r.extra
+            .get("rail_gbps")
+            .and_then(Value::as_array)
+            .map(|a| a.iter().filter_map(Value::as_f64).collect())
+            .unwrap_or_default()
+    };
+    let rails = rs.iter().map(|r| per(r).len()).max().unwrap_or(0);
+    let mut out = Vec::new();
+    if rails < 2 {
+        return out;
+    }
+    for rail in 0..rails {
+        let pairs: Vec<PairBw> = rs
+            .iter()
+            .filter_map(|r| {
+                per(r).get(rail).map(|&g| PairBw {
+                    src: src_of(r),
+                    dst: r.peer.unwrap_or(0) as usize,
+                    gbps: g,
+                })
+            })
+            .collect();
+        for s in locate::locate(n, &pairs, suspect_below / 100.0) {
+            let rec = rs.iter().find(|x| src_of(x) == s.rank);
+            let host = rec
+                .and_then(|x| x.extra.get("src_host"))
+                .and_then(Value::as_str)
+                .unwrap_or("?");
+            let domain = rec
+                .and_then(|x| x.extra.get("per_rail"))
+                .and_then(Value::as_array)
+                .and_then(|a| a.get(rail))
+                .and_then(|v| v.get("domain"))
+                .and_then(Value::as_str)
+                .unwrap_or("?");
+            out.push(format!(
+                "# suspect NIC at {size} B: rank {} on {host} rail {rail} (domain {domain}) ({}), \
+                 each rail measured alone: {}",
+                s.rank,
+                s.direction.describe(),
+                s.evidence()
+            ));
+        }
+    }
+    out
+}
+
+/// How the pairs of a run are ordered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Plan {
+    OneAtATime,
+    Rounds(Schedule),
+}
+
+impl Plan {
+    /// Steps per size (pairs one at a time, or rounds of n pairs at once) and pair measurements
+    /// per size among `n` ranks.
+    pub fn cost(self, n: u32) -> (u64, u64) {
+        let n64 = n as u64;
+        match self {
+            Plan::OneAtATime => {
+                let p = n64 * n64.saturating_sub(1);
+                (p, p)
+            }
+            Plan::Rounds(s) => {
+                let rounds = s.shifts(n).len() as u64
+                    + if s.retests(n) {
+                        RETEST_ROUNDS as u64
+                    } else {
+                        0
+                    };
+                (rounds, rounds * n64)
+            }
+        }
+    }
+}
+
 /// The header lines that say how pairs are scheduled and how long the whole run may measure.
 fn budget_lines(
-    n: u64,
+    n: u32,
     sizes: &[u64],
-    one_at_a_time: bool,
+    plan: Plan,
     max_time: f64,
     iterations: impl Fn(u64) -> (u64, u64),
 ) -> Vec<String> {
-    let pairs = n * n.saturating_sub(1);
-    let (steps, how) = if one_at_a_time {
-        (pairs, format!("one pair at a time, {pairs} steps"))
-    } else {
-        (
-            n.saturating_sub(1),
-            format!(
-                "ring shift, {} round{} of {n} pairs at once (round k: every rank r sends to r+k \
-                 and receives from r-k)",
-                n.saturating_sub(1),
-                if n == 2 { "" } else { "s" }
-            ),
-        )
+    let (steps, pairs) = plan.cost(n);
+    let plural = |c: u64| if c == 1 { "" } else { "s" };
+    let how = match plan {
+        Plan::OneAtATime => format!("one pair at a time, {steps} steps"),
+        Plan::Rounds(s) => {
+            let shifts = s.shifts(n);
+            let first = shifts.len() as u64;
+            let what = match s {
+                Schedule::All => "all ordered pairs".to_string(),
+                Schedule::Ring => "ring, each rank with its two neighbours".to_string(),
+                Schedule::Random { k, seed } => {
+                    format!(
+                        "random, {k} partner{} each way per rank (seed {seed})",
+                        plural(k as u64)
+                    )
+                }
+            };
+            let list = if first <= 8 {
+                format!(
+                    ", shift{} {}",
+                    plural(first),
+                    shifts
+                        .iter()
+                        .map(u32::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            } else {
+                String::new()
+            };
+            let mut t = format!(
+                "{what}: {first} round{} of {n} pairs at once{list} (round k: every rank r sends to \
+                 r+k and receives from r-k)",
+                plural(first)
+            );
+            if s.retests(n) {
+                t.push_str(&format!(
+                    ", then {RETEST_ROUNDS} retest rounds whose shifts pair each suspect of the \
+                     first stage with ranks not named"
+                ));
+            }
+            t
+        }
     };
     let per_size: Vec<String> = sizes
         .iter()
@@ -556,7 +956,7 @@ fn budget_lines(
         format!(
             "# schedule: {how}; {} size{} = {} pair measurements",
             sizes.len(),
-            if sizes.len() == 1 { "" } else { "s" },
+            plural(sizes.len() as u64),
             pairs * sizes.len() as u64
         ),
         format!(
@@ -601,6 +1001,7 @@ fn stream(
     from: Option<u32>,
     verify: bool,
     slow: Option<Duration>,
+    only_rail: Option<usize>,
 ) -> Result<Measured, BenchError> {
     let me = mesh.me();
     let size = spec.size;
@@ -616,8 +1017,17 @@ fn stream(
     let mut started: Option<Instant> = None; // first window posted
     let mut timed: Option<(u64, Instant)> = None; // first timed window and when it started
     let mut stopped: Option<StopReason> = None;
-    let send_routes = to.map(|d| mesh.route(me, d, size, false));
-    let recv_routes = from.map(|s| mesh.route(s, me, size, false));
+    // One rail alone carries whole messages when a rail is measured by itself.
+    let routes = |mesh: &Mesh, a: u32, b: u32| match only_rail {
+        Some(rail) => vec![efabench_fabric::Stripe {
+            rail,
+            off: 0,
+            len: size,
+        }],
+        None => mesh.route(a, b, size, false),
+    };
+    let send_routes = to.map(|d| routes(mesh, me, d));
+    let recv_routes = from.map(|s| routes(mesh, s, me));
     // Receiver state.
     let mut rw = 0u64;
     let mut got = 0u64;
@@ -806,4 +1216,114 @@ pub fn run_pairs(args: &PairsArgs, build: &harness::BuildInfo) -> Result<i32, Be
         return Ok(1);
     }
     Ok(code)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schedules_parse_and_reject_with_a_hint() {
+        assert_eq!(schedule_arg("all"), Ok(Schedule::All));
+        assert_eq!(schedule_arg("ring"), Ok(Schedule::Ring));
+        assert_eq!(
+            schedule_arg("random:8"),
+            Ok(Schedule::Random { k: 8, seed: 1 })
+        );
+        assert_eq!(
+            schedule_arg("random:3:77"),
+            Ok(Schedule::Random { k: 3, seed: 77 })
+        );
+        for bad in [
+            "",
+            "random",
+            "random:0",
+            "random:x",
+            "random:2:y",
+            "random:2:3:4",
+            "star",
+        ] {
+            let e = schedule_arg(bad).unwrap_err();
+            assert!(e.contains("pass --pairs all"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn shifts_per_schedule() {
+        assert_eq!(Schedule::All.shifts(5), vec![1, 2, 3, 4]);
+        assert_eq!(Schedule::Ring.shifts(16), vec![1, 15]);
+        assert_eq!(Schedule::Ring.shifts(2), vec![1]);
+        let r = Schedule::Random { k: 4, seed: 9 }.shifts(64);
+        assert_eq!(r.len(), 4);
+        assert!(r.iter().all(|&k| (1..64).contains(&k)));
+        // The same seed gives the same shifts on every rank; another seed other ones.
+        assert_eq!(r, Schedule::Random { k: 4, seed: 9 }.shifts(64));
+        assert_ne!(r, Schedule::Random { k: 4, seed: 10 }.shifts(64));
+        // More partners than ranks: every shift, and no retest.
+        let all = Schedule::Random { k: 50, seed: 1 };
+        assert_eq!(all.shifts(8), (1..8).collect::<Vec<_>>());
+        assert!(!all.retests(8));
+        assert!(Schedule::Ring.retests(16));
+        assert!(!Schedule::Ring.retests(3));
+    }
+
+    #[test]
+    fn cost_is_rounds_times_ranks() {
+        assert_eq!(Plan::Rounds(Schedule::All).cost(64), (63, 63 * 64));
+        assert_eq!(Plan::Rounds(Schedule::Ring).cost(1024), (4, 4 * 1024));
+        assert_eq!(
+            Plan::Rounds(Schedule::Random { k: 10, seed: 1 }).cost(1024),
+            (12, 12 * 1024)
+        );
+        assert_eq!(Plan::OneAtATime.cost(4), (12, 12));
+    }
+
+    #[test]
+    fn retest_shift_pairs_the_suspect_with_ranks_not_named() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            pairs: PairsArgs,
+        }
+        let args = <Cli as clap::Parser>::parse_from(["x", "--pairs", "ring"]).pairs;
+        let b = Pairs::new(&args).unwrap();
+        let n = 16u32;
+        // A ring where the pairs of ranks 5 and 9 are a tenth of the others.
+        let slow = [5u32, 9];
+        for k in [1, n - 1] {
+            for s in 0..n {
+                let d = (s + k) % n;
+                let gbps = if slow.contains(&s) || slow.contains(&d) {
+                    0.1
+                } else {
+                    1.0
+                };
+                b.seen.borrow_mut().push((
+                    4096,
+                    PairBw {
+                        src: s as usize,
+                        dst: d as usize,
+                        gbps,
+                    },
+                ));
+            }
+        }
+        let mut b = b;
+        b.used = vec![(4096, 1), (4096, n - 1)];
+        for j in 0..RETEST_ROUNDS {
+            let k = b.choose_retest(n, 4096, j);
+            assert!(!b.used.contains(&(4096, k)), "{k} was measured already");
+            for s in slow {
+                assert!(
+                    !slow.contains(&((s + k) % n)),
+                    "shift {k}: {s} sends to a suspect"
+                );
+                assert!(
+                    !slow.contains(&((s + n - k) % n)),
+                    "shift {k}: {s} hears a suspect"
+                );
+            }
+            b.used.push((4096, k));
+        }
+    }
 }

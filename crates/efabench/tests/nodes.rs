@@ -67,7 +67,7 @@ fn four_nodes_one_throttled_is_named_alone() {
         s[0]
     );
     assert!(
-        out.contains("# schedule: ring shift, 3 rounds of 4 pairs at once"),
+        out.contains("# schedule: all ordered pairs: 3 rounds of 4 pairs at once"),
         "{out}"
     );
 }
@@ -131,15 +131,117 @@ fn a_lossy_node_is_named() {
     let _one = serial();
     let Some(mut c) = Cluster::new(4) else { return };
     let lossy = Impair {
-        loss_pct: Some(5.0),
+        loss_pct: Some(10.0),
         ..Impair::default()
     };
     if let Err(e) = c.try_impair(0, Side::Both, lossy) {
-        eprintln!("skipped: packet loss needs the netem qdisc ({e})");
+        eprintln!("skipped: packet loss needs the netem qdisc or nftables ({e})");
         return;
     }
     let err = pairs(&mut c, "256K", &[]);
     let s = suspects(&err);
     assert_eq!(s.len(), 1, "{err}");
     assert!(s[0].contains("rank 0 on node1"), "{}", s[0]);
+}
+
+/// Sixteen nodes with the cheap schedule: a ring (each rank with its two neighbours), then two
+/// retest rounds that pair the suspect with ranks not named: 4 rounds of 16 pairs in place of
+/// 15, and the throttled node alone is named.
+#[test]
+fn sixteen_nodes_ring_then_retest_names_the_throttled_one() {
+    let _one = serial();
+    let Some(mut c) = Cluster::new(16) else {
+        return;
+    };
+    c.impair(5, Side::Both, Impair::rate(4));
+    let args = [
+        "pairs",
+        "-p",
+        "tcp",
+        "-b",
+        "64K",
+        "-e",
+        "64K",
+        "--window",
+        "4",
+        "--max-time",
+        "0.1",
+        "--pairs",
+        "ring",
+    ];
+    let outs = c.job(&args, |_| Vec::new());
+    let err = ok(&outs);
+    let out = text(&outs[0].stdout);
+    assert!(
+        out.contains("# schedule: ring, each rank with its two neighbours: 2 rounds of 16 pairs"),
+        "{out}"
+    );
+    assert!(out.contains("then 2 retest rounds"), "{out}");
+    assert!(out.contains("= 64 pair measurements"), "{out}");
+    let s = suspects(&err);
+    assert_eq!(s.len(), 1, "{err}");
+    assert!(s[0].contains("rank 5 on node6"), "{}", s[0]);
+}
+
+/// Two NICs per node (eth0 and eth1 on two bridges), `--rails 2` over tcp: node3's eth1 is
+/// throttled, and the suspect NIC is named by rail and domain from each rail measured alone.
+#[test]
+fn a_slow_rail_of_two_is_named_by_its_domain() {
+    let _one = serial();
+    let Some(mut c) = Cluster::with_nics(4, 2) else {
+        return;
+    };
+    c.try_impair_nic(2, 1, Side::Both, Impair::rate(20))
+        .expect("tc on eth1");
+    let err = pairs(&mut c, "256K", &["--rails", "2", "--window", "4"]);
+    let nic: Vec<&str> = err
+        .lines()
+        .filter(|l| l.starts_with("# suspect NIC"))
+        .collect();
+    assert_eq!(nic.len(), 1, "{err}");
+    assert!(nic[0].contains("rank 2 on node3 rail"), "{}", nic[0]);
+    assert!(nic[0].contains("(domain eth1)"), "{}", nic[0]);
+}
+
+/// `alltoall` across four nodes, one throttled: every size stops within its time budget on
+/// every rank at once, the job exits 0, and the slowest rank is named with its host.
+#[test]
+fn alltoall_names_the_slowest_node_within_the_budget() {
+    let _one = serial();
+    let Some(mut c) = Cluster::new(4) else { return };
+    c.impair(2, Side::Both, Impair::rate(20));
+    let args = [
+        "alltoall",
+        "-p",
+        "tcp",
+        "-b",
+        "256K",
+        "-e",
+        "512K",
+        "--max-time",
+        "0.3",
+        "--format",
+        "json",
+    ];
+    let outs = c.job(&args, |_| Vec::new());
+    let err = ok(&outs);
+    let out = text(&outs[0].stdout);
+    let recs: Vec<serde_json::Value> = out
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).expect("a JSON record"))
+        .collect();
+    assert_eq!(recs.len(), 2, "{out}");
+    for r in &recs {
+        assert_eq!(r["stopped_by"], "time", "{r}");
+        assert!(r["iters"].as_u64().unwrap() >= 1, "{r}");
+    }
+    // Every rank waits for node3's chunks, so the ranks' times are alike; the per-peer
+    // arrival matrix names it.
+    let s: Vec<&str> = err
+        .lines()
+        .filter(|l| l.starts_with("# slowest node"))
+        .collect();
+    assert_eq!(s.len(), 2, "{err}");
+    assert!(s.iter().all(|l| l.contains("rank 2 on node3")), "{s:?}");
 }

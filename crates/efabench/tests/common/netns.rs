@@ -89,15 +89,16 @@ pub struct Node {
     pub ns: String,
     pub hostname: String,
     pub addr: String,
-    /// The bridge end of its veth (in the test's own namespace).
-    pub outer: String,
+    /// The bridge ends of its veths (in the test's own namespace), one per NIC (eth0, eth1...).
+    pub outers: Vec<String>,
 }
 
 /// N simulated nodes on one bridge; removed on drop.
 #[derive(Debug)]
 pub struct Cluster {
     pub nodes: Vec<Node>,
-    bridge: String,
+    /// One bridge per NIC index: every node's ethK is on bridge K.
+    bridges: Vec<String>,
     kids: Vec<u32>,
 }
 
@@ -126,7 +127,14 @@ impl Cluster {
     /// `n` nodes (at most 250), named node1..nodeN, at 10.213.X.1..N. `None` (after printing
     /// "skipped: ...") where network namespaces cannot be made here.
     pub fn new(n: usize) -> Option<Cluster> {
+        Cluster::with_nics(n, 1)
+    }
+
+    /// Like [`Cluster::new`], each node with `nics` NICs (eth0 at 10.213.X.i, eth1 at
+    /// 10.214.X.i, ...), NIC k of every node on bridge k: several rails per node.
+    pub fn with_nics(n: usize, nics: usize) -> Option<Cluster> {
         assert!((1..=250).contains(&n));
+        assert!((1..=4).contains(&nics));
         // Namespaces need root: read the effective uid from /proc.
         let root = std::fs::read_to_string("/proc/self/status")
             .ok()
@@ -151,50 +159,58 @@ impl Cluster {
         let subnet = 1 + id % 250;
         let mut c = Cluster {
             nodes: Vec::new(),
-            bridge: format!("efb{tag}"),
+            bridges: Vec::new(),
             kids: Vec::new(),
         };
-        assert!(c.bridge.len() <= 15, "{}", c.bridge);
-        if let Err(e) = c.build(n, &tag, subnet) {
+        if let Err(e) = c.build(n, nics, &tag, subnet) {
             eprintln!("skipped: cannot make simulated nodes here ({e})");
             return None; // drop removes what was made
         }
         Some(c)
     }
 
-    fn build(&mut self, n: usize, tag: &str, subnet: u32) -> Result<(), String> {
-        ip(&["link", "add", &self.bridge, "type", "bridge"])?;
-        ip(&["link", "set", &self.bridge, "up"])?;
+    fn build(&mut self, n: usize, nics: usize, tag: &str, subnet: u32) -> Result<(), String> {
+        for k in 0..nics {
+            let bridge = format!(
+                "efb{tag}{}",
+                if k == 0 { String::new() } else { k.to_string() }
+            );
+            assert!(bridge.len() <= 15, "{bridge}");
+            ip(&["link", "add", &bridge, "type", "bridge"])?;
+            // Pushed once it exists, so the drop deletes it.
+            self.bridges.push(bridge.clone());
+            ip(&["link", "set", &bridge, "up"])?;
+        }
         for i in 0..n {
             let node = Node {
                 ns: format!("efabench-{tag}-n{}", i + 1),
                 hostname: format!("node{}", i + 1),
                 addr: format!("10.213.{subnet}.{}", i + 1),
-                outer: format!("efv{tag}n{i}"),
+                outers: (0..nics)
+                    .map(|k| format!("ef{}{tag}n{i}", ['v', 'w', 'x', 'y'][k]))
+                    .collect(),
             };
-            assert!(node.outer.len() <= 15, "{}", node.outer);
+            assert!(
+                node.outers.iter().all(|o| o.len() <= 15),
+                "{:?}",
+                node.outers
+            );
             ip(&["netns", "add", &node.ns])?;
-            // Pushed before the veth exists, so a failure below still deletes the namespace.
-            let (ns, outer, addr) = (node.ns.clone(), node.outer.clone(), node.addr.clone());
+            // Pushed before the veths exist, so a failure below still deletes the namespace.
+            let (ns, outers) = (node.ns.clone(), node.outers.clone());
             self.nodes.push(node);
-            let inner = format!("efi{tag}n{i}");
-            ip(&[
-                "link", "add", &outer, "type", "veth", "peer", "name", &inner,
-            ])?;
-            ip(&["link", "set", &inner, "netns", &ns])?;
-            ip(&["link", "set", &outer, "master", &self.bridge])?;
-            ip(&["link", "set", &outer, "up"])?;
-            ip(&["-n", &ns, "link", "set", &inner, "name", "eth0"])?;
-            ip(&[
-                "-n",
-                &ns,
-                "addr",
-                "add",
-                &format!("{addr}/24"),
-                "dev",
-                "eth0",
-            ])?;
-            ip(&["-n", &ns, "link", "set", "eth0", "up"])?;
+            for (k, outer) in outers.iter().enumerate() {
+                let inner = format!("ef{}{tag}n{i}", ['i', 'j', 'k', 'l'][k]);
+                let eth = format!("eth{k}");
+                let addr = format!("10.{}.{subnet}.{}", 213 + k, i + 1);
+                ip(&["link", "add", outer, "type", "veth", "peer", "name", &inner])?;
+                ip(&["link", "set", &inner, "netns", &ns])?;
+                ip(&["link", "set", outer, "master", &self.bridges[k]])?;
+                ip(&["link", "set", outer, "up"])?;
+                ip(&["-n", &ns, "link", "set", &inner, "name", &eth])?;
+                ip(&["-n", &ns, "addr", "add", &format!("{addr}/24"), "dev", &eth])?;
+                ip(&["-n", &ns, "link", "set", &eth, "up"])?;
+            }
         }
         Ok(())
     }
@@ -202,20 +218,87 @@ impl Cluster {
     /// Impairs node `i` (0-based) on `side`. `Err` says why `tc` refused (e.g. a kernel
     /// without `netem`; the caller skips).
     pub fn try_impair(&self, i: usize, side: Side, how: Impair) -> Result<(), String> {
+        self.try_impair_nic(i, 0, side, how)
+    }
+
+    /// Impairs NIC `k` (eth`k`) of node `i` on `side`. Where the kernel lacks `netem`, packet
+    /// loss without delay falls back to nftables (`numgen random ... drop` on the node's
+    /// output and/or input hook for eth`k`) and a rate to `tbf`; delay has no fallback.
+    pub fn try_impair_nic(
+        &self,
+        i: usize,
+        k: usize,
+        side: Side,
+        how: Impair,
+    ) -> Result<(), String> {
+        match self.qdisc(i, k, side, &how.qdisc_args()) {
+            Err(e) if how.delay_ms.is_none() && how.loss_pct.is_some() => {
+                let loss = how.loss_pct.unwrap_or(0.0);
+                if let Some(r) = how.rate_mbit {
+                    self.qdisc(i, k, side, &Impair::rate(r).qdisc_args())?;
+                }
+                self.nft_loss(i, k, side, loss)
+                    .map_err(|f| format!("{e}; and by nftables: {f}"))
+            }
+            r => r,
+        }
+    }
+
+    fn qdisc(&self, i: usize, k: usize, side: Side, args: &[String]) -> Result<(), String> {
         let node = &self.nodes[i];
-        let args = how.qdisc_args();
         let a: Vec<&str> = args.iter().map(String::as_str).collect();
+        let eth = format!("eth{k}");
         if matches!(side, Side::Sending | Side::Both) {
-            let mut v = vec!["-n", &node.ns, "qdisc", "replace", "dev", "eth0", "root"];
+            let mut v = vec!["-n", &node.ns, "qdisc", "replace", "dev", &eth, "root"];
             v.extend_from_slice(&a);
             ip_tc(&v)?;
         }
         if matches!(side, Side::Receiving | Side::Both) {
-            let mut v = vec!["qdisc", "replace", "dev", &node.outer, "root"];
+            let mut v = vec!["qdisc", "replace", "dev", &node.outers[k], "root"];
             v.extend_from_slice(&a);
             ip_tc(&v)?;
         }
         Ok(())
+    }
+
+    /// Drops `pct` % of eth`k`'s packets inside node `i` with nftables (removed with the
+    /// namespace).
+    fn nft_loss(&self, i: usize, k: usize, side: Side, pct: f64) -> Result<(), String> {
+        let per_10k = (pct * 100.0).round() as u32;
+        let mut rules = format!("table inet efbloss{k} {{\n");
+        if matches!(side, Side::Sending | Side::Both) {
+            rules.push_str(&format!(
+                "chain out {{ type filter hook output priority 0; oifname \"eth{k}\" numgen random mod 10000 < {per_10k} drop; }}\n"
+            ));
+        }
+        if matches!(side, Side::Receiving | Side::Both) {
+            rules.push_str(&format!(
+                "chain in {{ type filter hook input priority 0; iifname \"eth{k}\" numgen random mod 10000 < {per_10k} drop; }}\n"
+            ));
+        }
+        rules.push_str("}\n");
+        let mut c = Command::new("ip")
+            .args(["netns", "exec", &self.nodes[i].ns, "nft", "-f", "-"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("nft: {e}"))?;
+        use std::io::Write;
+        c.stdin
+            .take()
+            .expect("piped stdin")
+            .write_all(rules.as_bytes())
+            .map_err(|e| format!("nft: {e}"))?;
+        let o = c.wait_with_output().map_err(|e| format!("nft: {e}"))?;
+        if o.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "nft (nftables; scripts/setup.sh installs it): {}",
+                String::from_utf8_lossy(&o.stderr).trim()
+            ))
+        }
     }
 
     /// Like [`Cluster::try_impair`], failing the test when `tc` refuses.
@@ -304,6 +387,8 @@ impl Drop for Cluster {
         for n in &self.nodes {
             let _ = ip(&["netns", "del", &n.ns]);
         }
-        let _ = ip(&["link", "del", &self.bridge]);
+        for b in &self.bridges {
+            let _ = ip(&["link", "del", b]);
+        }
     }
 }
