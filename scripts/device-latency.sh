@@ -21,6 +21,10 @@
 # bandwidth (above 1: efabench faster). About 3 minutes at the defaults on a 16-core host.
 #
 # Usage: scripts/device-latency.sh
+# The two binaries, stripped (about 6 MB each instead of 48):
+#   git worktree add /tmp/base <base commit> && (cd /tmp/base && cargo build --release -p efabench)
+#   strip -o .dev/bin/efabench-base /tmp/base/target/release/efabench
+#   cargo build --release -p efabench && strip -o .dev/bin/efabench target/release/efabench
 # Environment:
 #   LF_PREFIX  libfabric + fabtests install (default .dev/lf-cuda; needs bin/fi_rdm_pingpong,
 #              bin/fi_rdm_bw, lib/libfabric.so.1)
