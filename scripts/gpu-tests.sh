@@ -23,17 +23,7 @@ OUT=${OUT:-results}
 mkdir -p "$OUT"
 fail=0
 
-# NVRTC compiles the kernels at run time: find libnvrtc if the loader does not.
-if ! ldconfig -p 2>/dev/null | grep -q 'libnvrtc\.so'; then
-  for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
-           $(python3 -c 'import nvidia, os; print(" ".join(os.path.join(p, "cuda_nvrtc", "lib") for p in nvidia.__path__))' 2>/dev/null); do
-    if ls "$d"/libnvrtc.so* >/dev/null 2>&1; then
-      export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-      echo "using NVRTC from $d"
-      break
-    fi
-  done
-fi
+. scripts/lib/nvrtc.sh
 
 if [ -z "${EFABENCH_LIBFABRIC:-}" ] && [ -f .dev/lf-cuda/lib/libfabric.so.1 ]; then
   export EFABENCH_LIBFABRIC=$PWD/.dev/lf-cuda/lib/libfabric.so.1

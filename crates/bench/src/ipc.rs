@@ -1016,6 +1016,26 @@ pub fn summary(records: &[Record]) -> Vec<String> {
 mod tests {
     use super::*;
 
+    /// The run facts of an ipc test record: two GPUs over NVLink.
+    pub(crate) fn test_run(link_gbps: Option<f64>) -> RunInfo {
+        RunInfo {
+            bench: "ipc".into(),
+            world: 2,
+            provider: "cuda-ipc".into(),
+            fabric: "nvlink".into(),
+            domains: vec![],
+            libfabric: None,
+            rails: 1,
+            mem: "cuda".into(),
+            link_gbps,
+            verified: true,
+            host: "h".into(),
+            version: "0".into(),
+            git: None,
+            extra: Map::new(),
+        }
+    }
+
     #[test]
     fn shapes_parse_and_name() {
         let s = parse_shape("128x256").unwrap();
@@ -1132,22 +1152,7 @@ mod tests {
         assert_eq!(size_at_fraction(&pts, 0.9), Some((64 << 20, 380.0)));
         assert_eq!(size_at_fraction(&[], 0.9), None);
 
-        let run = RunInfo {
-            bench: "ipc".into(),
-            world: 2,
-            provider: "cuda-ipc".into(),
-            fabric: "nvlink".into(),
-            domains: vec![],
-            libfabric: None,
-            rails: 1,
-            mem: "cuda".into(),
-            link_gbps: Some(3825.0),
-            verified: true,
-            host: "h".into(),
-            version: "0".into(),
-            git: None,
-            extra: Map::new(),
-        };
+        let run = test_run(Some(3825.0));
         let mk = |m: Method, size: u64, ms: f64| {
             let ns = vec![(ms * 1e6) as u64; 5];
             run.record(point(m, 132, size, 20, 2, 5, &ns, 0, 1))

@@ -3,16 +3,18 @@
 //! efabench runs under whatever starts it: `efabench launch`, `srun`, `mpirun` (Open MPI or
 //! MPICH/Hydra), torchrun-style launchers (Kubernetes jobs), or by hand with `--rank/--world`.
 //! Each launcher announces the rank differently, so [`detect`] checks them in a fixed order
-//! (flags, `efabench launch`, Slurm, Open MPI, MPICH/PMI, torchrun) and takes the first that is
+//! (flags, `efabench launch`, Slurm, Open MPI, MPICH/PMI, torchrun, Kubernetes Indexed Job) and
+//! takes the first that is
 //! present. Only the *first* launcher found counts: mixing a rank from one with a size from
 //! another would produce a job in which ranks disagree about the world.
 //!
 //! The environment is read through an injected lookup function so that every launcher can be
 //! unit-tested without touching the process environment.
 //!
-//! The rendezvous address is the part launchers do not give: under `mpirun` nothing says where
-//! rank 0 runs, so the user has to pass `--rdzv` or `MASTER_ADDR`/`MASTER_PORT`, and the error
-//! says exactly that. Under Slurm the first host of the step's node list runs rank 0 (Slurm's
+//! The rendezvous address is the part launchers do not give: under `mpirun` no variable says
+//! where rank 0 runs. When the launcher runs a PMIx server beside the ranks (Open MPI 5's
+//! `mpirun`, `srun --mpi=pmix`), rank 0 publishes its address there (`crate::pmix`); otherwise
+//! the user has to pass `--rdzv` or `MASTER_ADDR`/`MASTER_PORT`, and the error says exactly that. Under Slurm the first host of the step's node list runs rank 0 (Slurm's
 //! default block distribution), and the port is derived from the job and step ids so that two
 //! steps on the same node do not collide.
 //!
@@ -63,7 +65,7 @@ pub struct RankInfo {
     /// Per-job secret shared by all ranks; `None` when the launcher gives nothing to derive one.
     pub token: Option<String>,
     /// Which launcher the numbers came from: "flags", "efabench launch", "slurm", "open mpi",
-    /// "mpich/pmi", "torchrun" or "none".
+    /// "mpich/pmi", "torchrun", "indexed job" or "none".
     pub source: &'static str,
 }
 
@@ -139,6 +141,16 @@ const LAUNCHERS: &[Launcher] = &[
         size: &["WORLD_SIZE"],
         local: "LOCAL_RANK",
         partial_is_error: false,
+    },
+    // A Kubernetes Indexed Job gives each pod its index; the world size is the Job's
+    // `completions`, which the pod spec passes as WORLD_SIZE. After torchrun: in a JobSet with
+    // several replicated jobs the index is per job and RANK, when set, is the global one.
+    Launcher {
+        source: "indexed job",
+        rank: "JOB_COMPLETION_INDEX",
+        size: &["WORLD_SIZE"],
+        local: "LOCAL_RANK",
+        partial_is_error: true,
     },
 ];
 
@@ -233,6 +245,7 @@ fn numbers(flags: &LaunchFlags, env: Env) -> Result<(u32, u32, u32, &'static str
                     None => 0,
                 };
                 validate(l.source, rank, world, local, [l.rank, size_name, l.local])?;
+                check_agreement(env, l, rank, world, size_name)?;
                 return Ok((rank, world, local, l.source));
             }
             (Some(_), None) if l.partial_is_error => {
@@ -252,6 +265,52 @@ fn numbers(flags: &LaunchFlags, env: Env) -> Result<(u32, u32, u32, &'static str
         }
     }
     Ok((0, 1, 0, "none"))
+}
+
+/// Launchers that describe the same processes: Slurm (in a step), Open MPI and MPICH/PMI. When
+/// more than one of them is present they must agree on this process's rank and the world size;
+/// a mix that disagrees (variables exported by hand, a copied environment, a launcher nested in
+/// another with several ranks per node) would give ranks that disagree about the job.
+/// `efabench launch` is excluded (it is the innermost launcher by construction), and so are the
+/// torchrun names (too generic to belong to anything in particular).
+const CROSS_CHECKED: &[&str] = &["slurm", "open mpi", "mpich/pmi"];
+
+fn check_agreement(
+    env: Env,
+    first: &Launcher,
+    rank: u32,
+    world: u32,
+    size_name: &str,
+) -> Result<(), BootstrapError> {
+    if !CROSS_CHECKED.contains(&first.source) {
+        return Ok(());
+    }
+    for l in LAUNCHERS {
+        if l.source == first.source || !CROSS_CHECKED.contains(&l.source) {
+            continue;
+        }
+        if l.source == "slurm" && slurm_step(env).is_none() {
+            continue;
+        }
+        let (Some(r), Some((sn, s))) = (
+            get(env, l.rank),
+            l.size.iter().find_map(|n| get(env, n).map(|v| (*n, v))),
+        ) else {
+            continue;
+        };
+        let (Ok(r2), Ok(w2)) = (r.parse::<u32>(), s.parse::<u32>()) else {
+            continue;
+        };
+        if r2 != rank || w2 != world {
+            return Err(BootstrapError::usage(format!(
+                "{} and {} environments contradict each other: {}={rank} {size_name}={world} but \
+                 {}={r2} {sn}={w2}; start efabench with one launcher (unset the other's \
+                 variables), or pass --rank/--world/--rdzv",
+                first.source, l.source, first.rank, l.rank
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Split `HOST:PORT` (or `[v6]:PORT`) and check both halves.
@@ -310,11 +369,17 @@ fn slurm_step(env: Env) -> Option<String> {
     get(env, "SLURM_STEP_ID").or_else(|| get(env, "SLURM_STEPID"))
 }
 
+/// Asks the launcher's PMIx server for rank 0's rendezvous (`rank`, `timeout`) → `HOST:PORT`,
+/// or why it could not.
+pub type PmixExchange<'a> = &'a dyn Fn(u32, Duration) -> Result<String, String>;
+
 fn rendezvous(
     flags: &LaunchFlags,
     env: Env,
     source: &str,
+    rank: u32,
     world: u32,
+    pmix: Option<PmixExchange>,
 ) -> Result<Option<String>, BootstrapError> {
     if let Some(r) = &flags.rdzv {
         return check_rdzv("--rdzv", r).map(Some);
@@ -383,12 +448,23 @@ fn rendezvous(
     if world == 1 {
         return Ok(None);
     }
+    // mpirun (Open MPI 5) and `srun --mpi=pmix` run a PMIx server beside each rank: rank 0
+    // publishes its rendezvous there and the others read it.
+    let mut pmix_why = String::new();
+    if let Some(exchange) = pmix.filter(|_| {
+        source != "efabench launch" && source != "flags" && efabench_pmix::advertised(env)
+    }) {
+        match exchange(rank, flags.timeout) {
+            Ok(hp) => return check_rdzv("PMIx", &hp).map(Some),
+            Err(why) => pmix_why = format!(" (asking the launcher's PMIx server failed: {why})"),
+        }
+    }
     let msg = match source {
         "open mpi" | "mpich/pmi" => format!(
             "running under mpirun ({source}, world size {world}) but neither --rdzv HOST:PORT nor \
              MASTER_ADDR is set: mpirun does not tell the ranks where rank 0 runs; pass --rdzv \
              <rank 0's host>:29500, or export MASTER_ADDR=<rank 0's host> MASTER_PORT=29500 to all \
-             ranks (Open MPI: mpirun -x MASTER_ADDR -x MASTER_PORT)"
+             ranks (Open MPI: mpirun -x MASTER_ADDR -x MASTER_PORT){pmix_why}"
         ),
         "slurm" => format!(
             "running under Slurm (world size {world}) but no node list is set \
@@ -403,6 +479,11 @@ fn rendezvous(
         "torchrun" => format!(
             "RANK/WORLD_SIZE are set (world size {world}) but MASTER_ADDR is not; set \
              MASTER_ADDR and MASTER_PORT to rank 0's address, or pass --rdzv HOST:PORT"
+        ),
+        "indexed job" => format!(
+            "JOB_COMPLETION_INDEX/WORLD_SIZE are set (Kubernetes Indexed Job, world size {world}) \
+             but MASTER_ADDR is not; set MASTER_ADDR=<job>-0.<headless service> and MASTER_PORT \
+             in the pod spec (deploy/k8s/indexed-job.yaml), or pass --rdzv HOST:PORT"
         ),
         _ => format!(
             "--rank/--world describe a job of {world} ranks but no rendezvous address is given; \
@@ -444,8 +525,18 @@ pub fn detect(
     flags: &LaunchFlags,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<RankInfo, BootstrapError> {
+    detect_with(flags, env, None)
+}
+
+/// [`detect`], asking `pmix` for the rendezvous when the launcher runs a PMIx server and gave
+/// no address otherwise.
+pub fn detect_with(
+    flags: &LaunchFlags,
+    env: &dyn Fn(&str) -> Option<String>,
+    pmix: Option<PmixExchange>,
+) -> Result<RankInfo, BootstrapError> {
     let (rank, world, local_rank, source) = numbers(flags, env)?;
-    let rdzv = rendezvous(flags, env, source, world)?;
+    let rdzv = rendezvous(flags, env, source, rank, world, pmix)?;
     let token = token(env, source)?;
     Ok(RankInfo {
         rank,
@@ -459,7 +550,11 @@ pub fn detect(
 
 /// [`detect`] with the real process environment.
 pub fn detect_from_process_env(flags: &LaunchFlags) -> Result<RankInfo, BootstrapError> {
-    detect(flags, &|name| std::env::var(name).ok())
+    detect_with(
+        flags,
+        &|name| std::env::var(name).ok(),
+        Some(&crate::pmix::exchange),
+    )
 }
 
 /// Most hosts a host list may expand to (bounds memory on a hostile or mistyped list).
@@ -626,6 +721,168 @@ mod tests {
             Ok(i) => panic!("expected an error, got {i:?}"),
             Err(e) => e,
         }
+    }
+
+    fn with_pmix(
+        vars: &[(&str, &str)],
+        answer: Result<&str, &str>,
+    ) -> (Result<RankInfo, BootstrapError>, Vec<u32>) {
+        let map: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let asked = std::cell::RefCell::new(Vec::new());
+        let exchange = |rank: u32, _t: Duration| {
+            asked.borrow_mut().push(rank);
+            answer.map(str::to_string).map_err(str::to_string)
+        };
+        let r = detect_with(
+            &LaunchFlags::default(),
+            &|k| map.get(k).cloned(),
+            Some(&exchange),
+        );
+        (r, asked.into_inner())
+    }
+
+    #[test]
+    fn mpirun_with_a_pmix_server_asks_it_for_the_rendezvous() {
+        let base = [
+            ("OMPI_COMM_WORLD_RANK", "2"),
+            ("OMPI_COMM_WORLD_SIZE", "4"),
+            ("PMIX_NAMESPACE", "prterun-host-123@1"),
+            (
+                "PMIX_SERVER_URI41",
+                "prterun-host-123@0.0;tcp4://127.0.0.1:36877",
+            ),
+        ];
+        let (r, asked) = with_pmix(&base, Ok("node1:41234"));
+        let i = r.unwrap();
+        assert_eq!(asked, [2]);
+        assert_eq!(i.rdzv.as_deref(), Some("node1:41234"));
+        assert_eq!(i.token.as_deref(), Some("ompi:prterun-host-123@1"));
+        // A failed exchange keeps the old message and adds why PMIx did not answer.
+        let (r, _) = with_pmix(&base, Err("no PMIx library could be loaded"));
+        let s = r.unwrap_err().to_string();
+        assert!(
+            s.starts_with("running under mpirun (open mpi, world size 4) but neither --rdzv"),
+            "{s}"
+        );
+        assert!(
+            s.contains("asking the launcher's PMIx server failed: no PMIx library"),
+            "{s}"
+        );
+        // MASTER_ADDR and --rdzv still win: PMIx is not asked.
+        let mut v = base.to_vec();
+        v.extend([("MASTER_ADDR", "head"), ("MASTER_PORT", "29500")]);
+        let (r, asked) = with_pmix(&v, Ok("x:1"));
+        assert_eq!(r.unwrap().rdzv.as_deref(), Some("head:29500"));
+        assert!(asked.is_empty());
+        // Without a server address (a launcher that offers nothing) PMIx is not asked either.
+        let (r, asked) = with_pmix(&base[..3], Ok("x:1"));
+        assert!(r.unwrap_err().to_string().contains("neither --rdzv"));
+        assert!(asked.is_empty());
+        // An answer that is not HOST:PORT is refused, naming PMIx.
+        let (r, _) = with_pmix(&base, Ok("garbage"));
+        assert!(r.unwrap_err().to_string().contains("PMIx"));
+    }
+
+    #[test]
+    fn contradicting_slurm_and_mpi_environments_are_refused_naming_both() {
+        let v = [
+            ("SLURM_PROCID", "1"),
+            ("SLURM_NTASKS", "2"),
+            ("SLURM_STEP_ID", "0"),
+            ("SLURM_JOB_ID", "7"),
+            ("SLURM_STEP_NODELIST", "n[1-2]"),
+            ("OMPI_COMM_WORLD_RANK", "5"),
+            ("OMPI_COMM_WORLD_SIZE", "16"),
+        ];
+        let e = err(&LaunchFlags::default(), &v);
+        assert!(e.is_usage());
+        let s = e.to_string();
+        assert!(
+            s.contains("slurm and open mpi environments contradict each other"),
+            "{s}"
+        );
+        assert!(s.contains("SLURM_PROCID=1 SLURM_NTASKS=2"), "{s}");
+        assert!(
+            s.contains("OMPI_COMM_WORLD_RANK=5 OMPI_COMM_WORLD_SIZE=16"),
+            "{s}"
+        );
+        // Open MPI against MPICH's PMI names.
+        let v = [
+            ("OMPI_COMM_WORLD_RANK", "0"),
+            ("OMPI_COMM_WORLD_SIZE", "2"),
+            ("PMI_RANK", "1"),
+            ("PMI_SIZE", "2"),
+        ];
+        let s = err(&LaunchFlags::default(), &v).to_string();
+        assert!(s.contains("open mpi and mpich/pmi"), "{s}");
+        // Agreeing launchers (mpirun inside an allocation, one rank per node) are fine.
+        let v = [
+            ("SLURM_PROCID", "1"),
+            ("SLURM_NTASKS", "2"),
+            ("SLURM_STEP_ID", "0"),
+            ("SLURM_JOB_ID", "7"),
+            ("SLURM_STEP_NODELIST", "n[1-2]"),
+            ("OMPI_COMM_WORLD_RANK", "1"),
+            ("OMPI_COMM_WORLD_SIZE", "2"),
+        ];
+        assert_eq!(ok(&v).source, "slurm");
+        // Slurm variables outside a step (an sbatch script running mpirun) do not count.
+        let v = [
+            ("SLURM_PROCID", "0"),
+            ("SLURM_NTASKS", "1"),
+            ("SLURM_JOB_ID", "7"),
+            ("OMPI_COMM_WORLD_RANK", "3"),
+            ("OMPI_COMM_WORLD_SIZE", "4"),
+            ("MASTER_ADDR", "h"),
+            ("MASTER_PORT", "1"),
+        ];
+        assert_eq!(ok(&v).source, "open mpi");
+    }
+
+    #[test]
+    fn kubernetes_indexed_job_variables() {
+        let pod = [
+            ("JOB_COMPLETION_INDEX", "3"),
+            ("WORLD_SIZE", "4"),
+            ("MASTER_ADDR", "efabench-0.efabench"),
+            ("MASTER_PORT", "29500"),
+            ("EFABENCH_JOB_TOKEN", "efabench"),
+            ("HOSTNAME", "efabench-3"),
+        ];
+        let i = ok(&pod);
+        assert_eq!(
+            (i.rank, i.world, i.local_rank, i.source),
+            (3, 4, 0, "indexed job")
+        );
+        assert_eq!(i.rdzv.as_deref(), Some("efabench-0.efabench:29500"));
+        assert_eq!(i.token.as_deref(), Some("efabench"));
+        // The index without the world size is an error naming the missing variable.
+        let e = err(&LaunchFlags::default(), &pod[..1]).to_string();
+        assert!(
+            e.contains("JOB_COMPLETION_INDEX is set but WORLD_SIZE is not"),
+            "{e}"
+        );
+        // Without MASTER_ADDR the message points at the Service's DNS name.
+        let e = err(&LaunchFlags::default(), &pod[..2]).to_string();
+        assert!(e.contains("MASTER_ADDR=<job>-0.<headless service>"), "{e}");
+        // Out of range index.
+        let e = err(
+            &LaunchFlags::default(),
+            &[("JOB_COMPLETION_INDEX", "4"), ("WORLD_SIZE", "4")],
+        );
+        assert!(
+            e.to_string()
+                .contains("must be smaller than WORLD_SIZE = 4"),
+            "{e}"
+        );
+        // RANK (torchrun names, e.g. a JobSet's global rank) wins over the per-job index.
+        let mut v = pod.to_vec();
+        v.push(("RANK", "1"));
+        let i = ok(&v);
+        assert_eq!((i.rank, i.source), (1, "torchrun"));
     }
 
     #[test]
@@ -950,16 +1207,20 @@ mod tests {
             ("SLURM_NTASKS", "2"),
             ("SLURM_STEP_ID", "0"),
             ("SLURM_JOB_NODELIST", "n1"),
-            ("OMPI_COMM_WORLD_RANK", "2"),
-            ("OMPI_COMM_WORLD_SIZE", "3"),
-            ("PMI_RANK", "3"),
-            ("PMI_SIZE", "4"),
+            // Slurm, Open MPI and PMI must agree (else the job is refused, see
+            // contradicting_slurm_and_mpi_environments_are_refused_naming_both); the order
+            // decides the source. torchrun's generic names are not cross-checked.
+            ("OMPI_COMM_WORLD_RANK", "1"),
+            ("OMPI_COMM_WORLD_SIZE", "2"),
+            ("PMI_RANK", "1"),
+            ("PMI_SIZE", "2"),
             ("RANK", "4"),
             ("WORLD_SIZE", "5"),
             ("MASTER_ADDR", "m"),
             ("MASTER_PORT", "1"),
         ];
         assert_eq!(ok(&all).source, "slurm");
+        assert_eq!(ok(&all).rank, 1);
         assert_eq!(ok(&all[4..]).source, "open mpi");
         assert_eq!(ok(&all[6..]).source, "mpich/pmi");
         assert_eq!(ok(&all[8..]).source, "torchrun");

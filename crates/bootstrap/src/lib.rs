@@ -18,19 +18,22 @@
 //!   [`die_with_launcher`] makes a rank die with it.
 //!
 //! Blocking sockets and threads, no async runtime; signals, `prctl` and `kill` go through
-//! `rustix` and `signal-hook`, so this crate has no `unsafe` code at all.
+//! `rustix` and `signal-hook`, and PMIx (where `mpirun` gives no address) through the
+//! `efabench-pmix` FFI crate, so this crate has no `unsafe` code at all.
 
 #![forbid(unsafe_code)]
 
 pub mod detect;
 mod error;
 pub mod launcher;
+mod pmix;
 pub use launcher::die_with_launcher;
 mod rendezvous;
 pub mod wire;
 
 pub use detect::{
-    detect, detect_from_process_env, expand_hostlist, first_host, LaunchFlags, RankInfo,
+    detect, detect_from_process_env, detect_with, expand_hostlist, first_host, LaunchFlags,
+    RankInfo,
 };
 pub use error::BootstrapError;
 pub use rendezvous::{AbortHandle, Bootstrap, Health, ProgressHandle};

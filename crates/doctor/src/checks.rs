@@ -96,6 +96,14 @@ pub(crate) fn all(inputs: &Inputs) -> Vec<Check> {
     if let Some((name, text)) = &inputs.nccl_log {
         out.push(crate::nccl_log::check(name, text));
     }
+    if inputs.gin {
+        out.extend(crate::gin::checks(&crate::gin::GinFacts {
+            instance_type: f.topo.instance_type.as_deref(),
+            installed: &f.installed,
+            stack: efabench_topology::gin::GinStack::scan(&inputs.root),
+            libfabric_version: f.libfabric_version.as_deref(),
+        }));
+    }
     out
 }
 

@@ -13,6 +13,7 @@
 
 mod checks;
 pub mod env;
+pub mod gin;
 pub mod minimums;
 pub mod nccl_log;
 
@@ -177,6 +178,8 @@ pub struct Inputs {
     pub interval: Duration,
     /// `(file name, text)` of an `NCCL_DEBUG=INFO` log.
     pub nccl_log: Option<(String, String)>,
+    /// Add the GPU-initiated networking group (`gin-*` checks and the `gin` verdict).
+    pub gin: bool,
 }
 
 impl Inputs {
@@ -191,6 +194,7 @@ impl Inputs {
             memlock: None,
             interval: Duration::ZERO,
             nccl_log: None,
+            gin: false,
         }
     }
 }

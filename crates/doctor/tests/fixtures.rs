@@ -387,3 +387,127 @@ fn cuda_13_found_and_says_where() {
         "{c:?}"
     );
 }
+
+fn gin_inputs(name: &str) -> Inputs {
+    let mut i = inputs(&variants::fixture(name), &[]);
+    i.gin = true;
+    i
+}
+
+#[test]
+fn gin_group_only_when_asked() {
+    let r = run(&inputs(&variants::fixture("p5en.48xlarge-gin-ready"), &[]));
+    assert!(r.checks.iter().all(|c| !c.id.starts_with("gin")), "{r:#?}");
+}
+
+#[test]
+fn gin_ready_p5en_passes_every_check() {
+    let r = run(&gin_inputs("p5en.48xlarge-gin-ready"));
+    for c in &r.checks {
+        let expect = if ["security-group", "placement-group"].contains(&c.id.as_str()) {
+            Status::Skip
+        } else {
+            Status::Pass
+        };
+        assert_eq!(c.status, expect, "{c:?}");
+    }
+    let v = r.get("gin").unwrap();
+    assert!(v.summary.contains("EFA-GDA"), "{v:?}");
+    assert!(r
+        .get("gin-instance")
+        .unwrap()
+        .summary
+        .contains("p5en, p6-b200, p6-b300"));
+    assert!(r
+        .get("gin-gdrcopy")
+        .unwrap()
+        .summary
+        .contains("libgdrapi 2.5 and gdrdrv 2.5 loaded"));
+    assert!(r
+        .get("gin-rdma-core")
+        .unwrap()
+        .summary
+        .contains("64.0amzn0"));
+    assert_eq!(r.exit_code(), 0);
+}
+
+#[test]
+fn gin_not_ready_p5en_names_what_is_missing() {
+    let r = run(&gin_inputs("p5en.48xlarge-gin-not-ready"));
+    // The ordinary checks pass: only the GIN group tells the trees apart.
+    for c in r.checks.iter().filter(|c| !c.id.starts_with("gin")) {
+        assert_ne!(c.status, Status::Fail, "{c:?}");
+    }
+    assert_eq!(status(&r, "gin-instance"), Status::Pass);
+    for (id, says) in [
+        (
+            "gin-aws-ofi-nccl",
+            "aws-ofi-nccl 1.16.1 is older than 1.21.0",
+        ),
+        ("gin-nccl", "NCCL 2.27.7 is older than 2.31.2"),
+        ("gin-gdrcopy", "libgdrapi.so not found; gdrdrv not loaded"),
+        ("gin-efa-driver", "EFA driver 2.17.3g is older than 3.3.0"),
+        ("gin-rdma-core", "rdma-core 58.amzn0 is older than 64.0"),
+        ("gin-libfabric", "libfabric 2.1.0amzn4.0 is older than 2.6"),
+        (
+            "gin-peer-mapping",
+            "/etc/modprobe.d/nvidia-gdaki.conf but the loaded driver runs without it",
+        ),
+    ] {
+        let c = r.get(id).unwrap();
+        assert_eq!(c.status, Status::Fail, "{c:?}");
+        assert!(c.summary.contains(says), "{id}: {:?}", c.summary);
+        assert!(!c.fix.is_empty(), "{c:?}");
+    }
+    let v = r.get("gin").unwrap();
+    assert_eq!(v.status, Status::Fail);
+    assert!(v.summary.contains("not ready (7 missing)"), "{v:?}");
+    assert_eq!(r.exit_code(), 1);
+}
+
+#[test]
+fn gin_on_p5_is_proxy_mode_only() {
+    // p5 has no EFA-GDA: its EFA-GDA checks are skipped, the instance check says which types can.
+    let r = run(&gin_inputs("p5.48xlarge"));
+    let i = r.get("gin-instance").unwrap();
+    assert_eq!(i.status, Status::Warn);
+    assert!(
+        i.summary
+            .contains("cannot use EFA-GDA (only p5en, p6-b200, p6-b300 can)"),
+        "{i:?}"
+    );
+    for id in [
+        "gin-efa-driver",
+        "gin-rdma-core",
+        "gin-libfabric",
+        "gin-peer-mapping",
+    ] {
+        assert_eq!(status(&r, id), Status::Skip, "{id}");
+    }
+    // NCCL 2.27.7, aws-ofi-nccl 1.16.1, no GDRCopy: even proxy mode is not ready.
+    assert_eq!(status(&r, "gin-nccl"), Status::Fail);
+    assert_eq!(status(&r, "gin"), Status::Fail);
+}
+
+#[test]
+fn gin_p5en_after_driver_reload_needs_only_the_rest() {
+    // The not-ready tree with the option active: the peer-mapping check passes, the others still fail.
+    let t = variants::copy("p5en.48xlarge-gin-not-ready");
+    let params = t.dir.join("proc/driver/nvidia/params");
+    let text = std::fs::read_to_string(&params).unwrap().replace(
+        "RegistryDwords: \"\"",
+        "RegistryDwords: \"RMSmallBarP2PPeerBar1=1;PeerMappingOverride=0x1;\"",
+    );
+    std::fs::write(&params, text).unwrap();
+    let mut i = inputs(&t.dir, &[]);
+    i.gin = true;
+    let r = run(&i);
+    assert_eq!(status(&r, "gin-peer-mapping"), Status::Pass);
+    assert!(r.get("gin").unwrap().summary.contains("(6 missing)"));
+    // Without the params file (driver not loaded) it fails again, saying so.
+    std::fs::remove_file(&params).unwrap();
+    let r = run(&i);
+    let c = r.get("gin-peer-mapping").unwrap();
+    assert_eq!(c.status, Status::Fail);
+    assert!(c.summary.contains("not loaded"), "{c:?}");
+}

@@ -4,6 +4,9 @@
 #[path = "../../../fixtures/variants.rs"]
 mod variants;
 
+#[path = "../src/cmd/exposition_check.rs"]
+mod exposition_check;
+
 use serde_json::Value;
 use std::path::Path;
 use std::process::{Command, Output};
@@ -300,6 +303,24 @@ fn bad_input_is_one_line_and_exit_2() {
         vec!["counters", "--root", &p4d, "--count", "3"],
         vec!["counters", "--root", &p4d, "--watch", "1", "--count", "0"],
         vec!["counters", "--root", &p4d, "--", "/nonexistent/command"],
+        vec![
+            "counters",
+            "--root",
+            &p4d,
+            "--prometheus",
+            "/nonexistent/dir/efa.prom",
+        ],
+        vec!["counters", "--root", &p4d, "--prometheus", "/tmp"],
+        vec!["counters", "--root", &p4d, "--prometheus", "-", "--json"],
+        vec![
+            "counters",
+            "--root",
+            &p4d,
+            "--prometheus",
+            "-",
+            "--",
+            "true",
+        ],
     ];
     let nr = s(no_efa.path());
     let mut cases = cases;
@@ -327,4 +348,115 @@ fn bad_input_is_one_line_and_exit_2() {
             assert!(!String::from_utf8_lossy(&o.stdout).contains("libfabric found"));
         }
     }
+}
+
+/// The sample value of `name{device=dev}` in exposition text.
+fn sample(samples: &[exposition_check::Sample], name: &str, dev: &str) -> Option<f64> {
+    samples
+        .iter()
+        .find(|(n, l, _)| n == name && l.iter().any(|(k, v)| k == "device" && v == dev))
+        .map(|s| s.2)
+}
+
+#[test]
+fn counters_prometheus_to_stdout_is_valid_exposition_with_the_exporter_names() {
+    for (tree, nics, dev, port_only) in [
+        ("p5.48xlarge", 32, "rdmap79s0", "retrans_timeout_events"),
+        ("p4d.24xlarge", 4, "rdmap16s27", "rdma_write_recv_bytes"),
+        (
+            "p4d.24xlarge-legacy",
+            4,
+            "rdmap16s27",
+            "rdma_read_resp_bytes",
+        ),
+    ] {
+        let root = variants::fixture(tree);
+        let o = efabench(&["counters", "--root", &s(&root), "--prometheus", "-"], &[]);
+        assert_eq!(o.status.code(), Some(0), "{o:?}");
+        let text = String::from_utf8(o.stdout).unwrap();
+        let samples =
+            exposition_check::check_exposition(&text).unwrap_or_else(|e| panic!("{tree}: {e}"));
+        // Values are the sysfs files' own.
+        let hw = root.join(format!("sys/class/infiniband/{dev}/ports/1/hw_counters"));
+        for c in ["tx_bytes", "rx_bytes", "rx_drops", port_only] {
+            let want: f64 = std::fs::read_to_string(hw.join(c))
+                .unwrap()
+                .trim()
+                .parse()
+                .unwrap();
+            assert_eq!(
+                sample(&samples, &format!("node_amazonefa_{c}"), dev),
+                Some(want),
+                "{tree} {c}"
+            );
+        }
+        assert!(
+            text.contains("# TYPE node_amazonefa_tx_bytes counter\n"),
+            "{tree}"
+        );
+        assert!(
+            text.contains(&format!(
+                "node_amazonefa_tx_bytes{{device=\"{dev}\",port=\"1\"}} "
+            )),
+            "{tree}"
+        );
+        let infos = samples
+            .iter()
+            .filter(|s| s.0 == "node_amazonefa_info")
+            .count();
+        assert_eq!(infos, nics, "{tree}");
+        // Every sample but info carries device and port labels.
+        for (n, l, _) in &samples {
+            if n != "node_amazonefa_info" {
+                let keys: Vec<&str> = l.iter().map(|(k, _)| k.as_str()).collect();
+                assert_eq!(keys, ["device", "port"], "{n}");
+            }
+            assert!(!n.ends_with("lifespan"));
+        }
+    }
+}
+
+#[test]
+fn counters_prometheus_file_is_replaced_and_rewritten_with_watch() {
+    let t = variants::copy("p4d.24xlarge");
+    let root = s(&t.dir);
+    let dir = t.dir.join("textfile");
+    std::fs::create_dir_all(&dir).unwrap();
+    let f = dir.join("efa.prom");
+    let o = efabench(&["counters", "--root", &root, "--prometheus", &s(&f)], &[]);
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    assert!(o.stdout.is_empty());
+    let first = std::fs::read_to_string(&f).unwrap();
+    exposition_check::check_exposition(&first).unwrap();
+    // A counter moves; --watch rewrites the file, leaving no temporary next to it.
+    let c = t
+        .dir
+        .join("sys/class/infiniband/rdmap16s27/ports/1/hw_counters/rx_drops");
+    std::fs::write(&c, "17\n").unwrap();
+    let o = efabench(
+        &[
+            "counters",
+            "--root",
+            &root,
+            "--prometheus",
+            &s(&f),
+            "--watch",
+            "0.05",
+            "--count",
+            "2",
+        ],
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    let text = std::fs::read_to_string(&f).unwrap();
+    let samples = exposition_check::check_exposition(&text).unwrap();
+    assert_eq!(
+        sample(&samples, "node_amazonefa_rx_drops", "rdmap16s27"),
+        Some(17.0)
+    );
+    let names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, ["efa.prom"]);
 }

@@ -14,6 +14,85 @@ fn words(n: usize) -> Vec<AtomicU64> {
     (0..n).map(|_| AtomicU64::new(0)).collect()
 }
 
+/// A FIFO ring in host memory, for host-only models of the protocol.
+struct HostRing {
+    g: Geometry,
+    slots: Vec<AtomicU64>,
+    tails: Vec<AtomicU64>,
+}
+
+impl HostRing {
+    /// A zeroed ring whose consumer tails start at each consumer's first position.
+    fn new(g: Geometry) -> HostRing {
+        let tails = words(TAIL_STRIDE * MAX_CONSUMERS);
+        for c in 0..g.consumers {
+            tails[c as usize * TAIL_STRIDE].store(g.first_owned(c), Ordering::Relaxed);
+        }
+        HostRing {
+            g,
+            slots: words(2 * g.nslots() as usize),
+            tails,
+        }
+    }
+
+    fn view(&self) -> FifoView<'_> {
+        FifoView {
+            slots: &self.slots,
+            tails: &self.tails,
+            geometry: self.g,
+            tails_write_combined: false,
+        }
+    }
+
+    /// Runs every consumer while `produce` pushes (it returns the final head), then adds up
+    /// what they found against what each producer says it pushed: the errors and the commands
+    /// consumed.
+    fn run(
+        &self,
+        v: &Verifier,
+        end: &EndSignal,
+        pushed: &[u32],
+        produce: impl FnOnce(&FifoView<'_>) -> u64,
+    ) -> (Errors, u64) {
+        let view = self.view();
+        let reports = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..self.g.consumers)
+                .map(|c| {
+                    let view = &view;
+                    s.spawn(move || consume_fifo(view, c, v, end))
+                })
+                .collect();
+            end.finish(produce(&view));
+            hs.into_iter()
+                .map(|h| h.join().unwrap())
+                .collect::<Vec<_>>()
+        });
+        let mut e = Errors::default();
+        for r in &reports {
+            e.duplicated += r.duplicated;
+            e.torn += r.torn;
+            e.out_of_range += r.out_of_range;
+        }
+        v.finish(pushed, &mut e);
+        // Every consumer published a tail at its end.
+        for c in 0..self.g.consumers {
+            assert!(view.tail(c) >= self.g.first_owned(c));
+        }
+        (e, reports.iter().map(|r| r.consumed).sum())
+    }
+}
+
+/// Waits, as a producer does, until the slot of `pos` is free: the consumer of its previous
+/// lap has passed it.
+fn wait_credit(view: &FifoView<'_>, pos: u64) {
+    let n = view.geometry.nslots();
+    if pos >= n {
+        while view.tail(view.geometry.owner(pos - n)) <= pos - n {
+            std::thread::yield_now();
+        }
+    }
+}
+
 /// What the host producer does to one command.
 #[derive(Clone, Copy, PartialEq)]
 enum Fault {
@@ -36,36 +115,19 @@ fn run_fifo(
     per_producer: u64,
     fault: Fault,
 ) -> (Errors, u64) {
-    let g = Geometry::new(nslots_log2, 2, consumers).unwrap();
-    let slots = words(2 * g.nslots() as usize);
-    let tails = words(TAIL_STRIDE * MAX_CONSUMERS);
-    let view = FifoView {
-        slots: &slots,
-        tails: &tails,
-        geometry: g,
-        tails_write_combined: false,
-    };
+    let ring = HostRing::new(Geometry::new(nslots_log2, 2, consumers).unwrap());
     let v = Verifier::new(producers, per_producer, SALT, consumers > 1);
     let end = EndSignal::default();
-    let reports = std::thread::scope(|s| {
-        let hs: Vec<_> = (0..consumers)
-            .map(|c| {
-                let (view, v, end) = (&view, &v, &end);
-                s.spawn(move || consume_fifo(view, c, v, end))
-            })
-            .collect();
+    let pushed = vec![per_producer as u32; producers as usize];
+    ring.run(&v, &end, &pushed, |view| {
         let mut pos = 0u64;
-        let n = g.nslots();
+        let n = view.geometry.nslots();
         let mut push = |seq: u64, p: u64, tear: bool| {
-            if pos >= n {
-                while view.tail(g.owner(pos - n)) <= pos - n {
-                    std::hint::spin_loop();
-                }
-            }
+            wait_credit(view, pos);
             view.host_push(pos, seq, p, SALT);
             if tear {
                 let i = (pos & (n - 1)) as usize;
-                slots[2 * i].store(
+                view.slots[2 * i].store(
                     efabench_gpu::queue::command_fst(seq + 1, p, SALT),
                     Ordering::Relaxed,
                 );
@@ -86,23 +148,8 @@ fn run_fifo(
                 }
             }
         }
-        end.finish(pos);
-        hs.into_iter()
-            .map(|h| h.join().unwrap())
-            .collect::<Vec<_>>()
-    });
-    let mut e = Errors::default();
-    for r in &reports {
-        e.duplicated += r.duplicated;
-        e.torn += r.torn;
-        e.out_of_range += r.out_of_range;
-    }
-    v.finish(&vec![per_producer as u32; producers as usize], &mut e);
-    // Every consumer published a tail at its end.
-    for c in 0..consumers {
-        assert!(view.tail(c) >= g.first_owned(c));
-    }
-    (e, reports.iter().map(|r| r.consumed).sum())
+        pos
+    })
 }
 
 #[test]
@@ -199,34 +246,13 @@ fn run_with_late_writes(
     late: &[u64],
 ) -> (Errors, u64) {
     let g = Geometry::new(nslots_log2, chunk_log2, consumers).unwrap();
-    let n = g.nslots();
-    let slots = words(2 * n as usize);
-    let tails = words(TAIL_STRIDE * MAX_CONSUMERS);
-    for c in 0..consumers {
-        tails[c as usize * TAIL_STRIDE].store(g.first_owned(c), Ordering::Relaxed);
-    }
-    let view = FifoView {
-        slots: &slots,
-        tails: &tails,
-        geometry: g,
-        tails_write_combined: false,
-    };
+    let ring = HostRing::new(g);
     // One producer, command `pos` has sequence `pos`.
     let v = Verifier::new(1, total, SALT, consumers > 1);
     let end = EndSignal::yielding();
-    let reports = std::thread::scope(|s| {
-        let hs: Vec<_> = (0..consumers)
-            .map(|c| {
-                let (view, v, end) = (&view, &v, &end);
-                s.spawn(move || consume_fifo(view, c, v, end))
-            })
-            .collect();
+    ring.run(&v, &end, &[total as u32], |view| {
         let write = |pos: u64| {
-            if pos >= n {
-                while view.tail(g.owner(pos - n)) <= pos - n {
-                    std::thread::yield_now();
-                }
-            }
+            wait_credit(view, pos);
             view.host_push(pos, pos, 0, SALT);
         };
         let settle_then_write = |pos: u64| {
@@ -240,7 +266,7 @@ fn run_with_late_writes(
         };
         let mut held: Vec<u64> = vec![];
         for pos in 0..total {
-            if let Some(i) = held.iter().position(|&l| l + n == pos) {
+            if let Some(i) = held.iter().position(|&l| l + g.nslots() == pos) {
                 settle_then_write(held.remove(i));
             }
             if late.contains(&pos) {
@@ -252,19 +278,8 @@ fn run_with_late_writes(
         for l in held {
             settle_then_write(l);
         }
-        end.finish(total);
-        hs.into_iter()
-            .map(|h| h.join().unwrap())
-            .collect::<Vec<_>>()
-    });
-    let mut e = Errors::default();
-    for r in &reports {
-        e.duplicated += r.duplicated;
-        e.torn += r.torn;
-        e.out_of_range += r.out_of_range;
-    }
-    v.finish(&[total as u32], &mut e);
-    (e, reports.iter().map(|r| r.consumed).sum())
+        total
+    })
 }
 
 #[test]
@@ -312,32 +327,15 @@ fn many_producers_claiming_out_of_order_lose_and_double_nothing() {
     // as warps of a GPU do, for every consumer count on a small ring (many laps).
     for consumers in 1..=MAX_CONSUMERS as u32 {
         let g = Geometry::for_run(5, consumers).unwrap();
-        let n = g.nslots();
-        let slots = words(2 * n as usize);
-        let tails = words(TAIL_STRIDE * MAX_CONSUMERS);
-        for c in 0..consumers {
-            tails[c as usize * TAIL_STRIDE].store(g.first_owned(c), Ordering::Relaxed);
-        }
-        let view = FifoView {
-            slots: &slots,
-            tails: &tails,
-            geometry: g,
-            tails_write_combined: false,
-        };
+        let ring = HostRing::new(g);
         let (producers, per) = (3u64, 200u64);
         let v = Verifier::new(producers, per, SALT, true);
         let end = EndSignal::yielding();
         let head = AtomicU64::new(0);
-        let reports = std::thread::scope(|s| {
-            let hs: Vec<_> = (0..consumers)
-                .map(|c| {
-                    let (view, v, end) = (&view, &v, &end);
-                    s.spawn(move || consume_fifo(view, c, v, end))
-                })
-                .collect();
-            let ps: Vec<_> = (0..producers)
-                .map(|p| {
-                    let (view, head) = (&view, &head);
+        let (e, consumed) = ring.run(&v, &end, &[per as u32; 3], |view| {
+            std::thread::scope(|s| {
+                for p in 0..producers {
+                    let head = &head;
                     s.spawn(move || {
                         let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ p;
                         for seq in 0..per {
@@ -348,36 +346,16 @@ fn many_producers_claiming_out_of_order_lose_and_double_nothing() {
                             for _ in 0..x % 8 {
                                 std::thread::yield_now();
                             }
-                            if pos >= n {
-                                while view.tail(g.owner(pos - n)) <= pos - n {
-                                    std::thread::yield_now();
-                                }
-                            }
+                            wait_credit(view, pos);
                             view.host_push(pos, seq, p, SALT);
                         }
-                    })
-                })
-                .collect();
-            for p in ps {
-                p.join().unwrap();
-            }
-            end.finish(head.load(Ordering::Relaxed));
-            hs.into_iter()
-                .map(|h| h.join().unwrap())
-                .collect::<Vec<_>>()
+                    });
+                }
+            });
+            head.load(Ordering::Relaxed)
         });
-        let mut e = Errors::default();
-        for r in &reports {
-            e.duplicated += r.duplicated;
-            e.torn += r.torn;
-            e.out_of_range += r.out_of_range;
-        }
-        v.finish(&[per as u32; 3], &mut e);
         assert_eq!(e, Errors::default(), "{consumers} consumers, {g:?}");
-        assert_eq!(
-            reports.iter().map(|r| r.consumed).sum::<u64>(),
-            producers * per
-        );
+        assert_eq!(consumed, producers * per);
     }
 }
 

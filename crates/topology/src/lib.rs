@@ -9,11 +9,12 @@
 //!
 //! Modules: [`root`] (the root-directory abstraction), [`topo`] (discovery and pairing),
 //! [`counters`] (hw_counters snapshots and deltas), [`installed`] (component versions),
-//! [`libfabric`] (`fi_info` parsing).
+//! [`libfabric`] (`fi_info` parsing), [`gin`] (what GPU-initiated networking needs on top).
 
 #![forbid(unsafe_code)]
 
 pub mod counters;
+pub mod gin;
 pub mod installed;
 pub mod libfabric;
 pub mod root;

@@ -830,23 +830,7 @@ mod tests {
 
     #[test]
     fn matrices_print_like_nvbandwidth() {
-        use crate::harness::RunInfo;
-        let run = RunInfo {
-            bench: "ipc".into(),
-            world: 2,
-            provider: "cuda-ipc".into(),
-            fabric: "nvlink".into(),
-            domains: vec![],
-            libfabric: None,
-            rails: 1,
-            mem: "cuda".into(),
-            link_gbps: None,
-            verified: true,
-            host: "h".into(),
-            version: "0".into(),
-            git: None,
-            extra: Map::new(),
-        };
+        let run = crate::ipc::tests::test_run(None);
         let mk = |test: Test, size: u64, row: usize, col: usize, ns: u64| {
             let s = NvbwSpec {
                 test,

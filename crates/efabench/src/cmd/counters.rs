@@ -11,7 +11,7 @@ use efabench_topology::counters::{NicDelta, Snapshot};
 use efabench_topology::Root;
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 #[derive(clap::Args, Debug)]
@@ -28,6 +28,12 @@ pub struct Args {
     /// With --watch: stop after N intervals (default: until interrupted).
     #[arg(long, value_name = "N", allow_hyphen_values = true)]
     pub count: Option<u64>,
+    /// Write the counters in Prometheus text format (node_exporter's EFA collector names,
+    /// `node_amazonefa_<counter>{device,port}`) to FILE, replaced atomically (for node_exporter's
+    /// textfile collector: name it `*.prom`), or to stdout with `-`. With --watch, rewritten every
+    /// interval.
+    #[arg(long, value_name = "FILE|-")]
+    pub prometheus: Option<PathBuf>,
     /// Run this command and print per-NIC counter deltas around it (after `--`).
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,
@@ -51,6 +57,19 @@ pub fn run(args: Args) -> Result<i32, CliError> {
             "--count needs --watch SECS (e.g. --watch 1 --count 10)",
         ));
     }
+    if let Some(p) = &args.prometheus {
+        if !args.command.is_empty() {
+            return Err(CliError::usage(
+                "--prometheus and -- CMD cannot be combined; write the metrics with --prometheus FILE [--watch SECS] and run the command separately",
+            ));
+        }
+        if args.json {
+            return Err(CliError::usage(
+                "--prometheus and --json cannot be combined; pick one output format",
+            ));
+        }
+        check_prometheus_path(p)?;
+    }
     if let Some(w) = args.watch {
         if !args.command.is_empty() {
             return Err(CliError::usage(
@@ -68,12 +87,19 @@ pub fn run(args: Args) -> Result<i32, CliError> {
                 "--count 0: give at least 1 interval (or leave --count out to run until interrupted)",
             ));
         }
+        if let Some(p) = &args.prometheus {
+            return watch_prometheus(&root, p, Duration::from_secs_f64(w), args.count);
+        }
         return watch(&root, Duration::from_secs_f64(w), args.count, args.json);
     }
     if !args.command.is_empty() {
         return wrap(&root, &args.command, args.json);
     }
     let s = read(&root)?;
+    if let Some(p) = &args.prometheus {
+        write_prometheus(p, &s)?;
+        return Ok(0);
+    }
     if args.json {
         emit(&format!(
             "{}\n",
@@ -137,6 +163,65 @@ fn render_snapshot(s: &Snapshot) -> String {
         s.nics.len()
     ));
     out
+}
+
+/// `-` (stdout) or a file whose directory exists and that is not itself a directory.
+fn check_prometheus_path(p: &Path) -> Result<(), CliError> {
+    if p.as_os_str() == "-" {
+        return Ok(());
+    }
+    let shown = super::topo::shown(&p.display().to_string());
+    if p.is_dir() {
+        return Err(CliError::usage(format!(
+            "--prometheus {shown} is a directory; give a file in it (e.g. {shown}/efa.prom for node_exporter's textfile collector) or - for stdout"
+        )));
+    }
+    let dir = match p.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    if !dir.is_dir() {
+        return Err(CliError::usage(format!(
+            "--prometheus {shown}: directory {} does not exist; create it or give another path (- for stdout)",
+            super::topo::shown(&dir.display().to_string())
+        )));
+    }
+    Ok(())
+}
+
+/// The snapshot in Prometheus text format to stdout (`-`) or atomically to a file.
+fn write_prometheus(p: &Path, s: &Snapshot) -> Result<bool, CliError> {
+    let text = super::prometheus::render(s);
+    if p.as_os_str() == "-" {
+        return Ok(emit(&text));
+    }
+    super::prometheus::write_atomically(p, &text).map_err(|e| {
+        CliError::usage(format!(
+            "--prometheus {}: cannot write it: {e}; give a writable path (- for stdout)",
+            super::topo::shown(&p.display().to_string())
+        ))
+    })?;
+    Ok(true)
+}
+
+fn watch_prometheus(
+    root: &Root,
+    p: &Path,
+    every: Duration,
+    count: Option<u64>,
+) -> Result<i32, CliError> {
+    let mut i = 0u64;
+    loop {
+        let s = read(root)?;
+        if !write_prometheus(p, &s)? {
+            return Ok(0);
+        }
+        i += 1;
+        if count.is_some_and(|c| i >= c) {
+            return Ok(0);
+        }
+        std::thread::sleep(every);
+    }
 }
 
 fn delta_json(d: &NicDelta, later: &Snapshot) -> Value {

@@ -37,6 +37,10 @@ pub struct Args {
     /// to check libfabric with --root).
     #[arg(long, value_name = "FILE")]
     pub fi_info: Option<PathBuf>,
+    /// Also check readiness for GPU-initiated networking (NCCL's GIN over EFA: proxy mode and
+    /// EFA-GDA on p5en, p6-b200, p6-b300).
+    #[arg(long)]
+    pub gin: bool,
 }
 
 /// What libfabric says about itself: a captured fi_info file, else `fi_info` on the live system,
@@ -147,6 +151,7 @@ pub fn run(args: Args) -> Result<i32, CliError> {
         memlock,
         interval: Duration::from_secs_f64(args.interval),
         nccl_log,
+        gin: args.gin,
     };
     let report = efabench_doctor::run(&inputs);
     if args.json {

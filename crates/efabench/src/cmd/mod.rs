@@ -6,4 +6,5 @@ pub mod doctor;
 pub mod launch;
 pub mod libfabric;
 pub mod plot;
+pub mod prometheus;
 pub mod topo;
