@@ -10,22 +10,30 @@
 #   lat       sendrecv --variant pingpong, one-way      fi_rdm_pingpong usec/xfer (one-way)
 #
 # What is NOT the same, and cannot be made so from the command line:
-# - footprint: fabtests allocates window x size for each of its buffers and gives every message
-#   of a window its own slot (ft_alloc_msgs; fi_rma_bw advances the offset per message,
-#   fi_rdm_bw uses one buffer per context), so a window touches 64 x size distinct bytes.
-#   efabench bounds that with --footprint (its own default is 1M); this script passes
-#   --footprint 64 x the largest size, so both tools touch the same bytes at every size, unless
-#   EFA_OPTS names --footprint itself. (An earlier version of this script said fabtests reuse one
-#   buffer and ran efabench with --footprint 4K: its ratios of 2-4x came from cache-resident
-#   buffers, not from the tools. results/nvidia-h200-x2/p2p/2026-11-23-cuda-vs-fabtests/ has both.)
+# - footprint, per test (fabtests 2.5.1 source, common/shared.c and benchmarks/benchmark_shared.c):
+#   * fi_rma_bw allocates window x size and advances the offset per message (bandwidth_rma:
+#     `offset += opts.transfer_size`), so a window touches 64 x size distinct bytes: for write
+#     and read this script passes --footprint 64 x the largest size.
+#   * fi_rdm_bw (message tests) posts every send and every receive of a window on ONE buffer:
+#     ft_alloc_ctx_array sets `context->buf = default_buf + mr_size * i` with mr_size 0 unless
+#     FT_OPT_ALLOC_MULT_MR (only fi_flood sets it), so all 64 contexts point at tx_buf / rx_buf.
+#     Its footprint is one message per side, cache-resident up to the last-level cache size.
+#     For sendrecv this script passes --footprint 1 (one slot: every message of a window on the
+#     same bytes). An earlier version gave sendrecv 64 x size as well and compared efabench
+#     streaming 64-1024 MiB through DRAM with fabtests re-copying one cached buffer (0.27-0.57x
+#     at 1-16 MiB on an H100 host).
+#   EFA_OPTS naming --footprint overrides both.
 # - read: fi_rma_bw -o read has BOTH processes read from each other at once (the server posts
 #   reads too), and prints one side; efabench's read has one reader. The read rows are therefore
 #   not like for like, and on shm, where the peer process makes every copy, fabtests' read is
 #   slower for that reason.
 # - pinned memory: fabtests has no pinned (cuMemHostAlloc) kind; efabench's pinned column is
 #   compared with fabtests' host memory.
-# - verification: efabench checks every payload by default (outside the timed interval);
-#   fabtests checks only with -v (set FT_OPTS=-v to compare verified with verified).
+# - verification: efabench checks every payload by default (outside the timed interval, but the
+#   sender rewrites its buffer every window, so the first copies of a window pull freshly written
+#   lines from the sender's cache); fabtests checks only with -v, and then fills the buffer per
+#   message inside its timed loop. Set EFA_OPTS=--no-check for the like-for-like pair (both
+#   tools re-send an untouched buffer), FT_OPTS=-v to compare verified with verified.
 # - iterations: each tool's default (both scale down with size: fabtests 20000/2000/200 messages
 #   below 64 KiB/1 MiB/above, efabench 20000/2000/200 messages / window windows, at least 10).
 #
@@ -94,7 +102,6 @@ base="$OUTDIR/$TAG-$MACHINE-$DATE"
 tsv="$base.tsv"; lat="$base-lat.tsv"; raw="$base-raw.log"; jsonl="$base.jsonl"
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 mr_opt=()
-fp_opt=()
 if [ -n "${MR:-}" ]; then
   if "$EFABENCH" write --help 2>/dev/null | grep -q -- '--mr'; then mr_opt=(--mr "$MR");
   else echo "# this efabench has no --mr option: MR=$MR ignored" | tee -a "$raw"; fi
@@ -103,8 +110,9 @@ sizes=($SIZES)
 min=${sizes[0]}; max=${sizes[${#sizes[@]}-1]}
 factor=1; [ ${#sizes[@]} -gt 1 ] && factor=$(( sizes[1] / sizes[0] ))
 list=$(IFS=,; echo "${sizes[*]}")
-# fabtests' window (64) x the largest size: both tools give every message of a window its own bytes.
-case " ${EFA_OPTS:-} " in *" --footprint"*) ;; *) fp_opt=(--footprint $((64 * max))) ;; esac
+# The footprint fabtests really uses (see the header): rma tests 64 x size, message tests one buffer.
+fp_rma=(); fp_msg=()
+case " ${EFA_OPTS:-} " in *" --footprint"*) ;; *) fp_rma=(--footprint $((64 * max))); fp_msg=(--footprint 1) ;; esac
 port=$((20000 + RANDOM % 20000))
 
 log() { echo "$*" | tee -a "$raw"; }
@@ -117,7 +125,8 @@ run_efabench() { # bench mem
   local b=$1 m=$2 out="$work/efa.jsonl" args=()
   rm -f "$out"
   case $b in
-    write|read|sendrecv) args=("$b" --variant stream -b "$min" -e "$max" -f "$factor" "${fp_opt[@]}") ;;
+    write|read) args=("$b" --variant stream -b "$min" -e "$max" -f "$factor" "${fp_rma[@]}") ;;
+    sendrecv) args=("$b" --variant stream -b "$min" -e "$max" -f "$factor" "${fp_msg[@]}") ;;
     lat) args=(sendrecv --variant pingpong -b "$LAT_SIZE" -e "$LAT_SIZE" -n "$LAT_ITERS") ;;
   esac
   args+=(-p shm --mem "$m" -o "$out" --format json)

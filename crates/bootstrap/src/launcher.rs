@@ -181,6 +181,12 @@ fn control_loop(
                 if let Some(flag) = rank.parse::<usize>().ok().and_then(|r| joined.get(r)) {
                     flag.store(true, Ordering::Release);
                 }
+                // Every rank joined: nothing more can arrive. Stop polling, so this thread
+                // does not wake 200 times a second for the rest of the job and take a core
+                // from a rank that spins on its completion queue.
+                if joined.iter().all(|f| f.load(Ordering::Acquire)) {
+                    return;
+                }
             }
         }
     }

@@ -25,8 +25,9 @@
 //! `--rails N|all` and `--strategy split|round-robin` come from the harness's rail plan; the
 //! record carries `rails`, `strategy`, `virtual_rails` and `per_rail` (bytes and operations each
 //! rail carried in the timed part). `--footprint` bounds the distinct bytes a stream touches per
-//! buffer (default 1 MiB, the buffer `fi_rma_bw` uses at 1 MiB): with 64 messages of 1 MiB in
-//! flight, efabench measures the NIC and not DRAM bandwidth.
+//! buffer (default 1 MiB): with 64 messages of 1 MiB in flight, efabench measures the NIC and not
+//! DRAM bandwidth. `--footprint 1` puts every message of a window on one slot, as `fi_rdm_bw` does;
+//! `fi_rma_bw` gives each message of a window its own bytes (64 × size).
 
 pub(crate) mod link;
 mod protocol;
