@@ -79,7 +79,7 @@ pub struct PairsArgs {
     #[arg(long, default_value = "1", value_parser = max_time_arg, allow_hyphen_values = true)]
     pub max_time: f64,
     /// Which pairs: all (every ordered pair, n-1 rounds), ring (each rank with its two
-    /// neighbours), or random:K[:SEED] (K partners each way per rank from a shared seed); ring and
+    /// neighbours), or `random:K[:SEED]` (K partners each way per rank from a shared seed); ring and
     /// random are followed by 2 retest rounds that pair the suspects with ranks not named.
     #[arg(long = "pairs", default_value = "all", value_parser = schedule_arg)]
     pub schedule: Schedule,

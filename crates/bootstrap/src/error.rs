@@ -17,10 +17,19 @@ pub enum BootstrapError {
     /// Bad flags or launcher variables, or no rendezvous address: the user has to fix the
     /// command line or the environment (exit status 2).
     Usage(String),
-    /// A rank's connection ended without a goodbye: the process exited or was killed.
-    PeerDied { rank: u32, detail: String },
+    /// A rank's connection ended without a goodbye: the process exited or was killed. `host`
+    /// is the host it said it ran on when it joined (empty where unknown).
+    PeerDied {
+        rank: u32,
+        host: String,
+        detail: String,
+    },
     /// A rank sent nothing, not even a heartbeat, for `silent_for`: frozen, stopped or cut off.
-    PeerSilent { rank: u32, silent_for: Duration },
+    PeerSilent {
+        rank: u32,
+        host: String,
+        silent_for: Duration,
+    },
     /// A rank called `abort` (or failed and said why).
     Aborted { rank: u32, reason: String },
     /// A collective (or the initial connect) waited longer than the timeout for some ranks.
@@ -111,6 +120,15 @@ pub(crate) fn shorten(s: &str, max: usize) -> String {
     }
 }
 
+/// " on HOST" for a known host, nothing for an unknown one.
+fn on_host(host: &str) -> String {
+    if host.is_empty() {
+        String::new()
+    } else {
+        format!(" on {}", shorten(host, 64))
+    }
+}
+
 /// Keep messages on one line whatever a peer sent us.
 fn one_line(s: &str) -> String {
     let line = s.lines().next().unwrap_or("");
@@ -121,15 +139,21 @@ impl fmt::Display for BootstrapError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             BootstrapError::Usage(m) => write!(f, "{}", one_line(m)),
-            BootstrapError::PeerDied { rank, detail } => write!(
+            BootstrapError::PeerDied { rank, host, detail } => write!(
                 f,
-                "rank {rank} died: {} (look at rank {rank}'s own output for why it exited)",
+                "rank {rank}{} died: {} (look at rank {rank}'s own output for why it exited)",
+                on_host(host),
                 one_line(detail)
             ),
-            BootstrapError::PeerSilent { rank, silent_for } => write!(
+            BootstrapError::PeerSilent {
+                rank,
+                host,
+                silent_for,
+            } => write!(
                 f,
-                "rank {rank} stopped answering (no heartbeat for {}): the process is frozen, \
+                "rank {rank}{} stopped answering (no heartbeat for {}): the process is frozen, \
                  stopped or cut off from the network; raise --timeout if it is only overloaded",
+                on_host(host),
                 secs(*silent_for)
             ),
             BootstrapError::Aborted { rank, reason } => {
@@ -220,6 +244,7 @@ mod tests {
     fn messages_are_one_line_and_name_the_rank() {
         let e = BootstrapError::PeerSilent {
             rank: 3,
+            host: String::new(),
             silent_for: Duration::from_secs(10),
         };
         let s = e.to_string();

@@ -78,6 +78,8 @@ struct Peer {
     tx: Sender<Out>,
     stream: TcpStream,
     left: bool,
+    /// The host the rank said it runs on (its hello), to name it when it dies or goes silent.
+    host: String,
 }
 
 struct Round {
@@ -197,11 +199,21 @@ impl Shared {
         self.report_locked(&mut st, e);
     }
 
-    fn report_locked(&self, st: &mut State, e: BootstrapError) {
+    fn report_locked(&self, st: &mut State, mut e: BootstrapError) {
         if st.failure.is_some() || self.closing.load(Ordering::Acquire) {
             return;
         }
         if let Some(hub) = &st.hub {
+            // Rank 0 knows every rank's host from its hello: name it with the rank.
+            if let BootstrapError::PeerDied { rank, host, .. }
+            | BootstrapError::PeerSilent { rank, host, .. } = &mut e
+            {
+                if let Some(Some(p)) = hub.peers.get(*rank as usize) {
+                    if host.is_empty() {
+                        host.clone_from(&p.host);
+                    }
+                }
+            }
             let f = Arc::new(wire::frame(wire::T_FAIL, &wire::encode_error(&e)));
             for p in hub.peers.iter().flatten() {
                 let _ = p.tx.send(Out::Frame(f.clone()));
@@ -264,11 +276,13 @@ fn writer_loop(
                     if is_timeout(&e) {
                         shared.report(BootstrapError::PeerSilent {
                             rank: peer,
+                            host: String::new(),
                             silent_for: shared.timeout,
                         });
                     } else if !peer_left(&shared, peer) {
                         shared.report(BootstrapError::PeerDied {
                             rank: peer,
+                            host: String::new(),
                             detail: describe_loss(&e),
                         });
                     }
@@ -586,6 +600,7 @@ fn handshake(shared: &Arc<Shared>, mut stream: TcpStream, id: u64) -> Option<(u3
             tx,
             stream: keep_stream,
             left: false,
+            host: hello.host.clone(),
         });
         hub.connected += 1;
         if hub.connected == world - 1 {
@@ -630,6 +645,7 @@ fn hub_reader(shared: &Arc<Shared>, rank: u32, mut stream: TcpStream) {
                 let e = if is_timeout(&e) {
                     BootstrapError::PeerSilent {
                         rank,
+                        host: String::new(),
                         silent_for: shared.timeout,
                     }
                 } else if e.kind() == io::ErrorKind::InvalidData {
@@ -640,6 +656,7 @@ fn hub_reader(shared: &Arc<Shared>, rank: u32, mut stream: TcpStream) {
                 } else {
                     BootstrapError::PeerDied {
                         rank,
+                        host: String::new(),
                         detail: describe_loss(&e),
                     }
                 };
@@ -870,7 +887,14 @@ fn monitor_loop(shared: Arc<Shared>) {
             })
         });
         if let Some((rank, silent_for)) = silent {
-            shared.report_locked(&mut st, BootstrapError::PeerSilent { rank, silent_for });
+            shared.report_locked(
+                &mut st,
+                BootstrapError::PeerSilent {
+                    rank,
+                    host: String::new(),
+                    silent_for,
+                },
+            );
             return;
         }
         if let Some((op, waiting_for)) = expired {
@@ -1040,6 +1064,7 @@ fn client_reader(shared: Arc<Shared>, mut stream: TcpStream) {
                 let e = if is_timeout(&e) {
                     BootstrapError::PeerSilent {
                         rank: 0,
+                        host: String::new(),
                         silent_for: shared.timeout,
                     }
                 } else if e.kind() == io::ErrorKind::InvalidData {
@@ -1050,6 +1075,7 @@ fn client_reader(shared: Arc<Shared>, mut stream: TcpStream) {
                 } else {
                     BootstrapError::PeerDied {
                         rank: 0,
+                        host: String::new(),
                         detail: describe_loss(&e),
                     }
                 };

@@ -296,10 +296,14 @@ pub fn encode_error(e: &BootstrapError) -> Vec<u8> {
     let mut v = Vec::new();
     let (kind, rank, ms, text, ranks): (u8, u32, u64, String, &[u32]) = match e {
         BootstrapError::Usage(m) => (0, 0, 0, m.clone(), &[]),
-        BootstrapError::PeerDied { rank, detail } => (1, *rank, 0, detail.clone(), &[]),
-        BootstrapError::PeerSilent { rank, silent_for } => {
-            (2, *rank, silent_for.as_millis() as u64, String::new(), &[])
+        BootstrapError::PeerDied { rank, host, detail } => {
+            (1, *rank, 0, format!("{host}\n{detail}"), &[])
         }
+        BootstrapError::PeerSilent {
+            rank,
+            host,
+            silent_for,
+        } => (2, *rank, silent_for.as_millis() as u64, host.clone(), &[]),
         BootstrapError::Aborted { rank, reason } => (3, *rank, 0, reason.clone(), &[]),
         BootstrapError::Timeout {
             op,
@@ -346,9 +350,17 @@ pub fn decode_error(p: &[u8]) -> Result<BootstrapError, String> {
     let d = Duration::from_millis(ms);
     Ok(match kind {
         0 => BootstrapError::Usage(text),
-        1 => BootstrapError::PeerDied { rank, detail: text },
+        1 => {
+            let (host, detail) = text.split_once('\n').unwrap_or(("", &text));
+            BootstrapError::PeerDied {
+                rank,
+                host: host.into(),
+                detail: detail.into(),
+            }
+        }
         2 => BootstrapError::PeerSilent {
             rank,
+            host: text,
             silent_for: d,
         },
         3 => BootstrapError::Aborted { rank, reason: text },
@@ -445,7 +457,13 @@ mod tests {
         for e in [
             BootstrapError::PeerSilent {
                 rank: 4,
+                host: "node5".into(),
                 silent_for: Duration::from_millis(2500),
+            },
+            BootstrapError::PeerDied {
+                rank: 2,
+                host: "node3".into(),
+                detail: "its connection was reset".into(),
             },
             BootstrapError::Timeout {
                 op: "barrier #3".into(),

@@ -514,7 +514,7 @@ fn launch_ends_the_job_when_a_rank_is_killed() {
     // The other ranks noticed on their own and named the dead rank.
     for r in 0..3 {
         assert!(
-            err.contains(&format!("[rank {r}] rank {r}: rank 3 died")),
+            err.contains(&format!("[rank {r}] rank {r}: rank 3 on ")) && err.contains(" died"),
             "rank {r}: {err}"
         );
     }
@@ -535,7 +535,10 @@ fn launch_ends_the_job_when_a_rank_freezes() {
     );
     let err = p.stderr();
     assert_eq!(p.status.unwrap().code(), Some(1), "{err}");
-    assert!(err.contains("rank 1 stopped answering"), "{err}");
+    assert!(
+        err.contains("rank 1 on ") && err.contains(" stopped answering"),
+        "{err}"
+    );
     assert!(
         err.contains("still running"),
         "the stopped rank had to be stopped by launch: {err}"
@@ -959,7 +962,8 @@ fn the_watchdog_ends_ranks_stuck_outside_the_bootstrap() {
     assert_eq!(p.status.unwrap().code(), Some(137), "{err}");
     for r in [0, 2] {
         assert!(
-            err.contains(&format!("[rank {r}] efabench: rank {r}: rank 1 died")),
+            err.contains(&format!("[rank {r}] efabench: rank {r}: rank 1 on "))
+                && err.contains(" died"),
             "rank {r}: {err}"
         );
     }

@@ -26,10 +26,17 @@ fn any_error() -> impl Strategy<Value = BootstrapError> {
     let ranks = proptest::collection::vec(any::<u32>(), 0..20);
     prop_oneof![
         text.prop_map(BootstrapError::Usage),
-        (any::<u32>(), text).prop_map(|(rank, detail)| BootstrapError::PeerDied { rank, detail }),
-        (any::<u32>(), 0u64..10_000_000).prop_map(|(rank, ms)| BootstrapError::PeerSilent {
+        (any::<u32>(), text, text).prop_map(|(rank, host, detail)| BootstrapError::PeerDied {
             rank,
-            silent_for: Duration::from_millis(ms)
+            host,
+            detail
+        }),
+        (any::<u32>(), text, 0u64..10_000_000).prop_map(|(rank, host, ms)| {
+            BootstrapError::PeerSilent {
+                rank,
+                host,
+                silent_for: Duration::from_millis(ms),
+            }
         }),
         (any::<u32>(), text).prop_map(|(rank, reason)| BootstrapError::Aborted { rank, reason }),
         (text, ranks, 0u64..10_000_000).prop_map(|(op, waiting_for, ms)| {

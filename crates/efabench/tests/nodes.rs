@@ -245,3 +245,49 @@ fn alltoall_names_the_slowest_node_within_the_budget() {
     assert_eq!(s.len(), 2, "{err}");
     assert!(s.iter().all(|l| l.contains("rank 2 on node3")), "{s:?}");
 }
+
+/// A rank killed in the middle of `pairs` fails the job within the timeout, and the others name
+/// it with its host.
+#[test]
+fn a_rank_killed_mid_pairs_is_named_by_host() {
+    let _one = serial();
+    let Some(mut c) = Cluster::new(4) else { return };
+    let mut kids = c.start_job(
+        &[
+            "pairs",
+            "-p",
+            "tcp",
+            "-b",
+            "256K",
+            "-e",
+            "256K",
+            "-n",
+            "1000000",
+            "--max-time",
+            "600",
+            "--timeout",
+            "5",
+        ],
+        |_| Vec::new(),
+    );
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    kids[2].kill().unwrap();
+    let t0 = std::time::Instant::now();
+    let outs: Vec<Output> = kids.into_iter().map(|k| c.reap(k)).collect();
+    assert!(
+        t0.elapsed() < std::time::Duration::from_secs(25),
+        "the job took {:?} to end after rank 2 was killed",
+        t0.elapsed()
+    );
+    for (r, o) in outs.iter().enumerate() {
+        if r == 2 {
+            continue;
+        }
+        assert!(!o.status.success(), "rank {r} must fail");
+        let err = text(&o.stderr);
+        assert!(
+            err.contains("rank 2") && err.contains("node3"),
+            "rank {r} must name rank 2 and its host node3: {err}"
+        );
+    }
+}

@@ -331,16 +331,16 @@ impl Cluster {
         child
     }
 
-    /// Runs a job of one rank per node, rank r on node r, meeting at node 0; `env_of(r)` adds
-    /// environment per rank. Every rank's output, by rank.
-    pub fn job(
+    /// Starts a job of one rank per node, rank r on node r, meeting at node 0; `env_of(r)` adds
+    /// environment per rank. The ranks' processes, by rank.
+    pub fn start_job(
         &mut self,
         args: &[&str],
         env_of: impl Fn(usize) -> Vec<(String, String)>,
-    ) -> Vec<Output> {
+    ) -> Vec<Child> {
         let world = self.nodes.len();
         let port = 29_000 + (std::process::id() % 20_000) as u16;
-        let kids: Vec<Child> = (0..world)
+        (0..world)
             .map(|r| {
                 let mut a: Vec<String> = args.iter().map(|s| s.to_string()).collect();
                 a.extend([
@@ -355,18 +355,27 @@ impl Cluster {
                 env.extend(env_of(r));
                 self.spawn(r, &a, &env)
             })
-            .collect();
-        let outs: Vec<Output> = kids
-            .into_iter()
-            .map(|k| {
-                let pid = k.id();
-                let o = k.wait_with_output().unwrap();
-                // Reaped: its pid may be reused, so the drop must not kill it.
-                self.kids.retain(|&p| p != pid);
-                o
-            })
-            .collect();
-        outs
+            .collect()
+    }
+
+    /// Waits for a rank started by [`Cluster::start_job`] and forgets its pid (it may be reused,
+    /// so the drop must not kill it).
+    pub fn reap(&mut self, k: Child) -> Output {
+        let pid = k.id();
+        let o = k.wait_with_output().unwrap();
+        self.kids.retain(|&p| p != pid);
+        o
+    }
+
+    /// Runs a job of one rank per node (see [`Cluster::start_job`]). Every rank's output, by
+    /// rank.
+    pub fn job(
+        &mut self,
+        args: &[&str],
+        env_of: impl Fn(usize) -> Vec<(String, String)>,
+    ) -> Vec<Output> {
+        let kids = self.start_job(args, env_of);
+        kids.into_iter().map(|k| self.reap(k)).collect()
     }
 }
 
