@@ -199,6 +199,9 @@ struct GroupKey {
     host: String,
     /// Rows are ordered pairs (the record names its source in `src`), not peers of rank 0.
     pairs: bool,
+    /// Rows name a peer of rank 0 (point-to-point benchmarks); collectives and GPU-local
+    /// benchmarks have none.
+    peer: bool,
 }
 
 impl GroupKey {
@@ -219,6 +222,7 @@ impl GroupKey {
             busbw_def: r.busbw_def().map(str::to_string),
             host: r.host.clone(),
             pairs: r.extra.contains_key("src"),
+            peer: r.peer.is_some(),
         }
     }
 }
@@ -418,9 +422,14 @@ fn header_block(r: &Record, key: &GroupKey) -> Vec<String> {
             "# one row per ordered pair: column \"peer\" is the destination, the source is the record's src (the pair table below names both); untimed and timed windows in columns \"warmup\" and \"iters\"; verification {}",
             if r.verified { "on" } else { "off (errors N/A)" }
         )
-    } else {
+    } else if key.peer {
         format!(
             "# rank 0 measures each peer in turn (column \"peer\"); untimed and timed iterations per size in columns \"warmup\" and \"iters\"; verification {}",
+            if r.verified { "on" } else { "off (errors N/A)" }
+        )
+    } else {
+        format!(
+            "# untimed and timed iterations per size in columns \"warmup\" and \"iters\"; verification {}",
             if r.verified { "on" } else { "off (errors N/A)" }
         )
     });
@@ -830,6 +839,23 @@ mod tests {
         assert!(!out.contains("over 3 sizes"), "{out}");
         assert!(out.contains("# one row per ordered pair"), "{out}");
         assert!(!out.contains("measures each peer in turn"), "{out}");
+    }
+
+    #[test]
+    fn records_without_a_peer_do_not_claim_rank_0_measures_peers() {
+        let rs: Vec<Record> = (0..2)
+            .map(|i| {
+                let mut r = sample("queue", "pinned/nbi/1x32/c3", 8 << i, 1.0, 9.0);
+                r.peer = None;
+                r
+            })
+            .collect();
+        let out = render(Format::Table, &rs);
+        assert!(!out.contains("measures each peer in turn"), "{out}");
+        assert!(
+            out.contains("# untimed and timed iterations per size in columns"),
+            "{out}"
+        );
     }
 
     fn col_has_peer(out: &str) -> bool {
