@@ -8,46 +8,87 @@
 //! [`BootstrapError::is_usage`] separates configuration mistakes (bad or missing launcher
 //! variables, no rendezvous address: exit status 2) from failures at run time (exit status 1).
 
-use std::fmt;
+use std::io;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// What went wrong while finding our rank or talking to the other ranks.
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// Every rank of a failed job reports the value rank 0 sent it, so the variants hold plain data
+/// that crosses the wire (`wire::encode_error`); only [`BootstrapError::Io`] has a cause, the
+/// local `io::Error` (its words travel as text and come back as an `io::Error` of kind `Other`).
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum BootstrapError {
     /// Bad flags or launcher variables, or no rendezvous address: the user has to fix the
     /// command line or the environment (exit status 2).
+    #[error("{}", one_line(.0))]
     Usage(String),
     /// A rank's connection ended without a goodbye: the process exited or was killed. `host`
     /// is the host it said it ran on when it joined (empty where unknown).
+    #[error(
+        "rank {rank}{} died: {} (look at rank {rank}'s own output for why it exited)",
+        on_host(.host),
+        one_line(.detail)
+    )]
     PeerDied {
         rank: u32,
         host: String,
         detail: String,
     },
     /// A rank sent nothing, not even a heartbeat, for `silent_for`: frozen, stopped or cut off.
+    #[error(
+        "rank {rank}{} stopped answering (no heartbeat for {}): the process is frozen, stopped \
+         or cut off from the network; raise --timeout if it is only overloaded",
+        on_host(.host),
+        secs_ref(.silent_for)
+    )]
     PeerSilent {
         rank: u32,
         host: String,
         silent_for: Duration,
     },
     /// A rank called `abort` (or failed and said why).
+    #[error("rank {rank} aborted the job: {}", one_line(.reason))]
     Aborted { rank: u32, reason: String },
     /// A collective (or the initial connect) waited longer than the timeout for some ranks.
+    #[error("{}", timeout_message(.op, .waiting_for, .after))]
     Timeout {
         op: String,
         waiting_for: Vec<u32>,
         after: Duration,
     },
     /// Rank 0's rendezvous could not be reached before the deadline.
+    #[error(
+        "could not reach rank 0's rendezvous at {addr}: {}; check that rank 0 runs on that host \
+         and that the port is reachable (--rdzv / MASTER_ADDR / MASTER_PORT)",
+        one_line(.detail)
+    )]
     Connect { addr: String, detail: String },
     /// Rank 0's rendezvous answered but refused this rank (wrong job token, world size, ...).
+    #[error("the rendezvous at {addr} refused this rank: {}", one_line(.reason))]
     Refused { addr: String, reason: String },
     /// A rank sent something that is not a valid message of this protocol.
+    #[error(
+        "rank {rank} sent an invalid bootstrap message ({}); are all ranks the same efabench \
+         version?",
+        one_line(.detail)
+    )]
     Protocol { rank: u32, detail: String },
     /// A rank closed its bootstrap normally, but a collective still needs it.
+    #[error(
+        "rank {rank} already left the job but {} still needs it; every rank must call the same \
+         collectives in the same order",
+        one_line(.op)
+    )]
     Left { rank: u32, op: String },
-    /// A local I/O failure (for example the rendezvous port is already in use).
-    Io(String),
+    /// A local failure (the rendezvous port is already in use, a thread cannot start, a message
+    /// too large): `what` says what we were doing, `source` is the operating system's reason.
+    #[error("{}", one_line(.what))]
+    Io {
+        what: String,
+        #[source]
+        source: Option<Arc<io::Error>>,
+    },
 }
 
 impl BootstrapError {
@@ -74,7 +115,38 @@ impl BootstrapError {
     pub(crate) fn usage(msg: impl Into<String>) -> Self {
         BootstrapError::Usage(msg.into())
     }
+
+    /// A local I/O failure while doing `what`, keeping the operating system's error as the cause.
+    pub fn io(what: impl Into<String>, source: io::Error) -> Self {
+        BootstrapError::Io {
+            what: what.into(),
+            source: Some(Arc::new(source)),
+        }
+    }
+
+    /// A local failure that has no operating-system cause.
+    pub fn local(what: impl Into<String>) -> Self {
+        BootstrapError::Io {
+            what: what.into(),
+            source: None,
+        }
+    }
+
+    /// The whole message with its cause, on one line: what a rank prints and what it sends.
+    pub fn message(&self) -> String {
+        efabench_record::chain(self)
+    }
 }
+
+/// Two failures are equal when they would say the same thing on the wire (an `io::Error`
+/// cannot be compared, its words can).
+impl PartialEq for BootstrapError {
+    fn eq(&self, other: &Self) -> bool {
+        crate::wire::encode_error(self) == crate::wire::encode_error(other)
+    }
+}
+
+impl Eq for BootstrapError {}
 
 /// "3", "3 and 5", "1, 2, 4 and 7 more": short lists of ranks for messages.
 pub(crate) fn rank_list(ranks: &[u32]) -> String {
@@ -96,6 +168,10 @@ pub(crate) fn rank_list(ranks: &[u32]) -> String {
         s.push_str(&format!(" and {} more", ranks.len() - SHOWN));
     }
     s
+}
+
+fn secs_ref(d: &Duration) -> String {
+    secs(*d)
 }
 
 fn secs(d: Duration) -> String {
@@ -135,97 +211,30 @@ fn one_line(s: &str) -> String {
     line.chars().filter(|c| !c.is_control()).take(400).collect()
 }
 
-impl fmt::Display for BootstrapError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            BootstrapError::Usage(m) => write!(f, "{}", one_line(m)),
-            BootstrapError::PeerDied { rank, host, detail } => write!(
-                f,
-                "rank {rank}{} died: {} (look at rank {rank}'s own output for why it exited)",
-                on_host(host),
-                one_line(detail)
-            ),
-            BootstrapError::PeerSilent {
-                rank,
-                host,
-                silent_for,
-            } => write!(
-                f,
-                "rank {rank}{} stopped answering (no heartbeat for {}): the process is frozen, \
-                 stopped or cut off from the network; raise --timeout if it is only overloaded",
-                on_host(host),
-                secs(*silent_for)
-            ),
-            BootstrapError::Aborted { rank, reason } => {
-                write!(f, "rank {rank} aborted the job: {}", one_line(reason))
-            }
-            BootstrapError::Timeout {
-                op,
-                waiting_for,
-                after,
-            } if op == "connect" => {
-                let who = if waiting_for.len() == 1 {
-                    "rank"
-                } else {
-                    "ranks"
-                };
-                write!(
-                    f,
-                    "{who} {} did not join the job within {}: not started, crashed during \
-                     start-up, or given another rendezvous address or job token",
-                    rank_list(waiting_for),
-                    secs(*after)
-                )
-            }
-            BootstrapError::Timeout {
-                op,
-                waiting_for,
-                after,
-            } => {
-                let who = if waiting_for.len() == 1 {
-                    "rank"
-                } else {
-                    "ranks"
-                };
-                write!(
-                    f,
-                    "{} timed out waiting for {who} {}: no rank made progress for {}; they are \
-                     alive (heartbeats arrive) but stuck, or busy in work that reports no \
-                     progress (raise --timeout if so)",
-                    one_line(op),
-                    rank_list(waiting_for),
-                    secs(*after)
-                )
-            }
-            BootstrapError::Connect { addr, detail } => write!(
-                f,
-                "could not reach rank 0's rendezvous at {addr}: {}; check that rank 0 runs on \
-                 that host and that the port is reachable (--rdzv / MASTER_ADDR / MASTER_PORT)",
-                one_line(detail)
-            ),
-            BootstrapError::Refused { addr, reason } => write!(
-                f,
-                "the rendezvous at {addr} refused this rank: {}",
-                one_line(reason)
-            ),
-            BootstrapError::Protocol { rank, detail } => write!(
-                f,
-                "rank {rank} sent an invalid bootstrap message ({}); are all ranks the same \
-                 efabench version?",
-                one_line(detail)
-            ),
-            BootstrapError::Left { rank, op } => write!(
-                f,
-                "rank {rank} already left the job but {} still needs it; every rank must call \
-                 the same collectives in the same order",
-                one_line(op)
-            ),
-            BootstrapError::Io(m) => write!(f, "{}", one_line(m)),
-        }
+fn timeout_message(op: &str, waiting_for: &[u32], after: &Duration) -> String {
+    let who = if waiting_for.len() == 1 {
+        "rank"
+    } else {
+        "ranks"
+    };
+    if op == "connect" {
+        format!(
+            "{who} {} did not join the job within {}: not started, crashed during start-up, or \
+             given another rendezvous address or job token",
+            rank_list(waiting_for),
+            secs(*after)
+        )
+    } else {
+        format!(
+            "{} timed out waiting for {who} {}: no rank made progress for {}; they are alive \
+             (heartbeats arrive) but stuck, or busy in work that reports no progress (raise \
+             --timeout if so)",
+            one_line(op),
+            rank_list(waiting_for),
+            secs(*after)
+        )
     }
 }
-
-impl std::error::Error for BootstrapError {}
 
 #[cfg(test)]
 mod tests {
@@ -260,5 +269,16 @@ mod tests {
         assert_eq!(e.to_string(), "rank 2 aborted the job: bad");
         assert!(!e.is_usage());
         assert!(BootstrapError::usage("x").is_usage());
+    }
+
+    #[test]
+    fn a_local_failure_keeps_its_cause() {
+        let e = BootstrapError::io(
+            "rank 0 cannot listen on h:1",
+            io::Error::new(io::ErrorKind::AddrInUse, "address in use"),
+        );
+        assert_eq!(e.to_string(), "rank 0 cannot listen on h:1");
+        assert_eq!(e.message(), "rank 0 cannot listen on h:1: address in use");
+        assert!(std::error::Error::source(&e).is_some());
     }
 }

@@ -313,7 +313,7 @@ fn free_port() -> Result<u16, BootstrapError> {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
-        .map_err(|e| BootstrapError::Io(format!("cannot find a free loopback port: {e}")))
+        .map_err(|e| BootstrapError::io("cannot find a free loopback port", e))
 }
 
 /// 128 random bits as hex, from the kernel (or std's randomly keyed hasher if that fails).
@@ -401,14 +401,14 @@ pub fn launch(opts: &LaunchOptions) -> Result<i32, BootstrapError> {
     let ctl = TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.set_nonblocking(true).map(|()| l))
         .and_then(|l| l.local_addr().map(|a| (l, a)))
-        .map_err(|e| BootstrapError::Io(format!("cannot open launch's control socket: {e}")))?;
+        .map_err(|e| BootstrapError::io("cannot open launch's control socket", e))?;
     let ctl_addr = ctl.1.to_string();
     {
         let (token, joined, stop) = (token.clone(), joined.clone(), stop_ctl.clone());
         std::thread::Builder::new()
             .name("launch-ctl".into())
             .spawn(move || control_loop(ctl.0, token, joined, stop))
-            .map_err(|e| BootstrapError::Io(format!("cannot start a launch thread: {e}")))?;
+            .map_err(|e| BootstrapError::io("cannot start a launch thread", e))?;
     }
     let mut children: Vec<Child> = Vec::with_capacity(n as usize);
     let mut pumps: Vec<Option<JoinHandle<()>>> = Vec::new();
@@ -441,10 +441,10 @@ pub fn launch(opts: &LaunchOptions) -> Result<i32, BootstrapError> {
             Err(e) => {
                 stop_all(&mut children);
                 stop_ctl.store(true, Ordering::Release);
-                return Err(BootstrapError::Io(format!(
-                    "cannot start rank {r} ({}): {e}",
-                    opts.program.display()
-                )));
+                return Err(BootstrapError::io(
+                    format!("cannot start rank {r} ({})", opts.program.display()),
+                    e,
+                ));
             }
         };
         let pump_thread = child.stderr.take().and_then(|err| {

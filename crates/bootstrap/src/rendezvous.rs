@@ -355,7 +355,7 @@ fn bind(host: &str, port: u16) -> Result<TcpListener, BootstrapError> {
         if e.kind() == io::ErrorKind::AddrInUse {
             in_use(&any)
         } else {
-            BootstrapError::Io(format!("rank 0 cannot listen on {host}:{port}: {e}"))
+            BootstrapError::io(format!("rank 0 cannot listen on {host}:{port}"), e)
         }
     })
 }
@@ -386,8 +386,7 @@ fn start_hub(info: &RankInfo, rdzv: &str, timeout: Duration) -> Result<Bootstrap
         round: None,
         born: Instant::now(),
     });
-    let spawn_err =
-        |e: io::Error| BootstrapError::Io(format!("cannot start a rendezvous thread: {e}"));
+    let spawn_err = |e: io::Error| BootstrapError::io("cannot start a rendezvous thread", e);
     let s = shared.clone();
     // Detached: it ends when Drop wakes it with a connection and it sees `closing`.
     shared
@@ -579,7 +578,7 @@ fn handshake(shared: &Arc<Shared>, mut stream: TcpStream, id: u64) -> Option<(u3
     {
         let mut st = lock(&shared.state);
         if let Some(e) = &st.failure {
-            let reason = format!("the job has already failed: {e}");
+            let reason = format!("the job has already failed: {}", e.message());
             drop(st);
             refuse(&mut stream, &reason);
             return None;
@@ -618,9 +617,7 @@ fn handshake(shared: &Arc<Shared>, mut stream: TcpStream, id: u64) -> Option<(u3
         writer_loop(s, writer_stream, rx, rank, Beat::JobActivity)
     }) {
         Ok(h) => lock(&shared.writers).push(h),
-        Err(e) => shared.report(BootstrapError::Io(format!(
-            "cannot start a writer thread: {e}"
-        ))),
+        Err(e) => shared.report(BootstrapError::io("cannot start a writer thread", e)),
     }
     Some((rank, stream))
 }
@@ -802,7 +799,7 @@ fn contribute(shared: &Shared, rank: u32, seq: u64, op: Op, blob: Vec<u8>) {
         .collect();
     let total: usize = blobs.iter().map(|b| b.len() + 4).sum();
     if total + 64 > wire::MAX_FRAME as usize {
-        let e = BootstrapError::Io(format!(
+        let e = BootstrapError::local(format!(
             "{} #{seq} would move {total} bytes in one message, more than the {} MiB limit; \
              send less per rank",
             op.name(),
@@ -1008,13 +1005,12 @@ fn start_client(
         std::thread::sleep(backoff.min(deadline - now));
         backoff = (backoff * 2).min(Duration::from_millis(500));
     };
-    let io_err = |e: io::Error| BootstrapError::Io(format!("rendezvous socket setup failed: {e}"));
+    let io_err = |e: io::Error| BootstrapError::io("rendezvous socket setup failed", e);
     stream.set_read_timeout(Some(timeout)).map_err(io_err)?;
     stream.set_write_timeout(Some(timeout)).map_err(io_err)?;
     let shared = Arc::new(Shared::new(info.world, String::new(), timeout));
     let (tx, rx) = mpsc::channel();
-    let spawn_err =
-        |e: io::Error| BootstrapError::Io(format!("cannot start a rendezvous thread: {e}"));
+    let spawn_err = |e: io::Error| BootstrapError::io("cannot start a rendezvous thread", e);
     let (ws, rs) = (
         stream.try_clone().map_err(io_err)?,
         stream.try_clone().map_err(io_err)?,
@@ -1252,8 +1248,9 @@ fn watchdog(shared: &Shared, rank: u32, grace: Duration) {
     drop(st);
     let _ = writeln!(
         io::stderr().lock(),
-        "efabench: rank {rank}: {failure} (ended by the watchdog: the benchmark had not stopped \
+        "efabench: rank {rank}: {} (ended by the watchdog: the benchmark had not stopped \
          {:.0} s after the failure)",
+        failure.message(),
         grace.as_secs_f64()
     );
     // Exit handlers of C libraries run in this thread; if one blocks on a lock held by the stuck

@@ -314,7 +314,11 @@ pub fn encode_error(e: &BootstrapError) -> Vec<u8> {
         BootstrapError::Refused { addr, reason } => (6, 0, 0, format!("{addr}\n{reason}"), &[]),
         BootstrapError::Protocol { rank, detail } => (7, *rank, 0, detail.clone(), &[]),
         BootstrapError::Left { rank, op } => (8, *rank, 0, op.clone(), &[]),
-        BootstrapError::Io(m) => (9, 0, 0, m.clone(), &[]),
+        // "what" alone, or "what\ncause" when there is a cause (even an empty one).
+        BootstrapError::Io { what, source } => match source {
+            Some(cause) => (9, 0, 0, format!("{what}\n{cause}"), &[]),
+            None => (9, 0, 0, what.clone(), &[]),
+        },
     };
     v.push(kind);
     v.extend_from_slice(&rank.to_le_bytes());
@@ -379,7 +383,16 @@ pub fn decode_error(p: &[u8]) -> Result<BootstrapError, String> {
         }
         7 => BootstrapError::Protocol { rank, detail: text },
         8 => BootstrapError::Left { rank, op: text },
-        9 => BootstrapError::Io(text),
+        9 => {
+            let (what, cause) = match text.split_once('\n') {
+                Some((w, c)) => (w.to_string(), Some(c)),
+                None => (text, None),
+            };
+            BootstrapError::Io {
+                what,
+                source: cause.map(|c| std::sync::Arc::new(std::io::Error::other(c))),
+            }
+        }
         k => return Err(format!("unknown failure kind {k}")),
     })
 }
@@ -482,6 +495,11 @@ mod tests {
                 rank: 1,
                 op: "gather".into(),
             },
+            BootstrapError::io(
+                "rank 0 cannot listen on h:1",
+                std::io::Error::other("address in use"),
+            ),
+            BootstrapError::local("gather #2 would move too much"),
         ] {
             assert_eq!(decode_error(&encode_error(&e)).unwrap(), e);
         }

@@ -145,7 +145,7 @@ fn wait_for_failure(b: &Bootstrap, mode: &str) -> i32 {
             std::thread::sleep(Duration::from_millis(1));
         }
     };
-    eprintln!("rank {r}: {e}");
+    eprintln!("rank {r}: {}", e.message());
     1
 }
 

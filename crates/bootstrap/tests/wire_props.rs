@@ -48,7 +48,9 @@ fn any_error() -> impl Strategy<Value = BootstrapError> {
         }),
         (any::<u32>(), text).prop_map(|(rank, detail)| BootstrapError::Protocol { rank, detail }),
         (any::<u32>(), text).prop_map(|(rank, op)| BootstrapError::Left { rank, op }),
-        text.prop_map(BootstrapError::Io),
+        text.prop_map(BootstrapError::local),
+        (text, text)
+            .prop_map(|(what, cause)| BootstrapError::io(what, std::io::Error::other(cause))),
     ]
 }
 

@@ -62,3 +62,69 @@ pub fn io_reason(e: &std::io::Error) -> String {
         None => s,
     }
 }
+
+/// An error and its causes on one line, outermost first: `rank 1: fabric: fi_writemsg failed:
+/// Resource temporarily unavailable (-11)`.
+///
+/// Each layer's message says what that layer was doing and leaves the cause to its `source()`;
+/// this walks the chain and joins the messages with `": "`. A layer that already repeats its
+/// cause's words at the end of its own message is not repeated, and every message is cut to its
+/// first line, so the result stays one line whatever a lower layer produced.
+pub fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = String::new();
+    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = next {
+        let text = err.to_string();
+        let line = text
+            .lines()
+            .map(str::trim)
+            .find(|l| !l.is_empty())
+            .unwrap_or("");
+        if !line.is_empty() && !out.ends_with(line) {
+            if !out.is_empty() {
+                out.push_str(": ");
+            }
+            out.push_str(line);
+        }
+        next = err.source();
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug)]
+    struct Layer(&'static str, Option<Box<Layer>>);
+    impl fmt::Display for Layer {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str(self.0)
+        }
+    }
+    impl std::error::Error for Layer {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            self.1.as_deref().map(|l| l as _)
+        }
+    }
+
+    #[test]
+    fn a_chain_prints_outermost_first_on_one_line() {
+        let e = Layer(
+            "rank 1",
+            Some(Box::new(Layer(
+                "fabric",
+                Some(Box::new(Layer(
+                    "fi_writemsg failed: busy (-11)\nmore",
+                    None,
+                ))),
+            ))),
+        );
+        assert_eq!(chain(&e), "rank 1: fabric: fi_writemsg failed: busy (-11)");
+        // A layer that already quotes its cause is not printed twice.
+        let e = Layer("cannot open x: gone", Some(Box::new(Layer("gone", None))));
+        assert_eq!(chain(&e), "cannot open x: gone");
+        let io = std::io::Error::other("disk on fire");
+        assert_eq!(chain(&io), "disk on fire");
+    }
+}

@@ -27,7 +27,7 @@ pub mod stats;
 pub mod testing;
 pub mod util;
 
-pub use error::{Error, ErrorKind};
+pub use error::{chain, Error, ErrorKind};
 pub use jsonl::{
     parse_records, parse_records_from, read_files, read_records, read_records_with_warnings,
     validate_line, JsonlWriter, RecordsRead, MAX_LINE_BYTES,
