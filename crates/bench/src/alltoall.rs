@@ -195,7 +195,7 @@ pub(crate) fn open_mesh(
     m.set_ranks_on_host(ctx.hosts.iter().filter(|h| **h == ctx.host).count());
     m.set_progress(ctx.bs.progress());
     let blob = m.local_blob()?;
-    let blobs = ctx.bs.all_gather(&blob).map_err(harness::from_bootstrap)?;
+    let blobs = ctx.bs.all_gather(&blob)?;
     m.connect(&blobs)?;
     let rails = plan.rails.len() as u32;
     let domains = plan.domains();
@@ -326,7 +326,7 @@ impl<'a> Benchmark for Alltoall<'a> {
             .ok_or_else(|| BenchError::failed("measure before setup"))?;
         let mut run = Run::new(mesh, spec, op, verify);
         // Nobody writes the new layout while a peer still checks the previous point.
-        ctx.bs.barrier().map_err(harness::from_bootstrap)?;
+        ctx.bs.barrier()?;
         run.start()?;
         let mut errors = 0;
         // Receive halves: checked warm-up iterations alternate (a peer one iteration ahead must
@@ -347,7 +347,7 @@ impl<'a> Benchmark for Alltoall<'a> {
                 break;
             }
         }
-        ctx.bs.barrier().map_err(harness::from_bootstrap)?;
+        ctx.bs.barrier()?;
         run.mesh.count_from_now(true);
         let mut samples = Samples::with_capacity(spec.iters.min(1 << 16) as usize);
         let mut delays = vec![0u128; ctx.world as usize];

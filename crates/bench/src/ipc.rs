@@ -33,8 +33,8 @@
 pub mod nvbw;
 
 use crate::harness::{
-    from_bootstrap, Benchmark, BuildInfo, CommonArgs, Ctx, Measured, MrChoice, Needs, Point, Rails,
-    RunFacts, Strategy,
+    Benchmark, BuildInfo, CommonArgs, Ctx, Measured, MrChoice, Needs, Point, Rails, RunFacts,
+    Strategy,
 };
 use crate::pattern;
 use crate::size::sweep;
@@ -275,15 +275,6 @@ pub fn size_at_fraction(points: &[(u64, f64)], frac: f64) -> Option<(u64, f64)> 
         .map(|p| (p.0, peak))
 }
 
-fn gpu_err(e: GpuError) -> BenchError {
-    match e {
-        GpuError::NoDriver | GpuError::NoNvrtc | GpuError::Invalid(_) => {
-            BenchError::usage(e.to_string())
-        }
-        _ => BenchError::failed(e.to_string()),
-    }
-}
-
 /// One point: a method at a size, from GPU rank `a` to GPU rank `b`.
 #[derive(Clone, Copy, Debug)]
 pub struct IpcSpec {
@@ -345,7 +336,7 @@ impl<'a> Ipc<'a> {
                 "ipc moves device memory over NVLink with CUDA IPC and does not use libfabric: drop {opt}"
             )));
         }
-        efabench_gpu::driver().map_err(gpu_err)?;
+        efabench_gpu::driver()?;
         Ok(Ipc {
             args,
             sizes,
@@ -401,9 +392,8 @@ impl Benchmark for Ipc<'_> {
     fn setup(&mut self, ctx: &Ctx) -> Result<RunFacts, BenchError> {
         let bs = ctx.bs;
         let (me, world) = (ctx.rank, ctx.world);
-        let ordinal =
-            efabench_gpu::resolve(self.args.common.gpu, ctx.local_rank).map_err(gpu_err)?;
-        let gpu = Gpu::open(ordinal).map_err(gpu_err)?;
+        let ordinal = efabench_gpu::resolve(self.args.common.gpu, ctx.local_rank)?;
+        let gpu = Gpu::open(ordinal)?;
         let mut max = *self.sizes.iter().max().unwrap_or(&16) as usize;
         if self.tests.contains(&nvbw::Test::Latency) {
             max = max.max(nvbw::LATENCY_BYTES as usize);
@@ -411,8 +401,7 @@ impl Benchmark for Ipc<'_> {
 
         // Everyone must be on a different GPU.
         let buses: Vec<String> = bs
-            .all_gather(gpu.pci_bus_id.as_bytes())
-            .map_err(from_bootstrap)?
+            .all_gather(gpu.pci_bus_id.as_bytes())?
             .iter()
             .map(|b| String::from_utf8_lossy(b).into_owned())
             .collect();
@@ -428,9 +417,9 @@ impl Benchmark for Ipc<'_> {
         let mut rank = setup(&gpu, max)?;
         rank.peer_recv = (0..world).map(|_| None).collect();
         rank.peer_src = (0..world).map(|_| None).collect();
-        let mut blob = export(&rank.recv).map_err(gpu_err)?.to_vec();
-        blob.extend_from_slice(&export(&rank.src).map_err(gpu_err)?);
-        let blobs = bs.all_gather(&blob).map_err(from_bootstrap)?;
+        let mut blob = export(&rank.recv)?.to_vec();
+        blob.extend_from_slice(&export(&rank.src)?);
+        let blobs = bs.all_gather(&blob)?;
         for (r, b) in blobs.iter().enumerate() {
             if r as u32 == me {
                 continue;
@@ -761,14 +750,14 @@ fn exec_rank(m: Method, a: usize, b: usize) -> usize {
 }
 
 fn setup(gpu: &Arc<Gpu>, max: usize) -> Result<Rank, BenchError> {
-    let stream = Stream::new(gpu).map_err(gpu_err)?;
-    let recv = DeviceBuffer::new(gpu, max).map_err(gpu_err)?;
-    let src = DeviceBuffer::new(gpu, max).map_err(gpu_err)?;
-    let counter = Counter::new(gpu).map_err(gpu_err)?;
-    let kernels = IpcKernels::load(gpu).map_err(gpu_err)?;
+    let stream = Stream::new(gpu)?;
+    let recv = DeviceBuffer::new(gpu, max)?;
+    let src = DeviceBuffer::new(gpu, max)?;
+    let counter = Counter::new(gpu)?;
+    let kernels = IpcKernels::load(gpu)?;
     // Also compiles the pattern kernels now, outside any timed region.
-    kernel(gpu, Source::Buffer, "efa_fill").map_err(gpu_err)?;
-    kernel(gpu, Source::Buffer, "efa_mismatches").map_err(gpu_err)?;
+    kernel(gpu, Source::Buffer, "efa_fill")?;
+    kernel(gpu, Source::Buffer, "efa_mismatches")?;
     Ok(Rank {
         gpu: gpu.clone(),
         stream,
@@ -827,21 +816,20 @@ fn measure(
     let base = point_index << 24;
     let iter_seed = |k: u64| pattern::seed(base + k, a as u32, b as u32, 0);
     let data_seed = pattern::seed(base, a as u32, b as u32, 1);
-    let g = |e: GpuError| gpu_err(e);
 
     // Prepare: the receiver poisons what it will check, the source fills what is copied/pulled.
     if me == b && !matches!(m, Method::Pull(_)) {
         let poison = pattern::seed(base, a as u32, b as u32, POISON_SLOT);
-        fill(&r.stream, &r.recv, len, poison).map_err(g)?;
+        fill(&r.stream, &r.recv, len, poison)?;
     }
     if me == a && matches!(m, Method::CopyEngine | Method::Pull(_)) {
-        fill(&r.stream, &r.src, len, data_seed).map_err(g)?;
+        fill(&r.stream, &r.src, len, data_seed)?;
     }
     if me == b {
-        r.counter.reset().map_err(g)?;
+        r.counter.reset()?;
     }
-    r.stream.synchronize().map_err(g)?;
-    bs.barrier().map_err(from_bootstrap)?;
+    r.stream.synchronize()?;
+    bs.barrier()?;
 
     let mut out = Outcome::default();
     if me == exec {
@@ -850,28 +838,26 @@ fn measure(
             _ => data_seed,
         };
         for k in 0..warmup {
-            launch(r, m, len, a, b, seed_of(k)).map_err(g)?;
+            launch(r, m, len, a, b, seed_of(k))?;
         }
         let parts = batches(iters, args.samples);
         let events = (0..=parts.len())
             .map(|_| Event::new(&r.gpu))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(g)?;
+            .collect::<Result<Vec<_>, _>>()?;
         // Warm-up must not overlap the first timed batch.
-        r.stream.synchronize().map_err(g)?;
-        events[0].record(&r.stream).map_err(g)?;
+        r.stream.synchronize()?;
+        events[0].record(&r.stream)?;
         let mut k = warmup;
         for (i, n) in parts.iter().enumerate() {
             for _ in 0..*n {
-                launch(r, m, len, a, b, seed_of(k)).map_err(g)?;
+                launch(r, m, len, a, b, seed_of(k))?;
                 k += 1;
             }
-            events[i + 1].record(&r.stream).map_err(g)?;
+            events[i + 1].record(&r.stream)?;
         }
-        events[parts.len()].synchronize().map_err(g)?;
+        events[parts.len()].synchronize()?;
         for i in 0..parts.len() {
-            out.batch_ms
-                .push(events[i].elapsed_ms(&events[i + 1]).map_err(g)?);
+            out.batch_ms.push(events[i].elapsed_ms(&events[i + 1])?);
         }
         out.batch_ms = out
             .batch_ms
@@ -880,7 +866,7 @@ fn measure(
             .map(|(ms, n)| ms / *n as f64)
             .collect();
     }
-    bs.barrier().map_err(from_bootstrap)?;
+    bs.barrier()?;
 
     // Check on the receiving GPU.
     if me == b && verify {
@@ -891,11 +877,11 @@ fn measure(
                     Method::CopyEngine => data_seed,
                     _ => iter_seed(warmup + iters - 1),
                 };
-                count_mismatches(&r.stream, &r.recv, len, expect, &r.counter).map_err(g)?;
+                count_mismatches(&r.stream, &r.recv, len, expect, &r.counter)?;
             }
         }
-        r.stream.synchronize().map_err(g)?;
-        out.errors = r.counter.read().map_err(g)?;
+        r.stream.synchronize()?;
+        out.errors = r.counter.read()?;
     }
     Ok(out)
 }

@@ -54,6 +54,13 @@ macro_rules! benchmarks {
         pub const BENCHMARKS: &[&str] = &[$($name),*];
 
         impl BenchCommand {
+            /// The subcommand's name (`write`), as errors name it.
+            pub fn name(&self) -> &'static str {
+                match self {
+                    $( BenchCommand::$variant(_) => $name, )*
+                }
+            }
+
             /// Runs one rank of the benchmark; returns the exit status.
             pub fn run(&self, build: &BuildInfo) -> Result<i32, BenchError> {
                 match self {

@@ -41,7 +41,7 @@ use efabench_gpu::MemKind;
 use serde_json::{json, Value};
 
 use crate::error::BenchError;
-use crate::harness::{fabric_error, Strategy};
+use crate::harness::Strategy;
 use crate::p2p::link::{pack_parts, unpack_parts, Payload};
 use crate::pattern;
 
@@ -104,10 +104,6 @@ pub struct Received {
 /// Why a wait or a post failed, as the harness wants it.
 pub type MeshResult<T> = Result<T, BenchError>;
 
-fn fabric(e: efabench_fabric::Error) -> BenchError {
-    fabric_error(e)
-}
-
 /// What a peer needs from us.
 struct MeshPeer {
     peer: GroupPeer,
@@ -168,7 +164,7 @@ impl Mesh {
         timeout: Duration,
         health: Health,
     ) -> MeshResult<Self> {
-        let ctrl = HostBuffer::new(64).map(Arc::new).map_err(fabric)?;
+        let ctrl = HostBuffer::new(64).map(Arc::new)?;
         let gpu_mem = send.kind() != MemKind::Host && send.kind() != MemKind::Pinned;
         let provider = group.rail(0).info().provider.clone();
         let register = |b: &Payload| {
@@ -180,13 +176,13 @@ impl Mesh {
                         b.kind()
                     ))
                 } else {
-                    fabric(e)
+                    BenchError::from(e)
                 }
             })
         };
         let send_reg = register(&send)?;
         let recv_reg = register(&recv)?;
-        let ctrl_reg = group.register(ctrl.clone(), MrPath::Auto).map_err(fabric)?;
+        let ctrl_reg = group.register(ctrl.clone(), MrPath::Auto)?;
         let rails = group.len();
         Ok(Mesh {
             group,
@@ -261,15 +257,9 @@ impl Mesh {
     /// Our addresses and the descriptors of `recv` and `ctrl`, for the all-gather.
     pub fn local_blob(&self) -> MeshResult<Vec<u8>> {
         Ok(pack_parts([
-            self.group.address().map_err(fabric)?.to_bytes(),
-            self.group
-                .descriptor(&self.recv_reg)
-                .map_err(fabric)?
-                .to_bytes(),
-            self.group
-                .descriptor(&self.ctrl_reg)
-                .map_err(fabric)?
-                .to_bytes(),
+            self.group.address()?.to_bytes(),
+            self.group.descriptor(&self.recv_reg)?.to_bytes(),
+            self.group.descriptor(&self.ctrl_reg)?.to_bytes(),
         ]))
     }
 
@@ -281,9 +271,9 @@ impl Mesh {
                 continue;
             }
             let parts: [&[u8]; 3] = unpack_parts(r, b)?;
-            let addr = GroupAddress::from_bytes(parts[0]).map_err(fabric)?;
-            let recv = RegionDescriptor::from_bytes(parts[1]).map_err(fabric)?;
-            let ctrl = RegionDescriptor::from_bytes(parts[2]).map_err(fabric)?;
+            let addr = GroupAddress::from_bytes(parts[0])?;
+            let recv = RegionDescriptor::from_bytes(parts[1])?;
+            let ctrl = RegionDescriptor::from_bytes(parts[2])?;
             if recv.rails() != self.group.len() {
                 return Err(BenchError::usage(format!(
                     "rank {r} has {} rails and this rank {}: give every rank the same --rails",
@@ -291,7 +281,7 @@ impl Mesh {
                     self.group.len()
                 )));
             }
-            let peer = self.group.insert_peer(&addr).map_err(fabric)?;
+            let peer = self.group.insert_peer(&addr)?;
             self.peers[r] = Some(MeshPeer { peer, recv, ctrl });
         }
         Ok(())
@@ -397,19 +387,16 @@ impl Mesh {
     ) -> MeshResult<()> {
         let p = self.peer(peer)?;
         let (fi_peer, remote) = (p.peer.rail(rail), *p.recv.rail(rail));
-        self.group
-            .rail(rail)
-            .post_write_data(
-                fi_peer,
-                self.send_reg.id(rail),
-                off,
-                len,
-                &remote,
-                remote_off as u64,
-                data,
-                CTX_WRITE,
-            )
-            .map_err(fabric)?;
+        self.group.rail(rail).post_write_data(
+            fi_peer,
+            self.send_reg.id(rail),
+            off,
+            len,
+            &remote,
+            remote_off as u64,
+            data,
+            CTX_WRITE,
+        )?;
         self.outstanding += 1;
         self.count(rail, len);
         Ok(())
@@ -425,10 +412,14 @@ impl Mesh {
         data: u64,
     ) -> MeshResult<()> {
         let fi_peer = self.peer(peer)?.peer.rail(rail);
-        self.group
-            .rail(rail)
-            .post_send_data(fi_peer, self.send_reg.id(rail), off, len, data, CTX_SEND)
-            .map_err(fabric)?;
+        self.group.rail(rail).post_send_data(
+            fi_peer,
+            self.send_reg.id(rail),
+            off,
+            len,
+            data,
+            CTX_SEND,
+        )?;
         self.outstanding += 1;
         self.count(rail, len);
         Ok(())
@@ -442,29 +433,28 @@ impl Mesh {
         off: usize,
         len: usize,
     ) -> MeshResult<()> {
-        self.group
-            .rail(rail)
-            .post_recv(self.recv_reg.id(rail), off, len, CTX_RECV | index as u64)
-            .map_err(fabric)
+        Ok(self.group.rail(rail).post_recv(
+            self.recv_reg.id(rail),
+            off,
+            len,
+            CTX_RECV | index as u64,
+        )?)
     }
 
     /// An 8-byte write into `peer`'s control region carrying `data` (ACK/READY), on rail 0.
     pub fn signal(&mut self, peer: u32, data: u64) -> MeshResult<()> {
         let p = self.peer(peer)?;
         let (fi_peer, remote) = (p.peer.rail(0), *p.ctrl.rail(0));
-        self.group
-            .rail(0)
-            .post_write_data(
-                fi_peer,
-                self.ctrl_reg.id(0),
-                0,
-                8,
-                &remote,
-                8,
-                data,
-                CTX_CTRL,
-            )
-            .map_err(fabric)?;
+        self.group.rail(0).post_write_data(
+            fi_peer,
+            self.ctrl_reg.id(0),
+            0,
+            8,
+            &remote,
+            8,
+            data,
+            CTX_CTRL,
+        )?;
         self.outstanding += 1;
         Ok(())
     }
@@ -476,7 +466,7 @@ impl Mesh {
         let mut buf = [FiCompletion::default(); 32];
         let mut got = false;
         for r in 0..self.group.len() {
-            let n = self.group.rail(r).poll(&mut buf).map_err(fabric)?;
+            let n = self.group.rail(r).poll(&mut buf)?;
             for c in &buf[..n] {
                 self.sort(c)?;
             }
@@ -555,9 +545,7 @@ impl Mesh {
                 }
             }
             if spins % 256 == 0 {
-                self.health
-                    .check()
-                    .map_err(|e| BenchError::failed(e.to_string()))?;
+                self.health.check()?;
                 if last.elapsed() >= self.timeout {
                     return Err(BenchError::failed(format!(
                         "rank {} waited {:.1} s without progress for {}; that rank is stuck or \

@@ -364,10 +364,7 @@ impl<'a> Benchmark for Pairs<'a> {
         let mine = m.group().domains();
         let mut mine_d = mine.clone();
         mine_d.dedup();
-        let all = ctx
-            .bs
-            .all_gather(mine_d.join(",").as_bytes())
-            .map_err(harness::from_bootstrap)?;
+        let all = ctx.bs.all_gather(mine_d.join(",").as_bytes())?;
         self.nics = all
             .iter()
             .map(|b| String::from_utf8_lossy(b).into_owned())
@@ -517,7 +514,7 @@ impl<'a> Benchmark for Pairs<'a> {
             } else {
                 Vec::new()
             };
-            let all = ctx.bs.all_gather(&mine).map_err(harness::from_bootstrap)?;
+            let all = ctx.bs.all_gather(&mine)?;
             let k = all
                 .first()
                 .and_then(|b| <[u8; 4]>::try_from(b.as_slice()).ok())
@@ -544,7 +541,7 @@ impl<'a> Benchmark for Pairs<'a> {
             .mesh
             .as_mut()
             .ok_or_else(|| BenchError::failed("measure before setup"))?;
-        ctx.bs.barrier().map_err(harness::from_bootstrap)?;
+        ctx.bs.barrier()?;
         if crate::test_hooks::crash_rank(me) {
             // As a provider's bad access inside a call would.
             efabench_fabric::crash::raise_segv();
@@ -562,7 +559,7 @@ impl<'a> Benchmark for Pairs<'a> {
             };
             let mut per = Vec::with_capacity(rails);
             for rail in 0..rails {
-                ctx.bs.barrier().map_err(harness::from_bootstrap)?;
+                ctx.bs.barrier()?;
                 let r = stream(mesh, &share, to, from, verify, slow, Some(rail))?;
                 m.errors += r.errors;
                 let s = Samples::from_vec(r.samples_ns);

@@ -23,7 +23,7 @@ use efabench_gpu::queue::{
     measure, numa_cpus, unavailable, LatencyNs, Mode, ProducerShape, QueueConfig, RingKind,
     TailPoll,
 };
-use efabench_gpu::{Gpu, GpuError};
+use efabench_gpu::Gpu;
 use efabench_record::{LatencySummary, Record};
 use serde_json::{json, Map, Value};
 
@@ -238,13 +238,6 @@ fn refuse_unused(c: &CommonArgs) -> Result<(), BenchError> {
     }
 }
 
-fn gpu_err(e: GpuError) -> BenchError {
-    match e {
-        GpuError::NoDriver | GpuError::NoNvrtc => BenchError::usage(e.to_string()),
-        _ => BenchError::failed(e.to_string()),
-    }
-}
-
 impl Benchmark for Queue {
     type Spec = QueueSpec;
 
@@ -261,12 +254,8 @@ impl Benchmark for Queue {
     }
 
     fn setup(&mut self, ctx: &Ctx) -> Result<RunFacts, BenchError> {
-        let ordinal =
-            efabench_gpu::resolve(self.args.common.gpu, ctx.local_rank).map_err(|e| match e {
-                GpuError::Invalid(_) => BenchError::usage(e.to_string()),
-                e => gpu_err(e),
-            })?;
-        let gpu = Gpu::open(ordinal).map_err(gpu_err)?;
+        let ordinal = efabench_gpu::resolve(self.args.common.gpu, ctx.local_rank)?;
+        let gpu = Gpu::open(ordinal)?;
         // Consumers on the GPU's NUMA node; the first CPU of the node last (it often takes
         // interrupts and this process's main thread).
         let node = numa_cpus(&gpu);
@@ -355,7 +344,7 @@ impl Benchmark for Queue {
             .ok_or_else(|| BenchError::failed("queue: setup did not run"))?;
         self.salt += 1;
         let cfg = self.config(spec);
-        let m = measure(&gpu, &cfg).map_err(gpu_err)?;
+        let m = measure(&gpu, &cfg)?;
         let shape = spec.shape.resolve(gpu.sm_count);
         let mut extra = Map::new();
         extra.insert("ring".into(), json!(spec.ring.name()));

@@ -83,7 +83,7 @@ pub enum BootstrapError {
     Left { rank: u32, op: String },
     /// A local failure (the rendezvous port is already in use, a thread cannot start, a message
     /// too large): `what` says what we were doing, `source` is the operating system's reason.
-    #[error("{}", one_line(.what))]
+    #[error("{}{}", one_line(.what), cause(.source))]
     Io {
         what: String,
         #[source]
@@ -205,6 +205,14 @@ fn on_host(host: &str) -> String {
     }
 }
 
+/// ": the reason" for a known cause.
+fn cause(source: &Option<Arc<io::Error>>) -> String {
+    match source {
+        Some(e) => format!(": {}", one_line(&e.to_string())),
+        None => String::new(),
+    }
+}
+
 /// Keep messages on one line whatever a peer sent us.
 fn one_line(s: &str) -> String {
     let line = s.lines().next().unwrap_or("");
@@ -277,8 +285,8 @@ mod tests {
             "rank 0 cannot listen on h:1",
             io::Error::new(io::ErrorKind::AddrInUse, "address in use"),
         );
-        assert_eq!(e.to_string(), "rank 0 cannot listen on h:1");
-        assert_eq!(e.message(), "rank 0 cannot listen on h:1: address in use");
+        assert_eq!(e.to_string(), "rank 0 cannot listen on h:1: address in use");
+        assert_eq!(e.message(), e.to_string());
         assert!(std::error::Error::source(&e).is_some());
     }
 }

@@ -3,15 +3,33 @@
 //! Bad input is one line naming the problem and the fix, exit status 2, never a panic
 //! or a backtrace. A run that measured or checked something and found it wrong exits 1.
 
+use efabench_bench::BenchError;
+use efabench_bootstrap::BootstrapError;
 use std::ffi::OsString;
-use std::fmt;
 
-#[derive(Debug)]
+/// What a command failed with. The variants keep the lower layers' errors whole; [`CliError::exit`]
+/// is the one place that turns any of them into an exit status and a line on stderr.
+#[derive(Debug, thiserror::Error)]
 pub enum CliError {
     /// Bad input or a missing prerequisite (library, provider, driver): exit 2.
+    #[error("{0}")]
     Usage(String),
     /// The command ran and failed (verification errors, a dead peer, an I/O error): exit 1.
+    #[error("{0}")]
     Failed(String),
+    /// A benchmark (`command`) failed; its error says whether the input or the run was at fault.
+    #[error("{command}: {source}")]
+    Bench {
+        command: &'static str,
+        #[source]
+        source: BenchError,
+    },
+    /// Starting or running the job's ranks failed (`efabench launch`).
+    #[error("launch: {0}")]
+    Launch(#[source] BootstrapError),
+    /// Reading, comparing or drawing records failed.
+    #[error(transparent)]
+    Record(#[from] efabench_report::Error),
 }
 
 impl CliError {
@@ -21,21 +39,53 @@ impl CliError {
     pub fn failed(msg: impl Into<String>) -> Self {
         CliError::Failed(msg.into())
     }
-    pub fn exit(self) -> ! {
-        let code = match &self {
-            CliError::Usage(_) => 2,
-            CliError::Failed(_) => 1,
-        };
-        eprintln!("efabench: {self}");
-        std::process::exit(code)
-    }
-}
 
-impl fmt::Display for CliError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    /// True for bad input or a missing prerequisite, asking the cause where there is one.
+    pub fn is_usage(&self) -> bool {
         match self {
-            CliError::Usage(m) | CliError::Failed(m) => f.write_str(m.lines().next().unwrap_or("")),
+            CliError::Usage(_) => true,
+            CliError::Failed(_) => false,
+            CliError::Bench { source, .. } => source.is_usage(),
+            CliError::Launch(e) => e.is_usage(),
+            CliError::Record(e) => e.kind() == efabench_report::ErrorKind::BadInput,
         }
+    }
+
+    /// Exit status 2 for bad input, 1 for a failed run.
+    pub fn exit_code(&self) -> i32 {
+        if self.is_usage() {
+            2
+        } else {
+            1
+        }
+    }
+
+    /// The line printed on stderr: `efabench: ` and the error with its causes (`efabench write:
+    /// rank 1: fabric: fi_writemsg failed: ...` for a benchmark). Bad input is printed without
+    /// the layers it passed through: the user needs what is wrong and how to fix it, not where.
+    pub fn line(&self) -> String {
+        let (prefix, err): (String, &(dyn std::error::Error + 'static)) = match self {
+            CliError::Bench { command, source } => (format!("efabench {command}"), source),
+            CliError::Launch(e) if !e.is_usage() => ("efabench launch".into(), e),
+            CliError::Launch(e) => ("efabench".into(), e),
+            other => ("efabench".into(), other),
+        };
+        let mut text = efabench_report::error::chain(err);
+        if self.is_usage() {
+            // "gpu: no CUDA driver ..." reads as "no CUDA driver ...": drop the layer names a
+            // usage error picked up on its way out.
+            for layer in ["fabric: ", "gpu: "] {
+                if let Some(rest) = text.strip_prefix(layer) {
+                    text = rest.to_string();
+                }
+            }
+        }
+        cap(&format!("{prefix}: {text}"), LINE_MAX)
+    }
+
+    pub fn exit(self) -> ! {
+        eprintln!("{}", self.line());
+        std::process::exit(self.exit_code())
     }
 }
 
@@ -357,6 +407,42 @@ mod tests {
             assert!(m.contains("..."), "{m}");
             assert!(!m.contains('\n'));
         }
+    }
+
+    #[test]
+    fn one_line_with_the_cause_chain_and_the_exit_code() {
+        let fab = efabench_fabric::Error::Call {
+            call: "fi_writemsg",
+            errno: 11,
+            text: "Resource temporarily unavailable".into(),
+        };
+        let e = CliError::Bench {
+            command: "write",
+            source: BenchError::from(fab).on_rank(1),
+        };
+        assert_eq!(
+            e.line(),
+            "efabench write: rank 1: fabric: fi_writemsg failed: Resource temporarily \
+             unavailable (-11)"
+        );
+        assert_eq!(e.exit_code(), 1);
+        let e = CliError::Bench {
+            command: "ipc",
+            source: BenchError::from(efabench_gpu::GpuError::NoDriver).on_rank(0),
+        };
+        assert_eq!(e.exit_code(), 2);
+        assert!(
+            e.line().starts_with("efabench ipc: no CUDA driver"),
+            "{}",
+            e.line()
+        );
+        let e = CliError::usage("bad\nsecond line");
+        assert_eq!((e.line().as_str(), e.exit_code()), ("efabench: bad", 2));
+        let e = CliError::from(efabench_report::Error::failed("disk full"));
+        assert_eq!(
+            (e.line().as_str(), e.exit_code()),
+            ("efabench: disk full", 1)
+        );
     }
 
     #[test]

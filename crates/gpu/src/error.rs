@@ -5,21 +5,37 @@
 //! never a panic (cudarc's own loader panics when `libcuda.so.1` is missing, so the crate checks
 //! first).
 
-use std::fmt;
-
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What went wrong in a CUDA, NVRTC or NVML call. The variants hold data (the driver's result
+/// code by name, the compiler's log) so that one failed `cuInit` can be cached and returned to
+/// every later caller.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum GpuError {
     /// `libcuda.so.1` could not be loaded.
+    #[error(
+        "no CUDA driver was found (libcuda.so.1 not loadable): run on a machine with an NVIDIA \
+         GPU and driver, or add the driver's directory to LD_LIBRARY_PATH"
+    )]
     NoDriver,
     /// NVRTC (`libnvrtc.so.*`) could not be loaded.
+    #[error(
+        "NVRTC was not found (libnvrtc.so.13 not loadable): install the CUDA toolkit or the \
+         nvidia-cuda-nvrtc package and add its lib directory to LD_LIBRARY_PATH"
+    )]
     NoNvrtc,
     /// A CUDA driver call failed.
+    #[error("CUDA call {call} failed: {code}")]
     Cuda { call: &'static str, code: String },
     /// A kernel failed to compile.
+    #[error(
+        "kernel source {kernel} failed to compile with NVRTC: {}",
+        first_error_line(.log)
+    )]
     Compile { kernel: String, log: String },
     /// NVML could not be loaded or a query failed.
+    #[error("NVML: {0}")]
     Nvml(String),
     /// Bad input (a device ordinal, a size, a kind name).
+    #[error("{0}")]
     Invalid(String),
 }
 
@@ -28,40 +44,20 @@ impl GpuError {
     pub fn is_no_driver(&self) -> bool {
         matches!(self, GpuError::NoDriver)
     }
-}
 
-impl fmt::Display for GpuError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            GpuError::NoDriver => f.write_str(
-                "no CUDA driver was found (libcuda.so.1 not loadable): run on a machine with an \
-                 NVIDIA GPU and driver, or add the driver's directory to LD_LIBRARY_PATH",
-            ),
-            GpuError::NoNvrtc => f.write_str(
-                "NVRTC was not found (libnvrtc.so.13 not loadable): install the CUDA toolkit or \
-                 the nvidia-cuda-nvrtc package and add its lib directory to LD_LIBRARY_PATH",
-            ),
-            GpuError::Cuda { call, code } => write!(f, "CUDA call {call} failed: {code}"),
-            GpuError::Compile { kernel, log } => {
-                let first = log
-                    .lines()
-                    .find(|l| l.contains("error"))
-                    .unwrap_or(log.trim());
-                write!(
-                    f,
-                    "kernel source {kernel} failed to compile with NVRTC: {first}"
-                )
-            }
-            GpuError::Nvml(m) => write!(f, "NVML: {m}"),
-            GpuError::Invalid(m) => f.write_str(m),
-        }
+    /// True when the fault is the machine's or the caller's, not the run's: no driver or NVRTC,
+    /// or bad input. The CLI exits 2 for these.
+    pub fn is_usage(&self) -> bool {
+        matches!(
+            self,
+            GpuError::NoDriver | GpuError::NoNvrtc | GpuError::Invalid(_)
+        )
     }
 }
 
-impl std::error::Error for GpuError {}
-
-impl From<GpuError> for String {
-    fn from(e: GpuError) -> String {
-        e.to_string()
-    }
+/// The line of an NVRTC log that names the error (the whole log, trimmed, when none does).
+fn first_error_line(log: &str) -> &str {
+    log.lines()
+        .find(|l| l.contains("error"))
+        .unwrap_or(log.trim())
 }

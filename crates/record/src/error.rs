@@ -66,10 +66,10 @@ pub fn io_reason(e: &std::io::Error) -> String {
 /// An error and its causes on one line, outermost first: `rank 1: fabric: fi_writemsg failed:
 /// Resource temporarily unavailable (-11)`.
 ///
-/// Each layer's message says what that layer was doing and leaves the cause to its `source()`;
-/// this walks the chain and joins the messages with `": "`. A layer that already repeats its
-/// cause's words at the end of its own message is not repeated, and every message is cut to its
-/// first line, so the result stays one line whatever a lower layer produced.
+/// This walks `source()` and joins the messages with `": "`. A cause whose words the message so
+/// far already ends with is not repeated (the project's errors print their cause in their own
+/// message, so that `{e}` alone is complete; foreign errors may not), and every message is cut
+/// to its first line, so the result stays one line whatever a lower layer produced.
 pub fn chain(e: &(dyn std::error::Error + 'static)) -> String {
     let mut out = String::new();
     let mut next: Option<&(dyn std::error::Error + 'static)> = Some(e);

@@ -28,7 +28,7 @@ mod select;
 
 use std::time::Instant;
 
-use efabench_bootstrap::{Bootstrap, BootstrapError, LaunchFlags};
+use efabench_bootstrap::{Bootstrap, LaunchFlags};
 use efabench_record::{JsonlWriter, Record, Sink};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -37,7 +37,7 @@ pub use options::{
     bounded, default_iters, CommonArgs, MrChoice, Rails, Strategy, MAX_ITERS, MAX_RAILS, MAX_SIZE,
 };
 pub use point::{Point, Progress, RunInfo};
-pub use select::{choose_provider, fabric_err as fabric_error, FabricPlan};
+pub use select::{choose_provider, FabricPlan};
 
 use crate::error::BenchError;
 
@@ -194,14 +194,6 @@ pub trait Benchmark {
     }
 }
 
-pub(crate) fn from_bootstrap(e: BootstrapError) -> BenchError {
-    if e.is_usage() {
-        BenchError::usage(e.to_string())
-    } else {
-        BenchError::failed(e.to_string())
-    }
-}
-
 /// Runs one rank of `bench`. Returns the exit status: 0 clean, 1 when payloads failed
 /// verification (the records say where); errors are bad input (exit 2) or a failed run (exit 1).
 pub fn run<B: Benchmark>(
@@ -216,7 +208,7 @@ pub fn run<B: Benchmark>(
         rdzv: args.rdzv.clone(),
         timeout: args.timeout(),
     };
-    let info = efabench_bootstrap::detect_from_process_env(&flags).map_err(from_bootstrap)?;
+    let info = efabench_bootstrap::detect_from_process_env(&flags)?;
     if info.world < needs.min_world {
         return Err(BenchError::usage(format!(
             "{} needs at least {} ranks; {}",
@@ -225,7 +217,7 @@ pub fn run<B: Benchmark>(
             needs.how_to_launch
         )));
     }
-    let bs = Bootstrap::connect(&info, args.timeout()).map_err(from_bootstrap)?;
+    let bs = Bootstrap::connect(&info, args.timeout())?;
     // A rank stuck inside a provider call (shm's spin lock after a peer died) never returns to
     // check the bootstrap: the watchdog ends it with the job's reason.
     bs.arm_watchdog(WATCHDOG_GRACE);
@@ -239,12 +231,12 @@ pub fn run<B: Benchmark>(
                 e
             } else {
                 bs.failure_within(args.timeout().min(FAILURE_WAIT))
-                    .map(from_bootstrap)
+                    .map(BenchError::from)
                     .unwrap_or(e)
             };
             // Tell every rank why, so nobody waits for a rank that already gave up.
-            bs.abort(&e.to_string());
-            Err(e)
+            bs.abort(&e.message());
+            Err(e.on_rank(info.rank))
         }
     }
 }
@@ -262,8 +254,7 @@ fn run_connected<B: Benchmark>(
         args.fingerprint(),
         bench.fingerprint()
     );
-    bs.check_same("options", fp.trim())
-        .map_err(from_bootstrap)?;
+    bs.check_same("options", fp.trim())?;
 
     let mut jsonl = match (&args.output, rank) {
         (Some(path), 0) => {
@@ -273,8 +264,7 @@ fn run_connected<B: Benchmark>(
     };
     let host = efabench_record::hostname();
     let hosts: Vec<String> = bs
-        .all_gather(host.as_bytes())
-        .map_err(from_bootstrap)?
+        .all_gather(host.as_bytes())?
         .iter()
         .map(|h| String::from_utf8_lossy(h).into_owned())
         .collect();
@@ -322,7 +312,7 @@ fn run_connected<B: Benchmark>(
         // Placement decides GPU latency (two ranks on one GPU are time-sliced unless MPS serves
         // them): say where each rank's buffers were, and whether its host runs MPS.
         let mine = placement::encode(d, placement::mps_running());
-        let all = bs.all_gather(&mine).map_err(from_bootstrap)?;
+        let all = bs.all_gather(&mine)?;
         let placed: Vec<Option<(i32, bool)>> = all.iter().map(|b| placement::decode(b)).collect();
         let gpus: Vec<Value> = placed
             .iter()
@@ -376,7 +366,7 @@ fn run_connected<B: Benchmark>(
         let started = Instant::now();
         let mine = bench.measure(&ctx, spec)?;
         progress_handle.tick();
-        let gathered = bs.gather(&mine.encode()?).map_err(from_bootstrap)?;
+        let gathered = bs.gather(&mine.encode()?)?;
         let Some(blobs) = gathered else { continue };
         let mut all = Vec::with_capacity(blobs.len());
         let mut mine = Some(mine);
@@ -400,12 +390,10 @@ fn run_connected<B: Benchmark>(
         let rec = run.record(p);
         progress.step(bench.label(spec));
         if let Some(w) = jsonl.as_mut() {
-            w.push(&rec)
-                .map_err(|e| BenchError::failed(e.to_string()))?;
+            w.push(&rec)?;
         }
         if let Some(s) = sink.as_mut() {
-            s.push(&rec)
-                .map_err(|e| BenchError::failed(e.to_string()))?;
+            s.push(&rec)?;
             if args.per_rail {
                 for line in per_rail_rows(&rec) {
                     println!("{line}");
@@ -416,12 +404,12 @@ fn run_connected<B: Benchmark>(
     }
     progress.finish();
     if let Some(s) = sink {
-        s.finish().map_err(|e| BenchError::failed(e.to_string()))?;
+        s.finish()?;
         for line in bench.summary(&records) {
             eprintln!("{line}");
         }
     }
-    bs.barrier().map_err(from_bootstrap)?;
+    bs.barrier()?;
     if total_errors > 0 {
         eprintln!(
             "efabench: {total_errors} payload words failed verification; the records' `errors` field says where"

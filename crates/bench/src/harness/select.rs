@@ -58,25 +58,15 @@ impl FabricPlan {
         } else {
             RailGroup::open(&self.rails, cfg)
         };
-        r.map_err(fabric_err)
-    }
-}
-
-/// A fabric error as a bench error: a missing library or provider is bad input (exit 2).
-pub fn fabric_err(e: efabench_fabric::Error) -> BenchError {
-    match e {
-        efabench_fabric::Error::Load(_)
-        | efabench_fabric::Error::NoProvider { .. }
-        | efabench_fabric::Error::Usage(_) => BenchError::usage(e.to_string()),
-        _ => BenchError::failed(e.to_string()),
+        Ok(r?)
     }
 }
 
 /// Provider, domain and rails for this run.
 pub(crate) fn plan(ctx: &Ctx) -> Result<FabricPlan, BenchError> {
     let args = ctx.args;
-    let lib = efabench_fabric::load_library(args.libfabric.as_deref()).map_err(fabric_err)?;
-    let available = efabench_fabric::list_providers().map_err(fabric_err)?;
+    let lib = efabench_fabric::load_library(args.libfabric.as_deref())?;
+    let available = efabench_fabric::list_providers()?;
     let (provider, why) = choose_provider(args.provider.as_deref(), &available, ctx.one_host())?;
     let hmem = matches!(args.mem, MemKind::Cuda | MemKind::Managed);
     // Ranks on one host keep tcp on loopback rather than the first interface.
@@ -103,7 +93,7 @@ pub(crate) fn plan(ctx: &Ctx) -> Result<FabricPlan, BenchError> {
                 "provider {provider} offers no RDM endpoint with MSG|RMA here"
             )))
         }
-        Err(e) => return Err(fabric_err(e)),
+        Err(e) => return Err(e.into()),
     };
     let count = match args.rails {
         Rails::Count(n) => RailCount::Count(n),
@@ -111,7 +101,7 @@ pub(crate) fn plan(ctx: &Ctx) -> Result<FabricPlan, BenchError> {
     };
     let (rails, virtual_rails, rails_why) = match &args.domain {
         Some(d) => {
-            let one = efabench_fabric::pick_domain(&offered, d).map_err(fabric_err)?;
+            let one = efabench_fabric::pick_domain(&offered, d)?;
             let n = match args.rails {
                 Rails::Count(n) => n as usize,
                 Rails::All => 1,
@@ -125,7 +115,7 @@ pub(crate) fn plan(ctx: &Ctx) -> Result<FabricPlan, BenchError> {
         }
         None => {
             let paired = paired_domains(ctx, &provider, &offered);
-            let p = efabench_fabric::resolve_rails(&offered, count, &paired).map_err(fabric_err)?;
+            let p = efabench_fabric::resolve_rails(&offered, count, &paired)?;
             (p.infos, p.virtual_rails, p.why)
         }
     };

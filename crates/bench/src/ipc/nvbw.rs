@@ -35,8 +35,8 @@
 //! exact size (nvbandwidth rounds sizes of 64 MiB and more down to a multiple of SMs × 512 × 16
 //! bytes).
 
-use super::{gpu_err, peer, Rank, POISON_SLOT};
-use crate::harness::{from_bootstrap, Measured, Point};
+use super::{peer, Rank, POISON_SLOT};
+use crate::harness::{Measured, Point};
 use crate::pattern;
 use crate::stats::Samples;
 use crate::BenchError;
@@ -342,7 +342,6 @@ pub(super) fn measure(
     if s.test == Test::Latency {
         return measure_latency(r, bs, s, samples, verify);
     }
-    let g = gpu_err;
     let me = bs.rank() as usize;
     let len = s.size as usize;
     let ts = s.test.transfers(s.row, s.col);
@@ -351,12 +350,9 @@ pub(super) fn measure(
     let base = s.index << 24;
     let mut out = Measured::default();
     if receiver {
-        r.counter.reset().map_err(g)?;
+        r.counter.reset()?;
     }
-    let events = (
-        Event::new(&r.gpu).map_err(g)?,
-        Event::new(&r.gpu).map_err(g)?,
-    );
+    let events = (Event::new(&r.gpu)?, Event::new(&r.gpu)?);
     for k in 0..samples {
         let seeds: Vec<u64> = ts
             .iter()
@@ -365,43 +361,43 @@ pub(super) fn measure(
             .collect();
         for (j, t) in ts.iter().enumerate() {
             if t.src == me {
-                fill(&r.stream, &r.src, len, seeds[j]).map_err(g)?;
+                fill(&r.stream, &r.src, len, seeds[j])?;
             }
             if t.dst == me {
                 let poison = pattern::seed(base + k, t.src as u32, t.dst as u32, POISON_SLOT);
-                fill(&r.stream, &r.recv, len, poison).map_err(g)?;
+                fill(&r.stream, &r.recv, len, poison)?;
             }
         }
-        r.stream.synchronize().map_err(g)?;
-        bs.barrier().map_err(from_bootstrap)?;
+        r.stream.synchronize()?;
+        bs.barrier()?;
         if let Some(t) = mine {
-            let src = mem(r, me, t.src, false).map_err(g)?;
-            let dst = mem(r, me, t.dst, true).map_err(g)?;
+            let src = mem(r, me, t.src, false)?;
+            let dst = mem(r, me, t.dst, true)?;
             for _ in 0..s.warmup {
-                copy(r, s.test.engine(), dst, src, len).map_err(g)?;
+                copy(r, s.test.engine(), dst, src, len)?;
             }
-            events.0.record(&r.stream).map_err(g)?;
+            events.0.record(&r.stream)?;
             for _ in 0..s.iters {
-                copy(r, s.test.engine(), dst, src, len).map_err(g)?;
+                copy(r, s.test.engine(), dst, src, len)?;
             }
-            events.1.record(&r.stream).map_err(g)?;
-            events.1.synchronize().map_err(g)?;
-            let ms = events.0.elapsed_ms(&events.1).map_err(g)?;
+            events.1.record(&r.stream)?;
+            events.1.synchronize()?;
+            let ms = events.0.elapsed_ms(&events.1)?;
             out.samples_ns.push((ms * 1e6).round().max(1.0) as u64);
         }
         // Every copy of the sample is done before anyone checks or refills.
-        bs.barrier().map_err(from_bootstrap)?;
+        bs.barrier()?;
         if verify {
             for (j, t) in ts.iter().enumerate() {
                 if t.dst == me {
-                    count_mismatches(&r.stream, &r.recv, len, seeds[j], &r.counter).map_err(g)?;
+                    count_mismatches(&r.stream, &r.recv, len, seeds[j], &r.counter)?;
                 }
             }
         }
-        r.stream.synchronize().map_err(g)?;
+        r.stream.synchronize()?;
     }
     if receiver && verify {
-        out.errors = r.counter.read().map_err(g)?;
+        out.errors = r.counter.read()?;
     }
     Ok(out)
 }
@@ -413,48 +409,43 @@ fn measure_latency(
     samples: u64,
     verify: bool,
 ) -> Result<Measured, BenchError> {
-    let g = gpu_err;
     let me = bs.rank() as usize;
     let nodes = s.size / CHASE_NODE;
     let mut out = Measured::default();
-    bs.barrier().map_err(from_bootstrap)?;
+    bs.barrier()?;
     if me == s.row {
-        let list = mem(r, me, s.col, true).map_err(g)?;
+        let list = mem(r, me, s.col, true)?;
         r.kernels
-            .chase_init(&r.stream, list, nodes, LATENCY_STRIDE)
-            .map_err(g)?;
-        r.stream.synchronize().map_err(g)?;
+            .chase_init(&r.stream, list, nodes, LATENCY_STRIDE)?;
+        r.stream.synchronize()?;
         // One untimed pass over the cycle brings the list into the caches it fits.
         r.kernels
-            .chase(&r.stream, list, nodes, s.warmup, 0, &r.counter)
-            .map_err(g)?;
-        r.stream.synchronize().map_err(g)?;
-        let start = Event::new(&r.gpu).map_err(g)?;
-        let end = Event::new(&r.gpu).map_err(g)?;
+            .chase(&r.stream, list, nodes, s.warmup, 0, &r.counter)?;
+        r.stream.synchronize()?;
+        let start = Event::new(&r.gpu)?;
+        let end = Event::new(&r.gpu)?;
         let expect = list.ptr() + chase_end(nodes, LATENCY_STRIDE, s.iters) * CHASE_NODE;
         let sms = r.gpu.sm_count.max(1);
         for k in 0..samples {
-            start.record(&r.stream).map_err(g)?;
-            r.kernels
-                .chase(
-                    &r.stream,
-                    list,
-                    nodes,
-                    s.iters,
-                    (k % u64::from(sms)) as u32,
-                    &r.counter,
-                )
-                .map_err(g)?;
-            end.record(&r.stream).map_err(g)?;
-            end.synchronize().map_err(g)?;
-            let ms = start.elapsed_ms(&end).map_err(g)?;
+            start.record(&r.stream)?;
+            r.kernels.chase(
+                &r.stream,
+                list,
+                nodes,
+                s.iters,
+                (k % u64::from(sms)) as u32,
+                &r.counter,
+            )?;
+            end.record(&r.stream)?;
+            end.synchronize()?;
+            let ms = start.elapsed_ms(&end)?;
             out.samples_ns.push((ms * 1e6).round().max(1.0) as u64);
-            if verify && r.counter.read().map_err(g)? != expect {
+            if verify && r.counter.read()? != expect {
                 out.errors += 1;
             }
         }
     }
-    bs.barrier().map_err(from_bootstrap)?;
+    bs.barrier()?;
     Ok(out)
 }
 

@@ -102,44 +102,12 @@ pub struct Completion {
     pub len: usize,
 }
 
-/// Why a protocol step stopped.
-#[derive(Debug)]
-pub enum LinkError {
-    /// The user asked for something this provider or host cannot do (exit 2).
-    Usage(String),
-    /// The fabric, the peer or the protocol failed (exit 1).
-    Failed(String),
-}
-
-impl LinkError {
-    pub fn protocol(m: String) -> Self {
-        LinkError::Failed(m)
-    }
-    pub fn unexpected(c: Completion, wanted: &str) -> Self {
-        LinkError::Failed(format!(
-            "expected {wanted}, got a completion of {:?} ({} bytes)",
-            c.ctx, c.len
-        ))
-    }
-    pub fn into_bench(self) -> BenchError {
-        match self {
-            LinkError::Usage(m) => BenchError::Usage(m),
-            LinkError::Failed(m) => BenchError::Failed(m),
-        }
-    }
-}
-
-impl From<BenchError> for LinkError {
-    fn from(e: BenchError) -> Self {
-        match e {
-            BenchError::Usage(m) => LinkError::Usage(m),
-            BenchError::Failed(m) => LinkError::Failed(m),
-        }
-    }
-}
-
-fn fabric(e: efabench_fabric::Error) -> LinkError {
-    crate::harness::fabric_error(e).into()
+/// A completion that a protocol step did not expect, as the failure it is.
+pub fn unexpected(c: Completion, wanted: &str) -> BenchError {
+    BenchError::failed(format!(
+        "expected {wanted}, got a completion of {:?} ({} bytes)",
+        c.ctx, c.len
+    ))
 }
 
 /// A payload buffer of any `--mem` kind, shared with the rails that registered it.
@@ -290,30 +258,28 @@ impl Link {
         mr: MrPath,
         timeout: Duration,
         (health, progress): (Health, ProgressHandle),
-    ) -> Result<Self, LinkError> {
+    ) -> Result<Self, BenchError> {
         let ctrl_slots = 8;
-        let ctrl = HostBuffer::new(16 * ctrl_slots)
-            .map(Arc::new)
-            .map_err(fabric)?;
+        let ctrl = HostBuffer::new(16 * ctrl_slots).map(Arc::new)?;
         let gpu_mem = out.kind() != MemKind::Host && out.kind() != MemKind::Pinned;
         let provider = group.rail(0).info().provider.clone();
         let register = |b: &Payload| {
             group.register(b.clone(), mr).map_err(|e| {
                 if gpu_mem {
-                    LinkError::Usage(format!(
+                    BenchError::Usage(format!(
                         "--mem {}: provider {provider} could not register GPU memory ({e}); this \
                          libfabric lacks CUDA support: use the EFA installer's libfabric \
                          (/opt/amazon/efa) or one built with --with-cuda, or --mem host|pinned",
                         b.kind()
                     ))
                 } else {
-                    fabric(e)
+                    BenchError::from(e)
                 }
             })
         };
         let out_reg = register(&out)?;
         let inbox_reg = register(&inbox)?;
-        let ctrl_reg = group.register(ctrl.clone(), MrPath::Auto).map_err(fabric)?;
+        let ctrl_reg = group.register(ctrl.clone(), MrPath::Auto)?;
         let rails = group.len();
         Ok(Link {
             group,
@@ -367,39 +333,33 @@ impl Link {
     }
 
     /// Our endpoint addresses and the descriptors of `out` and `inbox`, for the all-gather.
-    pub fn local_blob(&self) -> Result<Vec<u8>, LinkError> {
+    pub fn local_blob(&self) -> Result<Vec<u8>, BenchError> {
         Ok(pack_parts([
-            self.group.address().map_err(fabric)?.to_bytes(),
-            self.group
-                .descriptor(&self.out_reg)
-                .map_err(fabric)?
-                .to_bytes(),
-            self.group
-                .descriptor(&self.inbox_reg)
-                .map_err(fabric)?
-                .to_bytes(),
+            self.group.address()?.to_bytes(),
+            self.group.descriptor(&self.out_reg)?.to_bytes(),
+            self.group.descriptor(&self.inbox_reg)?.to_bytes(),
         ]))
     }
 
     /// Inserts the peers we talk to: rank 0 talks to everyone, every other rank to rank 0.
-    pub fn connect(&mut self, me: u32, blobs: &[Vec<u8>]) -> Result<(), LinkError> {
+    pub fn connect(&mut self, me: u32, blobs: &[Vec<u8>]) -> Result<(), BenchError> {
         self.peers = (0..blobs.len()).map(|_| None).collect();
         for (r, b) in blobs.iter().enumerate() {
             if r as u32 == me || (me != 0 && r != 0) {
                 continue;
             }
             let parts: [&[u8]; 3] = unpack_parts(r, b)?;
-            let addr = efabench_fabric::GroupAddress::from_bytes(parts[0]).map_err(fabric)?;
-            let out = RegionDescriptor::from_bytes(parts[1]).map_err(fabric)?;
-            let inbox = RegionDescriptor::from_bytes(parts[2]).map_err(fabric)?;
+            let addr = efabench_fabric::GroupAddress::from_bytes(parts[0])?;
+            let out = RegionDescriptor::from_bytes(parts[1])?;
+            let inbox = RegionDescriptor::from_bytes(parts[2])?;
             if out.rails() != self.group.len() || inbox.rails() != self.group.len() {
-                return Err(LinkError::Usage(format!(
+                return Err(BenchError::Usage(format!(
                     "rank {r} has {} rails and this rank {}: give every rank the same --rails",
                     out.rails(),
                     self.group.len()
                 )));
             }
-            let peer = self.group.insert_peer(&addr).map_err(fabric)?;
+            let peer = self.group.insert_peer(&addr)?;
             self.peers[r] = Some(PeerInfo { peer, out, inbox });
         }
         Ok(())
@@ -461,20 +421,20 @@ impl Link {
         route_of(self.strategy, self.group.len(), n, size)
     }
 
-    fn peer_info(&self) -> Result<&PeerInfo, LinkError> {
+    fn peer_info(&self) -> Result<&PeerInfo, BenchError> {
         self.peers
             .get(self.peer)
             .and_then(Option::as_ref)
             .ok_or_else(|| {
-                LinkError::Failed(format!("rank {} is not connected to this rank", self.peer))
+                BenchError::Failed(format!("rank {} is not connected to this rank", self.peer))
             })
     }
 
     /// Byte offset of window position `pos` (slot `pos % slots`).
-    fn offset(&self, pos: usize, size: usize) -> Result<usize, LinkError> {
+    fn offset(&self, pos: usize, size: usize) -> Result<usize, BenchError> {
         let off = (pos % self.slots) * size;
         if off + size > self.buffer_bytes() {
-            return Err(LinkError::Failed(format!(
+            return Err(BenchError::Failed(format!(
                 "slot {} of {size} bytes is outside the {}-byte buffer",
                 pos % self.slots,
                 self.buffer_bytes()
@@ -483,9 +443,9 @@ impl Link {
         Ok(off)
     }
 
-    fn expect(&mut self, ctx: Ctx, stripes: usize) -> Result<(), LinkError> {
+    fn expect(&mut self, ctx: Ctx, stripes: usize) -> Result<(), BenchError> {
         let i = ctx.index().ok_or_else(|| {
-            LinkError::Failed(format!("window position of {ctx:?} is beyond {MAX_POS}"))
+            BenchError::Failed(format!("window position of {ctx:?} is beyond {MAX_POS}"))
         })?;
         self.pending[i].0 += stripes as u32;
         Ok(())
@@ -531,25 +491,28 @@ impl Link {
     /// IPC path the receiving process only *queues* a device-to-device copy and reports the
     /// completion at once, so a clock stopped at the completion times the queueing (it once
     /// read 1624 GB/s over a 450 GB/s NVLink). A no-op for host memory.
-    pub fn settle(&self) -> Result<(), LinkError> {
+    pub fn settle(&self) -> Result<(), BenchError> {
         self.inbox
             .settle()
-            .map_err(|e| LinkError::Failed(format!("waiting for the GPU copies to land: {e}")))
+            .map_err(|e| BenchError::Failed(format!("waiting for the GPU copies to land: {e}")))
     }
 
     // ----------------------------------------------------------------- operations
 
-    pub fn post_send(&mut self, pos: usize, size: usize, ctx: Ctx) -> Result<(), LinkError> {
+    pub fn post_send(&mut self, pos: usize, size: usize, ctx: Ctx) -> Result<(), BenchError> {
         let off = self.offset(pos, size)?;
         let route = self.route(self.sends, size);
         self.sends += 1;
         self.expect(ctx, route.stripes().len())?;
         for &(rail, o, len) in route.stripes() {
             let peer = self.peer_info()?.peer.rail(rail);
-            self.group
-                .rail(rail)
-                .post_send(peer, self.out_reg.id(rail), off + o, len, ctx.encode())
-                .map_err(fabric)?;
+            self.group.rail(rail).post_send(
+                peer,
+                self.out_reg.id(rail),
+                off + o,
+                len,
+                ctx.encode(),
+            )?;
             self.count(rail, len);
         }
         Ok(())
@@ -563,7 +526,7 @@ impl Link {
     }
 
     /// Sends position `pos` of `out` by `fi_inject`: no completion follows.
-    pub fn inject(&mut self, pos: usize, size: usize) -> Result<(), LinkError> {
+    pub fn inject(&mut self, pos: usize, size: usize) -> Result<(), BenchError> {
         let off = self.offset(pos, size)?;
         let route = self.route(self.sends, size);
         self.sends += 1;
@@ -571,14 +534,13 @@ impl Link {
             let peer = self.peer_info()?.peer.rail(rail);
             self.group
                 .rail(rail)
-                .inject(peer, self.out_reg.id(rail), off + o, len)
-                .map_err(fabric)?;
+                .inject(peer, self.out_reg.id(rail), off + o, len)?;
             self.count(rail, len);
         }
         Ok(())
     }
 
-    pub fn post_recv(&mut self, pos: usize, size: usize, ctx: Ctx) -> Result<(), LinkError> {
+    pub fn post_recv(&mut self, pos: usize, size: usize, ctx: Ctx) -> Result<(), BenchError> {
         let off = self.offset(pos, size)?;
         let route = self.route(self.recvs, size);
         self.recvs += 1;
@@ -586,8 +548,7 @@ impl Link {
         for &(rail, o, len) in route.stripes() {
             self.group
                 .rail(rail)
-                .post_recv(self.inbox_reg.id(rail), off + o, len, ctx.encode())
-                .map_err(fabric)?;
+                .post_recv(self.inbox_reg.id(rail), off + o, len, ctx.encode())?;
         }
         Ok(())
     }
@@ -600,7 +561,7 @@ impl Link {
         size: usize,
         data: Option<u64>,
         ctx: Ctx,
-    ) -> Result<(), LinkError> {
+    ) -> Result<(), BenchError> {
         let off = self.offset(pos, size)?;
         let route = self.route(self.rmas, size);
         self.rmas += 1;
@@ -614,15 +575,14 @@ impl Link {
             match data {
                 Some(d) => r.post_write_data(peer, local, off + o, len, &remote, at, d, c),
                 None => r.post_write(peer, local, off + o, len, &remote, at, c),
-            }
-            .map_err(fabric)?;
+            }?;
             self.count(rail, len);
         }
         Ok(())
     }
 
     /// RDMA-reads the peer's `out` at position `pos` into our inbox.
-    pub fn post_read(&mut self, pos: usize, size: usize, ctx: Ctx) -> Result<(), LinkError> {
+    pub fn post_read(&mut self, pos: usize, size: usize, ctx: Ctx) -> Result<(), BenchError> {
         let off = self.offset(pos, size)?;
         let route = self.route(self.rmas, size);
         self.rmas += 1;
@@ -630,18 +590,15 @@ impl Link {
         for &(rail, o, len) in route.stripes() {
             let p = self.peer_info()?;
             let (peer, remote) = (p.peer.rail(rail), *p.out.rail(rail));
-            self.group
-                .rail(rail)
-                .post_read(
-                    peer,
-                    self.inbox_reg.id(rail),
-                    off + o,
-                    len,
-                    &remote,
-                    (off + o) as u64,
-                    ctx.encode(),
-                )
-                .map_err(fabric)?;
+            self.group.rail(rail).post_read(
+                peer,
+                self.inbox_reg.id(rail),
+                off + o,
+                len,
+                &remote,
+                (off + o) as u64,
+                ctx.encode(),
+            )?;
             self.count(rail, len);
         }
         Ok(())
@@ -650,22 +607,19 @@ impl Link {
     // ----------------------------------------------------------------- control words
 
     /// Posts a receive for one control word (rail 0).
-    pub fn post_ctrl_recv(&mut self) -> Result<(), LinkError> {
+    pub fn post_ctrl_recv(&mut self) -> Result<(), BenchError> {
         let slot = self.ctrl_recv_next;
         self.ctrl_recv_next = (slot + 1) % self.ctrl_slots;
-        self.group
-            .rail(0)
-            .post_recv(
-                self.ctrl_reg.id(0),
-                slot * 8,
-                8,
-                Ctx::CtrlRecv(slot).encode(),
-            )
-            .map_err(fabric)
+        Ok(self.group.rail(0).post_recv(
+            self.ctrl_reg.id(0),
+            slot * 8,
+            8,
+            Ctx::CtrlRecv(slot).encode(),
+        )?)
     }
 
     /// Sends one control word to the current peer (rail 0).
-    pub fn send_ctrl(&mut self, word: u64) -> Result<(), LinkError> {
+    pub fn send_ctrl(&mut self, word: u64) -> Result<(), BenchError> {
         let slot = self.ctrl_send_next;
         self.ctrl_send_next = (slot + 1) % self.ctrl_slots;
         let mut idle = Idle::default();
@@ -673,25 +627,20 @@ impl Link {
             self.progress_once(&mut idle, "a control message to be sent")?;
         }
         let off = (self.ctrl_slots + slot) * 8;
-        self.ctrl
-            .write_at(off, &word.to_le_bytes())
-            .map_err(fabric)?;
+        self.ctrl.write_at(off, &word.to_le_bytes())?;
         let peer = self.peer_info()?.peer.rail(0);
         self.ctrl_send_busy[slot] = true;
-        self.group
-            .rail(0)
-            .post_send(
-                peer,
-                self.ctrl_reg.id(0),
-                off,
-                8,
-                Ctx::CtrlSend(slot).encode(),
-            )
-            .map_err(fabric)
+        Ok(self.group.rail(0).post_send(
+            peer,
+            self.ctrl_reg.id(0),
+            off,
+            8,
+            Ctx::CtrlSend(slot).encode(),
+        )?)
     }
 
     /// The next control word received.
-    pub fn wait_ctrl(&mut self) -> Result<u64, LinkError> {
+    pub fn wait_ctrl(&mut self) -> Result<u64, BenchError> {
         let mut idle = Idle::default();
         loop {
             if let Some(w) = self.ctrl_words.pop_front() {
@@ -708,12 +657,12 @@ impl Link {
     /// the timeout. Any completion resets `idle`, so waits time out on lack of progress, not on
     /// the length of a step. A wait that completes within those polls reads no clock: at 8 B a
     /// ping-pong's handful of clock reads (about 25 ns each on a VM) were a fifth of its latency.
-    fn progress_once(&mut self, idle: &mut Idle, what: &str) -> Result<(), LinkError> {
+    fn progress_once(&mut self, idle: &mut Idle, what: &str) -> Result<(), BenchError> {
         let mut buf = [FiCompletion::default(); 16];
         for _ in 0..EMPTY_POLLS {
             let mut got = false;
             for r in 0..self.group.len() {
-                let n = self.group.rail(r).poll(&mut buf).map_err(fabric)?;
+                let n = self.group.rail(r).poll(&mut buf)?;
                 for c in &buf[..n] {
                     self.sort(c)?;
                 }
@@ -732,12 +681,10 @@ impl Link {
         let checked = idle.checked.get_or_insert(now);
         if now.duration_since(*checked) >= Duration::from_millis(1) {
             *checked = now;
-            self.health
-                .check()
-                .map_err(|e| LinkError::Failed(e.to_string()))?;
+            self.health.check()?;
         }
         if now.duration_since(since) >= self.timeout {
-            return Err(LinkError::Failed(format!(
+            return Err(BenchError::Failed(format!(
                 "waited {:.1} s for {what} from rank {} without progress; the peer is stuck \
                  or the fabric dropped traffic (raise --timeout if this is expected)",
                 self.timeout.as_secs_f64(),
@@ -747,7 +694,7 @@ impl Link {
         Ok(())
     }
 
-    fn sort(&mut self, c: &FiCompletion) -> Result<(), LinkError> {
+    fn sort(&mut self, c: &FiCompletion) -> Result<(), BenchError> {
         if c.context == FiCompletion::REMOTE_CQ_DATA {
             self.remote_data.push_back(c.data);
             return Ok(());
@@ -760,7 +707,7 @@ impl Link {
             }
             Some(Ctx::CtrlRecv(s)) => {
                 let mut w = [0u8; 8];
-                self.ctrl.read_at(s * 8, &mut w).map_err(fabric)?;
+                self.ctrl.read_at(s * 8, &mut w)?;
                 self.ctrl_words.push_back(u64::from_le_bytes(w));
             }
             Some(ctx) => {
@@ -771,11 +718,11 @@ impl Link {
                     }
                 }
                 let i = ctx.index().ok_or_else(|| {
-                    LinkError::Failed(format!("completion for {ctx:?} beyond the window"))
+                    BenchError::Failed(format!("completion for {ctx:?} beyond the window"))
                 })?;
                 let p = &mut self.pending[i];
                 if p.0 == 0 {
-                    return Err(LinkError::Failed(format!(
+                    return Err(BenchError::Failed(format!(
                         "a completion of {ctx:?} arrived that was never posted (or arrived twice)"
                     )));
                 }
@@ -787,7 +734,7 @@ impl Link {
                 }
             }
             None => {
-                return Err(LinkError::Failed(format!(
+                return Err(BenchError::Failed(format!(
                     "completion with an unknown context {:#x}",
                     c.context
                 )));
@@ -798,7 +745,7 @@ impl Link {
 
     /// The next local completion of a whole message (control traffic and remote CQ data are
     /// sorted aside).
-    pub fn wait(&mut self) -> Result<Completion, LinkError> {
+    pub fn wait(&mut self) -> Result<Completion, BenchError> {
         let mut idle = Idle::default();
         loop {
             if let Some(c) = self.stash.pop_front() {
@@ -814,7 +761,7 @@ impl Link {
     }
 
     /// Waits until every listed operation has completed.
-    pub fn wait_for(&mut self, ctxs: &[Ctx]) -> Result<(), LinkError> {
+    pub fn wait_for(&mut self, ctxs: &[Ctx]) -> Result<(), BenchError> {
         let mut idle = Idle::default();
         for &ctx in ctxs {
             while self.take(ctx).is_none() {
@@ -824,7 +771,7 @@ impl Link {
         Ok(())
     }
 
-    fn wait_n(&mut self, n: usize, is: fn(Ctx) -> bool, what: &str) -> Result<(), LinkError> {
+    fn wait_n(&mut self, n: usize, is: fn(Ctx) -> bool, what: &str) -> Result<(), BenchError> {
         let mut idle = Idle::default();
         let mut got = 0;
         while got < n {
@@ -838,18 +785,18 @@ impl Link {
         Ok(())
     }
 
-    pub fn wait_all_sends(&mut self, n: usize) -> Result<(), LinkError> {
+    pub fn wait_all_sends(&mut self, n: usize) -> Result<(), BenchError> {
         self.wait_n(n, |c| matches!(c, Ctx::Send(_)), "sends of the window")
     }
-    pub fn wait_all_writes(&mut self, n: usize) -> Result<(), LinkError> {
+    pub fn wait_all_writes(&mut self, n: usize) -> Result<(), BenchError> {
         self.wait_n(n, |c| matches!(c, Ctx::Write(_)), "writes of the window")
     }
-    pub fn wait_all_reads(&mut self, n: usize) -> Result<(), LinkError> {
+    pub fn wait_all_reads(&mut self, n: usize) -> Result<(), BenchError> {
         self.wait_n(n, |c| matches!(c, Ctx::Read(_)), "reads of the window")
     }
 
     /// The next remote CQ data (a stripe of a peer's write landed in our inbox).
-    pub fn wait_remote_data(&mut self) -> Result<u64, LinkError> {
+    pub fn wait_remote_data(&mut self) -> Result<u64, BenchError> {
         let mut idle = Idle::default();
         loop {
             if let Some(d) = self.remote_data.pop_front() {
@@ -861,11 +808,11 @@ impl Link {
 
     /// The peer's whole answer (every stripe of one message of `size` bytes) must carry `data`
     /// (write ping-pong).
-    pub fn wait_data(&mut self, data: u64, size: usize) -> Result<(), LinkError> {
+    pub fn wait_data(&mut self, data: u64, size: usize) -> Result<(), BenchError> {
         for _ in 0..self.stripes(size) {
             let got = self.wait_remote_data()?;
             if got != data {
-                return Err(LinkError::Failed(format!(
+                return Err(BenchError::Failed(format!(
                     "the peer's answer carried CQ data {got:#x}, expected {data:#x}; a write was lost or reordered"
                 )));
             }

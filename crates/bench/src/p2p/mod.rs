@@ -35,7 +35,7 @@ mod protocol;
 use efabench_fabric::{MrPath, RailConfig};
 use serde_json::{json, Map};
 
-use self::link::{alloc_payload, Link, LinkError};
+use self::link::{alloc_payload, Link};
 use self::protocol::{Outcome, Step};
 use crate::error::BenchError;
 use crate::harness::{
@@ -205,12 +205,10 @@ impl<'a> Benchmark for P2p<'a> {
             mr_path(c.mr),
             c.timeout(),
             (ctx.bs.health(), ctx.bs.progress()),
-        )
-        .map_err(LinkError::into_bench)?;
-        let blob = link.local_blob().map_err(LinkError::into_bench)?;
-        let blobs = ctx.bs.all_gather(&blob).map_err(harness::from_bootstrap)?;
-        link.connect(ctx.rank, &blobs)
-            .map_err(LinkError::into_bench)?;
+        )?;
+        let blob = link.local_blob()?;
+        let blobs = ctx.bs.all_gather(&blob)?;
+        link.connect(ctx.rank, &blobs)?;
 
         let rails = plan.rails.len() as u32;
         let domains = plan.domains();
@@ -314,8 +312,7 @@ impl<'a> Benchmark for P2p<'a> {
             run_responder(self.kind, spec.variant, link, s)
         } else {
             Ok(Outcome::default())
-        }
-        .map_err(LinkError::into_bench)?;
+        }?;
         let mut extra = Map::new();
         if ctx.rank == s.sender {
             extra.insert("per_rail".into(), link.per_rail());
@@ -386,7 +383,7 @@ fn run_sender(
     variant: Variant,
     link: &mut Link,
     s: &Step,
-) -> Result<Outcome, LinkError> {
+) -> Result<Outcome, BenchError> {
     match (kind, variant) {
         (P2pKind::SendRecv, Variant::Pingpong) => protocol::sendrecv_pingpong_sender(link, s),
         (P2pKind::SendRecv, Variant::Stream) => protocol::sendrecv_stream_sender(link, s),
@@ -401,7 +398,7 @@ fn run_responder(
     variant: Variant,
     link: &mut Link,
     s: &Step,
-) -> Result<Outcome, LinkError> {
+) -> Result<Outcome, BenchError> {
     match (kind, variant) {
         (P2pKind::SendRecv, Variant::Pingpong) => protocol::sendrecv_pingpong_responder(link, s),
         (P2pKind::SendRecv, Variant::Stream) => protocol::sendrecv_stream_responder(link, s),

@@ -7,9 +7,10 @@
 
 use std::time::Instant;
 
-use super::link::{Completion, Ctx, Link, LinkError};
+use super::link::{unexpected, Completion, Ctx, Link};
 use crate::pattern;
 use crate::stats::Samples;
+use crate::BenchError;
 
 /// What one side of a protocol produced.
 #[derive(Debug, Default)]
@@ -51,10 +52,10 @@ const READY: u64 = 1 << 62;
 const ACK: u64 = 2 << 62;
 const DONE: u64 = 3 << 62;
 
-fn expect_ctrl(link: &mut Link, tag: u64, window: u64) -> Result<(), LinkError> {
+fn expect_ctrl(link: &mut Link, tag: u64, window: u64) -> Result<(), BenchError> {
     let w = link.wait_ctrl()?;
     if w != tag | window {
-        return Err(LinkError::protocol(format!(
+        return Err(BenchError::failed(format!(
             "expected control word {:#x} for window {window}, got {w:#x}; the peer is out of step \
              (are both ranks running the same efabench version and options?)",
             tag | window
@@ -70,7 +71,7 @@ fn write_data(window: u64, slot: usize) -> u64 {
 
 // ---------------------------------------------------------------- send/recv
 
-pub fn sendrecv_pingpong_sender(link: &mut Link, s: &Step) -> Result<Outcome, LinkError> {
+pub fn sendrecv_pingpong_sender(link: &mut Link, s: &Step) -> Result<Outcome, BenchError> {
     let mut out = Outcome {
         samples: Samples::with_capacity(s.iters as usize),
         errors: 0,
@@ -114,7 +115,7 @@ pub fn sendrecv_pingpong_sender(link: &mut Link, s: &Step) -> Result<Outcome, Li
     Ok(out)
 }
 
-pub fn sendrecv_pingpong_responder(link: &mut Link, s: &Step) -> Result<Outcome, LinkError> {
+pub fn sendrecv_pingpong_responder(link: &mut Link, s: &Step) -> Result<Outcome, BenchError> {
     let mut out = Outcome::default();
     let total = s.warmup + s.iters;
     let inject = link.can_inject(s.size);
@@ -153,9 +154,9 @@ pub fn sendrecv_pingpong_responder(link: &mut Link, s: &Step) -> Result<Outcome,
 fn stream_sender(
     link: &mut Link,
     s: &Step,
-    mut post: impl FnMut(&mut Link, u64, usize) -> Result<(), LinkError>,
-    wait_local: impl Fn(&mut Link, usize) -> Result<(), LinkError>,
-) -> Result<Outcome, LinkError> {
+    mut post: impl FnMut(&mut Link, u64, usize) -> Result<(), BenchError>,
+    wait_local: impl Fn(&mut Link, usize) -> Result<(), BenchError>,
+) -> Result<Outcome, BenchError> {
     let mut out = Outcome {
         samples: Samples::with_capacity(s.iters as usize),
         errors: 0,
@@ -186,7 +187,7 @@ fn stream_sender(
     Ok(out)
 }
 
-pub fn sendrecv_stream_sender(link: &mut Link, s: &Step) -> Result<Outcome, LinkError> {
+pub fn sendrecv_stream_sender(link: &mut Link, s: &Step) -> Result<Outcome, BenchError> {
     stream_sender(
         link,
         s,
@@ -195,7 +196,7 @@ pub fn sendrecv_stream_sender(link: &mut Link, s: &Step) -> Result<Outcome, Link
     )
 }
 
-pub fn sendrecv_stream_responder(link: &mut Link, s: &Step) -> Result<Outcome, LinkError> {
+pub fn sendrecv_stream_responder(link: &mut Link, s: &Step) -> Result<Outcome, BenchError> {
     let mut out = Outcome::default();
     for win in 0..s.warmup + s.iters {
         for slot in 0..s.window {
@@ -215,7 +216,7 @@ pub fn sendrecv_stream_responder(link: &mut Link, s: &Step) -> Result<Outcome, L
                         out.errors += 1;
                     }
                 }
-                other => return Err(LinkError::unexpected(other, "a receive of the window")),
+                other => return Err(unexpected(other, "a receive of the window")),
             }
         }
         // The ACK ends the sender's clock: the data must be in place, not queued.
@@ -232,7 +233,7 @@ pub fn sendrecv_stream_responder(link: &mut Link, s: &Step) -> Result<Outcome, L
 
 // ---------------------------------------------------------------- write
 
-pub fn write_pingpong_sender(link: &mut Link, s: &Step) -> Result<Outcome, LinkError> {
+pub fn write_pingpong_sender(link: &mut Link, s: &Step) -> Result<Outcome, BenchError> {
     let mut out = Outcome {
         samples: Samples::with_capacity(s.iters as usize),
         errors: 0,
@@ -265,7 +266,7 @@ pub fn write_pingpong_sender(link: &mut Link, s: &Step) -> Result<Outcome, LinkE
     Ok(out)
 }
 
-pub fn write_pingpong_responder(link: &mut Link, s: &Step) -> Result<Outcome, LinkError> {
+pub fn write_pingpong_responder(link: &mut Link, s: &Step) -> Result<Outcome, BenchError> {
     let mut out = Outcome::default();
     let total = s.warmup + s.iters;
     if s.verify {
@@ -277,7 +278,7 @@ pub fn write_pingpong_responder(link: &mut Link, s: &Step) -> Result<Outcome, Li
         for _ in 0..link.stripes(s.size) {
             let data = link.wait_remote_data()?;
             if data != write_data(i, slot) {
-                return Err(LinkError::protocol(format!(
+                return Err(BenchError::failed(format!(
                     "write {i}: remote CQ data {data:#x}, expected {:#x}; a write was lost or reordered",
                     write_data(i, slot)
                 )));
@@ -296,7 +297,7 @@ pub fn write_pingpong_responder(link: &mut Link, s: &Step) -> Result<Outcome, Li
     Ok(out)
 }
 
-pub fn write_stream_sender(link: &mut Link, s: &Step) -> Result<Outcome, LinkError> {
+pub fn write_stream_sender(link: &mut Link, s: &Step) -> Result<Outcome, BenchError> {
     stream_sender(
         link,
         s,
@@ -305,7 +306,7 @@ pub fn write_stream_sender(link: &mut Link, s: &Step) -> Result<Outcome, LinkErr
     )
 }
 
-pub fn write_stream_responder(link: &mut Link, s: &Step) -> Result<Outcome, LinkError> {
+pub fn write_stream_responder(link: &mut Link, s: &Step) -> Result<Outcome, BenchError> {
     let mut out = Outcome::default();
     for win in 0..s.warmup + s.iters {
         link.send_ctrl(READY | win)?;
@@ -317,7 +318,7 @@ pub fn write_stream_responder(link: &mut Link, s: &Step) -> Result<Outcome, Link
             let data = link.wait_remote_data()?;
             let (w, pos) = (data >> 16, (data & 0xFFFF) as usize);
             if w != win & 0xFFFF || pos >= s.window || seen[pos] == stripes {
-                return Err(LinkError::protocol(format!(
+                return Err(BenchError::failed(format!(
                     "window {win}: unexpected remote CQ data {data:#x} (window {w}, position {pos}); \
                      a write was duplicated, lost or belongs to another window"
                 )));
@@ -340,7 +341,7 @@ pub fn write_stream_responder(link: &mut Link, s: &Step) -> Result<Outcome, Link
 
 /// Read, both variants: the responder exposes `window` slots of fresh data per round; the sender
 /// reads them one at a time (pingpong, each read timed) or all at once (stream, the round timed).
-pub fn read_sender(link: &mut Link, s: &Step, stream: bool) -> Result<Outcome, LinkError> {
+pub fn read_sender(link: &mut Link, s: &Step, stream: bool) -> Result<Outcome, BenchError> {
     let mut out = Outcome {
         samples: Samples::with_capacity(s.iters as usize),
         errors: 0,
@@ -404,7 +405,7 @@ pub fn read_sender(link: &mut Link, s: &Step, stream: bool) -> Result<Outcome, L
     Ok(out)
 }
 
-pub fn read_responder(link: &mut Link, s: &Step, stream: bool) -> Result<Outcome, LinkError> {
+pub fn read_responder(link: &mut Link, s: &Step, stream: bool) -> Result<Outcome, BenchError> {
     for round in 0..read_rounds(s, stream) {
         if s.verify {
             for slot in 0..s.slots {

@@ -56,8 +56,7 @@ use serde_json::{json, Map, Value};
 use self::engine::{Feed, Lane, ProxyConfig, RailLog, Target};
 use crate::error::BenchError;
 use crate::harness::{
-    self, fabric_error, Benchmark, CommonArgs, Ctx, Measured, MrChoice, Needs, Point, RunFacts,
-    Strategy,
+    self, Benchmark, CommonArgs, Ctx, Measured, MrChoice, Needs, Point, RunFacts, Strategy,
 };
 use crate::stats::{gbps, mops, nearest_rank, Samples};
 
@@ -330,10 +329,6 @@ fn alloc(
         })
 }
 
-fn failed(m: impl Into<String>) -> BenchError {
-    BenchError::failed(m)
-}
-
 /// The seed of put `p` of iteration `iter` (rank 0 to rank 1).
 fn put_seed(iter: u64, p: u32) -> u64 {
     crate::pattern::seed(iter, INITIATOR, TARGET, p)
@@ -406,31 +401,33 @@ impl<'a> Benchmark for Proxy<'a> {
         let src = alloc(c.mem, len, ctx.device)?;
         let dst = alloc(c.mem, len, ctx.device)?;
         let path = mr_path(c.mr);
-        let src_reg = group.register(src.clone(), path).map_err(fabric_error)?;
-        let dst_reg = group.register(dst.clone(), path).map_err(fabric_error)?;
+        let src_reg = group.register(src.clone(), path)?;
+        let dst_reg = group.register(dst.clone(), path)?;
         let mr = if efabench_fabric::MemoryBuffer::device_only(&**src) {
             format!("{}+device-only", src_reg.path_taken())
         } else {
             src_reg.path_taken().to_string()
         };
         // u32 address length, the group address, the target region's descriptor.
-        let a = group.address().map_err(fabric_error)?.to_bytes();
+        let a = group.address()?.to_bytes();
         let mut blob = (a.len() as u32).to_le_bytes().to_vec();
         blob.extend_from_slice(&a);
-        blob.extend_from_slice(&group.descriptor(&dst_reg).map_err(fabric_error)?.to_bytes());
-        let blobs = ctx.bs.all_gather(&blob).map_err(harness::from_bootstrap)?;
+        blob.extend_from_slice(&group.descriptor(&dst_reg)?.to_bytes());
+        let blobs = ctx.bs.all_gather(&blob)?;
         let nrails = group.len();
         let mut init = None;
         let mut target_rails = Vec::new();
         if ctx.rank == INITIATOR {
             let b = &blobs[TARGET as usize];
             let bad = || {
-                failed("rank 1 sent a malformed address blob; all ranks must run the same efabench")
+                BenchError::failed(
+                    "rank 1 sent a malformed address blob; all ranks must run the same efabench",
+                )
             };
             let (addr_part, desc_part) = split_blob(b).ok_or_else(bad)?;
-            let addr = GroupAddress::from_bytes(addr_part).map_err(fabric_error)?;
-            let desc = RegionDescriptor::from_bytes(desc_part).map_err(fabric_error)?;
-            let peer = group.insert_peer(&addr).map_err(fabric_error)?;
+            let addr = GroupAddress::from_bytes(addr_part)?;
+            let desc = RegionDescriptor::from_bytes(desc_part)?;
+            let peer = group.insert_peer(&addr)?;
             let targets = (0..nrails)
                 .map(|r| Target {
                     peer: peer.rail(r),
@@ -448,14 +445,14 @@ impl<'a> Benchmark for Proxy<'a> {
                     None => efabench_gpu::resolve(c.gpu, ctx.local_rank)
                         .map_err(|e| BenchError::usage(format!("the GPU producer: {e}")))?,
                 };
-                let g = efabench_gpu::Gpu::open(ordinal).map_err(|e| failed(e.to_string()))?;
+                let g = efabench_gpu::Gpu::open(ordinal)?;
                 let rings = RingMemory::new(&g, self.ring_kind(), nrails, log2)
                     .map_err(|e| BenchError::usage(format!("efabench proxy: {e}")))?;
                 let prod = GpuProducer::new(&g, self.args.puts as usize)
-                    .map_err(|e| failed(format!("the GPU producer: {e}")))?;
+                    .map_err(|e| BenchError::context("the GPU producer", e))?;
                 let clock = prod
                     .clock_offset(32)
-                    .map_err(|e| failed(format!("clock alignment: {e}")))?;
+                    .map_err(|e| BenchError::context("clock alignment", e))?;
                 (rings, Some(prod), Some(clock))
             } else {
                 (RingMemory::heap(nrails, log2), None, None)
@@ -587,14 +584,14 @@ impl<'a> Benchmark for Proxy<'a> {
         let setup = self
             .setup
             .as_mut()
-            .ok_or_else(|| failed("measure before setup"))?;
+            .ok_or_else(|| BenchError::failed("measure before setup"))?;
         match ctx.rank {
             INITIATOR => measure_initiator(ctx, args, setup, spec),
             TARGET => measure_target(ctx, args, setup, spec),
             _ => {
                 // Idle ranks take part in the per-iteration barriers.
                 for _ in 0..spec.warmup + spec.iters {
-                    ctx.bs.barrier().map_err(harness::from_bootstrap)?;
+                    ctx.bs.barrier()?;
                 }
                 Ok(Measured::default())
             }
@@ -762,7 +759,7 @@ fn measure_initiator(
     let init = setup
         .init
         .as_mut()
-        .ok_or_else(|| failed("initiator not set up"))?;
+        .ok_or_else(|| BenchError::failed("initiator not set up"))?;
     let nrails = init.rails.len();
     let sched = engine::schedule(s.puts, s.size, nrails, args.common.strategy, TARGET as u16);
     let mut per_rail: Vec<Vec<efabench_gpu::proxy::Command>> = vec![Vec::new(); nrails];
@@ -799,7 +796,7 @@ fn measure_initiator(
     let clock_before = match &init.gpu {
         Some(g) if s.mode != Mode::Cpu => Some(
             g.clock_offset(16)
-                .map_err(|e| failed(format!("clock alignment: {e}")))?,
+                .map_err(|e| BenchError::context("clock alignment", e))?,
         ),
         _ => None,
     };
@@ -847,7 +844,7 @@ fn measure_initiator(
             let main = (|| -> Result<(), BenchError> {
                 for it in 0..total_iters {
                     if args.common.verify() || it == 0 {
-                        fill_puts(&**setup.src, it, s.puts, s.size).map_err(failed)?;
+                        fill_puts(&**setup.src, it, s.puts, s.size).map_err(BenchError::failed)?;
                     }
                     let (t_ns, span, push, quiet) = match s.mode {
                         Mode::Cpu => {
@@ -860,9 +857,11 @@ fn measure_initiator(
                                     spins += 1;
                                     if spins % 1024 == 0 {
                                         if failed_flag.load(Ordering::Acquire) {
-                                            return Err(failed("a proxy thread failed"));
+                                            return Err(BenchError::failed(
+                                                "a proxy thread failed",
+                                            ));
                                         }
-                                        health().map_err(failed)?;
+                                        health().map_err(BenchError::failed)?;
                                     }
                                     std::hint::spin_loop();
                                 }
@@ -896,7 +895,7 @@ fn measure_initiator(
                                                     == PayloadFence::PerPut,
                                             },
                                         )
-                                        .map_err(|e| failed(format!("the GPU producer: {e}")))?;
+                                        .map_err(|e| BenchError::context("the GPU producer", e))?;
                                     for (r, ring) in heads.iter_mut().enumerate() {
                                         *ring += per_rail[r].len() as u64;
                                     }
@@ -918,7 +917,7 @@ fn measure_initiator(
                                         &failed_flag,
                                         &health,
                                     )
-                                    .map_err(failed)?;
+                                    .map_err(BenchError::failed)?;
                                     (h.t1 - h.t0, (h.t0, h.t1), h.push, h.quiet)
                                 }
                             }
@@ -934,7 +933,7 @@ fn measure_initiator(
                         quiet_ns.extend(quiet);
                     }
                     // The target verified this iteration: the source may be rewritten.
-                    ctx.bs.barrier().map_err(harness::from_bootstrap)?;
+                    ctx.bs.barrier()?;
                 }
                 Ok(())
             })();
@@ -979,7 +978,7 @@ fn measure_initiator(
     // A proxy's own error is the cause; the others only noticed it.
     errs.sort_by_key(|e| e.contains("another thread failed"));
     if let Some(e) = errs.into_iter().next() {
-        return Err(failed(e));
+        return Err(BenchError::failed(e));
     }
     main?;
     if s.mode == Mode::Cpu {
@@ -997,7 +996,7 @@ fn measure_initiator(
     if let (Some(g), Some(b)) = (&init.gpu, clock_before) {
         let a = g
             .clock_offset(16)
-            .map_err(|e| failed(format!("clock alignment: {e}")))?;
+            .map_err(|e| BenchError::context("clock alignment", e))?;
         // The stamps were moved with the offset before the point; correct each by the drift
         // up to its own time (linear between the two measurements).
         let span = a.2.saturating_sub(b.2).max(1) as f64;
@@ -1111,21 +1110,21 @@ fn measure_target(
             args.common.timeout().max(Duration::from_secs(1)),
             &health,
         )
-        .map_err(failed)?;
+        .map_err(BenchError::failed)?;
         // Every CQ data is in; the bytes are in place once this process's GPU copies drained
         // (shm's CUDA IPC path copies on the target with a device-to-device cudaMemcpy that
         // returns, and reports the write, before the copy ran; a no-op for host memory).
-        setup.dst.settle().map_err(|e| failed(e.to_string()))?;
+        setup.dst.settle()?;
         if it >= s.warmup {
             landed.push(realtime_ns());
         }
         if args.common.verify() {
-            errors += check_puts(&**setup.dst, it, s.puts, s.size).map_err(failed)?;
+            errors += check_puts(&**setup.dst, it, s.puts, s.size).map_err(BenchError::failed)?;
         }
         if it >= s.warmup + s.iters - kept_iters(s) {
             arrive_all.extend(arrive);
         }
-        ctx.bs.barrier().map_err(harness::from_bootstrap)?;
+        ctx.bs.barrier()?;
     }
     let mut extra = Map::new();
     extra.insert("arrive_ns".into(), json!(arrive_all));

@@ -2,7 +2,7 @@
 //! them (one line each) and runs them on the shared harness.
 
 use crate::error::CliError;
-use efabench_bench::{BenchCommand, BenchError, BuildInfo};
+use efabench_bench::{BenchCommand, BuildInfo};
 
 pub fn run(cmd: BenchCommand) -> Result<i32, CliError> {
     // Ranks started by `efabench launch` die with it (SIGKILL/SIGHUP of launch included).
@@ -13,13 +13,8 @@ pub fn run(cmd: BenchCommand) -> Result<i32, CliError> {
             .map(str::to_string)
             .filter(|g| !g.is_empty()),
     };
-    cmd.run(&build).map_err(from_bench)
-}
-
-/// Bad input stays exit 2, a failed run exit 1.
-pub fn from_bench(e: BenchError) -> CliError {
-    match e {
-        BenchError::Usage(m) => CliError::Usage(m),
-        BenchError::Failed(m) => CliError::Failed(m),
-    }
+    cmd.run(&build).map_err(|source| CliError::Bench {
+        command: cmd.name(),
+        source,
+    })
 }

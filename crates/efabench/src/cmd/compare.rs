@@ -6,7 +6,7 @@
 //! `efabench_report::compare`.
 
 use crate::error::CliError;
-use efabench_report::{compare::compare, read_files, ErrorKind};
+use efabench_report::{compare::compare, read_files};
 use std::path::PathBuf;
 
 #[derive(clap::Args, Debug)]
@@ -34,13 +34,6 @@ pub struct Args {
     pub allow_missing: bool,
 }
 
-fn to_cli(e: efabench_report::Error) -> CliError {
-    match e.kind() {
-        ErrorKind::BadInput => CliError::usage(e.to_string()),
-        ErrorKind::Failed => CliError::failed(e.to_string()),
-    }
-}
-
 pub fn run(args: Args) -> Result<i32, CliError> {
     let json = match args.format.trim().to_ascii_lowercase().as_str() {
         "table" => false,
@@ -52,9 +45,9 @@ pub fn run(args: Args) -> Result<i32, CliError> {
             )))
         }
     };
-    let files = read_files(&[&args.baseline, &args.candidate]).map_err(to_cli)?;
+    let files = read_files(&[&args.baseline, &args.candidate])?;
     let (base, cand) = (&files[0].1, &files[1].1);
-    let c = compare(base, cand, args.tolerance, args.allow_missing).map_err(to_cli)?;
+    let c = compare(base, cand, args.tolerance, args.allow_missing)?;
     let (bn, cn) = (
         args.baseline.display().to_string(),
         args.candidate.display().to_string(),

@@ -69,13 +69,7 @@ pub fn run(args: Args) -> Result<i32, CliError> {
         grace: Duration::from_secs_f64(args.timeout),
         env: Vec::new(),
     };
-    launcher::launch(&opts).map_err(|e| {
-        if e.is_usage() {
-            CliError::usage(e.to_string())
-        } else {
-            CliError::failed(format!("launch: {e}"))
-        }
-    })
+    launcher::launch(&opts).map_err(CliError::Launch)
 }
 
 #[cfg(test)]

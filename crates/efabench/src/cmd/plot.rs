@@ -4,7 +4,6 @@
 
 use crate::error::CliError;
 use efabench_report::plot::{plot_paths, Field, PlotOptions, FIELD_NAMES, TIME_SLICED_MARK};
-use efabench_report::ErrorKind;
 use std::path::PathBuf;
 
 #[derive(clap::Args, Debug)]
@@ -67,10 +66,7 @@ pub fn run(args: Args) -> Result<i32, CliError> {
         bench: args.bench,
         variant: args.variant,
     };
-    let summary = plot_paths(&args.inputs, &opts, &args.output).map_err(|e| match e.kind() {
-        ErrorKind::BadInput => CliError::usage(e.to_string()),
-        ErrorKind::Failed => CliError::failed(e.to_string()),
-    })?;
+    let summary = plot_paths(&args.inputs, &opts, &args.output)?;
     let skipped = if summary.skipped > 0 {
         format!(
             " ({} record(s) without a plottable {} or {} left out)",
