@@ -25,15 +25,14 @@
 
 pub mod detect;
 mod error;
+pub mod hostlist;
 pub mod launcher;
 mod pmix;
 pub use launcher::die_with_launcher;
 mod rendezvous;
 pub mod wire;
 
-pub use detect::{
-    detect, detect_from_process_env, detect_with, expand_hostlist, first_host, LaunchFlags,
-    RankInfo,
-};
+pub use detect::{detect, detect_from_process_env, detect_with, LaunchFlags, RankInfo};
 pub use error::BootstrapError;
+pub use hostlist::{expand_hostlist, first_host};
 pub use rendezvous::{AbortHandle, Bootstrap, Health, ProgressHandle};
