@@ -5,10 +5,12 @@
 //! never a panic (cudarc's own loader panics when `libcuda.so.1` is missing, so the crate checks
 //! first).
 
+use std::sync::Arc;
+
 /// What went wrong in a CUDA, NVRTC or NVML call. The variants hold data (the driver's result
 /// code by name, the compiler's log) so that one failed `cuInit` can be cached and returned to
 /// every later caller.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum GpuError {
     /// `libcuda.so.1` could not be loaded.
     #[error(
@@ -31,9 +33,14 @@ pub enum GpuError {
         first_error_line(.log)
     )]
     Compile { kernel: String, log: String },
-    /// NVML could not be loaded or a query failed.
-    #[error("NVML: {0}")]
-    Nvml(String),
+    /// NVML could not be loaded (`hint` says what to install) or a query (`what`) failed.
+    #[error("NVML: {what}: {source}{hint}")]
+    Nvml {
+        what: String,
+        #[source]
+        source: Arc<nvml_wrapper::error::NvmlError>,
+        hint: &'static str,
+    },
     /// Bad input (a device ordinal, a size, a kind name).
     #[error("{0}")]
     Invalid(String),
@@ -54,6 +61,28 @@ impl GpuError {
         )
     }
 }
+
+impl GpuError {
+    /// An NVML call `what` failed with `source`.
+    pub fn nvml(what: impl Into<String>, source: nvml_wrapper::error::NvmlError) -> Self {
+        GpuError::Nvml {
+            what: what.into(),
+            source: Arc::new(source),
+            hint: "",
+        }
+    }
+}
+
+/// Two errors are equal when they are the same variant and say the same thing (NVML's own error
+/// cannot be compared, its words can).
+impl PartialEq for GpuError {
+    fn eq(&self, other: &Self) -> bool {
+        std::mem::discriminant(self) == std::mem::discriminant(other)
+            && self.to_string() == other.to_string()
+    }
+}
+
+impl Eq for GpuError {}
 
 /// The line of an NVRTC log that names the error (the whole log, trimmed, when none does).
 fn first_error_line(log: &str) -> &str {

@@ -93,10 +93,6 @@ pub fn cpulist_from_mask(words: &[u64]) -> String {
     out.join(",")
 }
 
-fn nvml_err(what: &str, e: nvml_wrapper::error::NvmlError) -> GpuError {
-    GpuError::Nvml(format!("{what}: {e}"))
-}
-
 fn mbps_from(sample: &Result<FieldValueSample, nvml_wrapper::error::NvmlError>) -> Option<f64> {
     let v = sample.as_ref().ok()?.value.as_ref().ok()?;
     let mbps = match v {
@@ -127,26 +123,25 @@ fn parse_numa_node(text: &str) -> Option<u32> {
 
 /// Every GPU NVML sees, with NVLink peers grouped by remote device.
 pub fn inventory() -> Result<Vec<NvmlGpuInfo>, GpuError> {
-    let nvml = Nvml::init().map_err(|e| {
-        GpuError::Nvml(format!(
-            "could not load NVML (libnvidia-ml.so.1): {e}; install the NVIDIA driver or add its \
-             directory to LD_LIBRARY_PATH"
-        ))
+    let nvml = Nvml::init().map_err(|e| GpuError::Nvml {
+        what: "could not load NVML (libnvidia-ml.so.1)".into(),
+        source: std::sync::Arc::new(e),
+        hint: "; install the NVIDIA driver or add its directory to LD_LIBRARY_PATH",
     })?;
     let n = nvml
         .device_count()
-        .map_err(|e| nvml_err("device count", e))?;
+        .map_err(|e| GpuError::nvml("device count", e))?;
     let mut gpus = Vec::new();
     let mut raw_peers: Vec<Vec<(String, Option<f64>)>> = Vec::new();
     for i in 0..n {
         let d = nvml
             .device_by_index(i)
-            .map_err(|e| nvml_err("device by index", e))?;
+            .map_err(|e| GpuError::nvml("device by index", e))?;
         let name = d.name().unwrap_or_else(|_| "unknown".to_string());
         let pci_bus_id = d
             .pci_info()
             .map(|p| normalize_bus_id(&p.bus_id))
-            .map_err(|e| nvml_err("PCI info", e))?;
+            .map_err(|e| GpuError::nvml("PCI info", e))?;
         let numa_node = d
             .numa_node_id()
             .ok()
