@@ -34,8 +34,8 @@ use std::time::{Duration, Instant};
 
 use efabench_bootstrap::{Health, ProgressHandle};
 use efabench_fabric::{
-    Completion as FiCompletion, GroupAddress, GroupPeer, GroupRegion, HostBuffer, MemoryBuffer,
-    MrPath, RailGroup, RegionDescriptor, Stripe,
+    Completion as FiCompletion, Flags, GroupAddress, GroupPeer, GroupRegion, HostBuffer,
+    MemoryBuffer, MrPath, Op, RailGroup, RegionDescriptor, Stripe,
 };
 use efabench_gpu::MemKind;
 use serde_json::{json, Value};
@@ -399,16 +399,14 @@ impl Mesh {
         let (fi_peer, remote) = (p.peer.rail(rail), *p.recv.rail(rail));
         self.group
             .rail(rail)
-            .post_write_data(
-                fi_peer,
-                self.send_reg.id(rail),
-                off,
-                len,
-                &remote,
-                remote_off as u64,
-                data,
-                CTX_WRITE,
-            )
+            .post(Op::Write {
+                peer: fi_peer,
+                local: self.send_reg.id(rail).range(off, len),
+                remote: remote.at(remote_off as u64),
+                data: Some(data),
+                flags: Flags::NONE,
+                ctx: CTX_WRITE,
+            })
             .map_err(fabric)?;
         self.outstanding += 1;
         self.count(rail, len);
@@ -427,7 +425,13 @@ impl Mesh {
         let fi_peer = self.peer(peer)?.peer.rail(rail);
         self.group
             .rail(rail)
-            .post_send_data(fi_peer, self.send_reg.id(rail), off, len, data, CTX_SEND)
+            .post(Op::Send {
+                peer: fi_peer,
+                local: self.send_reg.id(rail).range(off, len),
+                data: Some(data),
+                flags: Flags::NONE,
+                ctx: CTX_SEND,
+            })
             .map_err(fabric)?;
         self.outstanding += 1;
         self.count(rail, len);
@@ -444,7 +448,10 @@ impl Mesh {
     ) -> MeshResult<()> {
         self.group
             .rail(rail)
-            .post_recv(self.recv_reg.id(rail), off, len, CTX_RECV | index as u64)
+            .post(Op::Recv {
+                local: self.recv_reg.id(rail).range(off, len),
+                ctx: CTX_RECV | index as u64,
+            })
             .map_err(fabric)
     }
 
@@ -454,16 +461,14 @@ impl Mesh {
         let (fi_peer, remote) = (p.peer.rail(0), *p.ctrl.rail(0));
         self.group
             .rail(0)
-            .post_write_data(
-                fi_peer,
-                self.ctrl_reg.id(0),
-                0,
-                8,
-                &remote,
-                8,
-                data,
-                CTX_CTRL,
-            )
+            .post(Op::Write {
+                peer: fi_peer,
+                local: self.ctrl_reg.id(0).range(0, 8),
+                remote: remote.at(8),
+                data: Some(data),
+                flags: Flags::NONE,
+                ctx: CTX_CTRL,
+            })
             .map_err(fabric)?;
         self.outstanding += 1;
         Ok(())

@@ -63,15 +63,14 @@ fn rank_main(b: &Bootstrap, args: &[String]) -> Result<String, String> {
                 tag: step as u16,
             }
             .to_u64();
-            g.rail(s.rail).write_data(
-                peer.rail(s.rail),
-                region.id(s.rail),
-                off,
-                s.len,
-                desc.rail(s.rail),
-                off as u64,
-                data,
-            )
+            g.rail(s.rail).post_async(Op::Write {
+                peer: peer.rail(s.rail),
+                local: region.id(s.rail).range(off, s.len),
+                remote: desc.rail(s.rail).at(off as u64),
+                data: Some(data),
+                flags: Flags::NONE,
+                ctx: 0,
+            })
         });
         let tag = CqData {
             source: left as u16,

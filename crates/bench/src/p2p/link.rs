@@ -34,8 +34,8 @@ use std::time::{Duration, Instant};
 
 use efabench_bootstrap::{Health, ProgressHandle};
 use efabench_fabric::{
-    Completion as FiCompletion, GroupPeer, GroupRegion, HostBuffer, MemoryBuffer, MrPath,
-    RailGroup, RegionDescriptor,
+    Completion as FiCompletion, Flags, GroupPeer, GroupRegion, HostBuffer, MemoryBuffer, MrPath,
+    Op, RailGroup, RegionDescriptor,
 };
 use efabench_gpu::{GpuBuffer, MemKind};
 use serde_json::{json, Value};
@@ -548,7 +548,13 @@ impl Link {
             let peer = self.peer_info()?.peer.rail(rail);
             self.group
                 .rail(rail)
-                .post_send(peer, self.out_reg.id(rail), off + o, len, ctx.encode())
+                .post(Op::Send {
+                    peer,
+                    local: self.out_reg.id(rail).range(off + o, len),
+                    data: None,
+                    flags: Flags::NONE,
+                    ctx: ctx.encode(),
+                })
                 .map_err(fabric)?;
             self.count(rail, len);
         }
@@ -571,7 +577,13 @@ impl Link {
             let peer = self.peer_info()?.peer.rail(rail);
             self.group
                 .rail(rail)
-                .inject(peer, self.out_reg.id(rail), off + o, len)
+                .post(Op::Send {
+                    peer,
+                    local: self.out_reg.id(rail).range(off + o, len),
+                    data: None,
+                    flags: Flags::INJECT,
+                    ctx: 0,
+                })
                 .map_err(fabric)?;
             self.count(rail, len);
         }
@@ -586,7 +598,10 @@ impl Link {
         for &(rail, o, len) in route.stripes() {
             self.group
                 .rail(rail)
-                .post_recv(self.inbox_reg.id(rail), off + o, len, ctx.encode())
+                .post(Op::Recv {
+                    local: self.inbox_reg.id(rail).range(off + o, len),
+                    ctx: ctx.encode(),
+                })
                 .map_err(fabric)?;
         }
         Ok(())
@@ -608,14 +623,17 @@ impl Link {
         for &(rail, o, len) in route.stripes() {
             let p = self.peer_info()?;
             let (peer, remote) = (p.peer.rail(rail), *p.inbox.rail(rail));
-            let r = self.group.rail(rail);
-            let local = self.out_reg.id(rail);
-            let (at, c) = ((off + o) as u64, ctx.encode());
-            match data {
-                Some(d) => r.post_write_data(peer, local, off + o, len, &remote, at, d, c),
-                None => r.post_write(peer, local, off + o, len, &remote, at, c),
-            }
-            .map_err(fabric)?;
+            self.group
+                .rail(rail)
+                .post(Op::Write {
+                    peer,
+                    local: self.out_reg.id(rail).range(off + o, len),
+                    remote: remote.at((off + o) as u64),
+                    data,
+                    flags: Flags::NONE,
+                    ctx: ctx.encode(),
+                })
+                .map_err(fabric)?;
             self.count(rail, len);
         }
         Ok(())
@@ -632,15 +650,12 @@ impl Link {
             let (peer, remote) = (p.peer.rail(rail), *p.out.rail(rail));
             self.group
                 .rail(rail)
-                .post_read(
+                .post(Op::Read {
                     peer,
-                    self.inbox_reg.id(rail),
-                    off + o,
-                    len,
-                    &remote,
-                    (off + o) as u64,
-                    ctx.encode(),
-                )
+                    local: self.inbox_reg.id(rail).range(off + o, len),
+                    remote: remote.at((off + o) as u64),
+                    ctx: ctx.encode(),
+                })
                 .map_err(fabric)?;
             self.count(rail, len);
         }
@@ -655,12 +670,10 @@ impl Link {
         self.ctrl_recv_next = (slot + 1) % self.ctrl_slots;
         self.group
             .rail(0)
-            .post_recv(
-                self.ctrl_reg.id(0),
-                slot * 8,
-                8,
-                Ctx::CtrlRecv(slot).encode(),
-            )
+            .post(Op::Recv {
+                local: self.ctrl_reg.id(0).range(slot * 8, 8),
+                ctx: Ctx::CtrlRecv(slot).encode(),
+            })
             .map_err(fabric)
     }
 
@@ -680,13 +693,13 @@ impl Link {
         self.ctrl_send_busy[slot] = true;
         self.group
             .rail(0)
-            .post_send(
+            .post(Op::Send {
                 peer,
-                self.ctrl_reg.id(0),
-                off,
-                8,
-                Ctx::CtrlSend(slot).encode(),
-            )
+                local: self.ctrl_reg.id(0).range(off, 8),
+                data: None,
+                flags: Flags::NONE,
+                ctx: Ctx::CtrlSend(slot).encode(),
+            })
             .map_err(fabric)
     }
 
