@@ -23,7 +23,7 @@
 //! stripe — it knows from the size how many stripes each message has — never from ordering
 //! across rails, which no NIC guarantees.
 //!
-//! Operations go through the fabric layer's cheapest path (`post_*` with a `u64` context, then
+//! Operations go through the fabric layer's cheapest path (`Rail::post` with a `u64` context, then
 //! `poll` on every rail). Every wait is bounded by `--timeout` of no progress and checks the
 //! bootstrap's health about every millisecond, so a dead peer ends the run with its rank named
 //! instead of a hang.

@@ -10,10 +10,10 @@
 //! The group is split by job:
 //! * this file: [`RailGroup`] (open, register a buffer on every rail at once, insert a peer's
 //!   rails) and [`connect_all`]; local rail *i* talks to the peer's rail *i*;
-//! * [`wire`](self::wire): what crosses the wire, rail-aligned: a [`GroupAddress`] carries every
+//! * [`wire`]: what crosses the wire, rail-aligned: a [`GroupAddress`] carries every
 //!   rail's endpoint name and a [`RegionDescriptor`] every rail's (addr, key, len) of one buffer;
 //!   both decode with bounds and never trust a count from the peer;
-//! * [`plan`](self::plan): which rails to open, [`resolve_rails`] (`--rails N|all`) and
+//! * [`plan`]: which rails to open, [`resolve_rails`] (`--rails N|all`) and
 //!   [`pick_domain`] (`--domain`), pure functions over the provider's offer, tested without a
 //!   fabric.
 

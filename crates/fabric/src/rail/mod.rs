@@ -3,10 +3,10 @@
 //!
 //! The rail is split by job:
 //! * this file: the [`Rail`] type, how it is opened and how peers are added;
-//! * [`mr`](self::mr): registered memory ([`RegionId`], [`RemoteRegion`]) and its bookkeeping;
-//! * [`post`](self::post): the one way to start an operation, [`Rail::post`] of an [`Op`];
-//! * [`cq`](self::cq): reading the completion queue ([`Rail::poll`], [`Completion`]);
-//! * `future` (feature `async`): the same operations as futures, for [`crate::Executor`].
+//! * [`mr`]: registered memory ([`RegionId`], [`RemoteRegion`]) and its bookkeeping;
+//! * [`post`]: the one way to start an operation, [`Rail::post`] of an [`Op`];
+//! * [`cq`]: reading the completion queue ([`Rail::poll`], [`Completion`]);
+//! * `future` (feature `async`): the same operations as futures, for the executor of `exec`.
 //!
 //! Every posted operation owns a *slot*; its `op_context` is that slot's `fi_context2`, so a CQ
 //! entry maps back to the slot by pointer arithmetic (no hash map, no allocation). The slot keeps
