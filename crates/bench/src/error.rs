@@ -125,12 +125,13 @@ mod tests {
             call: "fi_writemsg",
             errno: 11,
             text: "Resource temporarily unavailable".into(),
+            provider: Some("efa".into()),
         };
         let e = BenchError::from(fab).on_rank(1);
         assert!(!e.is_usage());
         assert_eq!(
             e.message(),
-            "rank 1: fabric: fi_writemsg failed: Resource temporarily unavailable (-11)"
+            "rank 1: fabric: fi_writemsg: -FI_EAGAIN (Resource temporarily unavailable), provider efa"
         );
         assert!(std::error::Error::source(&e).is_some());
 

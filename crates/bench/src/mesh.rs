@@ -34,8 +34,8 @@ use std::time::{Duration, Instant};
 
 use efabench_bootstrap::{Health, ProgressHandle};
 use efabench_fabric::{
-    Completion as FiCompletion, GroupAddress, GroupPeer, GroupRegion, HostBuffer, MemoryBuffer,
-    MrPath, RailGroup, RegionDescriptor, Stripe,
+    Completion as FiCompletion, Flags, GroupAddress, GroupPeer, GroupRegion, HostBuffer,
+    MemoryBuffer, MrPath, Op, RailGroup, RegionDescriptor, Stripe,
 };
 use efabench_gpu::MemKind;
 use serde_json::{json, Value};
@@ -387,16 +387,14 @@ impl Mesh {
     ) -> MeshResult<()> {
         let p = self.peer(peer)?;
         let (fi_peer, remote) = (p.peer.rail(rail), *p.recv.rail(rail));
-        self.group.rail(rail).post_write_data(
-            fi_peer,
-            self.send_reg.id(rail),
-            off,
-            len,
-            &remote,
-            remote_off as u64,
-            data,
-            CTX_WRITE,
-        )?;
+        self.group.rail(rail).post(Op::Write {
+            peer: fi_peer,
+            local: self.send_reg.id(rail).range(off, len),
+            remote: remote.at(remote_off as u64),
+            data: Some(data),
+            flags: Flags::NONE,
+            ctx: CTX_WRITE,
+        })?;
         self.outstanding += 1;
         self.count(rail, len);
         Ok(())
@@ -412,14 +410,13 @@ impl Mesh {
         data: u64,
     ) -> MeshResult<()> {
         let fi_peer = self.peer(peer)?.peer.rail(rail);
-        self.group.rail(rail).post_send_data(
-            fi_peer,
-            self.send_reg.id(rail),
-            off,
-            len,
-            data,
-            CTX_SEND,
-        )?;
+        self.group.rail(rail).post(Op::Send {
+            peer: fi_peer,
+            local: self.send_reg.id(rail).range(off, len),
+            data: Some(data),
+            flags: Flags::NONE,
+            ctx: CTX_SEND,
+        })?;
         self.outstanding += 1;
         self.count(rail, len);
         Ok(())
@@ -433,28 +430,27 @@ impl Mesh {
         off: usize,
         len: usize,
     ) -> MeshResult<()> {
-        Ok(self.group.rail(rail).post_recv(
-            self.recv_reg.id(rail),
-            off,
-            len,
-            CTX_RECV | index as u64,
-        )?)
+        self.group
+            .rail(rail)
+            .post(Op::Recv {
+                local: self.recv_reg.id(rail).range(off, len),
+                ctx: CTX_RECV | index as u64,
+            })
+            .map_err(Into::into)
     }
 
     /// An 8-byte write into `peer`'s control region carrying `data` (ACK/READY), on rail 0.
     pub fn signal(&mut self, peer: u32, data: u64) -> MeshResult<()> {
         let p = self.peer(peer)?;
         let (fi_peer, remote) = (p.peer.rail(0), *p.ctrl.rail(0));
-        self.group.rail(0).post_write_data(
-            fi_peer,
-            self.ctrl_reg.id(0),
-            0,
-            8,
-            &remote,
-            8,
-            data,
-            CTX_CTRL,
-        )?;
+        self.group.rail(0).post(Op::Write {
+            peer: fi_peer,
+            local: self.ctrl_reg.id(0).range(0, 8),
+            remote: remote.at(8),
+            data: Some(data),
+            flags: Flags::NONE,
+            ctx: CTX_CTRL,
+        })?;
         self.outstanding += 1;
         Ok(())
     }

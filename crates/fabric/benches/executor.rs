@@ -5,10 +5,10 @@
 //!   every future returns Pending once and is re-polled.
 //!   The difference is what the executor itself adds.
 //! * **real**: RMA writes of 8 bytes from a rail to itself over `shm` (and `tcp` on loopback),
-//!   raw `post_write` + `poll` versus `Executor::block_on(rail.write(..))`. The provider's cost
+//!   `Rail::post` + `poll` versus `Executor::block_on(rail.post_async(..))`. The provider's cost
 //!   dominates; the difference is the async path's overhead (slot parking, future state).
 //!
-//! Run: `cargo bench -p efabench-fabric --bench executor` (EFABENCH_LIBFABRIC picks the library).
+//! Run: `cargo bench -p efabench-fabric --features async --bench executor` (EFABENCH_LIBFABRIC picks the library).
 //! Prints ns per op; no assertions (timings are machine-dependent).
 
 use std::cell::Cell;
@@ -20,7 +20,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use efabench_fabric::{
-    first_provider, Completion, Executor, Hints, HostBuffer, Progress, Rail, RailConfig,
+    first_provider, Completion, Executor, Flags, Hints, HostBuffer, Op, Progress, Rail, RailConfig,
 };
 
 struct FakeCq {
@@ -143,12 +143,19 @@ fn real(provider: &str, iters: u64) -> Result<(f64, f64), String> {
         .map_err(|e| e.to_string())?;
     let remote = rail.remote_region(region).map_err(|e| e.to_string())?;
     let far = Instant::now() + Duration::from_secs(120);
+    let write = |ctx| Op::Write {
+        peer: me,
+        local: region.range(0, 8),
+        remote: remote.at(4096),
+        data: None,
+        flags: Flags::NONE,
+        ctx,
+    };
     let mut comp = [Completion::default(); 8];
     let run_raw = |n: u64, comp: &mut [Completion]| -> Result<f64, String> {
         let t = Instant::now();
         for i in 0..n {
-            rail.post_write(me, region, 0, 8, &remote, 4096, i)
-                .map_err(|e| e.to_string())?;
+            rail.post(write(i)).map_err(|e| e.to_string())?;
             loop {
                 if rail.poll(comp).map_err(|e| e.to_string())? > 0 {
                     break;
@@ -164,7 +171,7 @@ fn real(provider: &str, iters: u64) -> Result<(f64, f64), String> {
     let run_exec = |n: u64| -> Result<f64, String> {
         let t = Instant::now();
         for _ in 0..n {
-            ex.block_on(rail.write(me, region, 0, 8, &remote, 4096), far)
+            ex.block_on(rail.post_async(write(0)), far)
                 .map_err(|e| e.to_string())?
                 .map_err(|e| e.to_string())?;
         }

@@ -26,8 +26,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use efabench_fabric::{
-    first_provider, join_all, load_library, Error, Executor, Hints, HostBuffer, Rail, RailConfig,
-    RemoteRegion,
+    first_provider, join_all, load_library, Error, Executor, Flags, Hints, HostBuffer, Op,
+    OpFuture, Peer, Rail, RailConfig, RegionId, RemoteRegion,
 };
 
 struct Opts {
@@ -198,10 +198,10 @@ fn client(o: &Opts) -> Result<(), String> {
         buf.write_at(i * sz, &msg).map_err(e)?;
     }
     let t0 = Instant::now();
-    // Receives and sends go into one join_all: both kinds are `Op`s, all posted on the first poll.
+    // Receives and sends go into one join_all: all are `OpFuture`s, posted on the first poll.
     let ops = (0..n)
-        .map(|i| rail.recv(region, i * sz + half, half))
-        .chain((0..n).map(|i| rail.send(peer, region, i * sz, half)));
+        .map(|i| recv(&rail, region, i * sz + half, half))
+        .chain((0..n).map(|i| send(&rail, peer, region, i * sz, half)));
     let mut results = ex.block_on(join_all(ops), deadline()).map_err(e)?;
     let rs = results.drain(..n).collect::<Vec<_>>();
     for s in results {
@@ -235,15 +235,15 @@ fn client(o: &Opts) -> Result<(), String> {
         let chunk: Vec<u8> = (0..sz).map(|i| pattern(c, i)).collect();
         buf.write_at(c * sz, &chunk).map_err(e)?;
     }
-    let status = rail.recv(region, 0, 64);
+    let status = recv(&rail, region, 0, 64);
     let t0 = Instant::now();
     let writes =
-        join_all((0..n).map(|c| rail.write(peer, region, c * sz, sz, &remote, (c * sz) as u64)));
+        join_all((0..n).map(|c| write(&rail, peer, region, c * sz, sz, &remote, (c * sz) as u64)));
     for w in ex.block_on(writes, deadline()).map_err(e)? {
         w.map_err(e)?;
     }
     ex.block_on(
-        rail.write_data(peer, region, 0, 0, &remote, 0, n as u64),
+        write_data(&rail, peer, region, 0, 0, &remote, 0, n as u64),
         deadline(),
     )
     .map_err(e)?
@@ -265,7 +265,7 @@ fn client(o: &Opts) -> Result<(), String> {
     // 3. RMA read of the whole server region back into ours.
     buf.fill(0, n * sz, 0).map_err(e)?;
     let reads =
-        join_all((0..n).map(|c| rail.read(peer, region, c * sz, sz, &remote, (c * sz) as u64)));
+        join_all((0..n).map(|c| read(&rail, peer, region, c * sz, sz, &remote, (c * sz) as u64)));
     for r in ex.block_on(reads, deadline()).map_err(e)? {
         r.map_err(e)?;
     }
@@ -283,8 +283,8 @@ fn client(o: &Opts) -> Result<(), String> {
 
     // Goodbye over the fabric so the server stays progressed until we are done.
     buf.write_at(0, b"bye").map_err(e)?;
-    let ack = rail.recv(region, 64, 64);
-    ex.block_on(rail.send(peer, region, 0, 3), deadline())
+    let ack = recv(&rail, region, 64, 64);
+    ex.block_on(send(&rail, peer, region, 0, 3), deadline())
         .map_err(e)?
         .map_err(e)?;
     ex.block_on(ack, deadline()).map_err(e)?.map_err(e)?;
@@ -322,7 +322,7 @@ fn server(o: &Opts) -> Result<(), String> {
     // 1. Echo: receive n messages, send each back from where it landed.
     let rs = ex
         .block_on(
-            join_all((0..n).map(|i| rail.recv(region, i * sz, half))),
+            join_all((0..n).map(|i| recv(&rail, region, i * sz, half))),
             deadline(),
         )
         .map_err(e)?;
@@ -330,7 +330,7 @@ fn server(o: &Opts) -> Result<(), String> {
     for r in rs {
         lens.push(r.map_err(e)?.len);
     }
-    let sends = join_all((0..n).map(|i| rail.send(peer, region, i * sz, lens[i])));
+    let sends = join_all((0..n).map(|i| send(&rail, peer, region, i * sz, lens[i])));
     for s in ex.block_on(sends, deadline()).map_err(e)? {
         s.map_err(e)?;
     }
@@ -359,17 +359,102 @@ fn server(o: &Opts) -> Result<(), String> {
     let status = Arc::new(HostBuffer::new(128).map_err(e)?);
     status.write_at(0, msg.as_bytes()).map_err(e)?;
     let sreg = rail.register(status.clone()).map_err(e)?;
-    let bye = rail.recv(sreg, 64, 64);
-    ex.block_on(rail.send(peer, sreg, 0, msg.len()), deadline())
+    let bye = recv(&rail, sreg, 64, 64);
+    ex.block_on(send(&rail, peer, sreg, 0, msg.len()), deadline())
         .map_err(e)?
         .map_err(e)?;
 
     // 3. The client reads our region; we only progress until its goodbye.
     ex.block_on(bye, deadline()).map_err(e)?.map_err(e)?;
     status.write_at(0, b"ack").map_err(e)?;
-    ex.block_on(rail.send(peer, sreg, 0, 3), deadline())
+    ex.block_on(send(&rail, peer, sreg, 0, 3), deadline())
         .map_err(e)?
         .map_err(e)?;
     eprintln!("[server] done");
     Ok(())
+}
+
+// Shorthands over `Rail::post_async` for the operations this example runs.
+
+fn recv(rail: &Rail, region: RegionId, off: usize, len: usize) -> OpFuture<'_> {
+    let local = region.range(off, len);
+    rail.post_async(Op::Recv { local, ctx: 0 })
+}
+
+fn send(rail: &Rail, peer: Peer, region: RegionId, off: usize, len: usize) -> OpFuture<'_> {
+    rail.post_async(Op::Send {
+        peer,
+        local: region.range(off, len),
+        data: None,
+        flags: Flags::NONE,
+        ctx: 0,
+    })
+}
+
+fn write<'r>(
+    rail: &'r Rail,
+    peer: Peer,
+    region: RegionId,
+    off: usize,
+    len: usize,
+    remote: &RemoteRegion,
+    remote_off: u64,
+) -> OpFuture<'r> {
+    write_op(rail, peer, region.range(off, len), remote, remote_off, None)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn write_data<'r>(
+    rail: &'r Rail,
+    peer: Peer,
+    region: RegionId,
+    off: usize,
+    len: usize,
+    remote: &RemoteRegion,
+    remote_off: u64,
+    data: u64,
+) -> OpFuture<'r> {
+    write_op(
+        rail,
+        peer,
+        region.range(off, len),
+        remote,
+        remote_off,
+        Some(data),
+    )
+}
+
+fn write_op<'r>(
+    rail: &'r Rail,
+    peer: Peer,
+    local: efabench_fabric::Local,
+    remote: &RemoteRegion,
+    remote_off: u64,
+    data: Option<u64>,
+) -> OpFuture<'r> {
+    rail.post_async(Op::Write {
+        peer,
+        local,
+        remote: remote.at(remote_off),
+        data,
+        flags: Flags::NONE,
+        ctx: 0,
+    })
+}
+
+fn read<'r>(
+    rail: &'r Rail,
+    peer: Peer,
+    region: RegionId,
+    off: usize,
+    len: usize,
+    remote: &RemoteRegion,
+    remote_off: u64,
+) -> OpFuture<'r> {
+    rail.post_async(Op::Read {
+        peer,
+        local: region.range(off, len),
+        remote: remote.at(remote_off),
+        ctx: 0,
+    })
 }

@@ -165,16 +165,14 @@ fn send(
             }
             .to_u64();
             let dst_off = (slot * size + st.off) as u64;
-            rails[k].post_write_data(
-                t.peer,
-                t.src,
-                src_off + st.off,
-                st.len,
-                &t.dst,
-                dst_off,
-                data,
-                slot as u64,
-            )?;
+            rails[k].post(Op::Write {
+                peer: t.peer,
+                local: t.src.range(src_off + st.off, st.len),
+                remote: t.dst.at(dst_off),
+                data: Some(data),
+                flags: Flags::NONE,
+                ctx: slot as u64,
+            })?;
             busy[k][slot] = true;
         }
     }
@@ -319,8 +317,15 @@ fn one_run(
         g = g2;
         let (ack_src, ack_dst, peer) = ack;
         let r0 = g.rail(0);
-        r0.post_write_data(peer, ack_src, 0, 8, &ack_dst, 0, 1, ACK_CTX)
-            .map_err(e)?;
+        r0.post(Op::Write {
+            peer,
+            local: ack_src.range(0, 8),
+            remote: ack_dst.at(0),
+            data: Some(1),
+            flags: Flags::NONE,
+            ctx: ACK_CTX,
+        })
+        .map_err(e)?;
         let mut c = [Completion::default(); 4];
         spin(deadline, "the acknowledgement's completion", || {
             let n = r0.poll(&mut c)?;

@@ -2,7 +2,8 @@
 //! efabench-bootstrap only: each rank owns one chunk; in step s it writes the chunk it got in
 //! step s-1 (its own at s=0) into its right neighbour's buffer, striped over the rails with
 //! `split`, and waits for its left neighbour's stripes (counted by (source, step) in the remote
-//! CQ data, so arrival order does not matter). Every rank verifies every chunk.
+//! CQ data, so arrival order does not matter). Every rank verifies every chunk. Operations are
+//! posted with `Rail::post` and collected with `Rail::poll` on every rail in turn.
 //!
 //! `cargo run -p efabench-fabric --example ring -- [tcp|shm] [ranks] [rails] [chunk bytes]`
 //! (started alone, it launches `ranks` copies of itself on this host through bootstrap).
@@ -10,7 +11,7 @@
 use std::{sync::Arc, time::Instant};
 
 use efabench_bootstrap::{detect_from_process_env, launcher, Bootstrap, LaunchFlags};
-use efabench_fabric::{future::zip, join_all, *};
+use efabench_fabric::*;
 
 fn pattern(rank: usize, i: usize) -> u8 {
     (rank * 131 + i * 7 + i / 4099) as u8
@@ -49,41 +50,64 @@ fn rank_main(b: &Bootstrap, args: &[String]) -> Result<String, String> {
     let (left, right) = ((me + world - 1) % world, (me + 1) % world);
     let (peer, desc) = (peers[right].clone().ok_or("no right peer")?, &descs[right]);
     let desc = RegionDescriptor::from_bytes(desc).map_err(e)?;
-    let rails: Vec<&Rail> = g.rails().iter().collect();
-    let exec = Executor::new(&rails);
     let deadline = Instant::now() + b.timeout();
-    let check = || b.check().map_err(|e| Error::Health(e.to_string()));
+    // Notifications that arrived before this rank reached their step (the left neighbour may be
+    // one step ahead): kept until their step comes.
+    let mut early: Vec<CqData> = Vec::new();
+    let mut out = [Completion::default(); 16];
     for step in 0..world - 1 {
         let (send, recv) = ((me + world - step) % world, (left + world - step) % world);
         let stripes = split(chunk, g.len(), step % g.len());
-        let writes = stripes.iter().map(|s| {
+        let data = CqData {
+            source: me as u16,
+            tag: step as u16,
+        };
+        for s in &stripes {
             let off = send * chunk + s.off;
-            let data = CqData {
-                source: me as u16,
-                tag: step as u16,
-            }
-            .to_u64();
-            g.rail(s.rail).write_data(
-                peer.rail(s.rail),
-                region.id(s.rail),
-                off,
-                s.len,
-                desc.rail(s.rail),
-                off as u64,
-                data,
-            )
-        });
-        let tag = CqData {
+            g.rail(s.rail)
+                .post(Op::Write {
+                    peer: peer.rail(s.rail),
+                    local: region.id(s.rail).range(off, s.len),
+                    remote: desc.rail(s.rail).at(off as u64),
+                    data: Some(data.to_u64()),
+                    flags: Flags::NONE,
+                    ctx: step as u64,
+                })
+                .map_err(e)?;
+        }
+        // Done when every stripe written has completed locally and every stripe of the left
+        // neighbour's step has been announced, on whichever rail, in whatever order.
+        let want = CqData {
             source: left as u16,
             tag: step as u16,
         };
-        let waits = stripes
-            .iter()
-            .map(|s| g.rail(s.rail).wait_remote_exact(tag, 1));
-        let (done, _) = exec
-            .block_on_checked(zip(join_all(writes), join_all(waits)), deadline, check)
-            .map_err(|e| format!("step {step}, chunk {recv} from rank {left}: {e}"))?;
-        done.into_iter().collect::<Result<Vec<_>>>().map_err(e)?;
+        let mut arrived = early.iter().filter(|&&d| d == want).count();
+        early.retain(|&d| d != want);
+        let mut written = 0;
+        let mut spins = 0u32;
+        while written < stripes.len() || arrived < stripes.len() {
+            for r in g.rails() {
+                let n = r
+                    .poll(&mut out)
+                    .map_err(|x| format!("step {step}, chunk {recv} from rank {left}: {x}"))?;
+                for c in &out[..n] {
+                    match c.remote_data().map(CqData::from_u64) {
+                        Some(d) if d == want => arrived += 1,
+                        Some(d) => early.push(d),
+                        None => written += 1,
+                    }
+                }
+            }
+            spins = spins.wrapping_add(1);
+            if spins % 1024 == 0 {
+                if Instant::now() > deadline {
+                    return Err(format!(
+                        "step {step}: timed out waiting for chunk {recv} from rank {left}"
+                    ));
+                }
+                b.check().map_err(|x| x.to_string())?;
+            }
+        }
     }
     for r in 0..world {
         let got = buf.to_vec(r * chunk, chunk).map_err(e)?;

@@ -1,4 +1,6 @@
-//! A busy-poll executor: one per thread, no tokio, no wakers that do anything.
+//! A busy-poll executor (feature `async`): one per thread, no tokio, no wakers that do anything.
+//! It drives the futures of [`Rail::post_async`]; the benchmarks do not use it (they post and
+//! poll directly, which is cheaper still), the fabric's examples and tests do.
 //!
 //! Why: the data path is a thread spinning on `fi_cq_read`; a
 //! generic runtime adds 40–90 ns and occasional `epoll_wait` syscalls to every re-poll, while a

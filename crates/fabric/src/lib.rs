@@ -5,21 +5,26 @@
 //!   HMEM and dmabuf support).
 //! * [`Rail`]: one NIC's endpoint; [`Rail::address`]/[`Rail::insert_peer`] to connect,
 //!   [`Rail::register`] (any [`MemoryBuffer`]: [`HostBuffer`] here, CUDA buffers from the gpu
-//!   crate) and [`RemoteRegion`] for RMA.
+//!   crate) and [`RemoteRegion`] for RMA; one [`Rail::post`] of an [`Op`] (send, receive, write,
+//!   read, with remote CQ data and [`Flags`]) starts any operation, and [`Rail::poll`] hands back
+//!   its [`Completion`] with the context it was posted with.
 //! * [`RailGroup`]: the rails of one rank (one per NIC, or virtual rails on one domain), with
 //!   one-call registration on every rail, rail-aligned addresses and descriptors, and
 //!   [`resolve_rails`]/[`pick_domain`] for `--rails`/`--domain`; [`route`] says which rail
 //!   carries which bytes ([`split`], [`round_robin_rail`]).
-//! * Two ways to run operations on one completion mechanism: `post_*` + [`Rail::poll`] (the
-//!   cheapest path, for latency benchmarks) and async [`Op`]s driven by an [`Executor`] with
-//!   [`join_all`] for many in flight, always with a deadline.
+//! * Feature `async` (off by default; no benchmark uses it): the same [`Op`]s as futures
+//!   (`Rail::post_async`) driven by a busy-poll `Executor` with `join_all`, always with a
+//!   deadline.
+//! * [`Error`]: one error type; a failed call keeps its name, code, `fi_strerror` text and
+//!   provider (`fi_writemsg: -FI_EAGAIN (Resource temporarily unavailable), provider efa`).
 //!
-//! All `unsafe` of this crate lives in the private `raw` module; the ABI is in
-//! `efabench-fabric-sys`.
+//! All `unsafe` of this crate lives in the private `raw` module (the only caller of the
+//! libfabric ABI, which is in `efabench-fabric-sys`).
 
 #![deny(unsafe_code)]
 
 pub mod error;
+#[cfg(feature = "async")]
 pub mod exec;
 pub mod group;
 pub mod host;
@@ -33,9 +38,11 @@ pub mod route;
 
 pub use efabench_fabric_sys::crash;
 pub use error::{Error, Result};
+#[cfg(feature = "async")]
 pub use exec::{join_all, Executor, JoinAll, Progress};
 /// futures-lite's future combinators (`zip`, `try_zip`, `or`, `race`, `poll_fn`, …): they work
 /// with [`Executor::block_on`], which re-polls after every progress round (the waker is unused).
+#[cfg(feature = "async")]
 pub use futures_lite::future;
 pub use group::{
     connect_all, pick_domain, resolve_rails, GroupAddress, GroupPeer, GroupRegion, RailCount,
@@ -47,8 +54,10 @@ pub use info::{
 };
 pub use memory::{DmabufHandle, Hmem, MemoryBuffer, MrPath};
 pub use rail::{
-    Completion, CqData, Op, OpResult, Peer, Rail, RailConfig, RegionId, RemoteData, RemoteRegion,
+    Completion, CqData, Flags, Local, Op, Peer, Rail, RailConfig, RegionId, RemoteAt, RemoteRegion,
 };
+#[cfg(feature = "async")]
+pub use rail::{OpFuture, OpResult, RemoteData};
 pub use route::{next_first_rail, round_robin_rail, split, Stripe};
 
 /// libfabric completion and capability flags callers may test in [`Completion::flags`].

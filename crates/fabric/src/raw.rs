@@ -2,7 +2,7 @@
 //!
 //! Everything here has a safe signature and checks what it can check itself (bounds of a
 //! registered region, slot indices, NULL results). One invariant is kept by the safe code in
-//! `rail.rs` rather than here, and every `post_*` below relies on it: **a region's memory stays
+//! the `rail` module rather than here, and `RawRail::post` relies on it: **a region's memory stays
 //! registered and alive while any operation posted on it may still be in flight** (the rail counts
 //! in-flight operations per region, refuses to deregister a busy one, and closes the endpoint,
 //! which stops all DMA, before it closes any memory region or drops any buffer).
@@ -21,12 +21,7 @@ use crate::error::{Error, Result};
 use crate::memory::{Hmem, MemoryBuffer};
 
 fn call_err(lib: &Library, call: &'static str, ret: i64) -> Error {
-    let errno = (-ret) as i32;
-    Error::Call {
-        call,
-        errno,
-        text: lib.strerror(errno),
-    }
+    Error::call(call, ret, lib, None)
 }
 
 fn cstr_opt(p: *const c_char) -> Option<String> {
@@ -156,6 +151,7 @@ pub(crate) fn getinfo(lib: &'static Library, h: &HintSpec) -> Result<Vec<OwnedIn
             call: "fi_allocinfo",
             errno: libc::ENOMEM,
             text: "out of memory".into(),
+            provider: None,
         });
     }
     struct FreeHints(&'static Library, *mut sys::fi_info);
@@ -329,6 +325,8 @@ pub(crate) struct RawRail {
     ep: *mut sys::fid_ep,
     ctx: Contexts,
     pub mr_mode: u64,
+    /// The provider's name, for the errors of calls on this rail.
+    pub provider: String,
 }
 
 // SAFETY: the rail opens its domain with FI_THREAD_DOMAIN and is used from one thread at a time
@@ -371,10 +369,11 @@ impl RawRail {
             ep: ptr::null_mut(),
             ctx: Contexts::new(slots),
             mr_mode: fields.mr_mode,
+            provider: fields.provider.clone(),
         };
         let chk = |call: &'static str, ret: i32| -> Result<()> {
             if ret != 0 {
-                Err(call_err(lib, call, ret as i64))
+                Err(Error::call(call, ret as i64, lib, Some(&fields.provider)))
             } else {
                 Ok(())
             }
@@ -432,6 +431,12 @@ impl RawRail {
         }
     }
 
+    /// The error of a call on this rail that returned `ret`.
+    #[cold]
+    pub fn err(&self, call: &'static str, ret: i64) -> Error {
+        Error::call(call, ret, self.lib, Some(&self.provider))
+    }
+
     fn ep(&self) -> Result<*mut sys::fid_ep> {
         if self.ep.is_null() {
             Err(Error::Usage("the rail's endpoint is closed".into()))
@@ -453,7 +458,7 @@ impl RawRail {
             ret = unsafe { fi::fi_getname(ep, buf.as_mut_ptr().cast(), &mut len) };
         }
         if ret != 0 {
-            return Err(call_err(self.lib, "fi_getname", ret as i64));
+            return Err(self.err("fi_getname", ret as i64));
         }
         buf.truncate(len as usize);
         Ok(buf)
@@ -476,7 +481,7 @@ impl RawRail {
         };
         if ret != 1 {
             return Err(if ret < 0 {
-                call_err(self.lib, "fi_av_insert", ret as i64)
+                self.err("fi_av_insert", ret as i64)
             } else {
                 Error::Usage(
                     "fi_av_insert rejected the peer address (was it made by the same provider?)"
@@ -540,7 +545,7 @@ impl RawRail {
         // buffer is kept alive by the Arc stored in RawMr for as long as the registration.
         let ret = unsafe { fi::fi_mr_regattr(self.domain, &attr, flags, &mut mr) };
         if ret != 0 {
-            return Err(call_err(self.lib, "fi_mr_regattr", ret as i64));
+            return Err(self.err("fi_mr_regattr", ret as i64));
         }
         let mut raw = RawMr {
             lib: self.lib,
@@ -557,12 +562,12 @@ impl RawRail {
             // SAFETY: mr and ep are live.
             let ret = unsafe { fi::fi_mr_bind(mr, ep.cast(), 0) };
             if ret != 0 {
-                return Err(call_err(self.lib, "fi_mr_bind", ret as i64));
+                return Err(self.err("fi_mr_bind", ret as i64));
             }
             // SAFETY: mr is live and bound.
             let ret = unsafe { fi::fi_mr_enable(mr) };
             if ret != 0 {
-                return Err(call_err(self.lib, "fi_mr_enable", ret as i64));
+                return Err(self.err("fi_mr_enable", ret as i64));
             }
         }
         // SAFETY: mr is live (and enabled where required); the key is valid from now on.
@@ -634,6 +639,11 @@ impl RawRail {
                     };
                     let mut d = desc;
                     let rma = sys::fi_rma_iov { addr, len: l, key };
+                    let cq_data = if data.is_some() {
+                        sys::FI_REMOTE_CQ_DATA
+                    } else {
+                        0
+                    };
                     let msg = sys::fi_msg_rma {
                         msg_iov: &iov,
                         desc: &mut d,
@@ -642,13 +652,9 @@ impl RawRail {
                         rma_iov: &rma,
                         rma_iov_count: 1,
                         context: ctx,
-                        data,
+                        data: data.unwrap_or(0),
                     };
-                    fi::fi_writemsg(
-                        ep,
-                        &msg,
-                        flags | sys::FI_REMOTE_CQ_DATA | sys::FI_COMPLETION,
-                    )
+                    fi::fi_writemsg(ep, &msg, flags | cq_data | sys::FI_COMPLETION)
                 }
                 RawOp::Read { addr, key } => fi::fi_read(ep, buf, l, desc, peer, addr, key, ctx),
                 RawOp::Inject => fi::fi_inject(ep, buf, l, peer),
@@ -661,6 +667,7 @@ impl RawRail {
     }
 
     /// `fi_cancel` of the operation using `slot` (best effort; its completion still arrives).
+    #[cfg(feature = "async")]
     pub fn cancel(&self, slot: u32) {
         if let (Ok(ep), true) = (self.ep(), (slot as usize) < self.ctx.ctx.len()) {
             // SAFETY: ep is live; the context belongs to an operation we posted.
@@ -760,11 +767,12 @@ pub(crate) enum RawOp {
         key: u64,
         data: u64,
     },
-    /// `fi_writemsg` with remote CQ data and explicit flags (`FI_MORE`, `FI_DELIVERY_COMPLETE`).
+    /// `fi_writemsg` with explicit flags (`FI_MORE`, `FI_DELIVERY_COMPLETE`), and remote CQ data
+    /// when `data` is given.
     WriteMsg {
         addr: u64,
         key: u64,
-        data: u64,
+        data: Option<u64>,
         flags: u64,
     },
     Read {

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use efabench_fabric::{
-    first_provider, flags, get_info, join_all, list_providers, load_library, Completion, Error,
-    Executor, Hints, HostBuffer, Rail, RailConfig, RemoteRegion,
+    first_provider, flags, get_info, list_providers, load_library, Completion, Error, Flags, Hints,
+    HostBuffer, Op, Rail, RailConfig, RemoteRegion,
 };
 
 fn rail(provider: &str) -> Rail {
@@ -84,8 +84,19 @@ fn self_loop(provider: &str) {
 
     // Low-level path: recv + send with contexts, then poll until both completions are back.
     buf.write_at(0, b"ping-pong").unwrap();
-    rail.post_recv(region, 4096, 64, 1).unwrap();
-    rail.post_send_data(me, region, 0, 9, 77, 2).unwrap();
+    rail.post(Op::Recv {
+        local: region.range(4096, 64),
+        ctx: 1,
+    })
+    .unwrap();
+    rail.post(Op::Send {
+        peer: me,
+        local: region.range(0, 9),
+        data: Some(77),
+        flags: Flags::NONE,
+        ctx: 2,
+    })
+    .unwrap();
     let got = poll_n(&rail, 2);
     // Nothing else is in flight: a bounded wait ends in a timeout error, not a hang.
     let mut one = [Completion::default(); 1];
@@ -107,16 +118,24 @@ fn self_loop(provider: &str) {
     assert_eq!(recv.remote_data(), Some(77));
     assert_eq!(buf.to_vec(4096, 9).unwrap(), b"ping-pong");
 
-    // Async path: many writes in flight, then read back.
-    let ex = Executor::for_rail(&rail);
+    // Many writes in flight, each completion with its own context, then one read back.
     for i in 0..64 {
         buf.write_at(i * 256, &[i as u8; 256]).unwrap();
     }
-    let writes =
-        (0..64).map(|i| rail.write(me, region, i * 256, 256, &remote, (32768 + i * 256) as u64));
-    for r in ex.block_on(join_all(writes), deadline()).unwrap() {
-        r.unwrap();
+    for i in 0..64 {
+        rail.post(Op::Write {
+            peer: me,
+            local: region.range(i * 256, 256),
+            remote: remote.at((32768 + i * 256) as u64),
+            data: None,
+            flags: Flags::NONE,
+            ctx: 1000 + i as u64,
+        })
+        .unwrap();
     }
+    let mut ctxs: Vec<u64> = poll_n(&rail, 64).iter().map(|c| c.context).collect();
+    ctxs.sort_unstable();
+    assert_eq!(ctxs, (1000..1064).collect::<Vec<_>>());
     for i in 0..64 {
         assert_eq!(
             buf.to_vec(32768 + i * 256, 256).unwrap(),
@@ -124,43 +143,172 @@ fn self_loop(provider: &str) {
         );
     }
     buf.fill(0, 256, 0).unwrap();
-    ex.block_on(
-        rail.read(me, region, 0, 256, &remote, 32768 + 5 * 256),
-        deadline(),
-    )
-    .unwrap()
+    rail.post(Op::Read {
+        peer: me,
+        local: region.range(0, 256),
+        remote: remote.at(32768 + 5 * 256),
+        ctx: 5,
+    })
     .unwrap();
+    assert_eq!(poll_n(&rail, 1)[0].context, 5);
     assert_eq!(buf.to_vec(0, 256).unwrap(), vec![5u8; 256]);
 
-    // write_data: the target side (ourselves) sees a completion carrying the data.
-    ex.block_on(
-        rail.write_data(me, region, 0, 8, &remote, 8192, 0xfeed),
-        deadline(),
-    )
-    .unwrap()
+    // A write with data: the target side (ourselves) also sees a completion carrying the data.
+    rail.post(Op::Write {
+        peer: me,
+        local: region.range(0, 8),
+        remote: remote.at(8192),
+        data: Some(0xfeed),
+        flags: Flags::NONE,
+        ctx: 6,
+    })
     .unwrap();
-    let c = ex.block_on(rail.remote_data(), deadline()).unwrap();
-    assert_eq!(c.context, Completion::REMOTE_CQ_DATA);
+    let got = poll_n(&rail, 2);
+    let c = got
+        .iter()
+        .find(|c| c.context == Completion::REMOTE_CQ_DATA)
+        .expect("remote CQ data");
     assert_eq!(c.data, 0xfeed);
+    assert!(got.iter().any(|c| c.context == 6), "{got:?}");
+
+    // Inject: no completion, the buffer is reusable at once.
+    if rail.info().inject_size >= 8 {
+        rail.post(Op::Recv {
+            local: region.range(4096, 64),
+            ctx: 8,
+        })
+        .unwrap();
+        buf.write_at(0, b"injected").unwrap();
+        rail.post(Op::Send {
+            peer: me,
+            local: region.range(0, 8),
+            data: None,
+            flags: Flags::INJECT,
+            ctx: 0,
+        })
+        .unwrap();
+        buf.write_at(0, b"XXXXXXXX").unwrap();
+        let c = poll_n(&rail, 1)[0];
+        assert_eq!((c.context, c.len), (8, 8));
+        assert_eq!(buf.to_vec(4096, 8).unwrap(), b"injected");
+    }
 
     // Bad arguments are errors, not panics.
+    let send_with = |off, len, data, flags| Op::Send {
+        peer: me,
+        local: region.range(off, len),
+        data,
+        flags,
+        ctx: 9,
+    };
+    let send = |off, len| send_with(off, len, None, Flags::NONE);
     assert!(matches!(
-        rail.post_send(me, region, 65_000, 1000, 9),
+        rail.post(send(65_000, 1000)),
         Err(Error::Usage(_))
     ));
     assert!(matches!(
-        rail.post_write(me, region, 0, 8, &remote, remote.len - 4, 9),
+        rail.post(Op::Write {
+            peer: me,
+            local: region.range(0, 8),
+            remote: remote.at(remote.len - 4),
+            data: None,
+            flags: Flags::NONE,
+            ctx: 9
+        }),
         Err(Error::Usage(_))
     ));
+    let too_big = rail.info().inject_size as usize + 1;
+    let e = rail
+        .post(send_with(0, too_big, None, Flags::INJECT))
+        .unwrap_err();
+    assert!(e.to_string().contains("inject_size"), "{e}");
+    for bad in [Flags::MORE, Flags::DELIVERY_COMPLETE, Flags::INJECT] {
+        let e = rail.post(send_with(0, 8, Some(1), bad)).unwrap_err();
+        assert!(e.is_usage(), "{bad:?}: {e}");
+    }
     let other = self::rail(provider);
     let foreign = other
         .register(Arc::new(HostBuffer::new(4096).unwrap()))
         .unwrap();
-    assert!(rail.post_recv(foreign, 0, 8, 3).is_err());
+    assert!(rail
+        .post(Op::Recv {
+            local: foreign.range(0, 8),
+            ctx: 3
+        })
+        .is_err());
 
-    // A region with an operation in flight cannot be deregistered; a dropped future does not
-    // release it until its completion arrived.
-    let pending = rail.recv(region, 0, 64);
+    // A region with an operation in flight cannot be deregistered until its completion was
+    // read.
+    rail.post(Op::Recv {
+        local: region.range(0, 64),
+        ctx: 10,
+    })
+    .unwrap();
+    assert!(rail.deregister(region).is_err(), "busy region deregistered");
+    rail.post(send(128, 16)).unwrap();
+    let got = poll_n(&rail, 2);
+    assert!(got.iter().any(|c| c.context == 10), "{got:?}");
+    rail.deregister(region).unwrap();
+    assert!(rail.remote_region(region).is_err());
+    assert!(rail.post(send(0, 8)).is_err());
+}
+
+/// The same rail driven through futures: many writes in flight, a read, remote CQ data, and a
+/// dropped future that keeps its region busy until its completion arrived.
+#[cfg(feature = "async")]
+fn async_self_loop(provider: &str) {
+    use efabench_fabric::{join_all, Executor};
+    use std::future::Future;
+    let rail = rail(provider);
+    let buf = Arc::new(HostBuffer::new(1 << 16).unwrap());
+    let region = rail.register(buf.clone()).unwrap();
+    let me = rail.insert_peer(&rail.address().unwrap()).unwrap();
+    let remote = rail.remote_region(region).unwrap();
+    let ex = Executor::for_rail(&rail);
+    let write_with = |off: usize, len: usize, at: u64, data: Option<u64>, flags| Op::Write {
+        peer: me,
+        local: region.range(off, len),
+        remote: remote.at(at),
+        data,
+        flags,
+        ctx: 0,
+    };
+    let write = |off, len, at, data| write_with(off, len, at, data, Flags::NONE);
+    for i in 0..64 {
+        buf.write_at(i * 256, &[i as u8; 256]).unwrap();
+    }
+    let writes =
+        (0..64).map(|i| rail.post_async(write(i * 256, 256, (32768 + i * 256) as u64, None)));
+    for r in ex.block_on(join_all(writes), deadline()).unwrap() {
+        r.unwrap();
+    }
+    buf.fill(0, 256, 0).unwrap();
+    let read = Op::Read {
+        peer: me,
+        local: region.range(0, 256),
+        remote: remote.at(32768 + 5 * 256),
+        ctx: 0,
+    };
+    ex.block_on(rail.post_async(read), deadline())
+        .unwrap()
+        .unwrap();
+    assert_eq!(buf.to_vec(0, 256).unwrap(), vec![5u8; 256]);
+    ex.block_on(rail.post_async(write(0, 8, 8192, Some(0xfeed))), deadline())
+        .unwrap()
+        .unwrap();
+    let c = ex.block_on(rail.remote_data(), deadline()).unwrap();
+    assert_eq!(c.context, Completion::REMOTE_CQ_DATA);
+    assert_eq!(c.data, 0xfeed);
+    // An inject has no completion to wait for: refused as a future.
+    let inject = write_with(0, 8, 0, None, Flags::INJECT);
+    let r = ex.block_on(rail.post_async(inject), deadline()).unwrap();
+    assert!(matches!(r, Err(Error::Usage(_))), "{r:?}");
+
+    // A dropped future does not release its region until its completion arrived.
+    let pending = rail.post_async(Op::Recv {
+        local: region.range(0, 64),
+        ctx: 0,
+    });
     let mut pending = Box::pin(pending);
     let waker = std::task::Waker::noop();
     let _ = pending
@@ -179,7 +327,12 @@ fn self_loop(provider: &str) {
     assert!(rail.remote_region(region).is_err());
 }
 
-use std::future::Future;
+#[cfg(feature = "async")]
+#[test]
+fn async_self_loop_tcp_and_shm() {
+    async_self_loop("tcp");
+    async_self_loop("shm");
+}
 
 fn buf_addr(b: &HostBuffer) -> u64 {
     use efabench_fabric::MemoryBuffer;

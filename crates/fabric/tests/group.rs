@@ -6,9 +6,11 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+#[cfg(feature = "async")]
+use efabench_fabric::Executor;
 use efabench_fabric::{
-    connect_all, get_info, join_all, load_library, pick_domain, resolve_rails, split, Error,
-    Executor, GroupAddress, Hints, HostBuffer, MrPath, Rail, RailConfig, RailCount, RailGroup,
+    connect_all, get_info, load_library, pick_domain, resolve_rails, split, Completion, Error,
+    Flags, GroupAddress, Hints, HostBuffer, MrPath, Op, Rail, RailConfig, RailCount, RailGroup,
     RegionDescriptor,
 };
 
@@ -93,7 +95,12 @@ fn stale_region_id_does_not_reach_a_new_registration() {
     let e = r.remote_region(a).unwrap_err();
     assert!(e.to_string().contains("deregistered"), "{e}");
     assert!(r.deregister(a).is_err());
-    assert!(r.post_recv(a, 0, 16, 1).is_err());
+    assert!(r
+        .post(Op::Recv {
+            local: a.range(0, 16),
+            ctx: 1
+        })
+        .is_err());
     assert_eq!(r.remote_region(b).unwrap().len, 8192);
 }
 
@@ -154,30 +161,39 @@ fn striped_write_over_every_rail(provider: &str) {
 
     let stripes = split(LEN, g.len(), 1);
     assert_eq!(stripes.len(), 2);
-    let rails: Vec<&Rail> = g.rails().iter().collect();
-    let exec = Executor::new(&rails);
-    let ops = stripes.iter().map(|st| {
-        g.rail(st.rail).write_data(
-            me.rail(st.rail),
-            s.id(st.rail),
-            st.off,
-            st.len,
-            desc.rail(st.rail),
-            st.off as u64,
-            st.rail as u64,
-        )
-    });
-    let deadline = Instant::now() + Duration::from_secs(30);
-    for r in exec.block_on(join_all(ops), deadline).expect("writes") {
-        r.expect("write");
+    for st in &stripes {
+        g.rail(st.rail)
+            .post(Op::Write {
+                peer: me.rail(st.rail),
+                local: s.id(st.rail).range(st.off, st.len),
+                remote: desc.rail(st.rail).at(st.off as u64),
+                data: Some(st.rail as u64),
+                flags: Flags::NONE,
+                ctx: 100 + st.rail as u64,
+            })
+            .expect("write");
     }
     // The local completion says the source may be reused; the target's remote CQ data says the
     // bytes have landed (tcp;ofi_rxm completes a write before the target has processed it).
+    let deadline = Instant::now() + Duration::from_secs(30);
     for st in &stripes {
-        let c = exec
-            .block_on(g.rail(st.rail).remote_data(), deadline)
-            .expect("remote CQ data");
-        assert_eq!(c.remote_data(), Some(st.rail as u64));
+        let (mut local, mut remote) = (false, false);
+        let mut out = [Completion::default(); 4];
+        while !(local && remote) {
+            let n = g
+                .rail(st.rail)
+                .poll_wait(&mut out, deadline, || Ok(()))
+                .expect("poll");
+            for c in &out[..n] {
+                if c.context == Completion::REMOTE_CQ_DATA {
+                    assert_eq!(c.remote_data(), Some(st.rail as u64));
+                    remote = true;
+                } else {
+                    assert_eq!(c.context, 100 + st.rail as u64);
+                    local = true;
+                }
+            }
+        }
     }
     assert!(dst.to_vec(0, LEN).unwrap() == pattern, "payload differs");
     g.deregister(&d).unwrap();
@@ -194,6 +210,7 @@ fn striped_write_over_two_virtual_rails_shm() {
     striped_write_over_every_rail("shm");
 }
 
+#[cfg(feature = "async")]
 #[test]
 fn remote_data_is_told_apart_by_source_with_futures_lite_combinators() {
     use efabench_fabric::{future, CqData};
@@ -211,7 +228,14 @@ fn remote_data_is_told_apart_by_source_with_futures_lite_combinators() {
     let order = [(1u16, 10u16), (2, 20), (3, 30), (3, 31), (1, 11)];
     for (i, &(source, tag)) in order.iter().enumerate() {
         let data = CqData { source, tag }.to_u64();
-        let op = r.write_data(peer, reg.id(0), i * 8, 8, desc.rail(0), i as u64 * 8, data);
+        let op = r.post_async(Op::Write {
+            peer,
+            local: reg.id(0).range(i * 8, 8),
+            remote: desc.rail(0).at(i as u64 * 8),
+            data: Some(data),
+            flags: Flags::NONE,
+            ctx: 0,
+        });
         exec.block_on(op, deadline).unwrap().unwrap();
     }
     // Source 3's pair and source 2's single one, waited for together (zip), whatever the order.

