@@ -27,6 +27,23 @@
 //! | `Read` | | | `fi_read` |
 //!
 //! Other combinations are usage errors, not silently dropped flags.
+//!
+//! ```no_run
+//! # use efabench_fabric::*;
+//! # fn f(rail: &Rail, peer: Peer, region: RegionId, remote: RemoteRegion) -> Result<()> {
+//! // 4 KiB from the start of `region` to byte 8192 of the peer's region; the peer's completion
+//! // carries 7, ours comes back from `poll` with context 1.
+//! rail.post(Op::Write {
+//!     peer,
+//!     local: region.range(0, 4096),
+//!     remote: remote.at(8192),
+//!     data: Some(7),
+//!     flags: Flags::NONE,
+//!     ctx: 1,
+//! })?;
+//! # Ok(())
+//! # }
+//! ```
 
 use std::ops::BitOr;
 use std::time::Instant;
