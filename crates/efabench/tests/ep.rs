@@ -86,7 +86,7 @@ fn ep(world: u32, provider: &str, extra: &[&str]) -> Vec<efabench_report::Record
         );
         let dest = x["dest_bytes"].as_array().unwrap();
         assert_eq!(dest.len(), world as usize);
-        let stages = &x["stages"];
+        let stages = &x["ep_stages"];
         for k in [
             "push_us",
             "post_us",

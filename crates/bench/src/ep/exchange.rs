@@ -346,7 +346,14 @@ impl<'a> Exchange<'a> {
                 arrived = Some(now);
             }
             if let (Some(p), Some(l), Some(a)) = (posted, local_done, arrived) {
-                times.total_ns = (a.max(l) - t0).as_nanos() as u64;
+                // Device copies this process queued (shm's CUDA path) must have landed before
+                // the phase counts as done.
+                self.send
+                    .settle()
+                    .and_then(|()| self.recv.settle())
+                    .map_err(|e| gpu_err("waiting for queued device copies", e))?;
+                // Both were noted in this pass: the phase ends now.
+                times.total_ns = t0.elapsed().as_nanos() as u64;
                 times.network_ns = l.saturating_duration_since(p).as_nanos() as u64;
                 times.arrival_ns = a.saturating_duration_since(l).as_nanos() as u64;
                 times.errors += arr.errors;

@@ -112,7 +112,7 @@ pub struct EpDetail {
     pub slowest_rank: usize,
     pub slowest_host: Option<String>,
     pub rank_mean_us: Vec<f64>,
-    pub stages: Stages,
+    pub ep_stages: Stages,
     /// Writes the slowest rank posted per iteration (merged puts and signals; 0: all local).
     pub writes_per_iter: u64,
     /// Dispatch bytes each rank receives per iteration over the whole job, and its max/mean.

@@ -686,7 +686,7 @@ impl<'a> Benchmark for Ep<'a> {
                 .iter()
                 .map(|m| (m * 1000.0).round() / 1000.0)
                 .collect(),
-            stages: logs
+            ep_stages: logs
                 .get(slowest)
                 .map(|l| metrics::stages(l, part))
                 .unwrap_or_default(),
@@ -744,7 +744,7 @@ impl<'a> Benchmark for Ep<'a> {
             "# ep: p50 of the slowest rank per iteration; stages of the slowest rank (p50 us): push / post / network / arrival / reduce".to_string(),
         ];
         for r in records {
-            let s = get(r, "stages");
+            let s = get(r, "ep_stages");
             let f = |k: &str| s.get(k).and_then(Value::as_f64).unwrap_or(0.0);
             out.push(format!(
                 "#   {:<26} p50 {:>10.2} us  p99 {:>10.2} us  {:>8.3} GB/s  {:>12.0} tokens/s  stages {:.1} / {:.1} / {:.1} / {:.1} / {:.1}  slowest rank {}",
