@@ -46,6 +46,17 @@ pub struct EpSpan {
     pub end: u64,
 }
 
+/// A command as the kernel reads it from its table: `{remote_off, local_off, len, dst << 16 |
+/// signal}`.
+pub fn table_words(c: &Command) -> [u64; 4] {
+    [
+        c.remote_off,
+        c.local_off,
+        c.len as u64,
+        (c.dst as u64) << 16 | c.signal as u64,
+    ]
+}
+
 /// The kernels of one rank, with the ring's head (it persists across launches, so positions keep
 /// counting up and the lap parity stays right).
 pub struct EpProducer {
@@ -93,12 +104,7 @@ impl EpProducer {
         let buf = DeviceBuffer::new(&self.gpu, n.max(1) * 32)?;
         let mut b = Vec::with_capacity(n * 32);
         for c in puts.iter().chain(signals) {
-            for w in [
-                c.remote_off,
-                c.local_off,
-                c.len as u64,
-                (c.dst as u64) << 16 | c.signal as u64,
-            ] {
+            for w in table_words(c) {
                 b.extend_from_slice(&w.to_le_bytes());
             }
         }
@@ -210,5 +216,79 @@ impl EpProducer {
             )?;
         }
         self.stream.synchronize()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// What the host side binds must be what `kernels/ep.cu` defines: no GPU here to find out.
+    #[test]
+    fn the_kernels_and_their_parameter_struct_match_the_source() {
+        let cu = crate::kernels::Source::Ep.text();
+        for k in [
+            "efa_ep_begin(const EpParams p)",
+            "efa_ep_puts(const EpParams p)",
+            "efa_ep_signal(const EpParams p)",
+            "efa_ep_reduce(efa_u64 recv, efa_u64 weights, efa_u64 out, efa_u64 tokens,",
+        ] {
+            assert!(
+                cu.contains(&format!("extern \"C\" __global__ void {k}")),
+                "{k}"
+            );
+        }
+        // The fields of struct EpParams, in order, as the Rust struct has them.
+        let body = cu
+            .split("struct EpParams {")
+            .nth(1)
+            .and_then(|s| s.split("};").next())
+            .unwrap();
+        let fields: Vec<&str> = body
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("efa_u64 "))
+            .map(|l| l.split(';').next().unwrap().trim())
+            .collect();
+        assert_eq!(
+            fields,
+            [
+                "slots",
+                "ctl",
+                "state",
+                "cmds",
+                "n_puts",
+                "n_sigs",
+                "nslots_log2",
+                "poll_ns"
+            ]
+        );
+        // The command words the kernel publishes are the ones the proxy decodes.
+        assert!(cu.contains("(parity << 63) | low | (c[2] & 0xffffffffull)"));
+        assert!(cu.contains("(parity << 63) | low | (c[3] & 0xffffffffull)"));
+        assert!(!cu.contains("#include"));
+    }
+
+    /// The kernel's two halves (ep_push) from the table words decode to the same command.
+    #[test]
+    fn table_words_published_as_the_kernel_does_decode_to_the_command() {
+        use crate::proxy::{decode, lap_flag, Command, Peek};
+        let c = Command {
+            dst: 5,
+            signal: 0xFFFF,
+            len: 7408,
+            remote_off: 1 << 33,
+            local_off: 12345,
+            fence: false,
+        };
+        let t = super::table_words(&c);
+        for pos in [0u64, 1, 4095, 4096, 3 << 30] {
+            let parity = lap_flag(pos, 12);
+            let low = (pos & 0x3fff_ffff) << 32;
+            let w = [
+                t[0],
+                (parity << 63) | low | (t[2] & 0xffff_ffff),
+                t[1],
+                (parity << 63) | low | (t[3] & 0xffff_ffff),
+            ];
+            assert_eq!(decode(w, pos, 12), Peek::Ready(c), "{pos}");
+        }
     }
 }
