@@ -4,9 +4,10 @@
 // The command ring is the one of kernels/proxy.cu (32-byte commands in two 16-byte halves, each
 // with the lap parity and the low 30 bits of the position; head in device memory, the proxy's
 // consumed count `tail` at ctl[0] and completed count `done` at ctl[8] in mapped pinned memory):
-//   half A = { remote_off, parity << 63 | (pos & 2^30-1) << 32 | len }
+//   half A = { remote_off, parity << 63 | fence << 62 | (pos & 2^30-1) << 32 | len }
 //   half B = { local_off,  parity << 63 | (pos & 2^30-1) << 32 | dst << 16 | signal }
-// `signal` is the receive channel (the local expert) of a token put, 0xFFFF for a count signal.
+// A token put has no fence and `signal` = its receive channel (the local expert); a count signal
+// has the fence bit and `signal` = the number of writes it announces to its destination.
 //
 // efa_ep_begin resets the span words; efa_ep_puts pushes one command per (token, expert) from
 // one thread each (the head claimed with one atomic); efa_ep_signal, launched after it on the same
@@ -27,7 +28,7 @@ struct EpParams {
     efa_u64 slots;        // the ring's slots (mapped pinned host memory, device address)
     efa_u64 ctl;          // tail at [0], done at [8]
     efa_u64 state;        // device memory, EP_* words
-    efa_u64 cmds;         // device memory: 4 u64 per command {remote_off, local_off, len, dst << 16 | signal}
+    efa_u64 cmds;         // device memory: 4 u64 per command {remote_off, local_off, fence << 62 | len, dst << 16 | signal}
     efa_u64 n_puts;       // token puts first, then n_sigs signals
     efa_u64 n_sigs;
     efa_u64 nslots_log2;
@@ -62,7 +63,7 @@ __device__ void ep_push(const EpParams& p, const efa_u64* c) {
     const efa_u64 parity = ((pos >> p.nslots_log2) & 1ull) ^ 1ull;
     const efa_u64 low = (pos & EP_POS_MASK) << 32;
     efa_u64* s = (efa_u64*)p.slots + (pos & (nslots - 1)) * 4;
-    ep_st16(s, c[0], (parity << 63) | low | (c[2] & 0xffffffffull));
+    ep_st16(s, c[0], (parity << 63) | low | (c[2] & 0x40000000ffffffffull));
     ep_st16(s + 2, c[1], (parity << 63) | low | (c[3] & 0xffffffffull));
 }
 

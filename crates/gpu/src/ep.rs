@@ -46,13 +46,13 @@ pub struct EpSpan {
     pub end: u64,
 }
 
-/// A command as the kernel reads it from its table: `{remote_off, local_off, len, dst << 16 |
-/// signal}`.
+/// A command as the kernel reads it from its table: `{remote_off, local_off, fence << 62 | len,
+/// dst << 16 | signal}`.
 pub fn table_words(c: &Command) -> [u64; 4] {
     [
         c.remote_off,
         c.local_off,
-        c.len as u64,
+        (c.fence as u64) << 62 | c.len as u64,
         (c.dst as u64) << 16 | c.signal as u64,
     ]
 }
@@ -261,7 +261,7 @@ mod tests {
             ]
         );
         // The command words the kernel publishes are the ones the proxy decodes.
-        assert!(cu.contains("(parity << 63) | low | (c[2] & 0xffffffffull)"));
+        assert!(cu.contains("(parity << 63) | low | (c[2] & 0x40000000ffffffffull)"));
         assert!(cu.contains("(parity << 63) | low | (c[3] & 0xffffffffull)"));
         assert!(!cu.contains("#include"));
     }
@@ -270,25 +270,27 @@ mod tests {
     #[test]
     fn table_words_published_as_the_kernel_does_decode_to_the_command() {
         use crate::proxy::{decode, lap_flag, Command, Peek};
-        let c = Command {
-            dst: 5,
-            signal: 0xFFFF,
-            len: 7408,
-            remote_off: 1 << 33,
-            local_off: 12345,
-            fence: false,
-        };
-        let t = super::table_words(&c);
-        for pos in [0u64, 1, 4095, 4096, 3 << 30] {
-            let parity = lap_flag(pos, 12);
-            let low = (pos & 0x3fff_ffff) << 32;
-            let w = [
-                t[0],
-                (parity << 63) | low | (t[2] & 0xffff_ffff),
-                t[1],
-                (parity << 63) | low | (t[3] & 0xffff_ffff),
-            ];
-            assert_eq!(decode(w, pos, 12), Peek::Ready(c), "{pos}");
+        for fence in [false, true] {
+            let c = Command {
+                dst: 5,
+                signal: 0xFFFF,
+                len: 7408,
+                remote_off: 1 << 33,
+                local_off: 12345,
+                fence,
+            };
+            let t = super::table_words(&c);
+            for pos in [0u64, 1, 4095, 4096, 3 << 30] {
+                let parity = lap_flag(pos, 12);
+                let low = (pos & 0x3fff_ffff) << 32;
+                let w = [
+                    t[0],
+                    (parity << 63) | low | (t[2] & 0x4000_0000_ffff_ffff),
+                    t[1],
+                    (parity << 63) | low | (t[3] & 0xffff_ffff),
+                ];
+                assert_eq!(decode(w, pos, 12), Peek::Ready(c), "{pos}");
+            }
         }
     }
 }

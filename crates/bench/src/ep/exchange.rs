@@ -4,11 +4,13 @@
 //! # Arrival
 //! EFA orders no RMA writes, so nothing here waits for "the last write": every write carries 32
 //! bits of remote CQ data ([`cq_data`]: kind, iteration mod 16, source rank, channel) and every
-//! source ends a phase with one count signal per destination, a write of `(messages, writes)` per
-//! channel into the destination's count region. A source is complete when its signal arrived
-//! and the writes counted on every channel equal what the signal announced; the phase is complete
-//! when every source is and this rank's own writes completed locally. The announced message
-//! counts are then checked against the routing (a mismatch is an error, not a hang).
+//! source ends a phase with one count signal per destination: a write of `(messages, writes)` per
+//! channel into the destination's count region (DeepEP's per-expert count) whose CQ data carries
+//! the number of writes the source sent that destination. A source is complete when its signal
+//! arrived and that many writes were counted; the phase is complete when every source is and this
+//! rank's own writes completed locally. After the phase (untimed), the count blocks are read and
+//! every channel's messages are checked against the routing and its writes against the CQ data
+//! counted (a mismatch is an error, not a hang).
 //!
 //! # Initiators
 //! * `cpu`: this thread posts the writes, one destination after another (starting after itself,
@@ -27,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use efabench_gpu::proxy::{realtime_ns, Command, CommandRing, Peek};
 
-use crate::ep::layout::{PhaseLayout, Put, SIGNAL_INDEX};
+use crate::ep::layout::{writes_to, PhaseLayout, Put};
 use crate::error::BenchError;
 use crate::mesh::Mesh;
 use crate::p2p::link::Payload;
@@ -112,9 +114,11 @@ struct Arrivals {
     sig: Kind,
     iter: u64,
     channels: usize,
+    /// Writes counted per source and channel, and per source.
     got: Vec<Vec<u32>>,
-    /// Announced `(messages, writes)` per source and channel, once its signal arrived.
-    announced: Vec<Option<Vec<(u32, u32)>>>,
+    got_total: Vec<u32>,
+    /// Writes each source announced, once its signal arrived.
+    announced: Vec<Option<u32>>,
     missing_sources: usize,
     errors: u64,
 }
@@ -128,6 +132,7 @@ impl Arrivals {
             iter,
             channels,
             got: vec![vec![0; channels]; world],
+            got_total: vec![0; world],
             announced: vec![None; world],
             missing_sources: world,
             errors: 0,
@@ -135,76 +140,78 @@ impl Arrivals {
     }
 
     fn source_done(&self, src: usize) -> bool {
-        match &self.announced[src] {
-            Some(a) => a.iter().zip(&self.got[src]).all(|((_, w), g)| g == w),
-            None => false,
-        }
+        self.announced[src] == Some(self.got_total[src])
     }
 
-    fn recount(&mut self, src: usize, was_done: bool) {
-        if !was_done && self.source_done(src) {
-            self.missing_sources -= 1;
-        }
-    }
-
-    /// One CQ data word. `counts` reads source `src`'s count block.
-    fn take(
-        &mut self,
-        d: u64,
-        expect: &[Vec<u32>],
-        counts: &mut dyn FnMut(usize) -> Result<Vec<(u32, u32)>, BenchError>,
-    ) -> Result<(), BenchError> {
+    /// One CQ data word.
+    fn take(&mut self, d: u64) {
         let Some((kind, it, src, idx)) = parse_cq_data(d) else {
             self.errors += 1;
-            return Ok(());
+            return;
         };
         let src = src as usize;
         if it != self.iter & 0xF || src >= self.got.len() {
             self.errors += 1;
-            return Ok(());
+            return;
         }
         let was = self.source_done(src);
         if kind == self.msg && (idx as usize) < self.channels {
             self.got[src][idx as usize] += 1;
-        } else if kind == self.sig && idx == SIGNAL_INDEX && self.announced[src].is_none() {
-            let a = counts(src)?;
-            for (c, (m, _)) in a.iter().enumerate() {
-                if *m != expect[src][c] {
-                    self.errors += 1;
-                }
-            }
-            self.announced[src] = Some(a);
+            self.got_total[src] += 1;
+        } else if kind == self.sig && self.announced[src].is_none() {
+            self.announced[src] = Some(idx as u32);
         } else {
             self.errors += 1;
-            return Ok(());
+            return;
         }
-        self.recount(src, was);
-        Ok(())
+        if !was && self.source_done(src) {
+            self.missing_sources -= 1;
+        } else if was && !self.source_done(src) {
+            // A write beyond what the signal announced.
+            self.missing_sources += 1;
+        }
     }
 
     /// This rank's own messages, copied locally: arrived at once.
     fn local(&mut self, me: usize, expect: &[u32]) {
         let was = self.source_done(me);
         self.got[me] = expect.to_vec();
-        self.announced[me] = Some(expect.iter().map(|&m| (m, m)).collect());
-        self.recount(me, was);
+        self.got_total[me] = expect.iter().sum();
+        self.announced[me] = Some(self.got_total[me]);
+        if !was {
+            self.missing_sources -= 1;
+        }
     }
 
     fn complete(&self) -> bool {
         self.missing_sources == 0
     }
 
+    /// Errors of the count blocks (`blocks[src][channel]` = announced (messages, writes)):
+    /// messages that disagree with the routing, writes that disagree with the CQ data counted.
+    fn check_blocks(&self, me: usize, blocks: &[Vec<(u32, u32)>], expect: &[Vec<u32>]) -> u64 {
+        let mut bad = 0;
+        for (src, b) in blocks.iter().enumerate() {
+            if src == me {
+                continue;
+            }
+            for (c, (m, w)) in b.iter().enumerate() {
+                bad += (*m != expect[src][c]) as u64 + (*w != self.got[src][c]) as u64;
+            }
+        }
+        bad
+    }
+
     fn describe(&self) -> String {
         let waiting: Vec<String> = (0..self.got.len())
             .filter(|&s| !self.source_done(s))
             .take(8)
-            .map(|s| match &self.announced[s] {
-                None => format!("rank {s}'s count signal"),
-                Some(a) => format!(
-                    "{} of rank {s}'s {} writes",
-                    self.got[s].iter().sum::<u32>(),
-                    a.iter().map(|x| x.1).sum::<u32>()
+            .map(|s| match self.announced[s] {
+                None => format!(
+                    "rank {s}'s count signal ({} writes so far)",
+                    self.got_total[s]
                 ),
+                Some(a) => format!("{} of rank {s}'s {a} writes", self.got_total[s]),
             })
             .collect();
         waiting.join(", ")
@@ -232,20 +239,31 @@ fn rail_of(me: u32, p: &Put, rails: usize) -> usize {
 }
 
 impl<'a> Exchange<'a> {
-    fn read_counts(&self, layout: &PhaseLayout, src: usize) -> Result<Vec<(u32, u32)>, BenchError> {
+    /// Every source's count block, `[src][channel]` of (messages, writes).
+    fn read_blocks(&self, layout: &PhaseLayout) -> Result<Vec<Vec<(u32, u32)>>, BenchError> {
         let c = layout.channels;
-        let mut b = vec![0u8; c * 8];
+        let mut b = vec![0u8; self.world as usize * c * 8];
         self.recv
-            .read_at(layout.counts_recv + src * c * 8, &mut b)
-            .map_err(|e| gpu_err("reading a count signal", e))?;
-        Ok(b.chunks(8)
-            .map(|x| {
-                (
-                    u32::from_le_bytes([x[0], x[1], x[2], x[3]]),
-                    u32::from_le_bytes([x[4], x[5], x[6], x[7]]),
-                )
+            .read_at(layout.counts_recv, &mut b)
+            .map_err(|e| gpu_err("reading the count signals", e))?;
+        Ok(b.chunks(c * 8)
+            .map(|blk| {
+                blk.chunks(8)
+                    .map(|x| {
+                        (
+                            u32::from_le_bytes([x[0], x[1], x[2], x[3]]),
+                            u32::from_le_bytes([x[4], x[5], x[6], x[7]]),
+                        )
+                    })
+                    .collect()
             })
             .collect())
+    }
+
+    /// After a phase (untimed): the count blocks against the routing and the CQ data counted.
+    fn check_counts(&self, arr: &Arrivals, layout: &PhaseLayout) -> Result<u64, BenchError> {
+        let blocks = self.read_blocks(layout)?;
+        Ok(arr.check_blocks(self.me as usize, &blocks, &layout.expect))
     }
 
     fn post(&mut self, p: &Put, data: u64, times: &mut PhaseTimes) -> Result<(), BenchError> {
@@ -270,14 +288,13 @@ impl<'a> Exchange<'a> {
     }
 
     /// Drains CQ data into `arr`.
-    fn absorb(&mut self, arr: &mut Arrivals, layout: &PhaseLayout) -> Result<bool, BenchError> {
+    fn absorb(&mut self, arr: &mut Arrivals) -> bool {
         let mut any = false;
         while let Some(d) = self.mesh.arrivals.pop_front() {
             any = true;
-            let mut counts = |src: usize| self.read_counts(layout, src);
-            arr.take(d, &layout.expect, &mut counts)?;
+            arr.take(d);
         }
-        Ok(any)
+        any
     }
 
     /// The CPU initiator: `writes` (merged puts) and one signal per destination.
@@ -297,19 +314,21 @@ impl<'a> Exchange<'a> {
             self.copy_local(p)?;
         }
         arr.local(self.me as usize, &layout.expect[self.me as usize]);
+        let per_dst = writes_to(self.world, writes);
         for k in 1..self.world {
             let dst = (self.me + k) % self.world;
             for p in writes.iter().filter(|p| p.dst == dst) {
                 self.post(p, cq_data(msg, iter, self.me, p.index), &mut times)?;
             }
-            let s = layout.signal(self.me, dst);
-            self.post(&s, cq_data(sig, iter, self.me, SIGNAL_INDEX), &mut times)?;
-            self.absorb(&mut arr, layout)?;
+            let s = layout.signal(self.me, dst, per_dst[dst as usize] as u16);
+            self.post(&s, cq_data(sig, iter, self.me, s.index), &mut times)?;
+            self.absorb(&mut arr);
         }
         let posted = Instant::now();
-        self.finish(t0, &mut arr, layout, &mut times, &mut |_, _, _| {
+        self.finish(t0, &mut arr, &mut times, &mut |_, _, _| {
             Ok((false, Some(posted)))
         })?;
+        times.errors += self.check_counts(&arr, layout)?;
         Ok(times)
     }
 
@@ -320,7 +339,6 @@ impl<'a> Exchange<'a> {
         &mut self,
         t0: Instant,
         arr: &mut Arrivals,
-        layout: &PhaseLayout,
         times: &mut PhaseTimes,
         pump: &mut Pump<'a, '_>,
     ) -> Result<(), BenchError> {
@@ -337,7 +355,7 @@ impl<'a> Exchange<'a> {
                 posted = all;
             }
             moved |= self.mesh.progress()?;
-            moved |= self.absorb(arr, layout)?;
+            moved |= self.absorb(arr);
             let now = Instant::now();
             if posted.is_some() && local_done.is_none() && self.mesh.outstanding == 0 {
                 local_done = Some(now);
@@ -412,6 +430,8 @@ pub struct RingFeed<'a> {
 }
 
 /// The commands of a phase: one per message, then one signal per destination.
+/// A signal is a command with the fence bit (it is posted after the quiet, so it orders after
+/// every earlier put) whose `signal` field is the number of writes it announces.
 pub fn commands(me: u32, world: u32, layout: &PhaseLayout) -> (Vec<Command>, Vec<Command>) {
     let cmd = |p: &Put| Command {
         dst: p.dst as u16,
@@ -419,11 +439,15 @@ pub fn commands(me: u32, world: u32, layout: &PhaseLayout) -> (Vec<Command>, Vec
         len: p.len as u32,
         remote_off: p.remote_off as u64,
         local_off: p.local_off as u64,
-        fence: false,
+        fence: p.signal,
     };
+    let per_dst = writes_to(world, &layout.puts);
     let puts = layout.puts.iter().map(cmd).collect();
     let sigs = (1..world)
-        .map(|k| cmd(&layout.signal(me, (me + k) % world)))
+        .map(|k| {
+            let dst = (me + k) % world;
+            cmd(&layout.signal(me, dst, per_dst[dst as usize] as u16))
+        })
         .collect();
     (puts, sigs)
 }
@@ -522,6 +546,7 @@ impl Exchange<'_> {
                     remote_off: c.remote_off as usize,
                     len: c.len as usize,
                     index: c.signal,
+                    signal: c.fence,
                 };
                 if p.dst >= ex.world {
                     return Err(BenchError::failed(format!(
@@ -530,13 +555,13 @@ impl Exchange<'_> {
                     )));
                 }
                 if p.dst == ex.me {
-                    if p.index != SIGNAL_INDEX {
+                    if !p.signal {
                         ex.copy_local(&p)?;
                         own_got += 1;
                     }
                     local_copies += 1;
                 } else {
-                    let kind = if p.index == SIGNAL_INDEX { sig } else { msg };
+                    let kind = if p.signal { sig } else { msg };
                     ex.post(&p, cq_data(kind, iter, ex.me, p.index), times)?;
                     remote += 1;
                 }
@@ -554,11 +579,12 @@ impl Exchange<'_> {
             ring.publish_done(start + done);
             Ok((n > 0, (consumed == total).then(Instant::now)))
         };
-        let r = self.finish(t0, &mut arr, layout, &mut times, &mut pump);
+        let r = self.finish(t0, &mut arr, &mut times, &mut pump);
         *feed.next = start + consumed;
         r?;
         // The producer's last quiet reads `done`: publish the final count.
         ring.publish_done(start + consumed);
+        times.errors += self.check_counts(&arr, layout)?;
         Ok(times)
     }
 }
@@ -571,9 +597,9 @@ mod tests {
     fn cq_data_round_trips_in_32_bits() {
         for (k, it, src, idx) in [
             (Kind::DispatchMsg, 0u64, 0u32, 0u16),
-            (Kind::DispatchSignal, 15, 1023, SIGNAL_INDEX),
+            (Kind::DispatchSignal, 15, 1023, 65535),
             (Kind::CombineMsg, 16 + 3, 7, 511),
-            (Kind::CombineSignal, 9, 3, SIGNAL_INDEX),
+            (Kind::CombineSignal, 9, 3, 2),
         ] {
             let d = cq_data(k, it, src, idx);
             assert!(d < 1 << 32);
@@ -589,39 +615,36 @@ mod tests {
         a.local(1, &expect[1]);
         assert!(!a.complete());
         // The signal first, then the writes (EFA may deliver them in any order).
-        let mut counts = |_: usize| Ok(vec![(2, 1), (1, 1)]);
-        a.take(
-            cq_data(Kind::DispatchSignal, 5, 0, SIGNAL_INDEX),
-            &expect,
-            &mut counts,
-        )
-        .unwrap();
+        a.take(cq_data(Kind::DispatchSignal, 5, 0, 2));
         assert!(!a.complete());
-        a.take(cq_data(Kind::DispatchMsg, 5, 0, 0), &expect, &mut counts)
-            .unwrap();
-        a.take(cq_data(Kind::DispatchMsg, 5, 0, 1), &expect, &mut counts)
-            .unwrap();
+        a.take(cq_data(Kind::DispatchMsg, 5, 0, 0));
+        assert!(!a.complete());
+        a.take(cq_data(Kind::DispatchMsg, 5, 0, 1));
         assert!(a.complete());
         assert_eq!(a.errors, 0);
+        // Rank 0 merged its two channel-0 messages into one write: the block says so.
+        let blocks = vec![vec![(2, 1), (1, 1)], vec![(0, 0), (3, 3)]];
+        assert_eq!(a.check_blocks(1, &blocks, &expect), 0);
         // A write of another iteration or a combine write is an error, not an arrival.
-        a.take(cq_data(Kind::DispatchMsg, 6, 0, 1), &expect, &mut counts)
-            .unwrap();
-        a.take(cq_data(Kind::CombineMsg, 5, 0, 0), &expect, &mut counts)
-            .unwrap();
+        a.take(cq_data(Kind::DispatchMsg, 6, 0, 1));
+        a.take(cq_data(Kind::CombineMsg, 5, 0, 0));
         assert_eq!(a.errors, 2);
+        assert!(a.complete());
     }
 
     #[test]
-    fn announced_counts_that_disagree_with_the_routing_are_errors() {
+    fn count_blocks_that_disagree_with_the_routing_or_the_cq_data_are_errors() {
         let expect = vec![vec![2u32], vec![0]];
         let mut a = Arrivals::new(Phase::Combine, 0, 2, 1);
-        let mut counts = |_: usize| Ok(vec![(3, 0)]);
-        a.take(
-            cq_data(Kind::CombineSignal, 0, 0, SIGNAL_INDEX),
-            &expect,
-            &mut counts,
-        )
-        .unwrap();
-        assert_eq!(a.errors, 1);
+        a.local(1, &expect[1]);
+        a.take(cq_data(Kind::CombineSignal, 0, 0, 2));
+        a.take(cq_data(Kind::CombineMsg, 0, 0, 0));
+        a.take(cq_data(Kind::CombineMsg, 0, 0, 0));
+        assert!(a.complete());
+        assert_eq!(a.check_blocks(1, &[vec![(3, 2)], vec![(0, 0)]], &expect), 1);
+        assert_eq!(a.check_blocks(1, &[vec![(2, 1)], vec![(0, 0)]], &expect), 1);
+        // A write beyond the announced count reopens the source.
+        a.take(cq_data(Kind::CombineMsg, 0, 0, 0));
+        assert!(!a.complete());
     }
 }

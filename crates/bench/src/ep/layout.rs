@@ -21,9 +21,6 @@ use crate::ep::args::{Dtype, Layout};
 use crate::ep::routing::Routing;
 use crate::ep::verify::{expert_factor, payload_bytes, HEADER};
 
-/// The index a count signal carries in its CQ data (never a channel: channels are < 65535).
-pub const SIGNAL_INDEX: u16 = 0xFFFF;
-
 /// One RDMA write (or one command of the ring).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Put {
@@ -31,8 +28,11 @@ pub struct Put {
     pub local_off: usize,
     pub remote_off: usize,
     pub len: usize,
-    /// The channel (local expert, or 0) the receiver counts it under, or [`SIGNAL_INDEX`].
+    /// The channel (local expert, or 0) the receiver counts it under; for a count signal, the
+    /// number of writes it announces.
     pub index: u16,
+    /// A count signal (posted after the destination's other writes: a fence in the ring).
+    pub signal: bool,
 }
 
 /// A message this rank sends in dispatch.
@@ -88,15 +88,16 @@ pub struct PhaseLayout {
 }
 
 impl PhaseLayout {
-    /// The count signal to `dst`.
-    pub fn signal(&self, me: u32, dst: u32) -> Put {
+    /// The count signal to `dst`, announcing `writes` writes.
+    pub fn signal(&self, me: u32, dst: u32, writes: u16) -> Put {
         let c = self.channels * 8;
         Put {
             dst,
             local_off: self.counts_stage + dst as usize * c,
             remote_off: self.counts_recv + me as usize * c,
             len: c,
-            index: SIGNAL_INDEX,
+            index: writes,
+            signal: true,
         }
     }
 }
@@ -203,6 +204,7 @@ impl Plan {
                             remote_off: recv_off,
                             len: msg,
                             index: c as u16,
+                            signal: false,
                         },
                     });
                 }
@@ -257,6 +259,7 @@ impl Plan {
                     remote_off: g.comb_recv + (t as usize * slots + slot) * out,
                     len: out,
                     index: 0,
+                    signal: false,
                 },
             })
             .collect();
@@ -326,6 +329,15 @@ impl Plan {
             selections: (tokens * r.topk as usize) as u64,
         }
     }
+}
+
+/// Writes to each destination (what its count signal announces).
+pub fn writes_to(world: u32, writes: &[Put]) -> Vec<u32> {
+    let mut n = vec![0u32; world as usize];
+    for p in writes {
+        n[p.dst as usize] += 1;
+    }
+    n
 }
 
 /// Merges consecutive puts to one destination and channel whose bytes are contiguous on both

@@ -447,6 +447,19 @@ impl<'a> Benchmark for Ep<'a> {
                 facts.provider
             )));
         }
+        // A count signal announces its writes in 16 bits of CQ data.
+        let most = [&plan.dispatch.puts, &plan.combine.puts]
+            .iter()
+            .flat_map(|p| layout::writes_to(ctx.world, p))
+            .max()
+            .unwrap_or(0);
+        if most > u16::MAX as u32 {
+            return Err(BenchError::usage(format!(
+                "rank {} would send {most} messages to one rank in one phase; a count signal announces at most {}: lower --tokens or --topk",
+                ctx.rank,
+                u16::MAX
+            )));
+        }
         let cmds = [
             commands(ctx.rank, ctx.world, &plan.dispatch),
             commands(ctx.rank, ctx.world, &plan.combine),
