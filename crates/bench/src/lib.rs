@@ -13,6 +13,7 @@
 #![forbid(unsafe_code)]
 
 pub mod alltoall;
+pub mod ep;
 pub mod error;
 pub mod harness;
 pub mod ipc;
@@ -95,4 +96,6 @@ benchmarks! {
     /// Bandwidth of every ordered pair of ranks (ring shift), outliers named, --min-bw gate.
     #[command(mut_arg("min_bytes", |a| a.default_value("1M")), mut_arg("max_bytes", |a| a.default_value("1M")))]
     "pairs" Pairs(pairs::PairsArgs) => pairs::run_pairs;
+    /// Expert-parallel dispatch and combine (DeepEP's layouts), CPU- or GPU-initiated, verified.
+    "ep" Ep(ep::EpArgs) => ep::run_ep;
 }

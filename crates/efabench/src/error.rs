@@ -415,6 +415,7 @@ mod tests {
             call: "fi_writemsg",
             errno: 11,
             text: "Resource temporarily unavailable".into(),
+            provider: Some("efa".into()),
         };
         let e = CliError::Bench {
             command: "write",
@@ -422,8 +423,8 @@ mod tests {
         };
         assert_eq!(
             e.line(),
-            "efabench write: rank 1: fabric: fi_writemsg failed: Resource temporarily \
-             unavailable (-11)"
+            "efabench write: rank 1: fabric: fi_writemsg: -FI_EAGAIN (Resource temporarily \
+             unavailable), provider efa"
         );
         assert_eq!(e.exit_code(), 1);
         let e = CliError::Bench {

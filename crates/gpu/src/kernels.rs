@@ -29,6 +29,8 @@ pub enum Source {
     Queue,
     /// `proxy.cu`: efa_proxy_puts, efa_proxy_ping (`efabench proxy`).
     Proxy,
+    /// `ep.cu`: efa_ep_begin, efa_ep_puts, efa_ep_signal, efa_ep_reduce (`efabench ep`).
+    Ep,
 }
 
 impl Source {
@@ -39,6 +41,7 @@ impl Source {
             Source::IpcTma => "ipc_tma.cu",
             Source::Queue => "queue.cu",
             Source::Proxy => "proxy.cu",
+            Source::Ep => "ep.cu",
         }
     }
     fn raw(self) -> &'static str {
@@ -48,6 +51,7 @@ impl Source {
             Source::IpcTma => include_str!("../kernels/ipc_tma.cu"),
             Source::Queue => include_str!("../kernels/queue.cu"),
             Source::Proxy => include_str!("../kernels/proxy.cu"),
+            Source::Ep => include_str!("../kernels/ep.cu"),
         }
     }
     /// The lowest compute capability the source compiles for.

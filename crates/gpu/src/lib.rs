@@ -14,12 +14,14 @@
 //! * streams, CUDA-event timing and kernel launches ([`Stream`], [`Event`], [`Kernel`]);
 //! * CUDA IPC handles ([`ipc`]) for `efabench ipc`, and the NVML inventory ([`nvml`]);
 //! * the GPU->CPU command rings of `efabench queue` ([`queue`], with GDRCopy in [`gdr`]);
-//! * the command rings and put kernels of `efabench proxy` ([`proxy`]);
+//! * the command rings and put kernels of `efabench proxy` ([`proxy`]), and the dispatch,
+//!   signal and combine kernels of `efabench ep` ([`ep`]);
 //! * the memory both rings live in (`mapped`: pinned, managed, or device memory through a
 //!   GDRCopy mapping), shared by the two.
 
 pub mod buffer;
 pub mod driver;
+pub mod ep;
 pub mod error;
 pub mod gdr;
 pub mod ipc;

@@ -268,7 +268,7 @@ impl RingMemory {
         }
     }
     /// Device addresses (slots, control) for the kernel.
-    fn device(&self) -> Option<(u64, u64)> {
+    pub(crate) fn device(&self) -> Option<(u64, u64)> {
         match &self.0 {
             Place::Shared { slots, ctl, .. } => Some((slots.device(), ctl.device())),
             Place::Heap { .. } => None,

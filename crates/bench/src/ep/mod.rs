@@ -1,0 +1,822 @@
+//! `efabench ep`: expert-parallel dispatch and combine, as DeepEP, UCCL-EP and pplx-garden move
+//! MoE tokens, measured phase by phase and initiator by initiator.
+//!
+//! Every rank holds `--tokens` tokens of `--hidden` elements, routes each to `--topk` of
+//! `--experts` experts spread evenly over the ranks ([`routing`]), then per iteration:
+//!
+//! 1. **dispatch**: each (token, expert) pair is written into the expert's receive buffer
+//!    (`[local expert][source rank][slot]`, DeepEP's low-latency layout) or, with `--layout
+//!    per-rank`, each token once per destination rank; arrival is counted per expert from remote
+//!    CQ data and each source's count signal ([`exchange`]);
+//! 2. every received message is checked against (source, token, iteration) and the experts run
+//!    (untimed; [`dispatch`]);
+//! 3. **combine**: each expert output goes back to the token's source, which reduces the slots
+//!    with the routing weights (on the GPU for `--mem cuda`, on the CPU otherwise; timed), and the
+//!    result is checked against the expected weighted sum ([`combine`]).
+//!
+//! Each phase starts after a bootstrap barrier, so a peer still checking the previous phase never
+//! shows up in a phase's time. `--initiator` picks who posts the writes (`cpu`, `gpu`, or a list
+//! measured in the same run); `gpu` runs a kernel with `--mem cuda` and a CPU thread in its place
+//! otherwise (`--producer`). Records: one per initiator and part (`dispatch`, `combine`,
+//! `dispatch+combine`) with the slowest rank per iteration, p50/p99, DeepEP's GB/s, tokens/s and
+//! the stage breakdown ([`metrics`]).
+
+pub mod args;
+pub mod combine;
+pub mod dispatch;
+pub mod exchange;
+pub mod layout;
+pub mod metrics;
+pub mod routing;
+pub mod verify;
+
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use efabench_fabric::{MrPath, RailConfig};
+use efabench_gpu::ep::{EpCommands, EpProducer};
+use efabench_gpu::proxy::{Command, RingMemory};
+use efabench_gpu::queue::RingKind;
+use efabench_gpu::{Gpu, MemKind};
+use efabench_record::Record;
+use serde_json::{json, Map, Value};
+
+use crate::error::BenchError;
+use crate::harness::{self, Benchmark, Ctx, Measured, MrChoice, Needs, Point, RunFacts};
+use crate::mesh::{self, Mesh};
+use crate::p2p::link::Payload;
+use crate::pattern::Stream;
+use crate::stats::Samples;
+
+pub use args::EpArgs;
+use args::Initiator;
+use combine::Reducer;
+use exchange::{commands, host_produce, Exchange, Phase, PhaseTimes, RingFeed, MAX_RANKS};
+use layout::{coalesce, count_block, Plan, Put};
+use metrics::{EpDetail, Part, RankLog};
+use routing::{imbalance, Routing};
+
+/// Slots of the command ring (2^12).
+const RING_LOG2: u32 = 12;
+
+/// One record: an initiator and a part.
+#[derive(Clone, Debug)]
+pub struct EpSpec {
+    initiator: Initiator,
+    part: Part,
+}
+
+/// The ring and whoever pushes into it.
+struct RingSide {
+    mem: RingMemory,
+    /// Next position the proxy consumes (= the producer's head between phases).
+    next: u64,
+    /// The GPU kernels' commands per phase, when a kernel produces.
+    device: Option<(EpCommands, EpCommands)>,
+}
+
+/// Everything one rank sets up once.
+struct State {
+    mesh: Mesh,
+    send: Payload,
+    recv: Payload,
+    plan: Plan,
+    /// The CPU initiator's merged writes per phase.
+    cpu_writes: (Vec<Put>, Vec<Put>),
+    /// The ring commands per phase: (puts, signals).
+    cmds: [(Vec<Command>, Vec<Command>); 2],
+    ring: Option<RingSide>,
+    prod: Option<EpProducer>,
+    reducer: Reducer,
+    stream: Stream,
+    corrupt_dispatch: bool,
+    corrupt_combine: bool,
+    combined: Vec<f32>,
+}
+
+/// `ep` on the shared harness.
+pub struct Ep<'a> {
+    args: &'a EpArgs,
+    routing: Option<Routing>,
+    state: Option<State>,
+    /// The last initiator's measurement: its three records share one run of the loop.
+    cache: Option<(Initiator, Measured)>,
+    /// Iterations run so far (every iteration's pattern differs, across initiators too).
+    iter_no: u64,
+    routing_hash: u64,
+}
+
+impl<'a> Ep<'a> {
+    pub fn new(args: &'a EpArgs) -> Result<Self, BenchError> {
+        if args.topk > args.experts {
+            return Err(BenchError::usage(format!(
+                "--topk {} is more than the {} experts: a token picks distinct experts; lower --topk or raise --experts",
+                args.topk, args.experts
+            )));
+        }
+        if args.producer == args::Producer::Gpu && args.common.mem != MemKind::Cuda {
+            return Err(BenchError::usage(
+                "--producer gpu runs a kernel over device memory: add --mem cuda, or use --producer host",
+            ));
+        }
+        let routing_hash = match &args.routing {
+            args::RoutingSpec::File(p) => std::fs::read(p)
+                .map(|b| efabench_gpu::kernels::fnv1a(&b))
+                .map_err(|e| {
+                    BenchError::usage(format!(
+                        "--routing file:{}: {e}; give a file every rank can read",
+                        p.display()
+                    ))
+                })?,
+            _ => 0,
+        };
+        Ok(Ep {
+            args,
+            routing: None,
+            state: None,
+            cache: None,
+            iter_no: 0,
+            routing_hash,
+        })
+    }
+
+    /// Forgets the fabric without closing it (a failed run, just before the process exits).
+    fn leak_fabric(&mut self) {
+        std::mem::forget(self.state.take());
+    }
+
+    fn producer_name(&self, i: Initiator) -> Option<&'static str> {
+        (i == Initiator::Gpu).then(|| {
+            if self.args.gpu_producer() {
+                "gpu"
+            } else {
+                "host"
+            }
+        })
+    }
+}
+
+fn mr_path(c: MrChoice) -> MrPath {
+    match c {
+        MrChoice::Auto => MrPath::Auto,
+        MrChoice::Dmabuf => MrPath::Dmabuf,
+        MrChoice::Va => MrPath::Va,
+    }
+}
+
+fn gpu_err(what: &str, e: efabench_gpu::GpuError) -> BenchError {
+    BenchError::failed(format!("{what}: {e}"))
+}
+
+/// Opens the rails, registers the two buffers and connects every rank (the buffers stay ours
+/// too: the experts read and write them directly).
+fn open(
+    ctx: &Ctx,
+    send_len: usize,
+    recv_len: usize,
+) -> Result<(Mesh, Payload, Payload, RunFacts), BenchError> {
+    let c = ctx.args;
+    let plan = ctx.plan()?;
+    let group = plan.open(&RailConfig {
+        post_timeout: c.timeout(),
+        max_in_flight: 8192,
+        ..RailConfig::default()
+    })?;
+    let (send, recv) = mesh::alloc(c.mem, send_len, recv_len, ctx.device)?;
+    let mut m = Mesh::new(
+        group,
+        c.strategy,
+        (send.clone(), recv.clone()),
+        mr_path(c.mr),
+        ctx.rank,
+        ctx.world,
+        c.timeout(),
+        ctx.bs.health(),
+    )?;
+    m.set_ranks_on_host(ctx.hosts.iter().filter(|h| **h == ctx.host).count());
+    m.set_progress(ctx.bs.progress());
+    let blob = m.local_blob()?;
+    let blobs = ctx.bs.all_gather(&blob)?;
+    m.connect(&blobs)?;
+    let rails = plan.rails.len() as u32;
+    let domains = plan.domains();
+    let mut extra = Map::new();
+    extra.insert("virtual_rails".into(), json!(plan.virtual_rails));
+    extra.insert("mr".into(), json!(m.mr_path()));
+    let mut distinct = domains.clone();
+    distinct.dedup();
+    let header = vec![format!(
+        "# rails: {rails}{} on {} | mr: {}",
+        if plan.virtual_rails {
+            " virtual (endpoints of one domain, not separate NICs)"
+        } else {
+            ""
+        },
+        distinct.join(","),
+        m.mr_path()
+    )];
+    let link_gbps = if plan.virtual_rails {
+        None
+    } else {
+        mesh::link_speed(&plan.rails)
+    };
+    let facts = RunFacts {
+        provider: plan.provider.clone(),
+        fabric: plan.rails[0].fabric.clone(),
+        domains,
+        libfabric: Some(plan.libfabric.clone()),
+        rails,
+        mem: c.mem.to_string(),
+        link_gbps,
+        header,
+        extra,
+    };
+    Ok((m, send, recv, facts))
+}
+
+impl State {
+    /// One phase by one initiator; returns its times.
+    fn phase(
+        &mut self,
+        ctx: &Ctx,
+        initiator: Initiator,
+        phase: Phase,
+        iter: u64,
+    ) -> Result<PhaseTimes, BenchError> {
+        let health = || ctx.health();
+        let (layout, writes, k) = match phase {
+            Phase::Dispatch => (&self.plan.dispatch, &self.cpu_writes.0, 0),
+            Phase::Combine => (&self.plan.combine, &self.cpu_writes.1, 1),
+        };
+        let mut ex = Exchange {
+            mesh: &mut self.mesh,
+            send: &self.send,
+            recv: &self.recv,
+            me: ctx.rank,
+            world: ctx.world,
+            timeout: ctx.args.timeout(),
+            health: &health,
+        };
+        match initiator {
+            Initiator::Cpu => ex.run_cpu(phase, iter, layout, writes),
+            Initiator::Gpu => {
+                let ring = self
+                    .ring
+                    .as_mut()
+                    .ok_or_else(|| BenchError::failed("the command ring was not set up"))?;
+                let (puts, sigs) = &self.cmds[k];
+                let total = (puts.len() + sigs.len()) as u64;
+                let head = ring.next;
+                let cr = ring.mem.ring(0, RING_LOG2);
+                match (&ring.device, &self.prod) {
+                    (Some(dev), Some(prod)) => {
+                        let cmds = if k == 0 { &dev.0 } else { &dev.1 };
+                        prod.launch(&ring.mem, RING_LOG2, cmds, 0)
+                            .map_err(|e| gpu_err("launching the dispatch kernels", e))?;
+                        let mut feed = RingFeed {
+                            ring: cr,
+                            next: &mut ring.next,
+                        };
+                        let mut t = ex.run_proxy(phase, iter, layout, &mut feed, total)?;
+                        let span = prod
+                            .wait()
+                            .map_err(|e| gpu_err("the dispatch kernels", e))?;
+                        t.push_ns = span.last_push.saturating_sub(span.first_push);
+                        Ok(t)
+                    }
+                    _ => {
+                        let stop = AtomicBool::new(false);
+                        std::thread::scope(|s| {
+                            let h = s.spawn(|| host_produce(cr, head, puts, sigs, &stop));
+                            let mut feed = RingFeed {
+                                ring: cr,
+                                next: &mut ring.next,
+                            };
+                            let r = ex.run_proxy(phase, iter, layout, &mut feed, total);
+                            if r.is_err() {
+                                stop.store(true, std::sync::atomic::Ordering::Release);
+                            }
+                            let p = h
+                                .join()
+                                .map_err(|_| BenchError::failed("the host producer panicked"))?;
+                            let mut t = r?;
+                            let (a, b) = p.map_err(BenchError::failed)?;
+                            t.push_ns = b.saturating_sub(a);
+                            Ok(t)
+                        })
+                    }
+                }
+            }
+        }
+    }
+
+    /// The count blocks of a phase for an initiator (merged writes or one per message).
+    fn stage_counts(&self, initiator: Initiator, phase: Phase) -> Result<(), BenchError> {
+        let (layout, writes) = match phase {
+            Phase::Dispatch => (&self.plan.dispatch, &self.cpu_writes.0),
+            Phase::Combine => (&self.plan.combine, &self.cpu_writes.1),
+        };
+        let w = match initiator {
+            Initiator::Cpu => writes.as_slice(),
+            Initiator::Gpu => layout.puts.as_slice(),
+        };
+        let b = count_block(self.plan.world, layout.channels, &layout.puts, w);
+        dispatch::stage_counts(&self.send, layout.counts_stage, &b)
+    }
+
+    /// One whole iteration: (dispatch, combine, payload errors).
+    fn iteration(
+        &mut self,
+        ctx: &Ctx,
+        initiator: Initiator,
+        iter: u64,
+        verify: bool,
+    ) -> Result<(PhaseTimes, PhaseTimes, u64), BenchError> {
+        let bar = || ctx.bs.barrier().map_err(BenchError::from);
+        dispatch::fill(&self.plan, &self.send, iter, &mut self.stream)?;
+        self.stage_counts(initiator, Phase::Dispatch)?;
+        bar()?;
+        let d = self.phase(ctx, initiator, Phase::Dispatch, iter)?;
+        let mut errors = d.errors;
+        errors += dispatch::receive(
+            &self.plan,
+            &self.recv,
+            &self.send,
+            iter,
+            verify,
+            &mut self.corrupt_dispatch,
+            &mut self.stream,
+        )?;
+        self.stage_counts(initiator, Phase::Combine)?;
+        bar()?;
+        let mut c = self.phase(ctx, initiator, Phase::Combine, iter)?;
+        if self.corrupt_combine {
+            self.corrupt_combine = false;
+            combine::corrupt(&self.plan, &self.recv)?;
+        }
+        let t = std::time::Instant::now();
+        self.reducer.reduce(
+            &self.plan,
+            &self.recv,
+            self.prod.as_ref(),
+            &mut self.combined,
+        )?;
+        c.reduce_ns = t.elapsed().as_nanos() as u64;
+        c.total_ns += c.reduce_ns;
+        errors += c.errors;
+        if verify {
+            self.reducer.result(&mut self.combined)?;
+            errors += combine::check(&self.plan, &self.combined, iter, &mut self.stream);
+        }
+        Ok((d, c, errors))
+    }
+}
+
+impl<'a> Benchmark for Ep<'a> {
+    type Spec = EpSpec;
+
+    fn name(&self) -> &'static str {
+        "ep"
+    }
+
+    fn needs(&self) -> Needs {
+        Needs {
+            fabric: true,
+            min_world: 2,
+            how_to_launch: "run `efabench launch -n 2 -- ep ...`, or start it under srun/mpirun, \
+                            or by hand with --rank/--world/--rdzv",
+        }
+    }
+
+    fn fingerprint(&self) -> String {
+        let a = self.args;
+        format!(
+            "--tokens {} --hidden {} --topk {} --experts {} --dtype {} --routing {} ({:016x}) --layout {} --initiator {} --producer {:?} --seed {}",
+            a.tokens,
+            a.hidden,
+            a.topk,
+            a.experts,
+            a.dtype.name(),
+            match &a.routing {
+                args::RoutingSpec::File(_) => "file".to_string(),
+                r => r.to_string(),
+            },
+            self.routing_hash,
+            a.layout.name(),
+            a.initiators().iter().map(|i| i.name()).collect::<Vec<_>>().join(","),
+            a.producer,
+            a.seed
+        )
+    }
+
+    fn setup(&mut self, ctx: &Ctx) -> Result<RunFacts, BenchError> {
+        let a = self.args;
+        if ctx.world > MAX_RANKS {
+            return Err(BenchError::usage(format!(
+                "ep carries the source rank in 10 bits of CQ data: at most {MAX_RANKS} ranks, not {}",
+                ctx.world
+            )));
+        }
+        if a.experts % ctx.world != 0 {
+            let lo = a.experts / ctx.world * ctx.world;
+            return Err(BenchError::usage(format!(
+                "--experts {} does not spread evenly over {} ranks: use a multiple of {}, e.g. --experts {}",
+                a.experts,
+                ctx.world,
+                ctx.world,
+                lo.max(ctx.world)
+            )));
+        }
+        let routing = Routing::build(&a.routing, ctx.world, a.tokens, a.topk, a.experts, a.seed)
+            .map_err(BenchError::usage)?;
+        let plan = Plan::new(&routing, ctx.rank, a.layout, a.dtype, a.hidden as usize);
+        let (mut mesh, send, recv, mut facts) =
+            open(ctx, plan.regions.send_len, plan.regions.recv_len)?;
+        let cpu_writes = (coalesce(&plan.dispatch.puts), coalesce(&plan.combine.puts));
+        let max_msg = mesh.group().rail(0).info().max_msg_size as usize;
+        let longest = cpu_writes
+            .0
+            .iter()
+            .chain(&cpu_writes.1)
+            .map(|p| p.len)
+            .max()
+            .unwrap_or(0);
+        if longest > max_msg {
+            return Err(BenchError::usage(format!(
+                "a merged write of {longest} bytes exceeds what provider {} sends in one message ({max_msg} bytes); lower --tokens or --hidden",
+                facts.provider
+            )));
+        }
+        // A count signal announces its writes in 16 bits of CQ data.
+        let most = [&plan.dispatch.puts, &plan.combine.puts]
+            .iter()
+            .flat_map(|p| layout::writes_to(ctx.world, p))
+            .max()
+            .unwrap_or(0);
+        if most > u16::MAX as u32 {
+            return Err(BenchError::usage(format!(
+                "rank {} would send {most} messages to one rank in one phase; a count signal announces at most {}: lower --tokens or --topk",
+                ctx.rank,
+                u16::MAX
+            )));
+        }
+        let cmds = [
+            commands(ctx.rank, ctx.world, &plan.dispatch),
+            commands(ctx.rank, ctx.world, &plan.combine),
+        ];
+        let gpu: Option<Arc<Gpu>> = match (a.common.mem, ctx.device) {
+            (MemKind::Cuda, Some(d)) => {
+                Some(Gpu::open(d).map_err(|e| BenchError::usage(format!("--mem cuda: {e}")))?)
+            }
+            _ => None,
+        };
+        let prod = match &gpu {
+            Some(g) => {
+                Some(EpProducer::new(g).map_err(|e| gpu_err("compiling the ep kernels", e))?)
+            }
+            None => None,
+        };
+        let inits = a.initiators();
+        let ring = if inits.contains(&Initiator::Gpu) {
+            match (&gpu, &prod, a.gpu_producer()) {
+                (Some(g), Some(p), true) => {
+                    let mem = RingMemory::new(g, RingKind::Pinned, 1, RING_LOG2)
+                        .map_err(|e| gpu_err("allocating the command ring", e))?;
+                    let up = |c: &(Vec<Command>, Vec<Command>)| {
+                        p.upload(&c.0, &c.1)
+                            .map_err(|e| gpu_err("copying the commands to the GPU", e))
+                    };
+                    let device = Some((up(&cmds[0])?, up(&cmds[1])?));
+                    Some(RingSide {
+                        mem,
+                        next: 0,
+                        device,
+                    })
+                }
+                (_, _, true) => {
+                    return Err(BenchError::usage(
+                        "--initiator gpu with a GPU producer needs --mem cuda on a GPU; use --producer host",
+                    ))
+                }
+                _ => Some(RingSide {
+                    mem: RingMemory::heap(1, RING_LOG2),
+                    next: 0,
+                    device: None,
+                }),
+            }
+        } else {
+            None
+        };
+        let reducer = match &prod {
+            Some(p) => Reducer::gpu(p, &plan)?,
+            None => Reducer::Cpu,
+        };
+        mesh.count_from_now(false);
+        let hook = verify::corrupt_hook();
+        facts.header.push(format!(
+            "# ep: {} tokens x {} {} per rank, top-{} of {} experts ({} per rank), routing {}, layout {}; dispatch message {} B, combine message {} B",
+            a.tokens,
+            a.hidden,
+            a.dtype.name(),
+            a.topk,
+            a.experts,
+            routing.local_experts(),
+            a.routing,
+            a.layout.name(),
+            plan.msg,
+            plan.out
+        ));
+        facts.header.push(format!(
+            "# time = the slowest rank per iteration (each phase starts after a barrier); GB/s as DeepEP counts it; combine includes the weighted sum ({})",
+            reducer.name()
+        ));
+        let dest: Vec<u64> = routing.pairs_per_rank();
+        facts.header.push(format!(
+            "# routing imbalance (max/mean): ranks {:.2}, experts {:.2}",
+            imbalance(&dest),
+            imbalance(&routing.pairs_per_expert())
+        ));
+        self.state = Some(State {
+            mesh,
+            send,
+            recv,
+            plan,
+            cpu_writes,
+            cmds,
+            ring,
+            prod,
+            reducer,
+            stream: Stream::default(),
+            corrupt_dispatch: hook,
+            corrupt_combine: hook,
+            combined: Vec::new(),
+        });
+        self.routing = Some(routing);
+        Ok(facts)
+    }
+
+    fn points(&self, _ctx: &Ctx) -> Result<Vec<EpSpec>, BenchError> {
+        Ok(self
+            .args
+            .initiators()
+            .into_iter()
+            .flat_map(|initiator| {
+                [Part::Dispatch, Part::Combine, Part::Total]
+                    .into_iter()
+                    .map(move |part| EpSpec { initiator, part })
+            })
+            .collect())
+    }
+
+    fn label(&self, spec: &EpSpec) -> String {
+        format!("{} {}", spec.initiator.name(), spec.part.name())
+    }
+
+    fn measure(&mut self, ctx: &Ctx, spec: &EpSpec) -> Result<Measured, BenchError> {
+        if let Some((i, m)) = &self.cache {
+            if *i == spec.initiator && spec.part != Part::Dispatch {
+                return Ok(m.clone());
+            }
+        }
+        let (iters, warmup) = self.args.iterations();
+        let verify = ctx.args.verify();
+        let st = self
+            .state
+            .as_mut()
+            .ok_or_else(|| BenchError::failed("measure before setup"))?;
+        let mut log = RankLog::default();
+        let mut errors = 0u64;
+        for k in 0..warmup + iters {
+            let iter = self.iter_no;
+            self.iter_no += 1;
+            let (d, c, e) = st.iteration(ctx, spec.initiator, iter, verify)?;
+            errors += e;
+            if k >= warmup {
+                log.dispatch.push(d);
+                log.combine.push(c);
+            }
+        }
+        let mut dest = vec![0u64; ctx.world as usize];
+        for p in &st.plan.dispatch.puts {
+            dest[p.dst as usize] += p.len as u64;
+        }
+        log.dest_bytes = dest;
+        let mut extra = Map::new();
+        extra.insert(
+            "ep".into(),
+            serde_json::to_value(&log)
+                .map_err(|e| BenchError::failed(format!("encoding the ep log: {e}")))?,
+        );
+        let m = Measured {
+            samples_ns: log.dispatch.iter().map(|t| t.total_ns).collect(),
+            errors,
+            extra,
+        };
+        // The other two parts of this initiator reuse the run; their errors were counted once.
+        let mut again = m.clone();
+        again.errors = 0;
+        self.cache = Some((spec.initiator, again));
+        Ok(m)
+    }
+
+    fn point(&self, ctx: &Ctx, spec: &EpSpec, all: &[Measured]) -> Point {
+        let a = self.args;
+        let logs: Vec<RankLog> = all
+            .iter()
+            .map(|m| {
+                m.extra
+                    .get("ep")
+                    .and_then(|v| serde_json::from_value(v.clone()).ok())
+                    .unwrap_or_default()
+            })
+            .collect();
+        let part = spec.part;
+        let per_iter = metrics::slowest_per_iter(&logs, part);
+        let mut samples = Samples::from_vec(per_iter.iter().map(|x| x.1.total_ns).collect());
+        let lat_us = samples.summary_us(1.0);
+        let means = metrics::rank_means(&logs, part);
+        let slowest = means
+            .iter()
+            .enumerate()
+            .fold(
+                (0usize, f64::MIN),
+                |b, (r, m)| if *m > b.1 { (r, *m) } else { b },
+            )
+            .0;
+        let plan_msg = (verify::HEADER + verify::payload_bytes(a.dtype, a.hidden as usize)) as u64;
+        let out_msg = 2 * a.hidden as u64;
+        let selections = a.tokens as u64 * a.topk as u64;
+        let mean_us = lat_us.mean;
+        let mut dest_bytes = vec![0u64; ctx.world as usize];
+        for l in &logs {
+            for (d, b) in l.dest_bytes.iter().enumerate() {
+                if d < dest_bytes.len() {
+                    dest_bytes[d] += b;
+                }
+            }
+        }
+        // Messages per rank: every selection in `ll` (DeepEP's count); one per (token,
+        // destination rank) in `per-rank` (what that layout sends), averaged over the ranks.
+        let msgs = dest_bytes.iter().sum::<u64>() / plan_msg / ctx.world.max(1) as u64;
+        let bytes = match part {
+            Part::Dispatch => msgs * plan_msg,
+            Part::Combine => msgs * out_msg,
+            Part::Total => msgs * (plan_msg + out_msg),
+        };
+        let routing = self.routing.as_ref();
+        let detail = EpDetail {
+            phase: part.name(),
+            initiator: spec.initiator.name(),
+            producer: self.producer_name(spec.initiator),
+            layout: a.layout.name(),
+            dtype: a.dtype.name(),
+            tokens: a.tokens,
+            hidden: a.hidden,
+            topk: a.topk,
+            experts: a.experts,
+            local_experts: a.experts / ctx.world.max(1),
+            routing: a.routing.to_string(),
+            reduce_on: self.state.as_ref().map_or("cpu", |s| s.reducer.name()),
+            dispatch_msg_bytes: plan_msg,
+            combine_msg_bytes: out_msg,
+            selections,
+            ep_bytes: bytes,
+            ep_gbps: (metrics::ep_gbps(bytes, mean_us) * 1000.0).round() / 1000.0,
+            bw_def: metrics::BW_DEF,
+            tokens_per_s: if mean_us > 0.0 {
+                a.tokens as f64 / mean_us * 1e6
+            } else {
+                0.0
+            },
+            job_tokens_per_s: if mean_us > 0.0 {
+                a.tokens as f64 * ctx.world as f64 / mean_us * 1e6
+            } else {
+                0.0
+            },
+            slowest_rank: slowest,
+            slowest_host: ctx.hosts.get(slowest).cloned(),
+            rank_mean_us: means
+                .iter()
+                .map(|m| (m * 1000.0).round() / 1000.0)
+                .collect(),
+            ep_stages: logs
+                .get(slowest)
+                .map(|l| metrics::stages(l, part))
+                .unwrap_or_default(),
+            writes_per_iter: logs
+                .get(slowest)
+                .and_then(|l| l.dispatch.first().zip(l.combine.first()))
+                .map(|(d, c)| match part {
+                    Part::Dispatch => d.writes,
+                    Part::Combine => c.writes,
+                    Part::Total => d.writes + c.writes,
+                })
+                .unwrap_or(0),
+            rank_imbalance: imbalance(&dest_bytes),
+            dest_bytes,
+            expert_imbalance: routing.map_or(0.0, |r| imbalance(&r.pairs_per_expert())),
+            lat_kind: "time of the slowest rank per iteration",
+        };
+        let extra = match serde_json::to_value(&detail) {
+            Ok(Value::Object(m)) => m,
+            _ => Map::new(),
+        };
+        let ns = mean_us * 1000.0;
+        Point {
+            variant: format!(
+                "{}/{}",
+                part.name(),
+                match self.producer_name(spec.initiator) {
+                    Some(p) => format!("gpu-{p}"),
+                    None => "cpu".to_string(),
+                }
+            ),
+            size_bytes: bytes,
+            iters: per_iter.len() as u64,
+            warmup: self.args.iterations().1,
+            peer: None,
+            lat_us,
+            bw_gbps: if ns > 0.0 {
+                bytes as f64 * 8.0 / ns
+            } else {
+                0.0
+            },
+            busbw_gbps: None,
+            msg_rate_mops: if ns > 0.0 {
+                selections as f64 * 1000.0 / ns
+            } else {
+                0.0
+            },
+            ..Point::with_extra(extra)
+        }
+    }
+
+    fn summary(&self, records: &[Record]) -> Vec<String> {
+        let get = |r: &Record, k: &str| r.extra.get(k).cloned().unwrap_or(Value::Null);
+        let mut out = vec![
+            "# ep: p50 of the slowest rank per iteration; stages of the slowest rank (p50 us): push / post / network / arrival / reduce".to_string(),
+        ];
+        for r in records {
+            let s = get(r, "ep_stages");
+            let f = |k: &str| s.get(k).and_then(Value::as_f64).unwrap_or(0.0);
+            out.push(format!(
+                "#   {:<26} p50 {:>10.2} us  p99 {:>10.2} us  {:>8.3} GB/s  {:>12.0} tokens/s  stages {:.1} / {:.1} / {:.1} / {:.1} / {:.1}  slowest rank {}",
+                r.variant,
+                r.lat_us.p50,
+                r.lat_us.p99,
+                get(r, "ep_GBps").as_f64().unwrap_or(0.0),
+                get(r, "tokens_per_s").as_f64().unwrap_or(0.0),
+                f("push_us"),
+                f("post_us"),
+                f("network_us"),
+                f("arrival_us"),
+                f("reduce_us"),
+                get(r, "slowest_rank")
+            ));
+        }
+        // The GPU-initiated against the CPU-initiated run of the same job.
+        for part in [Part::Dispatch, Part::Combine, Part::Total] {
+            let find = |init: &str| {
+                records.iter().find(|r| {
+                    get(r, "phase").as_str() == Some(part.name())
+                        && get(r, "initiator").as_str() == Some(init)
+                })
+            };
+            if let (Some(g), Some(c)) = (find("gpu"), find("cpu")) {
+                if c.lat_us.p50 > 0.0 {
+                    out.push(format!(
+                        "# {}: gpu-initiated / cpu-initiated p50 = {:.2}",
+                        part.name(),
+                        g.lat_us.p50 / c.lat_us.p50
+                    ));
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Runs one rank of `efabench ep`.
+pub fn run_ep(args: &EpArgs, build: &harness::BuildInfo) -> Result<i32, BenchError> {
+    let mut b = Ep::new(args)?;
+    let run = harness::run(&mut b, &args.common, build);
+    if run.is_err() {
+        // As in `alltoall`: no fabric teardown with operations possibly still posted.
+        b.leak_fabric();
+    }
+    run
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_initiator_gets_three_parts() {
+        let parts: Vec<Part> = [Part::Dispatch, Part::Combine, Part::Total].to_vec();
+        assert_eq!(
+            parts.iter().map(|p| p.name()).collect::<Vec<_>>(),
+            ["dispatch", "combine", "dispatch+combine"]
+        );
+    }
+}
