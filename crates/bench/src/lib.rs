@@ -13,6 +13,7 @@
 #![forbid(unsafe_code)]
 
 pub mod alltoall;
+pub mod alltoallv;
 pub mod error;
 pub mod harness;
 pub mod ipc;
@@ -85,6 +86,9 @@ benchmarks! {
     /// All-to-all with nccl-tests' semantics (algbw, busbw = algbw x (n-1)/n), write or send/recv.
     #[command(mut_arg("min_bytes", |a| a.default_value("1K")))]
     "alltoall" Alltoall(alltoall::AlltoallArgs) => alltoall::run_alltoall;
+    /// All-to-all with per-(source, destination) counts (uniform, zipf, moe routing, matrix file), nccl-tests' alltoallv bandwidth.
+    #[command(mut_arg("min_bytes", |a| a.default_value("1K")))]
+    "alltoallv" Alltoallv(alltoallv::AlltoallvArgs) => alltoallv::run_alltoallv;
     /// Bandwidth of every ordered pair of ranks (ring shift), outliers named, --min-bw gate.
     #[command(mut_arg("min_bytes", |a| a.default_value("1M")), mut_arg("max_bytes", |a| a.default_value("1M")))]
     "pairs" Pairs(pairs::PairsArgs) => pairs::run_pairs;
