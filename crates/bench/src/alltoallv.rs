@@ -28,14 +28,15 @@ use crate::alltoall::exchange::{self, Budget, Op, Plan};
 use crate::alltoall::report::{self, Outcome, RailBytes, RankTime};
 use crate::alltoall::{open_mesh, setup};
 use crate::error::BenchError;
-use crate::harness::{self, Benchmark, CommonArgs, Ctx, Measured, Needs, Point, RunFacts};
+use crate::harness::{
+    self, Benchmark, Ctx, FabricArgs, JobArgs, Measured, MemArgs, Needs, Point, RunFacts, SweepArgs,
+};
 use crate::mesh::Mesh;
 
 /// Options of `alltoallv`.
 #[derive(clap::Args, Debug, Clone)]
+#[command(next_help_heading = "Benchmark options")]
 pub struct AlltoallvArgs {
-    #[command(flatten)]
-    pub common: CommonArgs,
     /// Per-(source, destination) bytes: uniform, zipf:S (destination d gets a share
     /// ∝ 1/(d+1)^S), moe:T,H,K,E (T tokens of H bf16 elements per rank, each to K of E experts;
     /// a token goes once to each rank hosting one of its experts) or file:PATH (a square
@@ -52,7 +53,17 @@ pub struct AlltoallvArgs {
     /// whichever comes first, on every rank at the same iteration (warm-up: a tenth of it).
     #[arg(long, default_value = "1", value_parser = crate::pairs::max_time_arg, allow_hyphen_values = true)]
     pub max_time: f64,
+    #[command(flatten)]
+    pub sweep: SweepArgs,
+    #[command(flatten)]
+    pub fabric: FabricArgs,
+    #[command(flatten)]
+    pub mem: MemArgs,
+    #[command(flatten)]
+    pub job: JobArgs,
 }
+
+crate::impl_options!(AlltoallvArgs: sweep, fabric, mem);
 
 fn counts_arg(s: &str) -> Result<CountsSpec, String> {
     s.parse()
@@ -118,7 +129,7 @@ struct AlltoallvRun {
 
 impl<'a> Alltoallv<'a> {
     pub fn new(args: &'a AlltoallvArgs) -> Result<Self, BenchError> {
-        let sizes = args.common.sizes()?;
+        let sizes = args.sweep.sizes()?;
         let file = match &args.counts {
             CountsSpec::File(p) => Some(counts::read_text(p)?),
             _ => None,
@@ -269,7 +280,10 @@ impl<'a> Benchmark for Alltoallv<'a> {
             .matrices
             .iter()
             .map(|(size, c)| {
-                let (iters, warmup) = ctx.args.iterations(*size, n.saturating_sub(1).max(1));
+                let (iters, warmup) = self
+                    .args
+                    .sweep
+                    .iterations(*size, n.saturating_sub(1).max(1));
                 AlltoallvSpec {
                     size: *size,
                     counts: c.clone(),
@@ -391,7 +405,7 @@ fn variant(c: &CountsSpec) -> String {
 /// Runs one rank of `alltoallv`.
 pub fn run_alltoallv(args: &AlltoallvArgs, build: &harness::BuildInfo) -> Result<i32, BenchError> {
     let mut b = Alltoallv::new(args)?;
-    let run = harness::run(&mut b, &args.common, build);
+    let run = harness::run(&mut b, args, build);
     if run.is_err() {
         // As `alltoall`: no fabric teardown with operations possibly still posted.
         std::mem::forget(b.mesh.take());

@@ -6,7 +6,6 @@
 //!
 //! Sizes and iteration counts are small: this file runs on a 2-core CI host with up to 8 ranks.
 
-use std::collections::BTreeSet;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
@@ -103,61 +102,6 @@ fn alltoall_to(provider: &str, world: u32, op: &str, extra: &[&str], max: &str, 
     let err = text(&outs[0].stderr);
     assert!(err.contains("slowest rank per size"), "{err}");
     assert!(err.contains("row = source"), "--matrix: {err}");
-}
-
-/// The set of keys of every record of a JSON Lines file: nested object keys dotted
-/// (`lat_us.p99`), keys of objects inside arrays under `[]` (`per_rail[].bytes`); `counters` is
-/// one key (its contents name this machine's NICs).
-fn record_keys(path: &std::path::Path) -> BTreeSet<String> {
-    fn walk(prefix: &str, v: &Value, out: &mut BTreeSet<String>) {
-        match v {
-            Value::Object(m) => {
-                for (k, v) in m {
-                    let key = if prefix.is_empty() {
-                        k.clone()
-                    } else {
-                        format!("{prefix}.{k}")
-                    };
-                    out.insert(key.clone());
-                    if key != "counters" {
-                        walk(&key, v, out);
-                    }
-                }
-            }
-            Value::Array(a) => {
-                for x in a.iter().filter(|x| x.is_object()) {
-                    walk(&format!("{prefix}[]"), x, out);
-                }
-            }
-            _ => {}
-        }
-    }
-    let mut keys = BTreeSet::new();
-    for line in std::fs::read_to_string(path).expect("records file").lines() {
-        walk(
-            "",
-            &serde_json::from_str(line).expect("a record is JSON"),
-            &mut keys,
-        );
-    }
-    keys
-}
-
-/// Fails unless `keys` are those of `tests/golden/<name>.keys` (sorted, one a line), naming the
-/// keys that appeared and disappeared.
-fn assert_golden_keys(name: &str, keys: &BTreeSet<String>) {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/golden")
-        .join(format!("{name}.keys"));
-    let golden = std::fs::read_to_string(&path).expect("golden keys file");
-    let want: BTreeSet<String> = golden.lines().map(str::to_string).collect();
-    let added: Vec<_> = keys.difference(&want).collect();
-    let lost: Vec<_> = want.difference(keys).collect();
-    assert!(
-        added.is_empty() && lost.is_empty(),
-        "{name}: record keys changed from {}: new {added:?}, missing {lost:?}",
-        path.display()
-    );
 }
 
 #[test]

@@ -5,67 +5,11 @@
 //! chunk is caught; a killed rank fails the job fast, named; bad `--counts` exit 2. Every run's
 //! records carry exactly the keys of `tests/golden/alltoallv.keys`.
 
-use std::collections::BTreeSet;
-use std::path::Path;
 use std::process::Child;
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
-
 mod common;
 use common::*;
-
-/// The set of keys of every record of a JSON Lines file: nested object keys dotted, keys of
-/// objects inside arrays under `[]`; `counters` is one key.
-fn record_keys(path: &Path) -> BTreeSet<String> {
-    fn walk(prefix: &str, v: &Value, out: &mut BTreeSet<String>) {
-        match v {
-            Value::Object(m) => {
-                for (k, v) in m {
-                    let key = if prefix.is_empty() {
-                        k.clone()
-                    } else {
-                        format!("{prefix}.{k}")
-                    };
-                    out.insert(key.clone());
-                    if key != "counters" {
-                        walk(&key, v, out);
-                    }
-                }
-            }
-            Value::Array(a) => {
-                for x in a.iter().filter(|x| x.is_object()) {
-                    walk(&format!("{prefix}[]"), x, out);
-                }
-            }
-            _ => {}
-        }
-    }
-    let mut keys = BTreeSet::new();
-    for line in std::fs::read_to_string(path).expect("records file").lines() {
-        walk(
-            "",
-            &serde_json::from_str(line).expect("a record is JSON"),
-            &mut keys,
-        );
-    }
-    keys
-}
-
-fn assert_golden_keys(name: &str, keys: &BTreeSet<String>) {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/golden")
-        .join(format!("{name}.keys"));
-    let golden = std::fs::read_to_string(&path).expect("golden keys file");
-    let want: BTreeSet<String> = golden.lines().map(str::to_string).collect();
-    let added: Vec<_> = keys.difference(&want).collect();
-    let lost: Vec<_> = want.difference(keys).collect();
-    assert!(
-        added.is_empty() && lost.is_empty(),
-        "{name}: record keys changed from {}: new {added:?}, missing {lost:?}",
-        path.display()
-    );
-}
 
 /// Runs `alltoallv` on `world` ranks and checks every record; returns the records' matrices.
 fn alltoallv(

@@ -136,7 +136,7 @@ pub fn measure(
     op: Op,
     b: Budget,
 ) -> Result<Measured, BenchError> {
-    let verify = ctx.args.verify();
+    let verify = ctx.opts.job.verify();
     let mut run = Run::new(mesh, plan, op, b.warmup + b.iters + 1)?;
     // Nobody writes the new layout while a peer still checks the previous point.
     ctx.bs.barrier().map_err(harness::from_bootstrap)?;

@@ -56,7 +56,9 @@ use efabench_record::Record;
 use serde::Serialize;
 
 use crate::error::BenchError;
-use crate::harness::{self, Benchmark, CommonArgs, Ctx, Measured, Needs, Point, RunFacts};
+use crate::harness::{
+    self, Benchmark, Ctx, FabricArgs, JobArgs, Measured, MemArgs, Needs, Point, RunFacts, SweepArgs,
+};
 use crate::mesh::Mesh;
 pub use exchange::Op;
 use exchange::{Budget, Plan};
@@ -65,9 +67,8 @@ pub(crate) use setup::open_mesh;
 
 /// Options of `alltoall`.
 #[derive(clap::Args, Debug, Clone)]
+#[command(next_help_heading = "Benchmark options")]
 pub struct AlltoallArgs {
-    #[command(flatten)]
-    pub common: CommonArgs,
     /// Transfer: write (RDMA write with remote CQ data) or sendrecv.
     #[arg(long, value_enum, default_value_t = Op::Write)]
     pub op: Op,
@@ -78,7 +79,17 @@ pub struct AlltoallArgs {
     /// whichever comes first, on every rank at the same iteration (warm-up: a tenth of it).
     #[arg(long, default_value = "1", value_parser = crate::pairs::max_time_arg, allow_hyphen_values = true)]
     pub max_time: f64,
+    #[command(flatten)]
+    pub sweep: SweepArgs,
+    #[command(flatten)]
+    pub fabric: FabricArgs,
+    #[command(flatten)]
+    pub mem: MemArgs,
+    #[command(flatten)]
+    pub job: JobArgs,
 }
+
+crate::impl_options!(AlltoallArgs: sweep, fabric, mem);
 
 /// Chunk alignment (nccl-tests rounds counts to whole elements; 16 bytes keeps chunks aligned).
 pub const CHUNK_ALIGN: u64 = 16;
@@ -125,7 +136,7 @@ impl<'a> Alltoall<'a> {
     pub fn new(args: &'a AlltoallArgs) -> Result<Self, BenchError> {
         Ok(Alltoall {
             args,
-            sizes: args.common.sizes()?,
+            sizes: args.sweep.sizes()?,
             mesh: None,
         })
     }
@@ -192,7 +203,7 @@ impl<'a> Benchmark for Alltoall<'a> {
                 }
                 continue;
             }
-            let (iters, warmup) = ctx.args.iterations(size, n.saturating_sub(1).max(1));
+            let (iters, warmup) = self.args.sweep.iterations(size, n.saturating_sub(1).max(1));
             out.push(AlltoallSpec {
                 chunk: chunk as usize,
                 iters,
@@ -272,7 +283,7 @@ impl<'a> Benchmark for Alltoall<'a> {
 /// Runs one rank of `alltoall`.
 pub fn run_alltoall(args: &AlltoallArgs, build: &harness::BuildInfo) -> Result<i32, BenchError> {
     let mut b = Alltoall::new(args)?;
-    let run = harness::run(&mut b, &args.common, build);
+    let run = harness::run(&mut b, args, build);
     if run.is_err() {
         // As in `pairs`: no fabric teardown with operations possibly still posted (libfabric
         // 1.17's tcp provider crashes closing such endpoints); the process exits next.

@@ -2,11 +2,19 @@
 //! the rails of the plan, and the header lines.
 
 use efabench_fabric::{MrPath, RailConfig};
-use serde_json::{json, Map};
+use serde::Serialize;
 
 use crate::error::BenchError;
 use crate::harness::{self, Ctx, MrChoice, RunFacts};
 use crate::mesh::{self, Mesh};
+
+/// The record fields every point of a mesh run repeats.
+#[derive(Serialize)]
+struct MeshFacts {
+    strategy: &'static str,
+    virtual_rails: bool,
+    mr: &'static str,
+}
 
 fn mr_path(c: MrChoice) -> MrPath {
     match c {
@@ -47,10 +55,11 @@ pub(crate) fn open_mesh(
     m.connect(&blobs)?;
     let rails = plan.rails.len() as u32;
     let domains = plan.domains();
-    let mut extra = Map::new();
-    extra.insert("strategy".into(), json!(c.strategy.name()));
-    extra.insert("virtual_rails".into(), json!(plan.virtual_rails));
-    extra.insert("mr".into(), json!(m.mr_path()));
+    let extra = super::report::to_map(&MeshFacts {
+        strategy: c.strategy.name(),
+        virtual_rails: plan.virtual_rails,
+        mr: m.mr_path(),
+    });
     let mut distinct = domains.clone();
     distinct.dedup();
     let header = vec![format!(
