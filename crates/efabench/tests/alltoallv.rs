@@ -113,6 +113,11 @@ fn alltoallv(
         matrices.push(m);
     }
     assert_golden_keys("alltoallv", &record_keys(&out));
+    let table = text(&outs[0].stdout);
+    assert!(
+        table.contains("# bw: algbw = the busiest rank's bytes"),
+        "{table}"
+    );
     let err = text(&outs[0].stderr);
     assert!(err.contains("slowest rank per size"), "{err}");
     assert!(err.contains("row = source"), "--matrix: {err}");
