@@ -552,3 +552,45 @@ impl<'m> Run<'m> {
         Ok(errors)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::counts::{self, CountsSpec};
+    use super::*;
+
+    #[test]
+    fn uniform_counts_give_alltoall_plans() {
+        let c = counts::shape(&CountsSpec::Uniform, 4, 4096);
+        for me in 0..4u32 {
+            let (a, b) = (
+                Plan::uniform(me, 4, 1024),
+                Plan::from_counts(&c, me as usize, 4096),
+            );
+            assert_eq!(
+                (a.out, a.inc, a.remote, a.half),
+                (b.out, b.inc, b.remote, b.half)
+            );
+        }
+    }
+
+    #[test]
+    fn every_chunk_lands_where_its_receiver_expects_it() {
+        let c =
+            counts::parse_matrix("0 992 64 0\n32 96 0 4096\n0 0 0 16\n160 16 0 16\n", 4).unwrap();
+        let half = c.max_sent_received().1 as usize;
+        let plans: Vec<Plan> = (0..4).map(|r| Plan::from_counts(&c, r, half)).collect();
+        for (me, p) in plans.iter().enumerate() {
+            let mut end = 0;
+            for (dst, out) in p.out.iter().enumerate() {
+                // Sender and receiver agree on the length and on the place.
+                assert_eq!(out.len, plans[dst].inc[me].len);
+                assert_eq!(p.remote[dst], plans[dst].inc[me].off);
+                // Send cells are packed in destination order, inside the buffer.
+                assert_eq!(out.off, end);
+                end += out.len;
+            }
+            let last = p.inc.last().unwrap();
+            assert!(last.off + last.len <= half, "receive cells fit one half");
+        }
+    }
+}
