@@ -13,6 +13,7 @@
 #![forbid(unsafe_code)]
 
 pub mod alltoall;
+pub mod alltoallv;
 pub mod ep;
 pub mod error;
 pub mod harness;
@@ -39,7 +40,8 @@ pub enum P2pKind {
     Read,
 }
 
-/// Declares the benchmark subcommands: one line each (`"name" Variant(Args) => runner`), so
+/// Declares the benchmark subcommands: one line each (`"name" Variant(Args) => runner`; the
+/// arguments are boxed, being large), so
 /// adding a benchmark is one file plus one line here. Generates [`BenchCommand`] (a clap
 /// subcommand enum the CLI flattens in), its dispatch, and [`BENCHMARKS`] (the names `launch`
 /// accepts).
@@ -48,7 +50,7 @@ macro_rules! benchmarks {
         /// The benchmark subcommands.
         #[derive(clap::Subcommand, Debug)]
         pub enum BenchCommand {
-            $( $(#[$meta])* #[command(name = $name)] $variant($args), )*
+            $( $(#[$meta])* #[command(name = $name)] $variant(Box<$args>), )*
         }
 
         /// Names of every benchmark subcommand.
@@ -65,7 +67,7 @@ macro_rules! benchmarks {
             /// Runs one rank of the benchmark; returns the exit status.
             pub fn run(&self, build: &BuildInfo) -> Result<i32, BenchError> {
                 match self {
-                    $( BenchCommand::$variant(a) => ($run)(a, build), )*
+                    $( BenchCommand::$variant(a) => ($run)(&**a, build), )*
                 }
             }
         }
@@ -93,6 +95,9 @@ benchmarks! {
     /// All-to-all with nccl-tests' semantics (algbw, busbw = algbw x (n-1)/n), write or send/recv.
     #[command(mut_arg("min_bytes", |a| a.default_value("1K")))]
     "alltoall" Alltoall(alltoall::AlltoallArgs) => alltoall::run_alltoall;
+    /// All-to-all with per-(source, destination) counts (uniform, zipf, moe routing, matrix file), nccl-tests' alltoallv bandwidth.
+    #[command(mut_arg("min_bytes", |a| a.default_value("1K")))]
+    "alltoallv" Alltoallv(alltoallv::AlltoallvArgs) => alltoallv::run_alltoallv;
     /// Bandwidth of every ordered pair of ranks (ring shift), outliers named, --min-bw gate.
     #[command(mut_arg("min_bytes", |a| a.default_value("1M")), mut_arg("max_bytes", |a| a.default_value("1M")))]
     "pairs" Pairs(pairs::PairsArgs) => pairs::run_pairs;

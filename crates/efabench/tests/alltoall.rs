@@ -2,6 +2,7 @@
 //! `--rank/--world/--rdzv`: 2, 3, 4 and 8 ranks, verified; busbw = algbw × (n−1)/n in every
 //! record; a corrupted chunk is caught; a killed rank fails the job fast, named; `pairs` names a
 //! deliberately slowed rank (test hook) and not the healthy ones, and `--min-bw` fails the run.
+//! Every `alltoall` run's records carry exactly the keys of `tests/golden/alltoall.keys`.
 //!
 //! Sizes and iteration counts are small: this file runs on a 2-core CI host with up to 8 ranks.
 
@@ -95,6 +96,7 @@ fn alltoall_to(provider: &str, world: u32, op: &str, extra: &[&str], max: &str, 
             "{what}: per_rail bytes"
         );
     }
+    assert_golden_keys("alltoall", &record_keys(&out));
     let table = text(&outs[0].stdout);
     assert!(table.contains("busbw"), "{table}");
     let err = text(&outs[0].stderr);

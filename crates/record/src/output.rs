@@ -435,10 +435,12 @@ fn header_block(r: &Record, key: &GroupKey) -> Vec<String> {
     });
     h.push(latency_line(&key.lat_kind));
     if key.busbw {
-        h.push(
+        h.push(if r.bench == "alltoallv" {
+            "# bw: algbw = the busiest rank's bytes sent or received per iteration (own chunk included) / time of the slowest rank, in Gbps (10^9 bit/s); msg_rate in 10^6 messages/s"
+        } else {
             "# bw: algbw = size (one rank's whole send buffer, its own chunk included) / time of the slowest rank, in Gbps (10^9 bit/s); msg_rate in 10^6 messages/s"
-                .to_string(),
-        );
+        }
+        .to_string());
         h.push(match &key.busbw_def {
             Some(d) => format!("# busbw: {d}"),
             None => format!(

@@ -229,10 +229,6 @@ pub struct Exchange<'a> {
     pub health: &'a dyn Fn() -> Result<(), String>,
 }
 
-fn gpu_err(what: &str, e: efabench_gpu::GpuError) -> BenchError {
-    BenchError::failed(format!("{what}: {e}"))
-}
-
 /// The rail a write to `dst` on `channel` takes.
 fn rail_of(me: u32, p: &Put, rails: usize) -> usize {
     (me as usize + p.dst as usize + p.index as usize) % rails.max(1)
@@ -245,7 +241,7 @@ impl<'a> Exchange<'a> {
         let mut b = vec![0u8; self.world as usize * c * 8];
         self.recv
             .read_at(layout.counts_recv, &mut b)
-            .map_err(|e| gpu_err("reading the count signals", e))?;
+            .map_err(|e| BenchError::context("reading the count signals", e))?;
         Ok(b.chunks(c * 8)
             .map(|blk| {
                 blk.chunks(8)
@@ -284,7 +280,7 @@ impl<'a> Exchange<'a> {
             p.remote_off,
             p.len,
         )
-        .map_err(|e| gpu_err("copying a message to this rank itself", e))
+        .map_err(|e| BenchError::context("copying a message to this rank itself", e))
     }
 
     /// Drains CQ data into `arr`.
@@ -369,7 +365,7 @@ impl<'a> Exchange<'a> {
                 self.send
                     .settle()
                     .and_then(|()| self.recv.settle())
-                    .map_err(|e| gpu_err("waiting for queued device copies", e))?;
+                    .map_err(|e| BenchError::context("waiting for queued device copies", e))?;
                 // Both were noted in this pass: the phase ends now.
                 times.total_ns = t0.elapsed().as_nanos() as u64;
                 times.network_ns = l.saturating_duration_since(p).as_nanos() as u64;

@@ -164,10 +164,6 @@ fn mr_path(c: MrChoice) -> MrPath {
     }
 }
 
-fn gpu_err(what: &str, e: efabench_gpu::GpuError) -> BenchError {
-    BenchError::failed(format!("{what}: {e}"))
-}
-
 /// Opens the rails, registers the two buffers and connects every rank (the buffers stay ours
 /// too: the experts read and write them directly).
 fn open(
@@ -271,8 +267,9 @@ impl State {
                 match (&ring.device, &self.prod) {
                     (Some(dev), Some(prod)) => {
                         let cmds = if k == 0 { &dev.0 } else { &dev.1 };
-                        prod.launch(&ring.mem, RING_LOG2, cmds, 0)
-                            .map_err(|e| gpu_err("launching the dispatch kernels", e))?;
+                        prod.launch(&ring.mem, RING_LOG2, cmds, 0).map_err(|e| {
+                            BenchError::context("launching the dispatch kernels", e)
+                        })?;
                         let mut feed = RingFeed {
                             ring: cr,
                             next: &mut ring.next,
@@ -280,7 +277,7 @@ impl State {
                         let mut t = ex.run_proxy(phase, iter, layout, &mut feed, total)?;
                         let span = prod
                             .wait()
-                            .map_err(|e| gpu_err("the dispatch kernels", e))?;
+                            .map_err(|e| BenchError::context("the dispatch kernels", e))?;
                         t.push_ns = span.last_push.saturating_sub(span.first_push);
                         Ok(t)
                     }
@@ -471,9 +468,10 @@ impl<'a> Benchmark for Ep<'a> {
             _ => None,
         };
         let prod = match &gpu {
-            Some(g) => {
-                Some(EpProducer::new(g).map_err(|e| gpu_err("compiling the ep kernels", e))?)
-            }
+            Some(g) => Some(
+                EpProducer::new(g)
+                    .map_err(|e| BenchError::context("compiling the ep kernels", e))?,
+            ),
             None => None,
         };
         let inits = a.initiators();
@@ -481,10 +479,10 @@ impl<'a> Benchmark for Ep<'a> {
             match (&gpu, &prod, a.gpu_producer()) {
                 (Some(g), Some(p), true) => {
                     let mem = RingMemory::new(g, RingKind::Pinned, 1, RING_LOG2)
-                        .map_err(|e| gpu_err("allocating the command ring", e))?;
+                        .map_err(|e| BenchError::context("allocating the command ring", e))?;
                     let up = |c: &(Vec<Command>, Vec<Command>)| {
                         p.upload(&c.0, &c.1)
-                            .map_err(|e| gpu_err("copying the commands to the GPU", e))
+                            .map_err(|e| BenchError::context("copying the commands to the GPU", e))
                     };
                     let device = Some((up(&cmds[0])?, up(&cmds[1])?));
                     Some(RingSide {

@@ -1,0 +1,596 @@
+//! One all-to-all exchange on a [`Mesh`], with any per-(source, destination) byte counts: the
+//! engine of `alltoall` and `alltoallv`.
+//!
+//! # One iteration
+//! Every rank writes (or sends) its chunk to every peer and copies its own chunk locally; the
+//! iteration ends on a rank when every stripe of every peer's chunk for *that* iteration arrived
+//! (counted by the remote CQ data each stripe carries: kind, iteration, source) and its own
+//! operations completed. A chunk of zero bytes is announced by an 8-byte write into the peer's
+//! control region with the same CQ data, so every rank hears from every rank in every iteration.
+//!
+//! # Back to back
+//! A rank finishes iteration i only after every peer's chunk of i arrived, which each peer
+//! posts only after finishing i−1 (checks included), so a peer is never more than one iteration
+//! ahead: arrivals are counted by iteration parity. Checked iterations alternate receive halves
+//! (the half a peer one iteration ahead writes was already checked); the timed iterations all
+//! land in half 0 (the footprint of `MPI_Alltoall`'s one receive buffer); the final check uses
+//! half 1, where no late write of the timed loop lands (EFA orders no writes).
+//!
+//! # Stopping together
+//! A rank whose time budget ran out marks the chunks of its next iteration (CQ data kind `Stop`
+//! in place of `Payload`); since every rank receives from every rank in every iteration, all of
+//! them see the mark at the end of the same iteration and leave the loop there, without a
+//! round trip.
+//!
+//! # Send/recv
+//! `Op::Sendrecv` sends into receives posted in advance (two iterations' worth). Receives match
+//! in arrival order (this fabric layer has no directed receives), so a chunk lands in one of the
+//! receive slots of its rail and its CQ data names its source, which the check uses. Every
+//! source's chunk must then have the same length (`alltoall`'s equal chunks).
+
+use std::time::{Duration, Instant};
+
+use efabench_fabric::Stripe;
+
+use crate::error::BenchError;
+use crate::harness::{Ctx, Measured};
+use crate::mesh::{cq_data, parse_cq_data, Kind, Mesh, ITER_MOD};
+use crate::pattern;
+use crate::stats::Samples;
+
+use super::report::RankOutcome;
+
+/// The transfer an all-to-all uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Op {
+    /// RDMA write with remote CQ data.
+    Write,
+    /// Two-sided send/recv with CQ data.
+    Sendrecv,
+}
+
+impl Op {
+    pub fn name(self) -> &'static str {
+        match self {
+            Op::Write => "write",
+            Op::Sendrecv => "sendrecv",
+        }
+    }
+}
+
+/// Where one chunk sits in a buffer.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Chunk {
+    pub off: usize,
+    pub len: usize,
+}
+
+/// What this rank sends and receives in one iteration.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    /// By destination: the chunk in our send buffer (our own included).
+    pub out: Vec<Chunk>,
+    /// By source: where its chunk lands in one receive half (our own included).
+    pub inc: Vec<Chunk>,
+    /// By destination: where our chunk lands in its receive half.
+    pub remote: Vec<usize>,
+    /// Bytes of one receive half (the receive buffer holds two).
+    pub half: usize,
+}
+
+impl Plan {
+    /// Equal chunks of `chunk` bytes, in rank order (`alltoall`).
+    pub fn uniform(me: u32, n: u32, chunk: usize) -> Plan {
+        let cells: Vec<Chunk> = (0..n as usize)
+            .map(|r| Chunk {
+                off: r * chunk,
+                len: chunk,
+            })
+            .collect();
+        Plan {
+            out: cells.clone(),
+            inc: cells,
+            remote: vec![me as usize * chunk; n as usize],
+            half: chunk * n as usize,
+        }
+    }
+
+    /// Rank `me`'s cells of a counts matrix (send cells packed in destination order, receive
+    /// cells in source order), with receive halves of `half` bytes.
+    pub fn from_counts(c: &super::counts::Counts, me: usize, half: usize) -> Plan {
+        let n = c.n();
+        Plan {
+            out: (0..n)
+                .map(|d| Chunk {
+                    off: c.send_offset(me, d) as usize,
+                    len: c.get(me, d) as usize,
+                })
+                .collect(),
+            inc: (0..n)
+                .map(|s| Chunk {
+                    off: c.recv_offset(s, me) as usize,
+                    len: c.get(s, me) as usize,
+                })
+                .collect(),
+            remote: (0..n).map(|d| c.recv_offset(me, d) as usize).collect(),
+            half,
+        }
+    }
+}
+
+/// Iterations, warm-up and time budget of one point.
+#[derive(Clone, Copy, Debug)]
+pub struct Budget {
+    pub iters: u64,
+    pub warmup: u64,
+    pub max_time: Duration,
+}
+
+/// One measured point on this rank: barrier, checked warm-up, barrier, the timed loop back to
+/// back, one more checked iteration. `extra` carries `per_rail`, `warmup_done`, `stopped_by`
+/// and `src_delay_ns` (mean arrival time of each source's chunk after the iteration started).
+pub fn measure(
+    ctx: &Ctx,
+    mesh: &mut Mesh,
+    plan: &Plan,
+    op: Op,
+    b: Budget,
+) -> Result<Measured, BenchError> {
+    let verify = ctx.opts.job.verify();
+    let mut run = Run::new(mesh, plan, op, b.warmup + b.iters + 1)?;
+    // Nobody writes the new layout while a peer still checks the previous point.
+    ctx.bs.barrier()?;
+    run.start()?;
+    let mut errors = 0;
+    let began = Instant::now();
+    let mut warm = 0;
+    while warm < b.warmup {
+        let ask = warm > 0 && began.elapsed() >= b.max_time / 10;
+        // After the warm-up: the timed iterations and the final check.
+        let (e, stop) = run.iteration(verify, (warm % 2) as usize, None, ask, b.iters + 1)?;
+        errors += e;
+        warm += 1;
+        if stop {
+            break;
+        }
+    }
+    ctx.bs.barrier()?;
+    run.mesh.count_from_now(true);
+    let mut samples = Samples::with_capacity(b.iters.min(1 << 16) as usize);
+    let mut delays = vec![0u128; ctx.world as usize];
+    let mut last = Instant::now();
+    let first = last;
+    let mut stopped_by = "count";
+    for i in 0..b.iters {
+        let ask = i > 0 && first.elapsed() >= b.max_time;
+        let (_, stop) = run.iteration(false, 0, Some(&mut delays), ask, 1)?;
+        let now = Instant::now();
+        samples.push((now - last).as_nanos() as u64);
+        last = now;
+        if stop && i + 1 < b.iters {
+            stopped_by = "time";
+            break;
+        }
+    }
+    run.mesh.count_from_now(false);
+    let per_rail = serde_json::from_value(run.mesh.per_rail()).unwrap_or_default();
+    errors += run.iteration(verify, 1, None, false, 0)?.0;
+    run.mesh.drain_local()?;
+    let iters = samples.len().max(1) as u128;
+    let outcome = RankOutcome {
+        per_rail,
+        warmup_done: warm,
+        stopped_by: stopped_by.to_string(),
+        src_delay_ns: delays.iter().map(|d| (d / iters) as u64).collect(),
+    };
+    Ok(Measured {
+        samples_ns: samples.into_vec(),
+        errors,
+        extra: outcome.into_extra(),
+    })
+}
+
+/// A receive posted for `Op::Sendrecv`: where it lands and which stripe of a chunk it takes.
+#[derive(Clone, Copy, Debug)]
+struct RecvSlot {
+    rail: usize,
+    off: usize,
+    len: usize,
+    stripe: u32,
+}
+
+/// How a chunk travels: its stripes, or one 8-byte signal when it has no bytes.
+fn stripes(mesh: &Mesh, a: u32, b: u32, len: usize, sends: bool) -> Vec<Stripe> {
+    if len == 0 {
+        Vec::new()
+    } else {
+        mesh.route(a, b, len, sends)
+    }
+}
+
+/// One point's state on this rank: the global iteration number, the arrival counts of the
+/// current and the next iteration, and (send/recv) the receive slots.
+struct Run<'m> {
+    mesh: &'m mut Mesh,
+    plan: &'m Plan,
+    op: Op,
+    n: u32,
+    me: u32,
+    /// Global iteration number within this point.
+    g: u64,
+    /// The routes of each source's chunk into us, and of our chunk to each peer.
+    stripes_in: Vec<Vec<Stripe>>,
+    stripes_out: Vec<Vec<Stripe>>,
+    /// Arrivals expected from each source per iteration (a zero-byte chunk: its one signal).
+    want_from: Vec<u32>,
+    expected: u64,
+    /// Arrivals by iteration parity, total and per source.
+    got: [u64; 2],
+    got_from: [Vec<u32>; 2],
+    /// A chunk of the iteration (by parity) carried the stop mark.
+    stop: [bool; 2],
+    /// send/recv: the receive slots, which iteration's data each holds, and how many receives
+    /// this point still has to post.
+    slots: Vec<RecvSlot>,
+    landed: Vec<(usize, u64, u32)>,
+    to_post: u64,
+}
+
+impl<'m> Run<'m> {
+    fn new(
+        mesh: &'m mut Mesh,
+        plan: &'m Plan,
+        op: Op,
+        total_iters: u64,
+    ) -> Result<Self, BenchError> {
+        let n = mesh.world();
+        let me = mesh.me();
+        let sends = op == Op::Sendrecv;
+        let stripes_in: Vec<_> = (0..n)
+            .map(|s| stripes(mesh, s, me, plan.inc[s as usize].len, sends))
+            .collect();
+        let stripes_out: Vec<_> = (0..n)
+            .map(|p| stripes(mesh, me, p, plan.out[p as usize].len, sends))
+            .collect();
+        let want_from: Vec<u32> = (0..n)
+            .map(|s| {
+                if s == me {
+                    0
+                } else {
+                    stripes_in[s as usize].len().max(1) as u32
+                }
+            })
+            .collect();
+        let expected: u64 = want_from.iter().map(|&w| w as u64).sum();
+        let mut slots = Vec::new();
+        if sends {
+            let len0 = plan.inc.iter().map(|c| c.len).max().unwrap_or(0);
+            if plan.inc.iter().any(|c| c.len != len0) {
+                return Err(BenchError::usage(
+                    "send/recv exchanges need chunks of one size from every source; use RDMA writes",
+                ));
+            }
+            for half in 0..2 {
+                for s in (0..n).filter(|&s| s != me) {
+                    for (i, st) in stripes_in[s as usize].iter().enumerate() {
+                        slots.push(RecvSlot {
+                            rail: st.rail,
+                            off: half * plan.half + plan.inc[s as usize].off + st.off,
+                            len: st.len,
+                            stripe: i as u32,
+                        });
+                    }
+                }
+            }
+        }
+        Ok(Run {
+            mesh,
+            plan,
+            op,
+            n,
+            me,
+            g: 0,
+            stripes_in,
+            stripes_out,
+            want_from,
+            expected,
+            got: [0, 0],
+            got_from: [vec![0; n as usize], vec![0; n as usize]],
+            stop: [false, false],
+            slots,
+            landed: Vec::new(),
+            to_post: expected * total_iters,
+        })
+    }
+
+    /// Posts the first receives (send/recv).
+    fn start(&mut self) -> Result<(), BenchError> {
+        if self.op == Op::Sendrecv {
+            for i in 0..self.slots.len() {
+                self.post_slot(i)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn post_slot(&mut self, i: usize) -> Result<(), BenchError> {
+        if self.to_post == 0 {
+            return Ok(());
+        }
+        self.to_post -= 1;
+        let s = self.slots[i];
+        self.mesh.post_recv(i, s.rail, s.off, s.len)
+    }
+
+    /// Counts one arrival of `data` (kind, iteration, source); returns its iteration.
+    fn count(&mut self, data: u64, at: Option<(&mut [u128], Instant)>) -> Result<u64, BenchError> {
+        let (kind, it, src) = parse_cq_data(data)
+            .filter(|(k, _, s)| {
+                matches!(k, Kind::Payload | Kind::Stop) && *s < self.n && *s != self.me
+            })
+            .ok_or_else(|| {
+                BenchError::failed(format!(
+                    "rank {} got CQ data {data:#x} that no all-to-all peer sends; are all ranks running the same efabench?",
+                    self.me
+                ))
+            })?;
+        let g = if it == self.g % ITER_MOD {
+            self.g
+        } else if it == (self.g + 1) % ITER_MOD {
+            self.g + 1
+        } else {
+            return Err(BenchError::failed(format!(
+                "rank {} at iteration {} got a chunk of iteration {it} (mod {ITER_MOD}) from rank {src}; the ranks are out of step",
+                self.me, self.g
+            )));
+        };
+        let p = (g % 2) as usize;
+        self.got[p] += 1;
+        self.stop[p] |= kind == Kind::Stop;
+        self.got_from[p][src as usize] += 1;
+        if g == self.g && self.got_from[p][src as usize] == self.want_from[src as usize] {
+            if let Some((delays, t0)) = at {
+                delays[src as usize] += t0.elapsed().as_nanos();
+            }
+        }
+        Ok(g)
+    }
+
+    /// Fills every chunk we send with the pattern of (iteration, source, destination, stripe).
+    fn fill(&mut self, g: u64) -> Result<(), BenchError> {
+        let me = self.me;
+        for p in 0..self.n {
+            let c = self.plan.out[p as usize];
+            if p == me {
+                self.mesh
+                    .fill_send(c.off, c.len, pattern::seed(g, me, me, 0))?;
+                continue;
+            }
+            for (i, st) in self.stripes_out[p as usize].iter().enumerate() {
+                self.mesh
+                    .fill_send(c.off + st.off, st.len, pattern::seed(g, me, p, i as u32))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Posts our chunk (or its signal) to every peer and copies our own chunk.
+    fn post(&mut self, half: usize, data: u64) -> Result<(), BenchError> {
+        let (n, me) = (self.n, self.me);
+        let base = half * self.plan.half;
+        for k in 1..n {
+            let p = (me + k) % n;
+            let c = self.plan.out[p as usize];
+            let at = base + self.plan.remote[p as usize];
+            if self.stripes_out[p as usize].is_empty() {
+                self.mesh.signal(p, data)?;
+            }
+            for j in 0..self.stripes_out[p as usize].len() {
+                let st = self.stripes_out[p as usize][j];
+                match self.op {
+                    Op::Write => {
+                        self.mesh
+                            .write(p, st.rail, c.off + st.off, st.len, at + st.off, data)?
+                    }
+                    Op::Sendrecv => self.mesh.send(p, st.rail, c.off + st.off, st.len, data)?,
+                }
+            }
+        }
+        let own = self.plan.out[me as usize];
+        if own.len > 0 {
+            self.mesh
+                .copy_local(own.off, base + self.plan.inc[me as usize].off, own.len)?;
+        }
+        Ok(())
+    }
+
+    /// One iteration: fill (when checking), post every chunk, wait for every arrival of this
+    /// iteration and every local completion, check (when checking). Returns the errors found
+    /// and whether any rank (this one when `ask`) marked the iteration as its last of the loop.
+    /// `half` is the receive half the chunks land in; `after` is how many iterations this
+    /// point runs after this one when the loop stops here.
+    fn iteration(
+        &mut self,
+        check: bool,
+        half: usize,
+        mut delays: Option<&mut Vec<u128>>,
+        ask: bool,
+        after: u64,
+    ) -> Result<(u64, bool), BenchError> {
+        let g = self.g;
+        let p = (g % 2) as usize;
+        let (n, me) = (self.n, self.me);
+        if check {
+            self.fill(g)?;
+        }
+        let t0 = Instant::now();
+        self.post(
+            half,
+            cq_data(if ask { Kind::Stop } else { Kind::Payload }, g, me),
+        )?;
+        // Wait for this iteration's arrivals and our completions.
+        loop {
+            while let Some(d) = self.mesh.arrivals.pop_front() {
+                self.count(d, delays.as_deref_mut().map(|v| (v.as_mut_slice(), t0)))?;
+            }
+            while let Some(r) = self.mesh.received.pop_front() {
+                let slot = self.slots.get(r.index).copied().ok_or_else(|| {
+                    BenchError::failed(format!("a receive completed for unknown slot {}", r.index))
+                })?;
+                if r.len != slot.len {
+                    return Err(BenchError::failed(format!(
+                        "rank {me} received {} bytes into a {}-byte slot; are all ranks running the same options?",
+                        r.len, slot.len
+                    )));
+                }
+                let it = self.count(
+                    r.data,
+                    delays.as_deref_mut().map(|v| (v.as_mut_slice(), t0)),
+                )?;
+                // Reposted once its iteration is over (and checked), so a later message cannot
+                // overwrite it first.
+                self.landed.push((r.index, it, (r.data & 0xFFFF) as u32));
+            }
+            if self.got[p] >= self.expected && self.mesh.outstanding == 0 {
+                break;
+            }
+            let want = self.expected;
+            let got_from = &self.got_from[p];
+            let want_from = &self.want_from;
+            self.mesh.wait_progress(move |m| {
+                let missing: Vec<String> = (0..n)
+                    .filter(|&s| got_from[s as usize] < want_from[s as usize])
+                    .map(|s| s.to_string())
+                    .collect();
+                if missing.is_empty() {
+                    format!("{} local completions (iteration {g})", m.outstanding)
+                } else {
+                    format!(
+                        "the chunks of iteration {g} from {} {} ({want} stripes expected in all)",
+                        if missing.len() == 1 { "rank" } else { "ranks" },
+                        missing.join(", ")
+                    )
+                }
+            })?;
+        }
+        if self.got[p] > self.expected {
+            return Err(BenchError::failed(format!(
+                "rank {me} got {} stripes in iteration {g}, expected {}; a chunk arrived twice",
+                self.got[p], self.expected
+            )));
+        }
+        let stop = ask || self.stop[p];
+        if stop && self.op == Op::Sendrecv {
+            // The next iteration's receives are posted already; post only what the `after`
+            // iterations still need, so none is left posted into the next point.
+            self.to_post = after.saturating_sub(1) * self.expected;
+        }
+        let errors = if check { self.check(g, half)? } else { 0 };
+        if !check && self.op == Op::Sendrecv {
+            // This iteration's receive slots are free again.
+            for (idx, it, src) in std::mem::take(&mut self.landed) {
+                if it == g {
+                    self.post_slot(idx)?;
+                } else {
+                    self.landed.push((idx, it, src));
+                }
+            }
+        }
+        self.got[p] = 0;
+        self.stop[p] = false;
+        self.got_from[p].iter_mut().for_each(|c| *c = 0);
+        self.g += 1;
+        Ok((errors, stop))
+    }
+
+    /// Checks every chunk of iteration `g` in receive half `half`, ours and every peer's,
+    /// stripe by stripe; returns the words that differ.
+    fn check(&mut self, g: u64, half: usize) -> Result<u64, BenchError> {
+        let (n, me) = (self.n, self.me);
+        let base = half * self.plan.half;
+        let own = self.plan.inc[me as usize];
+        let mut errors = self
+            .mesh
+            .check_recv(base + own.off, own.len, pattern::seed(g, me, me, 0));
+        match self.op {
+            Op::Write => {
+                for s in (0..n).filter(|&s| s != me) {
+                    let c = self.plan.inc[s as usize];
+                    for (i, st) in self.stripes_in[s as usize].iter().enumerate() {
+                        errors += self.mesh.check_recv(
+                            base + c.off + st.off,
+                            st.len,
+                            pattern::seed(g, s, me, i as u32),
+                        );
+                    }
+                }
+            }
+            Op::Sendrecv => {
+                for (idx, it, src) in std::mem::take(&mut self.landed) {
+                    if it != g {
+                        self.landed.push((idx, it, src));
+                        continue;
+                    }
+                    let s = self.slots[idx];
+                    errors +=
+                        self.mesh
+                            .check_recv(s.off, s.len, pattern::seed(g, src, me, s.stripe));
+                    self.post_slot(idx)?;
+                }
+            }
+        }
+        // Every peer delivered exactly its stripes.
+        for s in (0..n).filter(|&s| s != me) {
+            let want = self.want_from[s as usize];
+            if self.got_from[(g % 2) as usize][s as usize] != want {
+                return Err(BenchError::failed(format!(
+                    "rank {me} got {} stripes from rank {s} in iteration {g}, expected {want}",
+                    self.got_from[(g % 2) as usize][s as usize]
+                )));
+            }
+        }
+        Ok(errors)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::counts::{self, CountsSpec};
+    use super::*;
+
+    #[test]
+    fn uniform_counts_give_alltoall_plans() {
+        let c = counts::shape(&CountsSpec::Uniform, 4, 4096);
+        for me in 0..4u32 {
+            let (a, b) = (
+                Plan::uniform(me, 4, 1024),
+                Plan::from_counts(&c, me as usize, 4096),
+            );
+            assert_eq!(
+                (a.out, a.inc, a.remote, a.half),
+                (b.out, b.inc, b.remote, b.half)
+            );
+        }
+    }
+
+    #[test]
+    fn every_chunk_lands_where_its_receiver_expects_it() {
+        let c =
+            counts::parse_matrix("0 992 64 0\n32 96 0 4096\n0 0 0 16\n160 16 0 16\n", 4).unwrap();
+        let half = c.max_sent_received().1 as usize;
+        let plans: Vec<Plan> = (0..4).map(|r| Plan::from_counts(&c, r, half)).collect();
+        for (me, p) in plans.iter().enumerate() {
+            let mut end = 0;
+            for (dst, out) in p.out.iter().enumerate() {
+                // Sender and receiver agree on the length and on the place.
+                assert_eq!(out.len, plans[dst].inc[me].len);
+                assert_eq!(p.remote[dst], plans[dst].inc[me].off);
+                // Send cells are packed in destination order, inside the buffer.
+                assert_eq!(out.off, end);
+                end += out.len;
+            }
+            let last = p.inc.last().unwrap();
+            assert!(last.off + last.len <= half, "receive cells fit one half");
+        }
+    }
+}

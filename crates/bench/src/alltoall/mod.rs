@@ -1,0 +1,293 @@
+//! `efabench alltoall`: every rank sends one chunk to every rank, with nccl-tests' semantics.
+//!
+//! * `-b/-e` is one rank's whole send buffer: `n` chunks, its own included; chunk = size / n
+//!   rounded down to 16 bytes (sizes whose chunk would be 0 are skipped with a note). The record's
+//!   `size_bytes` is `chunk × n`, the bytes one rank actually sends (own chunk included).
+//! * `bw_gbps` = algbw = size / time and `busbw_gbps` = algbw × (n−1)/n, where time is the
+//!   *slowest* rank's mean time per iteration; `rank_lat_us` keeps every rank's p50/mean/max and
+//!   the record names the slowest rank and its host. Libefaxx printed per-peer bandwidth under a
+//!   "BusBW" label: its numbers × n are algbw, × (n−1) busbw.
+//! * One send buffer (the largest size) and one receive buffer (twice the largest size: two
+//!   halves) per rank, registered once per run on every rail.
+//! * `lat_us` is the slowest rank's time per iteration (each sample: from the end of one timed
+//!   iteration to the end of the next on that rank); `matrix_gbps[src][dst]` is the chunk over
+//!   its mean arrival time at `dst` after `dst` started the iteration (`--matrix` prints it).
+//!
+//! # Timing and verification
+//! Per point: a bootstrap barrier, then the warm-up iterations, **each verified**: the sender
+//! fills every chunk (stripe by stripe) with the pattern of `(iteration, source, destination,
+//! stripe)`, and the receiver checks every chunk it got once the iteration completed. Then the
+//! timed iterations run **back to back**, as nccl-tests and `MPI_Alltoall` loops do: no barrier
+//! and no fill or check between them; an iteration ends on a rank when every stripe of every
+//! peer's chunk for *that* iteration has arrived and its own writes completed. Then one more
+//! verified iteration checks that the buffers still carry correct data after the timed loop. As
+//! in nccl-tests, the payload of each *timed* iteration is not checked (that would put a fill and
+//! a check of the whole buffer inside the loop); its arrival is, stripe by stripe. The exchange
+//! itself (and why back to back is safe) is [`exchange`].
+//!
+//! # Time budget
+//! Each size stops after `-n` timed iterations or `--max-time` seconds, whichever comes first
+//! (warm-up: `-w` or a tenth of it), so a node 100 times slower than the others yields its
+//! numbers within the budget instead of failing the job; every rank stops at the same iteration
+//! (see [`exchange`]). The record gives the iterations actually run and `stopped_by`.
+//!
+//! # Transfers
+//! `--op write` (default): RDMA write with remote CQ data into the peer's receive buffer at the
+//! chunk's place. `--op sendrecv`: send with CQ data into receives posted in advance.
+//! `--rails`/`--strategy` route every chunk (see [`crate::mesh`]); `--mem` picks the memory.
+//!
+//! # Libefaxx's five columns
+//! All with `-b 4M -e 128M`, one rank per node. Libefaxx printed per-peer bandwidth (chunk /
+//! time): multiply by n − 1 to compare with efabench's `busbw_gbps`, by n for `bw_gbps`.
+//! * SingleDMA: `alltoall --mem cuda --rails 1`
+//! * MultiDMA: `alltoall --mem cuda --rails all --strategy split`
+//! * RoundRobinDMA: `alltoall --mem cuda --rails all --strategy round-robin`
+//! * SinglePin: `alltoall --mem pinned --rails 1`
+//! * MultiPin: `alltoall --mem pinned --rails all --strategy split`
+
+pub mod counts;
+pub mod exchange;
+pub mod report;
+pub(crate) mod setup;
+
+use std::time::Duration;
+
+use efabench_record::Record;
+use serde::Serialize;
+
+use crate::error::BenchError;
+use crate::harness::{
+    self, Benchmark, Ctx, FabricArgs, JobArgs, Measured, MemArgs, Needs, Point, RunFacts, SweepArgs,
+};
+use crate::mesh::Mesh;
+pub use exchange::Op;
+use exchange::{Budget, Plan};
+use report::{Outcome, RailBytes, RankTime};
+pub(crate) use setup::open_mesh;
+
+/// Options of `alltoall`.
+#[derive(clap::Args, Debug, Clone)]
+#[command(next_help_heading = "Benchmark options")]
+pub struct AlltoallArgs {
+    /// Transfer: write (RDMA write with remote CQ data) or sendrecv.
+    #[arg(long, value_enum, default_value_t = Op::Write)]
+    pub op: Op,
+    /// Print the per-peer bandwidth matrix (Gbps, source row → destination column) of each size.
+    #[arg(long)]
+    pub matrix: bool,
+    /// Longest timed part of one size, in seconds: it stops after -n iterations or this,
+    /// whichever comes first, on every rank at the same iteration (warm-up: a tenth of it).
+    #[arg(long, default_value = "1", value_parser = crate::pairs::max_time_arg, allow_hyphen_values = true)]
+    pub max_time: f64,
+    #[command(flatten)]
+    pub sweep: SweepArgs,
+    #[command(flatten)]
+    pub fabric: FabricArgs,
+    #[command(flatten)]
+    pub mem: MemArgs,
+    #[command(flatten)]
+    pub job: JobArgs,
+}
+
+crate::impl_options!(AlltoallArgs: sweep, fabric, mem);
+
+/// Chunk alignment (nccl-tests rounds counts to whole elements; 16 bytes keeps chunks aligned).
+pub const CHUNK_ALIGN: u64 = 16;
+
+/// One point: a chunk size.
+#[derive(Clone, Debug)]
+pub struct AlltoallSpec {
+    chunk: usize,
+    iters: u64,
+    warmup: u64,
+}
+
+/// `alltoall` on the shared harness.
+pub struct Alltoall<'a> {
+    args: &'a AlltoallArgs,
+    sizes: Vec<u64>,
+    mesh: Option<Mesh>,
+}
+
+/// The record fields of `alltoall` beyond the common ones.
+#[derive(Serialize)]
+struct AlltoallDetail {
+    op: &'static str,
+    chunk_bytes: usize,
+    lat_kind: &'static str,
+    busbw_def: String,
+    stopped_by: String,
+    slowest_rank: usize,
+    slowest_host: Option<String>,
+    rank_lat_us: Vec<RankTime>,
+    matrix_gbps: Vec<Vec<f64>>,
+    per_rail: Vec<RailBytes>,
+    #[serde(rename = "bw_GBps")]
+    bw_gbytes_per_s: f64,
+}
+
+/// The record fields every point of a run repeats.
+#[derive(Serialize)]
+struct AlltoallRun {
+    op: &'static str,
+}
+
+impl<'a> Alltoall<'a> {
+    pub fn new(args: &'a AlltoallArgs) -> Result<Self, BenchError> {
+        Ok(Alltoall {
+            args,
+            sizes: args.sweep.sizes()?,
+            mesh: None,
+        })
+    }
+}
+
+impl<'a> Benchmark for Alltoall<'a> {
+    type Spec = AlltoallSpec;
+
+    fn name(&self) -> &'static str {
+        "alltoall"
+    }
+
+    fn needs(&self) -> Needs {
+        Needs {
+            fabric: true,
+            min_world: 2,
+            how_to_launch: "run `efabench launch -n 4 -- alltoall ...`, or start it under \
+                            srun/mpirun, or by hand with --rank/--world/--rdzv",
+        }
+    }
+
+    fn fingerprint(&self) -> String {
+        format!(
+            "--op {} --max-time {}",
+            self.args.op.name(),
+            self.args.max_time
+        )
+    }
+
+    fn setup(&mut self, ctx: &Ctx) -> Result<RunFacts, BenchError> {
+        let max = *self
+            .sizes
+            .iter()
+            .max()
+            .expect("a sweep has at least one size") as usize;
+        let chunk = max as u64 / ctx.world as u64;
+        let (m, mut facts) = open_mesh(ctx, max, 2 * max)?;
+        setup::check_chunk(&m, chunk, &facts.provider)?;
+        let op = self.args.op.name();
+        facts.extra.extend(report::to_map(&AlltoallRun { op }));
+        facts.header.push(format!(
+            "# alltoall --op {op}: size = one rank's whole send buffer (n = {} chunks, its own included); \
+             time = the slowest rank's mean per iteration; bw = algbw = size / time; busbw = algbw x (n-1)/n",
+            ctx.world
+        ));
+        facts
+            .header
+            .push(setup::budget_line(self.args.max_time, self.sizes.len()));
+        self.mesh = Some(m);
+        Ok(facts)
+    }
+
+    fn points(&self, ctx: &Ctx) -> Result<Vec<AlltoallSpec>, BenchError> {
+        let n = ctx.world as u64;
+        let mut out = Vec::new();
+        for &size in &self.sizes {
+            let chunk = size / n / CHUNK_ALIGN * CHUNK_ALIGN;
+            if chunk == 0 {
+                if ctx.rank == 0 {
+                    eprintln!(
+                        "efabench: skipping size {size}: its chunk (size / {n} ranks, rounded down to {CHUNK_ALIGN} B) is 0; use -b {} or more",
+                        n * CHUNK_ALIGN
+                    );
+                }
+                continue;
+            }
+            let (iters, warmup) = self.args.sweep.iterations(size, n.saturating_sub(1).max(1));
+            out.push(AlltoallSpec {
+                chunk: chunk as usize,
+                iters,
+                warmup,
+            });
+        }
+        if out.is_empty() {
+            return Err(BenchError::usage(format!(
+                "every size is too small for {n} ranks (chunk = size / n rounded down to {CHUNK_ALIGN} B is 0); use -e {} or more",
+                n * CHUNK_ALIGN
+            )));
+        }
+        Ok(out)
+    }
+
+    fn label(&self, spec: &AlltoallSpec) -> String {
+        format!("chunk {}", crate::size::human(spec.chunk as u64))
+    }
+
+    fn measure(&mut self, ctx: &Ctx, spec: &AlltoallSpec) -> Result<Measured, BenchError> {
+        let mesh = self
+            .mesh
+            .as_mut()
+            .ok_or_else(|| BenchError::failed("measure before setup"))?;
+        let plan = Plan::uniform(ctx.rank, ctx.world, spec.chunk);
+        let budget = Budget {
+            iters: spec.iters,
+            warmup: spec.warmup,
+            max_time: Duration::from_secs_f64(self.args.max_time),
+        };
+        exchange::measure(ctx, mesh, &plan, self.args.op, budget)
+    }
+
+    fn point(&self, ctx: &Ctx, spec: &AlltoallSpec, all: &[Measured]) -> Point {
+        let n = ctx.world;
+        let size = (spec.chunk * n as usize) as u64;
+        let o = Outcome::of(ctx, all, spec.warmup);
+        let algbw = o.gbps(size);
+        let detail = AlltoallDetail {
+            op: self.args.op.name(),
+            chunk_bytes: spec.chunk,
+            lat_kind: "time per iteration of the slowest rank",
+            busbw_def: format!(
+                "algbw x (n-1)/n with n = {n}; algbw = size / time of the slowest rank (nccl-tests all-to-all), Gbps"
+            ),
+            stopped_by: o.stopped_by.clone(),
+            slowest_rank: o.slowest,
+            slowest_host: o.slowest_host.clone(),
+            matrix_gbps: o.matrix(|_, _| spec.chunk as u64),
+            rank_lat_us: o.ranks.clone(),
+            per_rail: o.per_rail.clone(),
+            bw_gbytes_per_s: algbw / 8.0,
+        };
+        Point {
+            variant: self.args.op.name().to_string(),
+            size_bytes: size,
+            iters: o.timed,
+            warmup: o.warm,
+            peer: None,
+            lat_us: o.lat_us,
+            bw_gbps: algbw,
+            busbw_gbps: Some(algbw * (n as f64 - 1.0) / n as f64),
+            msg_rate_mops: if o.time_ns > 0.0 {
+                (n as f64 - 1.0) * 1000.0 / o.time_ns
+            } else {
+                0.0
+            },
+            ..Point::with_extra(report::to_map(&detail))
+        }
+    }
+
+    fn summary(&self, records: &[Record]) -> Vec<String> {
+        report::summary(records, true, self.args.matrix)
+    }
+}
+
+/// Runs one rank of `alltoall`.
+pub fn run_alltoall(args: &AlltoallArgs, build: &harness::BuildInfo) -> Result<i32, BenchError> {
+    let mut b = Alltoall::new(args)?;
+    let run = harness::run(&mut b, args, build);
+    if run.is_err() {
+        // As in `pairs`: no fabric teardown with operations possibly still posted (libfabric
+        // 1.17's tcp provider crashes closing such endpoints); the process exits next.
+        std::mem::forget(b.mesh.take());
+    }
+    run
+}

@@ -1,0 +1,275 @@
+//! From every rank's [`Measured`] to what an all-to-all record says, shared by `alltoall` and
+//! `alltoallv`: each rank's times, the slowest rank (whose mean time per iteration sets the
+//! bandwidth), the per-peer arrival matrix, per-rail bytes; and the summary lines under the
+//! table (slowest rank per size, the node behind a slow exchange, `--matrix`).
+
+use efabench_record::{LatencySummary, Record};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::error::BenchError;
+use crate::harness::{Ctx, Measured};
+use crate::stats::Samples;
+
+/// One rank's outcome of a point beyond its samples (travels in [`Measured::extra`]).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct RankOutcome {
+    /// Per-rail bytes and operations of the timed part.
+    pub per_rail: Vec<RailBytes>,
+    /// Warm-up iterations run.
+    pub warmup_done: u64,
+    /// What ended the timed loop: `count` or `time`.
+    pub stopped_by: String,
+    /// Mean arrival time of each source's chunk after this rank started the iteration, ns.
+    pub src_delay_ns: Vec<u64>,
+}
+
+impl RankOutcome {
+    pub fn into_extra(self) -> Map<String, Value> {
+        to_map(&self)
+    }
+
+    fn from_extra(m: &Measured) -> RankOutcome {
+        serde_json::from_value(Value::Object(m.extra.clone())).unwrap_or_default()
+    }
+}
+
+/// Serialises a detail struct into record fields.
+pub fn to_map<T: Serialize>(t: &T) -> Map<String, Value> {
+    match serde_json::to_value(t) {
+        Ok(Value::Object(m)) => m,
+        _ => Map::new(),
+    }
+}
+
+/// Bytes and operations one rail carried.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct RailBytes {
+    pub rail: usize,
+    pub domain: Option<String>,
+    pub bytes: u64,
+    pub ops: u64,
+}
+
+/// One rank's time per iteration, µs.
+#[derive(Clone, Debug, Serialize)]
+pub struct RankTime {
+    pub rank: usize,
+    pub host: Option<String>,
+    pub p50: f64,
+    pub mean: f64,
+    pub max: f64,
+}
+
+/// What every rank's outcome of one point adds up to.
+pub struct Outcome {
+    pub ranks: Vec<RankTime>,
+    pub slowest: usize,
+    pub slowest_host: Option<String>,
+    /// The slowest rank's mean time per iteration, ns.
+    pub time_ns: f64,
+    /// The slowest rank's distribution.
+    pub lat_us: LatencySummary,
+    /// Timed and warm-up iterations (every rank stops at the same iteration).
+    pub timed: u64,
+    pub warm: u64,
+    pub stopped_by: String,
+    /// Every rank's per-rail counts, summed by rail.
+    pub per_rail: Vec<RailBytes>,
+    /// `delay_ns[dst][src]`: mean arrival time at `dst` of `src`'s chunk.
+    delay_ns: Vec<Vec<u64>>,
+}
+
+impl Outcome {
+    pub fn of(ctx: &Ctx, all: &[Measured], warmup: u64) -> Outcome {
+        let outs: Vec<RankOutcome> = all.iter().map(RankOutcome::from_extra).collect();
+        let mut ranks = Vec::new();
+        let mut slowest = (0usize, 0f64);
+        let mut slow_samples = Vec::new();
+        for (r, m) in all.iter().enumerate() {
+            let sum = Samples::from_vec(m.samples_ns.clone()).summary_us(1.0);
+            if sum.mean >= slowest.1 {
+                slowest = (r, sum.mean);
+                slow_samples = m.samples_ns.clone();
+            }
+            ranks.push(RankTime {
+                rank: r,
+                host: ctx.hosts.get(r).cloned(),
+                p50: sum.p50,
+                mean: sum.mean,
+                max: sum.max,
+            });
+        }
+        let mut per_rail: Vec<RailBytes> = Vec::new();
+        for o in &outs {
+            for (i, x) in o.per_rail.iter().enumerate() {
+                if per_rail.len() <= i {
+                    per_rail.push(RailBytes {
+                        rail: i,
+                        domain: x.domain.clone(),
+                        ..RailBytes::default()
+                    });
+                }
+                per_rail[i].bytes += x.bytes;
+                per_rail[i].ops += x.ops;
+            }
+        }
+        let first = outs.first().cloned().unwrap_or_default();
+        Outcome {
+            slowest: slowest.0,
+            slowest_host: ctx.hosts.get(slowest.0).cloned(),
+            time_ns: slowest.1 * 1000.0,
+            lat_us: Samples::from_vec(slow_samples).summary_us(1.0),
+            timed: all.first().map(|m| m.samples_ns.len() as u64).unwrap_or(0),
+            warm: if outs.is_empty() {
+                warmup
+            } else {
+                first.warmup_done
+            },
+            stopped_by: first.stopped_by,
+            ranks,
+            per_rail,
+            delay_ns: outs.into_iter().map(|o| o.src_delay_ns).collect(),
+        }
+    }
+
+    /// `bytes` over the slowest rank's time, Gbps (0 without a time).
+    pub fn gbps(&self, bytes: u64) -> f64 {
+        if self.time_ns > 0.0 {
+            bytes as f64 * 8.0 / self.time_ns
+        } else {
+            0.0
+        }
+    }
+
+    /// `matrix[src][dst]`: the bytes `src` sent `dst` (`bytes(src, dst)`) over their mean
+    /// arrival time at `dst`, Gbps; 0 on the diagonal and where nothing was timed.
+    pub fn matrix(&self, bytes: impl Fn(usize, usize) -> u64) -> Vec<Vec<f64>> {
+        let n = self.ranks.len();
+        let mut m = vec![vec![0f64; n]; n];
+        for (dst, d) in self.delay_ns.iter().enumerate().take(n) {
+            for (src, &ns) in d.iter().enumerate().take(n) {
+                if src != dst && ns > 0 {
+                    m[src][dst] = (bytes(src, dst) as f64 * 8.0 / ns as f64 * 1e4).round() / 1e4;
+                }
+            }
+        }
+        m
+    }
+}
+
+/// The fields of a record these summaries read.
+#[derive(Deserialize)]
+struct Seen {
+    slowest_rank: usize,
+    slowest_host: Option<String>,
+    matrix_gbps: Vec<Vec<f64>>,
+    rank_lat_us: Vec<SeenRank>,
+}
+
+#[derive(Deserialize)]
+struct SeenRank {
+    host: Option<String>,
+}
+
+fn seen(r: &Record) -> Result<Seen, BenchError> {
+    serde_json::from_value(Value::Object(r.extra.clone()))
+        .map_err(|e| BenchError::failed(format!("an all-to-all record lacks its own fields: {e}")))
+}
+
+/// Margin of [`slowest_node`], percent (as `pairs --suspect-below`'s default).
+const SUSPECT_BELOW_PCT: f64 = 60.0;
+
+/// The lines under the table: the slowest rank per size, the node behind a slow exchange (when
+/// `suspects`: only equal chunks make the per-peer rates comparable), and (`matrix`) every
+/// size's per-peer bandwidth matrix.
+pub fn summary(records: &[Record], suspects: bool, matrix: bool) -> Vec<String> {
+    let all: Vec<(&Record, Seen)> = records
+        .iter()
+        .filter_map(|r| seen(r).ok().map(|s| (r, s)))
+        .collect();
+    let mut out =
+        vec!["# slowest rank per size (its mean time per iteration sets bw):".to_string()];
+    for (r, s) in &all {
+        out.push(format!(
+            "#   {:>12} B  rank {} on {}  ({:.2} us)",
+            r.size_bytes,
+            s.slowest_rank,
+            s.slowest_host.as_deref().unwrap_or("?"),
+            r.lat_us.mean
+        ));
+    }
+    // The node behind a slow all-to-all: every rank waits for the slowest chunk, so the
+    // ranks' times are alike; the per-peer arrival matrix shows whose chunks are late.
+    for (r, s) in all.iter().filter(|_| suspects) {
+        out.extend(slowest_node(r.size_bytes, s));
+    }
+    if matrix {
+        for (r, s) in &all {
+            out.push(format!(
+                "# per-peer bandwidth at {} B, Gbps; row = source, column = destination:",
+                r.size_bytes
+            ));
+            let n = s.matrix_gbps.len();
+            let mut head = format!("# {:>6}", "src\\dst");
+            for d in 0..n {
+                head.push_str(&format!(" {d:>9}"));
+            }
+            out.push(head);
+            for (src, row) in s.matrix_gbps.iter().enumerate() {
+                let mut line = format!("# {src:>7}");
+                for (d, c) in row.iter().enumerate() {
+                    if d == src {
+                        line.push_str(&format!(" {:>9}", "-"));
+                    } else {
+                        line.push_str(&format!(" {c:>9.2}"));
+                    }
+                }
+                out.push(line);
+            }
+        }
+    }
+    out
+}
+
+/// The slowest node of one record from its `matrix_gbps` (bytes / mean arrival time per
+/// ordered pair), judged as `pairs` judges its pair matrix ([`crate::locate`]).
+fn slowest_node(size: u64, s: &Seen) -> Vec<String> {
+    let n = s.matrix_gbps.len();
+    let mut pairs = Vec::new();
+    for (src, row) in s.matrix_gbps.iter().enumerate() {
+        for (dst, &gbps) in row.iter().enumerate() {
+            if src != dst && gbps > 0.0 {
+                pairs.push(crate::locate::PairBw { src, dst, gbps });
+            }
+        }
+    }
+    let host = |rank: usize| {
+        s.rank_lat_us
+            .get(rank)
+            .and_then(|x| x.host.clone())
+            .unwrap_or_else(|| "?".into())
+    };
+    let found = crate::locate::locate(n, &pairs, SUSPECT_BELOW_PCT / 100.0);
+    if found.is_empty() && n >= 3 {
+        return vec![format!(
+            "# no suspect at {size} B: every rank's chunks (sent and received) arrive at \
+             {SUSPECT_BELOW_PCT}% or more of the per-peer rate of the pairs without it"
+        )];
+    }
+    // Only the worst: once its chunks are late every rank's next iteration starts late, so the
+    // arrival rates of the others are not clean pair measurements (`pairs` judges further nodes).
+    found
+        .first()
+        .map(|x| {
+            format!(
+                "# slowest node at {size} B: rank {} on {} ({}), per-peer chunk rate: {}",
+                x.rank,
+                host(x.rank),
+                x.direction.describe(),
+                x.evidence()
+            )
+        })
+        .into_iter()
+        .collect()
+}

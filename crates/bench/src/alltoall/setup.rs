@@ -1,0 +1,117 @@
+//! What `alltoall`, `alltoallv` and `pairs` share before measuring: the mesh of every rank on
+//! the rails of the plan, and the header lines.
+
+use efabench_fabric::{MrPath, RailConfig};
+use serde::Serialize;
+
+use crate::error::BenchError;
+use crate::harness::{Ctx, MrChoice, RunFacts};
+use crate::mesh::{self, Mesh};
+
+/// The record fields every point of a mesh run repeats.
+#[derive(Serialize)]
+struct MeshFacts {
+    strategy: &'static str,
+    virtual_rails: bool,
+    mr: &'static str,
+}
+
+fn mr_path(c: MrChoice) -> MrPath {
+    match c {
+        MrChoice::Auto => MrPath::Auto,
+        MrChoice::Dmabuf => MrPath::Dmabuf,
+        MrChoice::Va => MrPath::Va,
+    }
+}
+
+/// Opens the rails of the plan and connects every rank (shared with `pairs`).
+pub(crate) fn open_mesh(
+    ctx: &Ctx,
+    send: usize,
+    recv: usize,
+) -> Result<(Mesh, RunFacts), BenchError> {
+    let c = ctx.args;
+    let plan = ctx.plan()?;
+    let group = plan.open(&RailConfig {
+        post_timeout: c.timeout(),
+        max_in_flight: 8192,
+        ..RailConfig::default()
+    })?;
+    let bufs = mesh::alloc(c.mem, send, recv, ctx.device)?;
+    let mut m = Mesh::new(
+        group,
+        c.strategy,
+        bufs,
+        mr_path(c.mr),
+        ctx.rank,
+        ctx.world,
+        c.timeout(),
+        ctx.bs.health(),
+    )?;
+    m.set_ranks_on_host(ctx.hosts.iter().filter(|h| **h == ctx.host).count());
+    m.set_progress(ctx.bs.progress());
+    let blob = m.local_blob()?;
+    let blobs = ctx.bs.all_gather(&blob)?;
+    m.connect(&blobs)?;
+    let rails = plan.rails.len() as u32;
+    let domains = plan.domains();
+    let extra = super::report::to_map(&MeshFacts {
+        strategy: c.strategy.name(),
+        virtual_rails: plan.virtual_rails,
+        mr: m.mr_path(),
+    });
+    let mut distinct = domains.clone();
+    distinct.dedup();
+    let header = vec![format!(
+        "# rails: {rails}{} on {} | strategy: {} | mr: {}",
+        if plan.virtual_rails {
+            " virtual (endpoints of one domain, not separate NICs)"
+        } else {
+            ""
+        },
+        distinct.join(","),
+        c.strategy.name(),
+        m.mr_path()
+    )];
+    let link_gbps = if plan.virtual_rails {
+        None
+    } else {
+        mesh::link_speed(&plan.rails)
+    };
+    Ok((
+        m,
+        RunFacts {
+            provider: plan.provider.clone(),
+            fabric: plan.rails[0].fabric.clone(),
+            domains,
+            libfabric: Some(plan.libfabric.clone()),
+            rails,
+            mem: c.mem.to_string(),
+            link_gbps,
+            header,
+            extra,
+        },
+    ))
+}
+
+/// Fails with a usage error when one message of `chunk` bytes exceeds what the provider sends.
+pub(crate) fn check_chunk(m: &Mesh, chunk: u64, provider: &str) -> Result<(), BenchError> {
+    let max_msg = m.group().rail(0).info().max_msg_size;
+    if chunk > max_msg {
+        return Err(BenchError::usage(format!(
+            "chunks of {chunk} bytes exceed what provider {provider} can send in one message ({max_msg} bytes); lower -e"
+        )));
+    }
+    Ok(())
+}
+
+/// The header line of the time budget of a sweep of `sizes` sizes.
+pub(crate) fn budget_line(max_time: f64, sizes: usize) -> String {
+    format!(
+        "# time budget: each size stops after its -n timed iterations or {max_time} s, whichever comes \
+         first (warm-up: -w or {:.3} s), every rank at the same iteration: at most {:.1} s of \
+         measurement in all, plus one iteration per size",
+        max_time / 10.0,
+        max_time * 1.1 * sizes as f64
+    )
+}

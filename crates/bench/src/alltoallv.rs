@@ -1,0 +1,414 @@
+//! `efabench alltoallv`: an all-to-all whose per-(source, destination) byte counts differ, with
+//! nccl-tests' `alltoallv_perf` semantics.
+//!
+//! * `--counts` gives the matrix ([`counts`]): `uniform`, `zipf:S` (hot destinations),
+//!   `moe:T,H,K,E` (a token routing, seeded by `--seed`) or `file:PATH` (a traffic matrix in
+//!   nccl-tests' format). For `uniform` and `zipf` each size of the `-b/-e` sweep is one rank's
+//!   whole send buffer, shared out by the shape; `moe` and `file` fix every byte, so `-b` must
+//!   equal `-e` and cover the largest bytes a rank sends or receives (nccl-tests' rule).
+//! * `bw_gbps` = algbw = the busiest rank's bytes (the largest of every rank's bytes sent and
+//!   received, own chunk included) / time, `busbw_gbps` = algbw × (n−1)/n, where time is the
+//!   slowest rank's mean time per iteration: nccl-tests' alltoallv definitions.
+//! * `size_bytes` is the sweep's size (one rank's send buffer, as `-b/-e` say);
+//!   `counts_bytes[src][dst]` the matrix; `matrix_gbps[src][dst]` each cell over its mean arrival
+//!   time at `dst`; `slowest_rank`, `rank_lat_us` and `rank_bytes` every rank's share.
+//!
+//! The exchange is `alltoall`'s ([`exchange`]): RDMA writes with remote CQ data, every chunk
+//! (stripe) filled with the pattern of (iteration, source, destination, stripe) and checked in
+//! every warm-up iteration and once after the timed loop; a cell of 0 bytes is announced by an
+//! 8-byte signal, so every rank still hears from every rank in every iteration.
+
+use std::time::Duration;
+
+use efabench_record::Record;
+use serde::Serialize;
+
+use crate::alltoall::counts::{self, Counts, CountsSpec};
+use crate::alltoall::exchange::{self, Budget, Op, Plan};
+use crate::alltoall::report::{self, Outcome, RailBytes, RankTime};
+use crate::alltoall::{open_mesh, setup};
+use crate::error::BenchError;
+use crate::harness::{
+    self, Benchmark, Ctx, FabricArgs, JobArgs, Measured, MemArgs, Needs, Point, RunFacts, SweepArgs,
+};
+use crate::mesh::Mesh;
+
+/// Options of `alltoallv`.
+#[derive(clap::Args, Debug, Clone)]
+#[command(next_help_heading = "Benchmark options")]
+pub struct AlltoallvArgs {
+    /// Per-(source, destination) bytes: uniform, zipf:S (destination d gets a share
+    /// ∝ 1/(d+1)^S), moe:T,H,K,E (T tokens of H bf16 elements per rank, each to K of E experts;
+    /// a token goes once to each rank hosting one of its experts) or file:PATH (a square
+    /// whitespace-separated matrix of bytes, row = source, as nccl-tests' alltoallv_perf reads).
+    #[arg(long, default_value = "uniform", value_parser = counts_arg)]
+    pub counts: CountsSpec,
+    /// Seed of the moe routing.
+    #[arg(long, default_value = "1", value_parser = seed_arg)]
+    pub seed: u64,
+    /// Print the per-peer bandwidth matrix (Gbps, source row → destination column) of each size.
+    #[arg(long)]
+    pub matrix: bool,
+    /// Longest timed part of one size, in seconds: it stops after -n iterations or this,
+    /// whichever comes first, on every rank at the same iteration (warm-up: a tenth of it).
+    #[arg(long, default_value = "1", value_parser = crate::pairs::max_time_arg, allow_hyphen_values = true)]
+    pub max_time: f64,
+    #[command(flatten)]
+    pub sweep: SweepArgs,
+    #[command(flatten)]
+    pub fabric: FabricArgs,
+    #[command(flatten)]
+    pub mem: MemArgs,
+    #[command(flatten)]
+    pub job: JobArgs,
+}
+
+crate::impl_options!(AlltoallvArgs: sweep, fabric, mem);
+
+fn counts_arg(s: &str) -> Result<CountsSpec, String> {
+    s.parse()
+}
+
+fn seed_arg(s: &str) -> Result<u64, String> {
+    harness::bounded(s, "--seed", 0, u64::MAX, "1")
+}
+
+/// One point: a size and its matrix.
+#[derive(Clone, Debug)]
+pub struct AlltoallvSpec {
+    size: u64,
+    counts: Counts,
+    iters: u64,
+    warmup: u64,
+}
+
+/// `alltoallv` on the shared harness.
+pub struct Alltoallv<'a> {
+    args: &'a AlltoallvArgs,
+    sizes: Vec<u64>,
+    /// The text of `file:`, read before anything opens (a missing file is bad input).
+    file: Option<String>,
+    mesh: Option<Mesh>,
+    /// One matrix per size, made in `setup` (when the world size is known).
+    matrices: Vec<(u64, Counts)>,
+}
+
+/// Bytes one rank sends and receives per iteration.
+#[derive(Clone, Debug, Serialize)]
+struct RankBytes {
+    rank: usize,
+    sent: u64,
+    received: u64,
+}
+
+/// The record fields of `alltoallv` beyond the common ones.
+#[derive(Serialize)]
+struct AlltoallvDetail {
+    counts_bytes: Vec<Vec<u64>>,
+    busiest_bytes: u64,
+    rank_bytes: Vec<RankBytes>,
+    recv_imbalance: f64,
+    lat_kind: &'static str,
+    busbw_def: String,
+    stopped_by: String,
+    slowest_rank: usize,
+    slowest_host: Option<String>,
+    rank_lat_us: Vec<RankTime>,
+    matrix_gbps: Vec<Vec<f64>>,
+    per_rail: Vec<RailBytes>,
+    #[serde(rename = "bw_GBps")]
+    bw_gbytes_per_s: f64,
+}
+
+/// The record fields every point of a run repeats.
+#[derive(Serialize)]
+struct AlltoallvRun {
+    counts: String,
+    seed: u64,
+}
+
+impl<'a> Alltoallv<'a> {
+    pub fn new(args: &'a AlltoallvArgs) -> Result<Self, BenchError> {
+        let sizes = args.sweep.sizes()?;
+        let file = match &args.counts {
+            CountsSpec::File(p) => Some(counts::read_text(p)?),
+            _ => None,
+        };
+        if !args.counts.is_shape() && sizes.len() != 1 {
+            return Err(BenchError::usage(format!(
+                "--counts {} sets every byte count itself: give -b and -e the same size (one \
+                 rank's buffer, at least the largest bytes a rank sends or receives), e.g. -b 64M -e 64M",
+                args.counts
+            )));
+        }
+        Ok(Alltoallv {
+            args,
+            sizes,
+            file,
+            mesh: None,
+            matrices: Vec::new(),
+        })
+    }
+
+    /// Every size's matrix for `n` ranks.
+    fn matrices(&self, n: usize) -> Result<Vec<(u64, Counts)>, BenchError> {
+        let fixed = match (&self.args.counts, &self.file) {
+            (CountsSpec::File(p), Some(text)) => {
+                Some(counts::parse_matrix(text, n).map_err(|e| {
+                    BenchError::usage(format!("--counts file:{}: {e}", p.display()))
+                })?)
+            }
+            (
+                &CountsSpec::Moe {
+                    tokens,
+                    hidden,
+                    topk,
+                    experts,
+                },
+                _,
+            ) => Some(counts::moe(
+                n,
+                tokens,
+                hidden,
+                topk,
+                experts,
+                self.args.seed,
+            )?),
+            _ => None,
+        };
+        if let Some(c) = fixed {
+            let size = self.sizes[0];
+            let (sent, received) = c.max_sent_received();
+            let need = sent.max(received);
+            if need > size {
+                return Err(BenchError::usage(format!(
+                    "--counts {}: a rank sends or receives {need} bytes, more than -e {size}; use -b {need} -e {need} or more",
+                    self.args.counts
+                )));
+            }
+            if need == 0 {
+                return Err(BenchError::usage(format!(
+                    "--counts {}: every cell is 0 bytes (values are rounded down to 16); nothing to measure",
+                    self.args.counts
+                )));
+            }
+            return Ok(vec![(size, c)]);
+        }
+        let mut out = Vec::new();
+        for &size in &self.sizes {
+            let c = counts::shape(&self.args.counts, n, size);
+            if c.busiest() == 0 {
+                eprintln!(
+                    "efabench: skipping size {size}: every cell of --counts {} rounds down to 0 bytes for {n} ranks",
+                    self.args.counts
+                );
+                continue;
+            }
+            out.push((size, c));
+        }
+        if out.is_empty() {
+            return Err(BenchError::usage(format!(
+                "every size is too small for {n} ranks (cells are rounded down to 16 B); use -e {} or more",
+                n as u64 * counts::ALIGN
+            )));
+        }
+        Ok(out)
+    }
+}
+
+impl<'a> Benchmark for Alltoallv<'a> {
+    type Spec = AlltoallvSpec;
+
+    fn name(&self) -> &'static str {
+        "alltoallv"
+    }
+
+    fn needs(&self) -> Needs {
+        Needs {
+            fabric: true,
+            min_world: 2,
+            how_to_launch: "run `efabench launch -n 4 -- alltoallv ...`, or start it under \
+                            srun/mpirun, or by hand with --rank/--world/--rdzv",
+        }
+    }
+
+    fn fingerprint(&self) -> String {
+        // Two hosts may keep the same matrix under different paths: compare its text.
+        let counts = match (&self.args.counts, &self.file) {
+            (CountsSpec::File(_), Some(t)) => format!("file#{:016x}", counts::text_digest(t)),
+            (c, _) => c.to_string(),
+        };
+        format!(
+            "--counts {counts} --seed {} --max-time {}",
+            self.args.seed, self.args.max_time
+        )
+    }
+
+    fn setup(&mut self, ctx: &Ctx) -> Result<RunFacts, BenchError> {
+        let matrices = self.matrices(ctx.world as usize)?;
+        let send = matrices.iter().map(|(_, c)| c.max_sent_received().0).max();
+        let half = matrices.iter().map(|(_, c)| c.max_sent_received().1).max();
+        let (send, half) = (send.unwrap_or(0) as usize, half.unwrap_or(0) as usize);
+        let largest = matrices
+            .iter()
+            .flat_map(|(_, c)| c.rows().into_iter().flatten())
+            .max()
+            .unwrap_or(0);
+        let (m, mut facts) = open_mesh(ctx, send, 2 * half)?;
+        setup::check_chunk(&m, largest, &facts.provider)?;
+        facts.extra.extend(report::to_map(&AlltoallvRun {
+            counts: self.args.counts.to_string(),
+            seed: self.args.seed,
+        }));
+        facts.header.push(format!(
+            "# alltoallv --counts {}: size = one rank's send buffer (-b/-e); time = the slowest rank's \
+             mean per iteration; bw = algbw = the busiest rank's bytes (sent or received, own chunk \
+             included) / time; busbw = algbw x (n-1)/n (nccl-tests alltoallv)",
+            self.args.counts
+        ));
+        facts
+            .header
+            .push(setup::budget_line(self.args.max_time, matrices.len()));
+        self.matrices = matrices;
+        self.mesh = Some(m);
+        Ok(facts)
+    }
+
+    fn points(&self, ctx: &Ctx) -> Result<Vec<AlltoallvSpec>, BenchError> {
+        let n = ctx.world as u64;
+        Ok(self
+            .matrices
+            .iter()
+            .map(|(size, c)| {
+                let (iters, warmup) = self
+                    .args
+                    .sweep
+                    .iterations(*size, n.saturating_sub(1).max(1));
+                AlltoallvSpec {
+                    size: *size,
+                    counts: c.clone(),
+                    iters,
+                    warmup,
+                }
+            })
+            .collect())
+    }
+
+    fn label(&self, spec: &AlltoallvSpec) -> String {
+        format!("size {}", crate::size::human(spec.size))
+    }
+
+    fn measure(&mut self, ctx: &Ctx, spec: &AlltoallvSpec) -> Result<Measured, BenchError> {
+        let half = self
+            .matrices
+            .iter()
+            .map(|(_, c)| c.max_sent_received().1)
+            .max()
+            .unwrap_or(0) as usize;
+        let mesh = self
+            .mesh
+            .as_mut()
+            .ok_or_else(|| BenchError::failed("measure before setup"))?;
+        let plan = Plan::from_counts(&spec.counts, ctx.rank as usize, half);
+        let budget = Budget {
+            iters: spec.iters,
+            warmup: spec.warmup,
+            max_time: Duration::from_secs_f64(self.args.max_time),
+        };
+        exchange::measure(ctx, mesh, &plan, Op::Write, budget)
+    }
+
+    fn point(&self, ctx: &Ctx, spec: &AlltoallvSpec, all: &[Measured]) -> Point {
+        let n = ctx.world as usize;
+        let c = &spec.counts;
+        let o = Outcome::of(ctx, all, spec.warmup);
+        let busiest = c.busiest();
+        let algbw = o.gbps(busiest);
+        let detail = AlltoallvDetail {
+            counts_bytes: c.rows(),
+            busiest_bytes: busiest,
+            rank_bytes: (0..n)
+                .map(|r| RankBytes {
+                    rank: r,
+                    sent: c.sent(r),
+                    received: c.received(r),
+                })
+                .collect(),
+            recv_imbalance: (c.recv_imbalance() * 1e4).round() / 1e4,
+            lat_kind: "time per iteration of the slowest rank",
+            busbw_def: format!(
+                "algbw x (n-1)/n with n = {n}; algbw = the busiest rank's bytes sent or received / time of the slowest rank (nccl-tests alltoallv), Gbps"
+            ),
+            stopped_by: o.stopped_by.clone(),
+            slowest_rank: o.slowest,
+            slowest_host: o.slowest_host.clone(),
+            matrix_gbps: o.matrix(|s, d| c.get(s, d)),
+            rank_lat_us: o.ranks.clone(),
+            per_rail: o.per_rail.clone(),
+            bw_gbytes_per_s: algbw / 8.0,
+        };
+        let messages = (0..n)
+            .flat_map(|s| (0..n).map(move |d| (s, d)))
+            .filter(|&(s, d)| s != d && c.get(s, d) > 0)
+            .count() as f64;
+        Point {
+            variant: variant(&self.args.counts),
+            size_bytes: spec.size,
+            iters: o.timed,
+            warmup: o.warm,
+            peer: None,
+            lat_us: o.lat_us,
+            bw_gbps: algbw,
+            busbw_gbps: Some(algbw * (n as f64 - 1.0) / n as f64),
+            // Chunks with bytes per rank per µs, as alltoall's (n-1) per iteration.
+            msg_rate_mops: if o.time_ns > 0.0 {
+                messages / n as f64 * 1000.0 / o.time_ns
+            } else {
+                0.0
+            },
+            ..Point::with_extra(report::to_map(&detail))
+        }
+    }
+
+    fn summary(&self, records: &[Record]) -> Vec<String> {
+        let uniform = self.args.counts == CountsSpec::Uniform;
+        let mut out = report::summary(records, uniform, self.args.matrix);
+        for r in records {
+            if let Ok(s) =
+                serde_json::from_value::<Shares>(serde_json::Value::Object(r.extra.clone()))
+            {
+                out.push(format!(
+                    "# {} B: the busiest rank moves {} B per iteration; receive imbalance (max/mean) {:.2}",
+                    r.size_bytes, s.busiest_bytes, s.recv_imbalance
+                ));
+            }
+        }
+        out
+    }
+}
+
+/// The fields of a record the summary reads.
+#[derive(serde::Deserialize)]
+struct Shares {
+    busiest_bytes: u64,
+    recv_imbalance: f64,
+}
+
+/// The record's `variant`: the kind of counts (a file's path stays out of it).
+fn variant(c: &CountsSpec) -> String {
+    match c {
+        CountsSpec::File(_) => "file".into(),
+        c => c.to_string(),
+    }
+}
+
+/// Runs one rank of `alltoallv`.
+pub fn run_alltoallv(args: &AlltoallvArgs, build: &harness::BuildInfo) -> Result<i32, BenchError> {
+    let mut b = Alltoallv::new(args)?;
+    let run = harness::run(&mut b, args, build);
+    if run.is_err() {
+        // As `alltoall`: no fabric teardown with operations possibly still posted.
+        std::mem::forget(b.mesh.take());
+    }
+    run
+}

@@ -1,0 +1,298 @@
+//! `alltoallv` with real ranks over loopback (shm and tcp), started by hand with
+//! `--rank/--world/--rdzv`: 2, 3, 4 ranks (8 once, small), every `--counts` generator and a
+//! matrix file, verified; algbw = the busiest rank's bytes / the slowest rank's time and
+//! busbw = algbw × (n−1)/n in every record; per-rail bytes add up to the matrix; a corrupted
+//! chunk is caught; a killed rank fails the job fast, named; bad `--counts` exit 2. Every run's
+//! records carry exactly the keys of `tests/golden/alltoallv.keys`.
+
+use std::process::Child;
+use std::time::{Duration, Instant};
+
+mod common;
+use common::*;
+
+/// Runs `alltoallv` on `world` ranks and checks every record; returns the records' matrices.
+fn alltoallv(
+    provider: &str,
+    world: u32,
+    counts: &str,
+    sizes: (&str, &str),
+    expect: usize,
+) -> Vec<Vec<Vec<u64>>> {
+    let dir = tmp(&format!(
+        "v-{provider}-{world}-{}",
+        counts.replace([':', ',', '/'], "_")
+    ));
+    let out = dir.join("r.jsonl");
+    let args = [
+        "alltoallv",
+        "-p",
+        provider,
+        "--counts",
+        counts,
+        "-b",
+        sizes.0,
+        "-e",
+        sizes.1,
+        "-f",
+        "4",
+        "-n",
+        "5",
+        "-w",
+        "2",
+        "--timeout",
+        "60",
+        "--matrix",
+        "-o",
+        out.to_str().unwrap(),
+    ];
+    let outs = job(world, &args);
+    let what = format!("alltoallv {provider} n={world} --counts {counts}");
+    all_ok(&outs, &what);
+    let recs = records(&out);
+    assert_eq!(recs.len(), expect, "{what}: points");
+    let n = world as usize;
+    let mut matrices = Vec::new();
+    for r in &recs {
+        assert_eq!(r.bench, "alltoallv");
+        assert_eq!(r.world, world);
+        assert!(r.verified && r.errors == 0, "{what}: {}", r.describe());
+        let m: Vec<Vec<u64>> = serde_json::from_value(r.extra["counts_bytes"].clone()).unwrap();
+        assert_eq!(m.len(), n, "{what}: n rows");
+        assert!(m
+            .iter()
+            .all(|row| row.len() == n && row.iter().all(|c| c % 16 == 0)));
+        let sent: Vec<u64> = m.iter().map(|row| row.iter().sum()).collect();
+        let received: Vec<u64> = (0..n).map(|d| m.iter().map(|row| row[d]).sum()).collect();
+        let busiest = sent.iter().chain(&received).copied().max().unwrap();
+        assert_eq!(r.extra["busiest_bytes"].as_u64(), Some(busiest), "{what}");
+        assert!(
+            sent.iter().all(|&s| s <= r.size_bytes),
+            "{what}: a rank sends at most -e"
+        );
+        // algbw = busiest bytes / the slowest rank's mean time; busbw = algbw (n-1)/n.
+        let bw = busiest as f64 * 8.0 / (r.lat_us.mean * 1000.0);
+        assert!(
+            (r.bw_gbps - bw).abs() <= 1e-3 * bw.max(1e-9),
+            "{what}: bw {} vs {bw}",
+            r.bw_gbps
+        );
+        let busbw = r.busbw_gbps.expect("busbw");
+        let nf = n as f64;
+        assert!((busbw - r.bw_gbps * (nf - 1.0) / nf).abs() <= 1e-9 * r.bw_gbps.max(1.0));
+        let ranks = r.extra["rank_lat_us"].as_array().unwrap();
+        assert_eq!(ranks.len(), n);
+        let slowest = r.extra["slowest_rank"].as_u64().unwrap() as usize;
+        let worst = ranks
+            .iter()
+            .map(|x| x["mean"].as_f64().unwrap())
+            .fold(0.0, f64::max);
+        assert!(
+            (ranks[slowest]["mean"].as_f64().unwrap() - worst).abs() < 1e-9,
+            "{what}"
+        );
+        let rb = r.extra["rank_bytes"].as_array().unwrap();
+        for (i, x) in rb.iter().enumerate() {
+            assert_eq!(x["sent"].as_u64(), Some(sent[i]));
+            assert_eq!(x["received"].as_u64(), Some(received[i]));
+        }
+        assert_eq!(r.extra["matrix_gbps"].as_array().unwrap().len(), n);
+        // Every byte to a peer crossed a rail, once per timed iteration.
+        let off_diagonal: u64 = (0..n)
+            .flat_map(|s| (0..n).map(move |d| (s, d)))
+            .filter(|(s, d)| s != d)
+            .map(|(s, d)| m[s][d])
+            .sum();
+        let bytes: u64 = r.extra["per_rail"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x["bytes"].as_u64().unwrap())
+            .sum();
+        assert_eq!(bytes, r.iters * off_diagonal, "{what}: per_rail bytes");
+        matrices.push(m);
+    }
+    assert_golden_keys("alltoallv", &record_keys(&out));
+    let table = text(&outs[0].stdout);
+    assert!(
+        table.contains("# bw: algbw = the busiest rank's bytes"),
+        "{table}"
+    );
+    let err = text(&outs[0].stderr);
+    assert!(err.contains("slowest rank per size"), "{err}");
+    assert!(err.contains("row = source"), "--matrix: {err}");
+    assert!(err.contains("receive imbalance"), "{err}");
+    matrices
+}
+
+/// A 5 x 5 matrix file (cut to the job's ranks), with zeros, a diagonal and values that round
+/// down to 16 bytes.
+fn matrix_file(name: &str) -> String {
+    let dir = tmp(name);
+    let p = dir.join("m.txt");
+    std::fs::write(
+        &p,
+        "0 1000 64 0 7\n32 100 0 4096 0\n0 0 0 17 2048\n160 16 0 16 0\n1 1 1 1 1\n",
+    )
+    .unwrap();
+    p.to_str().unwrap().to_string()
+}
+
+#[test]
+fn alltoallv_shm_every_generator_and_a_matrix_file() {
+    let file = format!("file:{}", matrix_file("shm-matrix"));
+    for n in [2, 3, 4] {
+        let u = alltoallv("shm", n, "uniform", ("1K", "16K"), 3);
+        // uniform is alltoall's chunks: size / n rounded down to 16.
+        let chunk = 1024 / n as u64 / 16 * 16;
+        assert!(u[0].iter().flatten().all(|&c| c == chunk), "{u:?}");
+        let z = alltoallv("shm", n, "zipf:1.2", ("1K", "16K"), 3);
+        // Rank 0 is the hottest destination.
+        assert!(z[2].iter().all(|row| row[0] > row[n as usize - 1]), "{z:?}");
+        let e = 2 * n;
+        alltoallv("shm", n, &format!("moe:16,64,2,{e}"), ("8K", "8K"), 1);
+        let m = alltoallv("shm", n, &file, ("16K", "16K"), 1);
+        assert_eq!(m[0][0][1], 992, "1000 rounds down to 992");
+    }
+    alltoallv("shm", 8, "zipf:1.0", ("4K", "4K"), 1);
+}
+
+#[test]
+fn alltoallv_tcp_every_generator_and_a_matrix_file() {
+    let file = format!("file:{}", matrix_file("tcp-matrix"));
+    for n in [2, 3, 4] {
+        alltoallv("tcp", n, "zipf:0.8", ("1K", "4K"), 2);
+        alltoallv("tcp", n, &format!("moe:8,64,3,{}", 3 * n), ("8K", "8K"), 1);
+        alltoallv("tcp", n, &file, ("8K", "8K"), 1);
+    }
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "test-hooks"),
+    ignore = "needs the fault hooks: cargo test --features test-hooks"
+)]
+fn a_corrupted_chunk_is_caught() {
+    let dir = tmp("v-corrupt");
+    let out = dir.join("r.jsonl");
+    let outs = job_env(
+        3,
+        &[
+            "alltoallv",
+            "-p",
+            "shm",
+            "--counts",
+            "zipf:1.0",
+            "-b",
+            "4K",
+            "-e",
+            "4K",
+            "-n",
+            "4",
+            "-w",
+            "1",
+            "-o",
+            out.to_str().unwrap(),
+        ],
+        &[],
+        &[("EFABENCH_TEST_CORRUPT_PAYLOAD", "1")],
+    );
+    assert_eq!(outs[0].status.code(), Some(1), "{}", text(&outs[0].stderr));
+    let recs = records(&out);
+    assert_eq!(recs[0].errors, 1, "exactly the corrupted word");
+    assert!(text(&outs[0].stderr).contains("failed verification"));
+}
+
+#[test]
+fn a_killed_rank_fails_the_job_fast_and_is_named() {
+    let port = free_port();
+    let args = [
+        "alltoallv",
+        "-p",
+        "tcp",
+        "--counts",
+        "zipf:1.0",
+        "-b",
+        "4K",
+        "-e",
+        "4K",
+        "-n",
+        "10000000",
+        "--max-time",
+        "600",
+        "-w",
+        "1",
+        "--timeout",
+        "5",
+    ];
+    let mut kids: Vec<Child> = (0..4).map(|r| rank(r, 4, port, &args, &[])).collect();
+    std::thread::sleep(Duration::from_secs(3));
+    kids[2].kill().unwrap();
+    let _ = kids[2].wait();
+    let t0 = Instant::now();
+    for (r, k) in kids.iter_mut().enumerate() {
+        if r == 2 {
+            continue;
+        }
+        while k.try_wait().unwrap().is_none() {
+            if t0.elapsed() > Duration::from_secs(25) {
+                let _ = k.kill();
+                panic!("rank {r} still running 25 s after rank 2 was killed");
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    for (r, k) in kids.into_iter().enumerate() {
+        if r == 2 {
+            continue;
+        }
+        let o = k.wait_with_output().unwrap();
+        assert!(!o.status.success(), "rank {r}");
+        let err = text(&o.stderr);
+        assert!(
+            err.contains("rank 2"),
+            "rank {r} must name the dead rank: {err}"
+        );
+    }
+}
+
+#[test]
+fn bad_counts_exit_2_with_a_fix() {
+    let small = matrix_file("v-bad");
+    std::fs::write(&small, "16 16\n16 16\n").unwrap();
+    let missing = format!("file:{}", tmp("v-missing").join("none.txt").display());
+    let small = format!("file:{small}");
+    for (counts, sizes, says) in [
+        ("zipf", ("1K", "1K"), "--counts"),
+        ("normal", ("1K", "1K"), "use uniform, zipf:S"),
+        ("moe:16,64,2,9", ("1K", "8K"), "-b and -e the same size"),
+        ("moe:16,64,2,9", ("1K", "1K"), "more than -e 1024"),
+        (
+            "moe:16,64,2,8",
+            ("64K", "64K"),
+            "do not split evenly over 3 ranks",
+        ),
+        (missing.as_str(), ("1K", "1K"), "traffic matrix file"),
+        (small.as_str(), ("1K", "1K"), "smaller than the 3 ranks"),
+    ] {
+        let outs = job(
+            3,
+            &[
+                "alltoallv",
+                "-p",
+                "shm",
+                "--counts",
+                counts,
+                "-b",
+                sizes.0,
+                "-e",
+                sizes.1,
+            ],
+        );
+        assert!(outs.iter().all(|o| !o.status.success()), "{counts}");
+        assert!(outs.iter().any(|o| o.status.code() == Some(2)), "{counts}");
+        let err: String = outs.iter().map(|o| text(&o.stderr)).collect();
+        assert!(err.contains(says), "--counts {counts}: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+}
