@@ -216,9 +216,10 @@ impl ClusterArgs {
         let probe = self.parse_pairs(1.0)?;
         let rounds = Plan::Rounds(probe.schedule).cost(world.max(2)).0.max(1) as f64;
         let rails = if self.rails.trim() == "1" { 1.0 } else { 2.0 };
-        // 0.7: opening the mesh and the barriers between rounds take the rest; 1.1: warm-up.
+        // 0.5: opening the mesh, connecting and the barriers between rounds take the rest;
+        // 1.1: warm-up.
         let max_time =
-            (self.budget(Stage::Pairs) * 0.7 / (rounds * rails * 1.1)).clamp(0.001, 3600.0);
+            (self.budget(Stage::Pairs) * 0.5 / (rounds * rails * 1.1)).clamp(0.001, 3600.0);
         self.parse_pairs(max_time)
     }
 
@@ -286,9 +287,9 @@ mod tests {
     fn the_pairs_budget_is_shared_by_the_rounds() {
         let a = args(&["--pairs-budget", "11", "-p", "tcp", "--pairs-size", "64K"]);
         let p = a.pairs_args(4).unwrap();
-        // all pairs of 4 ranks: 3 rounds; 11 s x 0.7 / (3 x 1.1).
+        // all pairs of 4 ranks: 3 rounds; 11 s x 0.5 / (3 x 1.1).
         assert!(
-            (p.max_time - 11.0 * 0.7 / 3.3).abs() < 0.002,
+            (p.max_time - 11.0 * 0.5 / 3.3).abs() < 0.002,
             "{}",
             p.max_time
         );

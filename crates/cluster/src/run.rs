@@ -267,7 +267,8 @@ pub fn run(
             };
             // Rank 0: name the hosts that never joined, from the launcher's placement.
             let placed = launcher_hosts(info.world, &|k| std::env::var(k).ok());
-            state.rank_host = vec![efabench_record::hostname()];
+            // Only the missing nodes get a verdict: the others were never checked.
+            state.rank_host = Vec::new();
             for r in &missing {
                 let host = placed
                     .as_ref()
@@ -315,7 +316,7 @@ pub fn run(
     let lead = rank == 0;
     if lead {
         progress(&format!(
-            "{world} ranks on {} hosts; stages: checks, consistency, pairs, alltoall",
+            "{world} ranks on {} host(s); stages: checks, consistency, pairs, alltoall",
             distinct.len()
         ));
     }
@@ -329,7 +330,7 @@ pub fn run(
         let budget = args.budget(Stage::Checks);
         if lead {
             progress(&format!(
-                "[1/4] checks: the doctor's checks on {} hosts (budget {budget} s)",
+                "[1/4] checks: the doctor's checks on {} host(s) (budget {budget} s)",
                 distinct.len()
             ));
             state.stage("checks").status = StageStatus::Running;
@@ -348,9 +349,9 @@ pub fn run(
                 let s = state.stage("checks");
                 s.status = StageStatus::Ok;
                 s.elapsed_s = secs(t);
-                s.detail = format!("{n} hosts reported");
+                s.detail = format!("{n} host(s) reported");
                 progress(&format!(
-                    "[1/4] checks: {n} hosts reported in {:.1} s",
+                    "[1/4] checks: {n} host(s) reported in {:.1} s",
                     secs(t)
                 ));
                 let t = Instant::now();
@@ -611,12 +612,24 @@ pub fn render_verdicts(s: &Summary) -> String {
             )
         })
         .collect();
-    out.push(format!(
-        "# cluster: {} ranks on {} hosts; {}",
-        s.world,
-        s.hosts,
-        stages.join(", ")
-    ));
+    let joined = !s
+        .nodes
+        .iter()
+        .any(|n| n.reasons.iter().any(|r| r.stage == "join"));
+    out.push(if joined {
+        format!(
+            "# cluster: {} ranks on {} host(s); {}",
+            s.world,
+            s.hosts,
+            stages.join(", ")
+        )
+    } else {
+        format!(
+            "# cluster: {} ranks, not all of them joined; {}",
+            s.world,
+            stages.join(", ")
+        )
+    });
     for c in &s.cluster {
         out.push(format!("# cluster-wide: {c}"));
     }
