@@ -66,6 +66,14 @@ fn gbps_arg(s: &str) -> Result<f64, String> {
     }
 }
 
+fn rank_arg(s: &str) -> Result<u32, String> {
+    efabench_bench::harness::bounded(s, "--rank", 0, 65_535, "0").map(|n| n as u32)
+}
+
+fn world_arg(s: &str) -> Result<u32, String> {
+    efabench_bench::harness::bounded(s, "--world", 1, 65_536, "2").map(|n| n as u32)
+}
+
 fn size_arg(s: &str) -> Result<String, String> {
     efabench_bench::size::parse_size(s)?;
     Ok(s.trim().to_string())
@@ -158,10 +166,10 @@ pub struct ClusterArgs {
     #[arg(long)]
     pub rdzv: Option<String>,
     /// This process's rank (manual runs, with --world and --rdzv).
-    #[arg(long)]
+    #[arg(long, value_parser = rank_arg, allow_hyphen_values = true)]
     pub rank: Option<u32>,
     /// Number of ranks (manual runs).
-    #[arg(long)]
+    #[arg(long, value_parser = world_arg, allow_hyphen_values = true)]
     pub world: Option<u32>,
 }
 
@@ -319,6 +327,11 @@ mod tests {
             .contains("floppy"));
         let mut w = vec!["cluster", "--stage-budget", "0"];
         assert!(Cli::try_parse_from(&w).is_err());
+        for bad in [["--rank", "-1"], ["--world", "0"], ["--suspect-below", "0"]] {
+            let mut w = vec!["cluster"];
+            w.extend(bad);
+            assert!(Cli::try_parse_from(&w).is_err(), "{bad:?}");
+        }
         w = vec!["cluster", "--skip", "pairs,alltoall"];
         let a = Cli::try_parse_from(&w).unwrap().a;
         assert!(!a.runs(Stage::Pairs) && a.runs(Stage::Checks));

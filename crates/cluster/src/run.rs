@@ -715,6 +715,89 @@ pub fn render_verdicts(s: &Summary) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::verdict::{NodeVerdict, Reason, Verdict};
+
+    fn doc(nodes: Vec<NodeVerdict>) -> Summary {
+        let worst = nodes
+            .iter()
+            .map(|n| n.verdict)
+            .max()
+            .unwrap_or(Verdict::Pass);
+        Summary {
+            schema: summary::SCHEMA.into(),
+            version: "0".into(),
+            git: None,
+            started: String::new(),
+            written: String::new(),
+            world: 4,
+            hosts: nodes.len(),
+            verdict: worst,
+            exit_code: i32::from(worst == Verdict::Isolate),
+            complete: true,
+            thresholds: Thresholds {
+                suspect_below: 0.6,
+                min_pair_gbps: None,
+                min_pair_from: None,
+            },
+            stages: Vec::new(),
+            cluster: vec!["check x fails on 4 of 4 nodes".into()],
+            nodes,
+        }
+    }
+
+    fn node(host: &str, reasons: Vec<Reason>) -> NodeVerdict {
+        NodeVerdict {
+            host: host.into(),
+            ranks: vec![0],
+            verdict: reasons
+                .iter()
+                .map(|r| r.verdict)
+                .max()
+                .unwrap_or(Verdict::Pass),
+            reasons,
+            checks: Vec::new(),
+            facts: None,
+            pairs: None,
+            alltoall: None,
+        }
+    }
+
+    #[test]
+    fn the_table_names_the_isolated_nodes_and_their_reasons() {
+        let r = |stage: &str, v| Reason {
+            stage: stage.into(),
+            verdict: v,
+            reason: "slow".into(),
+            evidence: "its 6 pairs".into(),
+        };
+        let t = render_verdicts(&doc(vec![
+            node("node1", Vec::new()),
+            node(
+                "node3",
+                vec![r("pairs", Verdict::Isolate), r("alltoall", Verdict::Warn)],
+            ),
+        ]));
+        assert!(t.starts_with("# cluster: 4 ranks on 2 host(s)"), "{t}");
+        assert!(
+            t.contains("# cluster-wide: check x fails on 4 of 4 nodes"),
+            "{t}"
+        );
+        assert!(t.contains("ISOLATE pairs: slow; its 6 pairs"), "{t}");
+        assert!(
+            t.ends_with("# verdict: ISOLATE node3 (1 of 2 nodes); exit 1"),
+            "{t}"
+        );
+        let t = render_verdicts(&doc(vec![node("node4", vec![r("join", Verdict::Isolate)])]));
+        assert!(
+            t.starts_with("# cluster: 4 ranks, not all of them joined"),
+            "{t}"
+        );
+        let t = render_verdicts(&doc(vec![node("a", Vec::new()), node("b", Vec::new())]));
+        assert!(
+            t.ends_with("# verdict: no node to isolate (2 PASS, 0 WARN); exit 0"),
+            "{t}"
+        );
+    }
 
     #[test]
     fn slurm_placement_names_each_rank_s_host() {

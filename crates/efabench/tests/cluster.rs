@@ -64,6 +64,28 @@ fn a_summary_that_cannot_be_written_is_refused_before_anything_runs() {
         assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
         assert!(!d.join("r.jsonl").exists(), "nothing may run: {err}");
     }
+    // In a job, rank 0's refusal is every rank's: nothing runs, every rank exits 2 at once.
+    let o = Command::new(BIN)
+        .args([
+            "launch",
+            "-n",
+            "2",
+            "--",
+            "cluster",
+            "-p",
+            "tcp",
+            "--summary",
+        ])
+        .arg(d.join("missing/summary.json"))
+        .args(["-o"])
+        .arg(d.join("r.jsonl"))
+        .output()
+        .unwrap();
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("cannot create files in"), "{err}");
+    assert!(!err.contains("[1/4]"), "no stage may start: {err}");
+    assert!(!d.join("r.jsonl").exists(), "nothing may run: {err}");
     let o = Command::new(BIN)
         .args(["cluster", "--pairs", "sideways"])
         .output()
