@@ -119,7 +119,7 @@ pub struct ClusterArgs {
     /// Stages to leave out (comma-separated): checks, pairs, alltoall.
     #[arg(long, value_enum, value_delimiter = ',')]
     pub skip: Vec<Stage>,
-    /// Which pairs the pairs stage measures: all, ring or random:K[:SEED] (as `pairs --pairs`).
+    /// Which pairs the pairs stage measures: all, ring or `random:K[:SEED]` (as `pairs --pairs`).
     #[arg(long = "pairs", default_value = "all")]
     pub schedule: String,
     /// Message size of the pairs stage.

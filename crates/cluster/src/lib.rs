@@ -1,7 +1,7 @@
 //! `efabench cluster`: acceptance of a whole cluster in one job, one verdict per node.
 //!
 //! Started once per node (or per GPU) by `srun`, `mpirun`, a Kubernetes Job or `efabench
-//! launch`, every rank runs the stages of [`run`] on one bootstrap: node checks, consistency
+//! launch`, every rank runs the stages of [`run()`] on one bootstrap: node checks, consistency
 //! across nodes, `pairs` with localization, `alltoall`. Rank 0 turns what they found into one
 //! verdict per node ([`verdict`]: PASS, WARN or ISOLATE, each with reasons and evidence), prints
 //! them, writes `--summary` ([`summary`], schema in `docs/cluster.md`), and the job exits 1 when
@@ -13,7 +13,7 @@
 //! * [`figures`]: per-node figures from a pair matrix;
 //! * [`verdict`]: the verdicts;
 //! * [`summary`]: the JSON document;
-//! * [`run`]: the stages.
+//! * [`mod@run`]: the stages.
 
 #![forbid(unsafe_code)]
 
