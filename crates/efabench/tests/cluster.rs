@@ -199,3 +199,43 @@ fn a_node_that_dies_during_pairs_is_named_and_the_earlier_stages_are_kept() {
     assert_eq!(n3["reasons"][0]["stage"], "pairs", "{n3}");
     assert!(out.contains("# verdict: ISOLATE node3"), "{out}");
 }
+
+/// A node whose software differs from the majority's (here node3 sees an NCCL the others do
+/// not, through its LD_LIBRARY_PATH) is WARN with both values; WARN alone exits 0.
+#[test]
+fn a_node_with_another_nccl_than_the_majority_is_warned_about() {
+    let Some(mut c) = Cluster::new(3) else { return };
+    let d = tmp("cluster-nccl");
+    let lib = d.join("lib");
+    std::fs::create_dir_all(&lib).unwrap();
+    std::fs::write(lib.join("libnccl.so.2.99.1"), b"").unwrap();
+    let sum = d.join("s.json");
+    let s = sum.to_str().unwrap().to_string();
+    let mut args: Vec<&str> = vec!["cluster"];
+    args.extend_from_slice(QUICK);
+    args.extend(["--skip", "pairs,alltoall", "--summary", &s]);
+    let ld = lib.to_str().unwrap().to_string();
+    let outs = c.job(&args, |r| {
+        if r == 2 {
+            vec![("LD_LIBRARY_PATH".into(), ld.clone())]
+        } else {
+            vec![("LD_LIBRARY_PATH".into(), String::new())]
+        }
+    });
+    let (out, err) = (text(&outs[0].stdout), text(&outs[0].stderr));
+    assert_eq!(outs[0].status.code(), Some(0), "{out}\n{err}");
+    let s = summary(&sum);
+    assert_eq!(stage(&s, "pairs")["status"], "skipped", "{s}");
+    let nodes = s["nodes"].as_array().unwrap();
+    for n in nodes {
+        let want = if n["host"] == "node3" { "WARN" } else { "PASS" };
+        assert_eq!(n["verdict"], want, "{n}");
+    }
+    let n3 = nodes.iter().find(|n| n["host"] == "node3").unwrap();
+    assert_eq!(n3["reasons"][0]["stage"], "consistency", "{n3}");
+    assert_eq!(
+        n3["reasons"][0]["evidence"], "nccl is 2.99.1 here, none on 2 of 3 nodes",
+        "{n3}"
+    );
+    assert_eq!(n3["facts"]["nccl"], "2.99.1", "{n3}");
+}
