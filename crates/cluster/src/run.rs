@@ -563,25 +563,34 @@ fn floor_from_instance(state: &mut State, records: &[Record]) {
     if state.thresholds.min_pair_gbps.is_some() {
         return;
     }
-    let types: Vec<&str> = state
+    let types: Vec<Option<&str>> = state
         .reports
         .iter()
-        .filter_map(|r| r.facts.instance_type.as_deref())
+        .map(|r| r.facts.instance_type.as_deref())
         .collect();
-    let Some(t) = types.first() else { return };
-    if types.len() != state.reports.len() || types.iter().any(|x| x != t) {
-        return;
+    let rails = records.iter().map(|r| r.rails).max().unwrap_or(1);
+    if let Some((floor, from)) = instance_floor(&types, rails, state.args.min_link_fraction) {
+        state.thresholds.min_pair_gbps = Some(floor);
+        state.thresholds.min_pair_from = Some(from);
     }
-    let Some(profile) = efabench_topology::topo::instance_profile(t) else {
-        return;
-    };
-    let rails = records.iter().map(|r| r.rails).max().unwrap_or(1).max(1);
-    let f = state.args.min_link_fraction;
-    state.thresholds.min_pair_gbps = Some(f * profile.gbps_per_efa * rails as f64);
-    state.thresholds.min_pair_from = Some(format!(
-        "{f} x {rails} rail(s) x {} Gbps per EFA of {t}",
-        profile.gbps_per_efa
-    ));
+}
+
+/// `fraction` of the link speed of `rails` EFA devices of the instance type every node
+/// reported, with where it comes from; `None` unless all nodes share one type efabench knows.
+pub fn instance_floor(types: &[Option<&str>], rails: u32, fraction: f64) -> Option<(f64, String)> {
+    let t = (*types.first()?)?;
+    if types.iter().any(|x| *x != Some(t)) {
+        return None;
+    }
+    let profile = efabench_topology::topo::instance_profile(t)?;
+    let rails = rails.max(1);
+    Some((
+        fraction * profile.gbps_per_efa * rails as f64,
+        format!(
+            "{fraction} x {rails} rail(s) x {} Gbps per EFA of {t}",
+            profile.gbps_per_efa
+        ),
+    ))
 }
 
 /// The verdict table on stdout (rank 0).
@@ -797,6 +806,23 @@ mod tests {
             t.ends_with("# verdict: no node to isolate (2 PASS, 0 WARN); exit 0"),
             "{t}"
         );
+    }
+
+    #[test]
+    fn the_floor_comes_from_the_instance_type_all_nodes_share() {
+        let p5 = Some("p5.48xlarge");
+        let (floor, from) = instance_floor(&[p5, p5, p5], 1, 0.5).unwrap();
+        assert_eq!(floor, 50.0);
+        assert_eq!(from, "0.5 x 1 rail(s) x 100 Gbps per EFA of p5.48xlarge");
+        assert_eq!(instance_floor(&[p5, p5], 4, 0.5).unwrap().0, 200.0);
+        // Mixed, unknown or unreadable types: no absolute floor, only the relative rule.
+        assert_eq!(instance_floor(&[p5, Some("p5en.48xlarge")], 1, 0.5), None);
+        assert_eq!(
+            instance_floor(&[Some("Standard PC"), Some("Standard PC")], 1, 0.5),
+            None
+        );
+        assert_eq!(instance_floor(&[p5, None], 1, 0.5), None);
+        assert_eq!(instance_floor(&[], 1, 0.5), None);
     }
 
     #[test]
