@@ -13,6 +13,7 @@
 //! * [`figures`]: per-node figures from a pair matrix;
 //! * [`verdict`]: the verdicts;
 //! * [`summary`]: the JSON document;
+//! * [`table`]: the verdict table printed at the end;
 //! * [`mod@run`]: the stages.
 
 #![forbid(unsafe_code)]
@@ -23,6 +24,7 @@ pub mod figures;
 pub mod node;
 pub mod run;
 pub mod summary;
+pub mod table;
 pub mod verdict;
 
 pub use args::ClusterArgs;
