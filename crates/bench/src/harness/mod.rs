@@ -233,8 +233,32 @@ pub fn run<B: Benchmark>(
     // A rank stuck inside a provider call (shm's spin lock after a peer died) never returns to
     // check the bootstrap: the watchdog ends it with the job's reason.
     bs.arm_watchdog(WATCHDOG_GRACE);
-    match run_connected(bench, &groups, build, &bs) {
-        Ok(code) => Ok(code),
+    run_on(bench, opts, build, &bs).map(|(code, _)| code)
+}
+
+/// Runs one rank of `bench` on a bootstrap the caller connected (and keeps: several benchmarks
+/// of one job run one after the other on it, as `efabench cluster` does). The caller arms the
+/// watchdog. Returns the exit status and, on rank 0, the run's records. An error is broadcast
+/// as an abort, as in [`run`].
+pub fn run_on<B: Benchmark>(
+    bench: &mut B,
+    opts: &(impl Options + ?Sized),
+    build: &BuildInfo,
+    bs: &Bootstrap,
+) -> Result<(i32, Vec<Record>), BenchError> {
+    let needs = bench.needs();
+    let groups = Groups::of(opts);
+    let args = &groups.job;
+    if bs.world() < needs.min_world {
+        return Err(BenchError::usage(format!(
+            "{} needs at least {} ranks; {}",
+            bench.name(),
+            needs.min_world,
+            needs.how_to_launch
+        )));
+    }
+    match run_connected(bench, &groups, build, bs) {
+        Ok(done) => Ok(done),
         Err(e) => {
             // A data-path timeout ("waited 30 s for a completion") is usually a peer that froze
             // or died: the bootstrap learns which within a heartbeat or two, and that is the
@@ -248,7 +272,7 @@ pub fn run<B: Benchmark>(
             };
             // Tell every rank why, so nobody waits for a rank that already gave up.
             bs.abort(&e.message());
-            Err(e.on_rank(info.rank))
+            Err(e.on_rank(bs.rank()))
         }
     }
 }
@@ -258,7 +282,7 @@ fn run_connected<B: Benchmark>(
     groups: &Groups,
     build: &BuildInfo,
     bs: &Bootstrap,
-) -> Result<i32, BenchError> {
+) -> Result<(i32, Vec<Record>), BenchError> {
     let (rank, world) = (bs.rank(), bs.world());
     let args = &groups.job;
     let flat = groups.flat();
@@ -430,9 +454,9 @@ fn run_connected<B: Benchmark>(
         eprintln!(
             "efabench: {total_errors} payload words failed verification; the records' `errors` field says where"
         );
-        return Ok(1);
+        return Ok((1, records));
     }
-    Ok(0)
+    Ok((0, records))
 }
 
 /// Reports a crash of this rank (SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT) to the whole job

@@ -54,8 +54,11 @@ pub fn run(args: Args) -> Result<i32, CliError> {
             args.timeout
         )));
     }
-    // Only benchmarks, and without --rank/--world/--rdzv: launch places every rank itself.
-    launcher::check_rank_command(&args.command, efabench_bench::BENCHMARKS)
+    // Only benchmarks (and `cluster`, which runs them), without --rank/--world/--rdzv: launch
+    // places every rank itself.
+    let mut ranked = efabench_bench::BENCHMARKS.to_vec();
+    ranked.push("cluster");
+    launcher::check_rank_command(&args.command, &ranked)
         .map_err(|e| CliError::usage(e.to_string()))?;
     let program = std::env::current_exe().map_err(|e| {
         CliError::failed(format!(

@@ -1,5 +1,7 @@
 //! One module per subcommand: a clap `Args` struct and `run(args) -> Result<exit code, CliError>`.
 pub mod bench;
+pub mod cluster;
+pub mod cluster_prometheus;
 pub mod compare;
 pub mod counters;
 pub mod doctor;

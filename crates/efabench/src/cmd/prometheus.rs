@@ -71,7 +71,7 @@ fn valid_tail(name: &str) -> bool {
 }
 
 /// Label values escape `\`, `"` and newlines.
-fn label(v: &str) -> String {
+pub(crate) fn label(v: &str) -> String {
     v.replace('\\', "\\\\")
         .replace('"', "\\\"")
         .replace('\n', "\\n")
@@ -155,7 +155,7 @@ pub fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
 #[path = "exposition_check.rs"]
 mod exposition_check;
 #[cfg(test)]
-use exposition_check::check_exposition;
+pub(crate) use exposition_check::check_exposition;
 
 #[cfg(test)]
 mod tests {

@@ -31,6 +31,35 @@ pub struct Slurm {
     pub conf: PathBuf,
     pub nodes: Vec<String>,
     children: Vec<Child>,
+    /// On simulated nodes: where each daemon and client runs.
+    sim: Option<Sim>,
+}
+
+/// Simulated nodes a Slurm runs on: slurmctld (and every client command) in the controller's
+/// namespace, one slurmd in each node's namespace, each process with the node's hostname and a
+/// private `/etc/hosts` naming every node (a bind mount in its own mount namespace, so this
+/// host's file is never touched).
+pub struct Sim {
+    /// (hostname, network namespace, address) of the controller.
+    pub ctl: (String, String, String),
+    /// (hostname, network namespace, address) of each compute node.
+    pub nodes: Vec<(String, String, String)>,
+}
+
+impl Sim {
+    /// A command that runs `prog` in namespace `ns` as host `hostname`, with `hosts` as its
+    /// /etc/hosts. `nsenter --net` rather than `ip netns exec`: the latter remounts /sys, which
+    /// hides the cgroup tree slurmd 22.05 needs.
+    pub fn command(ns: &str, hostname: &str, hosts: &Path, prog: &Path) -> Command {
+        let mut c = Command::new("nsenter");
+        c.arg(format!("--net=/run/netns/{ns}"))
+            .args(["unshare", "--uts", "--mount", "sh", "-c"])
+            .arg(r#"mount --bind "$0" /etc/hosts && hostname "$1" && shift && exec "$@""#)
+            .arg(hosts)
+            .arg(hostname)
+            .arg(prog);
+        c
+    }
 }
 
 fn free_port() -> u16 {
@@ -65,6 +94,57 @@ impl Slurm {
     /// Start munged, slurmctld and `nodes` slurmds (node1..nodeN; one node: this host's name) with `cpus` CPUs each, and wait
     /// until `sinfo` shows every node idle (at most `wait`).
     pub fn start(nodes: usize, cpus: u32, wait: Duration) -> Result<Slurm, SlurmError> {
+        let progs = Slurm::programs()?;
+        let dir = std::env::temp_dir().join(format!(
+            "efabench-slurm-{}-{}",
+            std::process::id(),
+            Instant::now().elapsed().as_nanos()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("state")).unwrap();
+        let s = Slurm {
+            conf: dir.join("slurm.conf"),
+            dir: dir.clone(),
+            // One node is named after this host, so that the step's node list (where efabench
+            // finds rank 0) resolves without /etc/hosts entries.
+            nodes: if nodes == 1 {
+                vec![hostname()]
+            } else {
+                (1..=nodes).map(|i| format!("node{i}")).collect()
+            },
+            children: Vec::new(),
+            sim: None,
+        };
+        s.boot(progs, cpus, wait)
+    }
+
+    /// Start munged, slurmctld in `sim.ctl`'s namespace and one slurmd per `sim.nodes` in its
+    /// own, each with its hostname and address; wait until every node is idle.
+    pub fn start_on(sim: Sim, cpus: u32, wait: Duration) -> Result<Slurm, SlurmError> {
+        let progs = Slurm::programs()?;
+        let dir = std::env::temp_dir().join(format!(
+            "efabench-slurm-{}-{}",
+            std::process::id(),
+            sim.ctl.1
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("state")).unwrap();
+        let mut hosts = String::from("127.0.0.1 localhost\n");
+        for (h, _, a) in std::iter::once(&sim.ctl).chain(&sim.nodes) {
+            hosts.push_str(&format!("{a} {h}\n"));
+        }
+        std::fs::write(dir.join("hosts"), hosts).unwrap();
+        let s = Slurm {
+            conf: dir.join("slurm.conf"),
+            dir,
+            nodes: sim.nodes.iter().map(|n| n.0.clone()).collect(),
+            children: Vec::new(),
+            sim: Some(sim),
+        };
+        s.boot(progs, cpus, wait)
+    }
+
+    fn programs() -> Result<Vec<PathBuf>, SlurmError> {
         let mut progs = Vec::new();
         for p in ["munged", "slurmctld", "slurmd", "srun", "sinfo", "sbatch"] {
             progs.push(which(p).ok_or_else(|| {
@@ -78,25 +158,26 @@ impl Slurm {
                 "not root (slurmd runs as root here)".into(),
             ));
         }
-        let dir = std::env::temp_dir().join(format!(
-            "efabench-slurm-{}-{}",
-            std::process::id(),
-            Instant::now().elapsed().as_nanos()
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(dir.join("state")).unwrap();
-        let mut s = Slurm {
-            conf: dir.join("slurm.conf"),
-            dir: dir.clone(),
-            // One node is named after this host, so that the step's node list (where efabench
-            // finds rank 0) resolves without /etc/hosts entries.
-            nodes: if nodes == 1 {
-                vec![hostname()]
-            } else {
-                (1..=nodes).map(|i| format!("node{i}")).collect()
-            },
-            children: Vec::new(),
-        };
+        Ok(progs)
+    }
+
+    /// A daemon's command: here, or in its simulated node.
+    fn daemon(&self, prog: &Path, host: &str) -> Command {
+        match &self.sim {
+            None => Command::new(prog),
+            Some(sim) => {
+                let (h, ns, _) = std::iter::once(&sim.ctl)
+                    .chain(&sim.nodes)
+                    .find(|n| n.0 == host)
+                    .expect("a simulated node of this Slurm");
+                Sim::command(ns, h, &self.dir.join("hosts"), prog)
+            }
+        }
+    }
+
+    fn boot(mut self, progs: Vec<PathBuf>, cpus: u32, wait: Duration) -> Result<Slurm, SlurmError> {
+        let s = &mut self;
+        let dir = s.dir.clone();
         // munge: a private key and socket.
         let key = dir.join("munge.key");
         let mut k = std::fs::File::create(&key).unwrap();
@@ -135,12 +216,15 @@ impl Slurm {
             std::thread::sleep(Duration::from_millis(50));
         }
         // slurm.conf
-        let host = hostname();
+        let (host, ctl_addr) = match &s.sim {
+            None => (hostname(), "127.0.0.1".to_string()),
+            Some(sim) => (sim.ctl.0.clone(), sim.ctl.2.clone()),
+        };
         let ctl_port = free_port();
         let d = dir.display();
         let mut conf = format!(
             "ClusterName=efabench\n\
-             SlurmctldHost={host}(127.0.0.1)\n\
+             SlurmctldHost={host}({ctl_addr})\n\
              SlurmctldPort={ctl_port}\n\
              AuthType=auth/munge\n\
              AuthInfo=socket={sock}\n\
@@ -166,16 +250,21 @@ impl Slurm {
              SlurmdParameters=config_overrides\n",
             sock = sock.display()
         );
-        for n in &s.nodes {
+        for (i, n) in s.nodes.iter().enumerate() {
             std::fs::create_dir_all(dir.join(format!("tmp-{n}"))).unwrap();
+            let (addr, hostname) = match &s.sim {
+                None => ("127.0.0.1".to_string(), host.clone()),
+                Some(sim) => (sim.nodes[i].2.clone(), n.clone()),
+            };
             conf.push_str(&format!(
-                "NodeName={n} NodeAddr=127.0.0.1 NodeHostname={host} Port={} CPUs={cpus} State=UNKNOWN\n",
+                "NodeName={n} NodeAddr={addr} NodeHostname={hostname} Port={} CPUs={cpus} State=UNKNOWN\n",
                 free_port()
             ));
         }
         conf.push_str("PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP\n");
         std::fs::write(&s.conf, conf).unwrap();
-        let ctld = Command::new(&progs[1])
+        let ctld = s
+            .daemon(&progs[1], &host)
             .args(["-D", "-i", "-f"])
             .arg(&s.conf)
             .stdout(Stdio::null())
@@ -184,7 +273,8 @@ impl Slurm {
             .map_err(|e| SlurmError::Failed(format!("slurmctld: {e}")))?;
         s.children.push(ctld);
         for n in s.nodes.clone() {
-            let c = Command::new(&progs[2])
+            let c = s
+                .daemon(&progs[2], &n)
                 .args(["-D", "-N", &n, "-f"])
                 .arg(&s.conf)
                 .env("SLURM_CONF", &s.conf)
@@ -202,24 +292,32 @@ impl Slurm {
                 .args(["-h", "-N", "-o", "%N %t"])
                 .output();
             let text = o
-                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-                .unwrap_or_default();
+                .map(|o| {
+                    format!(
+                        "{}{}",
+                        String::from_utf8_lossy(&o.stdout),
+                        String::from_utf8_lossy(&o.stderr)
+                    )
+                })
+                .unwrap_or_else(|e| e.to_string());
             let idle = text.lines().filter(|l| l.ends_with(" idle")).count();
             if idle == s.nodes.len() {
-                return Ok(s);
+                return Ok(self);
             }
             let broken = text
                 .lines()
                 .any(|l| l.ends_with(" inval") || l.contains(" drain"));
             if broken || Instant::now() > deadline {
                 let mut logs = format!(
-                    "sinfo: {text:?}\nslurmctld: {}\n",
-                    tail(&dir.join("slurmctld.log"))
+                    "sinfo: {text:?}\nslurmctld: {}{}\n",
+                    tail(&dir.join("slurmctld.log")),
+                    tail(&dir.join("slurmctld.err"))
                 );
                 for n in &s.nodes {
                     logs.push_str(&format!(
-                        "slurmd {n}: {}\n",
-                        tail(&dir.join(format!("slurmd-{n}.log")))
+                        "slurmd {n}: {}{}\n",
+                        tail(&dir.join(format!("slurmd-{n}.log"))),
+                        tail(&dir.join(format!("slurmd-{n}.err")))
                     ));
                 }
                 return Err(SlurmError::Failed(format!(
@@ -232,7 +330,13 @@ impl Slurm {
 
     /// A Slurm client command (`srun`, `sbatch`, `sinfo`, `squeue`, ...) for this cluster.
     pub fn command(&self, prog: &str) -> Command {
-        let mut c = Command::new(prog);
+        let mut c = match &self.sim {
+            None => Command::new(prog),
+            Some(sim) => {
+                let path = which(prog).unwrap_or_else(|| PathBuf::from(prog));
+                Sim::command(&sim.ctl.1, &sim.ctl.0, &self.dir.join("hosts"), &path)
+            }
+        };
         c.env("SLURM_CONF", &self.conf);
         for v in [
             "SLURM_JOB_ID",

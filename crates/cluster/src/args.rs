@@ -1,0 +1,339 @@
+//! The options of `efabench cluster`, and the word lists that start its benchmark stages.
+//!
+//! The `pairs` and `alltoall` stages are the benchmarks themselves, configured the way a user
+//! would configure them: their options are built as command-line words and parsed by the
+//! benchmarks' own clap definitions, so every bound and message of theirs applies unchanged.
+
+use std::path::PathBuf;
+
+use clap::Parser;
+use efabench_bench::alltoall::AlltoallArgs;
+use efabench_bench::pairs::{PairsArgs, Plan};
+use efabench_bench::BenchError;
+
+/// Longest stage budget, seconds.
+const MAX_BUDGET_S: f64 = 86_400.0;
+
+fn secs(s: &str, what: &str, lo: f64, hi: f64, example: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= lo && v <= hi => Ok(v),
+        _ => Err(format!(
+            "{what} '{}' is not a number of seconds from {lo} to {hi}; pass e.g. {what} {example}",
+            efabench_bench::size::clip(s)
+        )),
+    }
+}
+
+fn budget_arg(s: &str) -> Result<f64, String> {
+    secs(s, "--stage-budget", 1.0, MAX_BUDGET_S, "60")
+}
+
+fn timeout_arg(s: &str) -> Result<f64, String> {
+    secs(s, "--timeout", 0.1, 86_400.0, "30")
+}
+
+fn interval_arg(s: &str) -> Result<f64, String> {
+    secs(s, "--interval", 0.0, 3600.0, "1")
+}
+
+fn pct_arg(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v > 0.0 && v <= 100.0 => Ok(v),
+        _ => Err(format!(
+            "--suspect-below '{}' is not a percentage above 0 and at most 100; pass e.g. --suspect-below 60",
+            efabench_bench::size::clip(s)
+        )),
+    }
+}
+
+fn fraction_arg(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v > 0.0 && v <= 1.0 => Ok(v),
+        _ => Err(format!(
+            "--min-link-fraction '{}' is not a fraction above 0 and at most 1; pass e.g. --min-link-fraction 0.5",
+            efabench_bench::size::clip(s)
+        )),
+    }
+}
+
+fn gbps_arg(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 && v < 1e7 => Ok(v),
+        _ => Err(format!(
+            "--min-pair-gbps '{}' is not a bandwidth in Gbps above 0; pass e.g. --min-pair-gbps 80",
+            efabench_bench::size::clip(s)
+        )),
+    }
+}
+
+fn rank_arg(s: &str) -> Result<u32, String> {
+    efabench_bench::harness::bounded(s, "--rank", 0, 65_535, "0").map(|n| n as u32)
+}
+
+fn world_arg(s: &str) -> Result<u32, String> {
+    efabench_bench::harness::bounded(s, "--world", 1, 65_536, "2").map(|n| n as u32)
+}
+
+fn size_arg(s: &str) -> Result<String, String> {
+    efabench_bench::size::parse_size(s)?;
+    Ok(s.trim().to_string())
+}
+
+/// A stage `--skip` can leave out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Stage {
+    /// The doctor's checks on every node, and the consistency across nodes.
+    Checks,
+    /// Every ordered pair of ranks, slow nodes localized.
+    Pairs,
+    /// All-to-all across every rank.
+    Alltoall,
+}
+
+/// Options of `efabench cluster`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ClusterArgs {
+    /// Write the verdicts, checks, pair figures and stage timings as JSON to this file
+    /// (docs/cluster.md has the schema); refused before anything runs when it cannot be written.
+    #[arg(long, value_name = "FILE")]
+    pub summary: Option<PathBuf>,
+    /// Write the verdicts and pair figures in the Prometheus text format to this file
+    /// (node_exporter's textfile collector), `-` for stdout.
+    #[arg(long, value_name = "FILE")]
+    pub prometheus: Option<PathBuf>,
+    /// Append the JSON Lines records of every measurement (pairs, alltoall) to this file.
+    #[arg(short = 'o', long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Time budget of each stage, seconds: the benchmarks' --max-time is derived from it.
+    #[arg(long, default_value = "60", value_parser = budget_arg, allow_hyphen_values = true)]
+    pub stage_budget: f64,
+    /// Budget of the checks stage (default: --stage-budget); the counter interval fits in it.
+    #[arg(long, value_parser = budget_arg, allow_hyphen_values = true)]
+    pub checks_budget: Option<f64>,
+    /// Budget of the pairs stage (default: --stage-budget).
+    #[arg(long, value_parser = budget_arg, allow_hyphen_values = true)]
+    pub pairs_budget: Option<f64>,
+    /// Budget of the alltoall stage (default: --stage-budget).
+    #[arg(long, value_parser = budget_arg, allow_hyphen_values = true)]
+    pub alltoall_budget: Option<f64>,
+    /// Stages to leave out (comma-separated): checks, pairs, alltoall.
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub skip: Vec<Stage>,
+    /// Which pairs the pairs stage measures: all, ring or `random:K[:SEED]` (as `pairs --pairs`).
+    #[arg(long = "pairs", default_value = "all")]
+    pub schedule: String,
+    /// Message size of the pairs stage.
+    #[arg(long, default_value = "1M", value_parser = size_arg)]
+    pub pairs_size: String,
+    /// Message size of the alltoall stage (bytes each rank sends in all).
+    #[arg(long, default_value = "1M", value_parser = size_arg)]
+    pub alltoall_size: String,
+    /// ISOLATE a node when the median of its pairs (sending or receiving) is below this
+    /// percentage of the median of the pairs without it.
+    #[arg(long, default_value = "60", value_parser = pct_arg, allow_hyphen_values = true)]
+    pub suspect_below: f64,
+    /// ISOLATE a node whose pairs' median is below this many Gbps (default: --min-link-fraction
+    /// of the link speed of the cluster's instance type, where efabench knows it).
+    #[arg(long, value_parser = gbps_arg, allow_hyphen_values = true)]
+    pub min_pair_gbps: Option<f64>,
+    /// Fraction of the instance type's link speed (per rail) below which a node's pairs
+    /// ISOLATE it.
+    #[arg(long, default_value = "0.5", value_parser = fraction_arg, allow_hyphen_values = true)]
+    pub min_link_fraction: f64,
+    /// Seconds between the two counter snapshots of the node checks (error counters rising).
+    #[arg(long, default_value = "1", value_parser = interval_arg, allow_hyphen_values = true)]
+    pub interval: f64,
+    /// libfabric provider of the pairs and alltoall stages (default: efa when present).
+    #[arg(short = 'p', long)]
+    pub provider: Option<String>,
+    /// libfabric domain (NIC) of the benchmark stages.
+    #[arg(long)]
+    pub domain: Option<String>,
+    /// NICs (rails) per rank in the benchmark stages: a number or all.
+    #[arg(long, default_value = "1")]
+    pub rails: String,
+    /// Buffer memory of the benchmark stages: host, pinned, cuda or managed.
+    #[arg(long, default_value = "host")]
+    pub mem: String,
+    /// Do not verify payloads.
+    #[arg(long = "no-check")]
+    pub no_check: bool,
+    /// Longest any wait may go without progress, seconds; a node that has not joined by then is
+    /// named.
+    #[arg(long, default_value = "30", value_parser = timeout_arg, allow_hyphen_values = true)]
+    pub timeout: f64,
+    /// Rendezvous HOST:PORT served by rank 0 (manual multi-host runs).
+    #[arg(long)]
+    pub rdzv: Option<String>,
+    /// This process's rank (manual runs, with --world and --rdzv).
+    #[arg(long, value_parser = rank_arg, allow_hyphen_values = true)]
+    pub rank: Option<u32>,
+    /// Number of ranks (manual runs).
+    #[arg(long, value_parser = world_arg, allow_hyphen_values = true)]
+    pub world: Option<u32>,
+}
+
+impl ClusterArgs {
+    pub fn budget(&self, stage: Stage) -> f64 {
+        match stage {
+            Stage::Checks => self.checks_budget,
+            Stage::Pairs => self.pairs_budget,
+            Stage::Alltoall => self.alltoall_budget,
+        }
+        .unwrap_or(self.stage_budget)
+    }
+
+    pub fn runs(&self, stage: Stage) -> bool {
+        !self.skip.contains(&stage)
+    }
+
+    /// Words shared by both benchmark stages.
+    fn common_words(&self, size: &str, max_time: f64) -> Vec<String> {
+        let mut w: Vec<String> = vec![
+            "-b".into(),
+            size.into(),
+            "-e".into(),
+            size.into(),
+            "--max-time".into(),
+            format!("{max_time:.3}"),
+            "--rails".into(),
+            self.rails.clone(),
+            "--mem".into(),
+            self.mem.clone(),
+            "--timeout".into(),
+            self.timeout.to_string(),
+        ];
+        if let Some(p) = &self.provider {
+            w.extend(["-p".into(), p.clone()]);
+        }
+        if let Some(d) = &self.domain {
+            w.extend(["--domain".into(), d.clone()]);
+        }
+        if let Some(o) = &self.output {
+            w.extend(["-o".into(), o.display().to_string()]);
+        }
+        if self.no_check {
+            w.push("--no-check".into());
+        }
+        w
+    }
+
+    /// The pairs stage's options for `world` ranks: `--max-time` per pair is the stage budget
+    /// shared by the rounds of the schedule (each rail alone too when there are several).
+    pub fn pairs_args(&self, world: u32) -> Result<PairsArgs, BenchError> {
+        let probe = self.parse_pairs(1.0)?;
+        let rounds = Plan::Rounds(probe.schedule).cost(world.max(2)).0.max(1) as f64;
+        let rails = if self.rails.trim() == "1" { 1.0 } else { 2.0 };
+        // 0.5: opening the mesh, connecting and the barriers between rounds take the rest;
+        // 1.1: warm-up.
+        let max_time =
+            (self.budget(Stage::Pairs) * 0.5 / (rounds * rails * 1.1)).clamp(0.001, 3600.0);
+        self.parse_pairs(max_time)
+    }
+
+    fn parse_pairs(&self, max_time: f64) -> Result<PairsArgs, BenchError> {
+        #[derive(Parser)]
+        struct Words {
+            #[command(flatten)]
+            args: PairsArgs,
+        }
+        let mut w = vec!["pairs".to_string()];
+        w.extend(self.common_words(&self.pairs_size, max_time));
+        w.extend([
+            "--pairs".into(),
+            self.schedule.clone(),
+            "--suspect-below".into(),
+            self.suspect_below.to_string(),
+        ]);
+        Words::try_parse_from(&w)
+            .map(|p| p.args)
+            .map_err(|e| BenchError::usage(format!("pairs stage: {}", first_line(&e.to_string()))))
+    }
+
+    /// The alltoall stage's options: one size, `--max-time` a share of the stage budget.
+    pub fn alltoall_args(&self) -> Result<AlltoallArgs, BenchError> {
+        #[derive(Parser)]
+        struct Words {
+            #[command(flatten)]
+            args: AlltoallArgs,
+        }
+        let max_time = (self.budget(Stage::Alltoall) * 0.6).clamp(0.001, 3600.0);
+        let mut w = vec!["alltoall".to_string()];
+        w.extend(self.common_words(&self.alltoall_size, max_time));
+        Words::try_parse_from(&w).map(|p| p.args).map_err(|e| {
+            BenchError::usage(format!("alltoall stage: {}", first_line(&e.to_string())))
+        })
+    }
+}
+
+/// clap's message without its usage lines.
+fn first_line(s: &str) -> String {
+    s.lines()
+        .next()
+        .unwrap_or_default()
+        .trim_start_matches("error: ")
+        .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        a: ClusterArgs,
+    }
+
+    fn args(words: &[&str]) -> ClusterArgs {
+        let mut w = vec!["cluster"];
+        w.extend_from_slice(words);
+        Cli::try_parse_from(w).unwrap().a
+    }
+
+    #[test]
+    fn the_pairs_budget_is_shared_by_the_rounds() {
+        let a = args(&["--pairs-budget", "11", "-p", "tcp", "--pairs-size", "64K"]);
+        let p = a.pairs_args(4).unwrap();
+        // all pairs of 4 ranks: 3 rounds; 11 s x 0.5 / (3 x 1.1).
+        assert!(
+            (p.max_time - 11.0 * 0.5 / 3.3).abs() < 0.002,
+            "{}",
+            p.max_time
+        );
+        assert_eq!(p.common.min_bytes, 64 << 10);
+        assert_eq!(p.common.provider.as_deref(), Some("tcp"));
+        assert_eq!(p.suspect_below, 60.0);
+        let t = a.alltoall_args().unwrap();
+        assert!((t.max_time - 36.0).abs() < 1e-9, "{}", t.max_time);
+        assert_eq!(t.sweep.max_bytes, 1 << 20);
+    }
+
+    #[test]
+    fn bad_stage_options_are_refused_with_the_benchmarks_own_message() {
+        let a = args(&["--pairs", "sideways"]);
+        let e = a.pairs_args(4).unwrap_err();
+        assert!(e.is_usage());
+        assert!(
+            e.to_string()
+                .contains("--pairs 'sideways' is not a schedule"),
+            "{e}"
+        );
+        let a = args(&["--mem", "floppy"]);
+        assert!(a
+            .alltoall_args()
+            .unwrap_err()
+            .to_string()
+            .contains("floppy"));
+        let mut w = vec!["cluster", "--stage-budget", "0"];
+        assert!(Cli::try_parse_from(&w).is_err());
+        for bad in [["--rank", "-1"], ["--world", "0"], ["--suspect-below", "0"]] {
+            let mut w = vec!["cluster"];
+            w.extend(bad);
+            assert!(Cli::try_parse_from(&w).is_err(), "{bad:?}");
+        }
+        w = vec!["cluster", "--skip", "pairs,alltoall"];
+        let a = Cli::try_parse_from(&w).unwrap().a;
+        assert!(!a.runs(Stage::Pairs) && a.runs(Stage::Checks));
+    }
+}

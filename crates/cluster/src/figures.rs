@@ -1,0 +1,254 @@
+//! Per-node figures from the pair matrices of `pairs` (one record per ordered pair) and
+//! `alltoall` (its per-peer chunk rates, `matrix_gbps`): what the node sends, what it receives,
+//! and the pairs that involve neither end on it (the reference its own pairs are judged
+//! against, as [`efabench_bench::locate`] judges ranks).
+
+use efabench_bench::locate::PairBw;
+use efabench_record::Record;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// count, min, median and max of some pairs' Gbps.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Stats {
+    pub count: usize,
+    pub min: f64,
+    pub median: f64,
+    pub max: f64,
+}
+
+impl Stats {
+    pub fn of(v: &[f64]) -> Option<Stats> {
+        let mut s: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
+        if s.is_empty() {
+            return None;
+        }
+        s.sort_by(f64::total_cmp);
+        let l = s.len();
+        let median = if l % 2 == 1 {
+            s[l / 2]
+        } else {
+            (s[l / 2 - 1] + s[l / 2]) / 2.0
+        };
+        Some(Stats {
+            count: l,
+            min: s[0],
+            median,
+            max: s[l - 1],
+        })
+    }
+}
+
+/// One node's pairs at one size.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PairFigures {
+    pub size_bytes: u64,
+    /// Pairs from a rank of this node to a rank of another node.
+    pub send: Option<Stats>,
+    /// Pairs from another node to this one.
+    pub recv: Option<Stats>,
+    /// Pairs between two other nodes.
+    pub reference: Option<Stats>,
+    /// The lower of the send and receive medians over the reference median.
+    pub ratio: Option<f64>,
+}
+
+/// A pair matrix of one size, by rank.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Matrix {
+    pub size_bytes: u64,
+    pub pairs: Vec<PairBw>,
+}
+
+impl Matrix {
+    /// The figures of `host`, where `rank_host[r]` is rank r's host.
+    pub fn figures(&self, rank_host: &[String], host: &str) -> PairFigures {
+        let on = |r: usize| rank_host.get(r).is_some_and(|h| h == host);
+        let pick = |f: &dyn Fn(&PairBw) -> bool| -> Vec<f64> {
+            self.pairs.iter().filter(|p| f(p)).map(|p| p.gbps).collect()
+        };
+        let send = Stats::of(&pick(&|p| on(p.src) && !on(p.dst)));
+        let recv = Stats::of(&pick(&|p| !on(p.src) && on(p.dst)));
+        let reference = Stats::of(&pick(&|p| !on(p.src) && !on(p.dst)));
+        let own = match (send, recv) {
+            (Some(s), Some(r)) => Some(s.median.min(r.median)),
+            (Some(s), None) => Some(s.median),
+            (None, Some(r)) => Some(r.median),
+            (None, None) => None,
+        };
+        let ratio = match (own, reference) {
+            (Some(o), Some(r)) if r.median > 0.0 => Some(o / r.median),
+            _ => None,
+        };
+        PairFigures {
+            size_bytes: self.size_bytes,
+            send,
+            recv,
+            reference,
+            ratio,
+        }
+    }
+
+    /// The `pairs` records' matrix at their largest size.
+    pub fn from_pairs(records: &[Record]) -> Option<Matrix> {
+        let size = records
+            .iter()
+            .filter(|r| r.bench == "pairs")
+            .map(|r| r.size_bytes)
+            .max()?;
+        let pairs = records
+            .iter()
+            .filter(|r| r.bench == "pairs" && r.size_bytes == size)
+            .filter_map(|r| {
+                let src = r.extra.get("src").and_then(Value::as_u64)? as usize;
+                let dst = r.peer? as usize;
+                Some(PairBw {
+                    src,
+                    dst,
+                    gbps: r.bw_gbps,
+                })
+            })
+            .collect();
+        Some(Matrix {
+            size_bytes: size,
+            pairs,
+        })
+    }
+
+    /// The per-peer chunk rates (`matrix_gbps`) of the `alltoall` record of the largest size.
+    pub fn from_alltoall(records: &[Record]) -> Option<Matrix> {
+        let r = records
+            .iter()
+            .filter(|r| r.bench == "alltoall" && r.extra.contains_key("matrix_gbps"))
+            .max_by_key(|r| r.size_bytes)?;
+        let rows = r.extra.get("matrix_gbps")?.as_array()?;
+        let mut pairs = Vec::new();
+        for (src, row) in rows.iter().enumerate() {
+            for (dst, c) in row.as_array().into_iter().flatten().enumerate() {
+                match c.as_f64() {
+                    Some(g) if src != dst && g > 0.0 => pairs.push(PairBw { src, dst, gbps: g }),
+                    _ => {}
+                }
+            }
+        }
+        Some(Matrix {
+            size_bytes: r.size_bytes,
+            pairs,
+        })
+    }
+
+    /// The matrix between hosts: each ordered pair of distinct hosts gets the median of the
+    /// rank pairs between them (pairs inside one host are left out). Returns the hosts in order
+    /// of their first rank and the pairs by host index, so a node is judged as one, whatever
+    /// its ranks per node.
+    pub fn by_host(&self, rank_host: &[String]) -> (Vec<String>, Vec<PairBw>) {
+        let mut hosts: Vec<String> = Vec::new();
+        for h in rank_host {
+            if !hosts.contains(h) {
+                hosts.push(h.clone());
+            }
+        }
+        let index = |r: usize| {
+            rank_host
+                .get(r)
+                .and_then(|h| hosts.iter().position(|x| x == h))
+        };
+        let mut cells: std::collections::BTreeMap<(usize, usize), Vec<f64>> =
+            std::collections::BTreeMap::new();
+        for p in &self.pairs {
+            if let (Some(a), Some(b)) = (index(p.src), index(p.dst)) {
+                if a != b {
+                    cells.entry((a, b)).or_default().push(p.gbps);
+                }
+            }
+        }
+        let pairs = cells
+            .into_iter()
+            .filter_map(|((src, dst), v)| {
+                Stats::of(&v).map(|s| PairBw {
+                    src,
+                    dst,
+                    gbps: s.median,
+                })
+            })
+            .collect();
+        (hosts, pairs)
+    }
+}
+
+/// Gbps with two decimals, three significant digits below 1.
+pub fn gbps(v: f64) -> String {
+    if v >= 1.0 || v == 0.0 {
+        format!("{v:.2}")
+    } else {
+        let digits = (2 - v.log10().floor() as i32).clamp(2, 9) as usize;
+        format!("{v:.digits$}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn full(n: usize, f: impl Fn(usize, usize) -> f64) -> Matrix {
+        let mut pairs = Vec::new();
+        for s in 0..n {
+            for d in (0..n).filter(|&d| d != s) {
+                pairs.push(PairBw {
+                    src: s,
+                    dst: d,
+                    gbps: f(s, d),
+                });
+            }
+        }
+        Matrix {
+            size_bytes: 1 << 20,
+            pairs,
+        }
+    }
+
+    fn hosts(n: usize) -> Vec<String> {
+        (1..=n).map(|i| format!("node{i}")).collect()
+    }
+
+    #[test]
+    fn a_throttled_node_has_a_low_ratio_and_the_others_do_not() {
+        let m = full(4, |s, d| if s == 2 || d == 2 { 0.5 } else { 4.0 });
+        let h = hosts(4);
+        let slow = m.figures(&h, "node3");
+        assert_eq!(slow.send.unwrap().count, 3);
+        assert_eq!(slow.recv.unwrap().median, 0.5);
+        assert_eq!(slow.reference.unwrap().median, 4.0);
+        assert_eq!(slow.ratio, Some(0.125));
+        let ok = m.figures(&h, "node1");
+        // node1's pairs with node3 are slow too, but its median stays healthy.
+        assert_eq!(ok.send.unwrap().median, 4.0);
+        assert!(ok.ratio.unwrap() > 1.0, "{ok:?}");
+    }
+
+    #[test]
+    fn ranks_of_one_host_count_as_one_node() {
+        // Two ranks per host: ranks 0,1 on a; 2,3 on b; 4,5 on c.
+        let h: Vec<String> = ["a", "a", "b", "b", "c", "c"].map(String::from).to_vec();
+        let m = full(6, |_, _| 2.0);
+        let f = m.figures(&h, "a");
+        // Pairs inside host a (0<->1) are neither its sends nor its reference.
+        assert_eq!(f.send.unwrap().count, 8);
+        assert_eq!(f.recv.unwrap().count, 8);
+        assert_eq!(f.reference.unwrap().count, 12);
+        // By host: 3 hosts, 6 ordered pairs, each the median of its 4 rank pairs.
+        let (hs, pairs) = m.by_host(&h);
+        assert_eq!(hs, ["a", "b", "c"]);
+        assert_eq!(pairs.len(), 6);
+        assert!(pairs.iter().all(|p| p.gbps == 2.0 && p.src != p.dst));
+    }
+
+    #[test]
+    fn stats_and_gbps_formatting() {
+        assert_eq!(Stats::of(&[]), None);
+        let s = Stats::of(&[3.0, 1.0, f64::NAN, 2.0, 10.0]).unwrap();
+        assert_eq!((s.count, s.min, s.median, s.max), (4, 1.0, 2.5, 10.0));
+        assert_eq!(gbps(12.5), "12.50");
+        assert_eq!(gbps(0.012345), "0.0123");
+    }
+}

@@ -1,0 +1,31 @@
+//! `efabench cluster`: acceptance of a whole cluster in one job, one verdict per node.
+//!
+//! Started once per node (or per GPU) by `srun`, `mpirun`, a Kubernetes Job or `efabench
+//! launch`, every rank runs the stages of [`run()`] on one bootstrap: node checks, consistency
+//! across nodes, `pairs` with localization, `alltoall`. Rank 0 turns what they found into one
+//! verdict per node ([`verdict`]: PASS, WARN or ISOLATE, each with reasons and evidence), prints
+//! them, writes `--summary` ([`summary`], schema in `docs/cluster.md`), and the job exits 1 when
+//! any node is ISOLATE.
+//!
+//! * [`args`]: the options, and the word lists that configure the benchmark stages;
+//! * [`node`]: what a node reports (checks and compared facts);
+//! * [`consistency`]: facts that differ from the majority;
+//! * [`figures`]: per-node figures from a pair matrix;
+//! * [`verdict`]: the verdicts;
+//! * [`summary`]: the JSON document;
+//! * [`table`]: the verdict table printed at the end;
+//! * [`mod@run`]: the stages.
+
+#![forbid(unsafe_code)]
+
+pub mod args;
+pub mod consistency;
+pub mod figures;
+pub mod node;
+pub mod run;
+pub mod summary;
+pub mod table;
+pub mod verdict;
+
+pub use args::ClusterArgs;
+pub use run::{run, Outcome};

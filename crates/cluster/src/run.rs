@@ -1,0 +1,637 @@
+//! The stages of `efabench cluster`, one after the other on one bootstrap:
+//!
+//! 1. **checks**: the first rank of every host runs the node checks (the doctor's) and sends
+//!    them, with the facts compared across nodes, to rank 0;
+//! 2. **consistency**: rank 0 compares those facts (no communication);
+//! 3. **pairs**: the `pairs` benchmark, every ordered pair (or the `--pairs` schedule), slow
+//!    nodes localized;
+//! 4. **alltoall**: the `alltoall` benchmark across every rank.
+//!
+//! Each stage prints a progress line on rank 0 when it starts and ends. After every stage rank
+//! 0 rewrites `--summary`, so a run cut short (a node lost, rank 0 killed) keeps what was done.
+//! A stage that fails because a rank died or froze names that rank's host; the stages after it
+//! are skipped (the job is gone) and the verdicts are made from what was measured.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use efabench_bench::alltoall::Alltoall;
+use efabench_bench::harness::{self, BuildInfo};
+use efabench_bench::pairs::Pairs;
+use efabench_bench::BenchError;
+use efabench_bootstrap::{Bootstrap, BootstrapError, LaunchFlags};
+use efabench_record::Record;
+
+use crate::args::{ClusterArgs, Stage};
+use crate::consistency::{self, Consistency};
+use crate::figures::Matrix;
+use crate::node::NodeReport;
+use crate::summary::{self, StageReport, StageStatus, Summary};
+use crate::verdict::{self, Judgement, Lost, Thresholds};
+
+/// How long a rank may stay alive after the job failed: long enough for rank 0 to name the
+/// lost node and write the summary.
+const WATCHDOG_GRACE: Duration = Duration::from_secs(10);
+
+/// How long a failed stage waits for the bootstrap to name the rank behind it.
+const FAILURE_WAIT: Duration = Duration::from_secs(3);
+
+/// What the run ends with: the exit status every rank returns, and on rank 0 the summary.
+pub struct Outcome {
+    pub exit_code: i32,
+    pub summary: Option<Summary>,
+}
+
+/// The node checks of this host, given the counter interval in seconds.
+pub type NodeCheck<'a> = &'a dyn Fn(f64) -> NodeReport;
+
+fn from_bootstrap(e: BootstrapError) -> BenchError {
+    if e.is_usage() {
+        BenchError::usage(e.to_string())
+    } else {
+        BenchError::failed(e.to_string())
+    }
+}
+
+fn progress(line: &str) {
+    eprintln!("efabench cluster: {line}");
+}
+
+/// Rank 0's view of the run so far.
+struct State<'a> {
+    args: &'a ClusterArgs,
+    build: &'a BuildInfo,
+    started: String,
+    world: u32,
+    rank_host: Vec<String>,
+    stages: Vec<StageReport>,
+    reports: Vec<NodeReport>,
+    consistency: Consistency,
+    pairs: Option<Matrix>,
+    alltoall: Option<Matrix>,
+    lost: Vec<Lost>,
+    thresholds: Thresholds,
+}
+
+impl State<'_> {
+    fn stage(&mut self, name: &str) -> &mut StageReport {
+        let i = self.stages.iter().position(|s| s.name == name).unwrap_or(0);
+        &mut self.stages[i]
+    }
+
+    fn judge(&self) -> Judgement {
+        verdict::judge(&verdict::Inputs {
+            rank_host: &self.rank_host,
+            reports: &self.reports,
+            consistency: &self.consistency,
+            pairs: self.pairs.as_ref(),
+            alltoall: self.alltoall.as_ref(),
+            lost: &self.lost,
+            thresholds: &self.thresholds,
+        })
+    }
+
+    fn summary(&self, complete: bool) -> Summary {
+        let j = self.judge();
+        let worst = j.worst();
+        let mut hosts: Vec<&String> = self.rank_host.iter().collect();
+        hosts.sort();
+        hosts.dedup();
+        Summary {
+            schema: summary::SCHEMA.into(),
+            version: self.build.version.clone(),
+            git: self.build.git.clone(),
+            started: self.started.clone(),
+            written: efabench_record::now_rfc3339(),
+            world: self.world,
+            hosts: j.nodes.len().max(hosts.len()),
+            verdict: worst,
+            exit_code: i32::from(worst == verdict::Verdict::Isolate),
+            complete,
+            thresholds: self.thresholds.clone(),
+            stages: self.stages.clone(),
+            cluster: j.cluster,
+            nodes: j.nodes,
+        }
+    }
+
+    /// Rewrites `--summary` (between stages and at the end); a failure to write is reported,
+    /// not fatal: the verdicts are still printed.
+    fn save(&self, complete: bool) -> Summary {
+        let s = self.summary(complete);
+        if let Some(p) = &self.args.summary {
+            if let Err(e) = summary::write(p, &s) {
+                eprintln!(
+                    "efabench cluster: cannot write --summary {}: {e}",
+                    p.display()
+                );
+            }
+        }
+        s
+    }
+}
+
+/// Paths rank 0 writes, checked before anything runs.
+fn preflight(args: &ClusterArgs) -> Result<(), String> {
+    if let Some(p) = &args.summary {
+        summary::check_writable(p)?;
+    }
+    if let Some(p) = &args.prometheus {
+        if p != Path::new("-") {
+            summary::check_writable(p).map_err(|e| e.replacen("--summary", "--prometheus", 1))?;
+        }
+    }
+    Ok(())
+}
+
+/// Host of each rank as the launcher placed them (Slurm's node list and tasks per node, block
+/// distribution), for naming ranks that never joined.
+pub fn launcher_hosts(world: u32, env: &dyn Fn(&str) -> Option<String>) -> Option<Vec<String>> {
+    let list = env("SLURM_STEP_NODELIST").or_else(|| env("SLURM_JOB_NODELIST"))?;
+    let nodes = efabench_bootstrap::expand_hostlist(&list).ok()?;
+    let tpn = env("SLURM_STEP_TASKS_PER_NODE").or_else(|| env("SLURM_TASKS_PER_NODE"))?;
+    let mut counts = Vec::new();
+    for part in tpn.split(',') {
+        let (n, times) = match part.split_once("(x") {
+            Some((n, t)) => (n, t.trim_end_matches(')')),
+            None => (part, "1"),
+        };
+        let n: usize = n.trim().parse().ok()?;
+        let times: usize = times.trim().parse().ok()?;
+        counts.extend(std::iter::repeat_n(n, times));
+    }
+    let mut out = Vec::new();
+    for (node, n) in nodes.iter().zip(counts) {
+        out.extend(std::iter::repeat_n(node.clone(), n));
+    }
+    (out.len() == world as usize).then_some(out)
+}
+
+/// The host behind a failed job, when the bootstrap names one rank.
+fn lost_of(bs: &Bootstrap, hosts: &[String], stage: &str, e: &BenchError) -> Vec<Lost> {
+    let Some(f) = bs.failure_within(FAILURE_WAIT) else {
+        return Vec::new();
+    };
+    let rank = match &f {
+        // A rank that crashed says so in its own abort ("it died on signal 11 ..."); any other
+        // abort is a rank saying why it gave up, which may be about another rank.
+        BootstrapError::Aborted { rank, reason } if reason.starts_with("it died on signal") => {
+            Some(*rank)
+        }
+        BootstrapError::Aborted { .. } => None,
+        other => other.failed_rank(),
+    };
+    rank.and_then(|r| hosts.get(r as usize))
+        .map(|h| Lost {
+            host: h.clone(),
+            stage: stage.into(),
+            why: if f.to_string() == e.to_string() {
+                f.to_string()
+            } else {
+                format!("{f} ({e})")
+            },
+        })
+        .into_iter()
+        .collect()
+}
+
+/// Runs every stage on this rank. Errors are bad input (exit 2) or, on ranks other than 0, the
+/// job's failure; rank 0 turns a lost node into a verdict instead.
+pub fn run(
+    args: &ClusterArgs,
+    build: &BuildInfo,
+    node_check: NodeCheck,
+) -> Result<Outcome, BenchError> {
+    // Every option is checked before anything connects.
+    args.pairs_args(2)?;
+    args.alltoall_args()?;
+    let flags = LaunchFlags {
+        rank: args.rank,
+        world: args.world,
+        rdzv: args.rdzv.clone(),
+        timeout: Duration::from_secs_f64(args.timeout),
+    };
+    let info = efabench_bootstrap::detect_from_process_env(&flags).map_err(from_bootstrap)?;
+    let bad_path = if info.rank == 0 {
+        preflight(args).err()
+    } else {
+        None
+    };
+    if let (Some(e), 1) = (&bad_path, info.world) {
+        return Err(BenchError::usage(e.clone()));
+    }
+    let started = efabench_record::now_rfc3339();
+    let mut state = State {
+        args,
+        build,
+        started,
+        world: info.world,
+        rank_host: Vec::new(),
+        stages: [
+            ("checks", Some(args.budget(Stage::Checks))),
+            ("consistency", None),
+            ("pairs", Some(args.budget(Stage::Pairs))),
+            ("alltoall", Some(args.budget(Stage::Alltoall))),
+        ]
+        .iter()
+        .map(|(n, b)| StageReport {
+            name: n.to_string(),
+            status: StageStatus::Pending,
+            budget_s: *b,
+            elapsed_s: 0.0,
+            detail: String::new(),
+        })
+        .collect(),
+        reports: Vec::new(),
+        consistency: Consistency::default(),
+        pairs: None,
+        alltoall: None,
+        lost: Vec::new(),
+        thresholds: Thresholds {
+            suspect_below: args.suspect_below / 100.0,
+            min_pair_gbps: args.min_pair_gbps,
+            min_pair_from: args.min_pair_gbps.map(|_| "--min-pair-gbps".into()),
+        },
+    };
+    let bs = match Bootstrap::connect(&info, Duration::from_secs_f64(args.timeout)) {
+        Ok(bs) => bs,
+        Err(e) => {
+            if let Some(p) = bad_path {
+                return Err(BenchError::usage(p));
+            }
+            let missing = match &e {
+                BootstrapError::Timeout {
+                    op, waiting_for, ..
+                } if op == "connect" && info.rank == 0 => waiting_for.clone(),
+                _ => return Err(from_bootstrap(e)),
+            };
+            // Rank 0: name the hosts that never joined, from the launcher's placement.
+            let placed = launcher_hosts(info.world, &|k| std::env::var(k).ok());
+            // Only the missing nodes get a verdict: the others were never checked.
+            state.rank_host = Vec::new();
+            for r in &missing {
+                let host = placed
+                    .as_ref()
+                    .and_then(|p| p.get(*r as usize).cloned())
+                    .unwrap_or_else(|| format!("rank {r} (host unknown)"));
+                state.lost.push(Lost {
+                    host,
+                    stage: "join".into(),
+                    why: e.to_string(),
+                });
+            }
+            for s in &mut state.stages {
+                s.status = StageStatus::Skipped;
+                s.detail = "not every rank joined".into();
+            }
+            let s = state.save(true);
+            crate::table::print_verdicts(&s);
+            return Ok(Outcome {
+                exit_code: s.exit_code,
+                summary: Some(s),
+            });
+        }
+    };
+    bs.arm_watchdog(WATCHDOG_GRACE);
+    let (rank, world) = (bs.rank(), bs.world());
+    // Rank 0's path check decides for every rank: nothing runs with a summary it cannot write.
+    let verdict = bs
+        .broadcast(bad_path.unwrap_or_default().as_bytes())
+        .map_err(from_bootstrap)?;
+    if !verdict.is_empty() {
+        return Err(BenchError::usage(
+            String::from_utf8_lossy(&verdict).into_owned(),
+        ));
+    }
+    let me = efabench_record::hostname();
+    state.rank_host = bs
+        .all_gather(me.as_bytes())
+        .map_err(from_bootstrap)?
+        .iter()
+        .map(|h| String::from_utf8_lossy(h).into_owned())
+        .collect();
+    let mut distinct = state.rank_host.clone();
+    distinct.sort();
+    distinct.dedup();
+    let lead = rank == 0;
+    if lead {
+        progress(&format!(
+            "{world} ranks on {} host(s); stages: checks, consistency, pairs, alltoall",
+            distinct.len()
+        ));
+    }
+
+    let mut failed: Option<BenchError> = None;
+    // 1. checks
+    let t = Instant::now();
+    if !args.runs(Stage::Checks) {
+        skip(&mut state, &["checks", "consistency"], "--skip checks");
+    } else {
+        let budget = args.budget(Stage::Checks);
+        if lead {
+            progress(&format!(
+                "[1/4] checks: the doctor's checks on {} host(s) (budget {budget} s)",
+                distinct.len()
+            ));
+            state.stage("checks").status = StageStatus::Running;
+            state.save(false);
+        }
+        let first_on_host = state.rank_host.iter().position(|h| *h == me) == Some(rank as usize);
+        let mine = if first_on_host {
+            node_check(args.interval.min(budget / 2.0)).encode()
+        } else {
+            Vec::new()
+        };
+        match bs.gather(&mine) {
+            Ok(Some(all)) => {
+                state.reports = all.iter().filter_map(|b| NodeReport::decode(b)).collect();
+                let n = state.reports.len();
+                let s = state.stage("checks");
+                s.status = StageStatus::Ok;
+                s.elapsed_s = secs(t);
+                s.detail = format!("{n} host(s) reported");
+                progress(&format!(
+                    "[1/4] checks: {n} host(s) reported in {:.1} s",
+                    secs(t)
+                ));
+                let t = Instant::now();
+                state.consistency = consistency::compare(&state.reports);
+                let c = &state.consistency;
+                let detail = format!(
+                    "{} node(s) differ from the majority, {} fact(s) without a majority",
+                    c.deviations.len(),
+                    c.splits.len()
+                );
+                progress(&format!("[2/4] consistency: {detail}"));
+                let s = state.stage("consistency");
+                s.status = StageStatus::Ok;
+                s.elapsed_s = secs(t);
+                s.detail = detail;
+                state.save(false);
+            }
+            Ok(None) => {}
+            Err(e) => failed = Some(fail(&bs, &mut state, lead, "checks", t, from_bootstrap(e))),
+        }
+    }
+
+    // 3. pairs
+    if failed.is_none() {
+        let t = Instant::now();
+        if !args.runs(Stage::Pairs) {
+            skip(&mut state, &["pairs"], "--skip pairs");
+        } else if world < 2 {
+            skip(&mut state, &["pairs"], "one rank: pairs needs two or more");
+        } else {
+            let pa = args.pairs_args(world)?;
+            if lead {
+                progress(&format!(
+                    "[3/4] pairs: {} at {}, --max-time {:.3} s per pair (budget {} s)",
+                    pa.schedule,
+                    args.pairs_size,
+                    pa.max_time,
+                    args.budget(Stage::Pairs)
+                ));
+                state.stage("pairs").status = StageStatus::Running;
+                state.save(false);
+            }
+            let mut b = Pairs::new(&pa)?;
+            match harness::run_on(&mut b, &pa.common, build, &bs) {
+                Ok((code, records)) => {
+                    if lead {
+                        state.pairs = Matrix::from_pairs(&records);
+                        floor_from_instance(&mut state, &records);
+                        done(&mut state, "pairs", t, code, &records);
+                    }
+                }
+                Err(e) => {
+                    // As `pairs` itself does: no fabric teardown with writes possibly posted.
+                    std::mem::forget(b);
+                    failed = Some(fail(&bs, &mut state, lead, "pairs", t, e));
+                }
+            }
+        }
+    }
+
+    // 4. alltoall
+    if failed.is_none() {
+        let t = Instant::now();
+        if !args.runs(Stage::Alltoall) {
+            skip(&mut state, &["alltoall"], "--skip alltoall");
+        } else if world < 2 {
+            skip(
+                &mut state,
+                &["alltoall"],
+                "one rank: alltoall needs two or more",
+            );
+        } else {
+            let aa = args.alltoall_args()?;
+            if lead {
+                progress(&format!(
+                    "[4/4] alltoall: {} per rank, --max-time {:.3} s (budget {} s)",
+                    args.alltoall_size,
+                    aa.max_time,
+                    args.budget(Stage::Alltoall)
+                ));
+                state.stage("alltoall").status = StageStatus::Running;
+                state.save(false);
+            }
+            let mut b = Alltoall::new(&aa)?;
+            match harness::run_on(&mut b, &aa, build, &bs) {
+                Ok((code, records)) => {
+                    if lead {
+                        state.alltoall = Matrix::from_alltoall(&records);
+                        done(&mut state, "alltoall", t, code, &records);
+                    }
+                }
+                Err(e) => {
+                    std::mem::forget(b);
+                    failed = Some(fail(&bs, &mut state, lead, "alltoall", t, e));
+                }
+            }
+        }
+    }
+
+    if let Some(e) = failed {
+        if !lead || e.is_usage() {
+            return Err(e);
+        }
+        let s = state.save(true);
+        crate::table::print_verdicts(&s);
+        return Ok(Outcome {
+            exit_code: s.exit_code.max(1),
+            summary: Some(s),
+        });
+    }
+    let summary = lead.then(|| {
+        let s = state.save(true);
+        crate::table::print_verdicts(&s);
+        s
+    });
+    let code = summary.as_ref().map_or(0, |s| s.exit_code);
+    // Every rank ends with rank 0's status.
+    let code = bs
+        .broadcast(&[code as u8])
+        .map_err(from_bootstrap)?
+        .first()
+        .copied()
+        .unwrap_or(1) as i32;
+    bs.barrier().map_err(from_bootstrap)?;
+    Ok(Outcome {
+        exit_code: code,
+        summary,
+    })
+}
+
+fn secs(t: Instant) -> f64 {
+    (t.elapsed().as_secs_f64() * 1000.0).round() / 1000.0
+}
+
+fn skip(state: &mut State, names: &[&str], why: &str) {
+    for n in names {
+        let s = state.stage(n);
+        s.status = StageStatus::Skipped;
+        s.detail = why.into();
+    }
+}
+
+/// A benchmark stage that ran to its end.
+fn done(state: &mut State, name: &str, t: Instant, code: i32, records: &[Record]) {
+    let errors: u64 = records.iter().map(|r| r.errors).sum();
+    let over = secs(t) > state.stage(name).budget_s.unwrap_or(f64::MAX);
+    let mut detail = format!("{} records", records.len());
+    if code != 0 || errors > 0 {
+        detail.push_str(&format!(
+            "; {errors} payload words failed verification (the records' errors field says where)"
+        ));
+    }
+    if over {
+        detail.push_str("; over its budget (setup and connection time are not bounded by it)");
+    }
+    progress(&format!("{name}: done in {:.1} s ({detail})", secs(t)));
+    let s = state.stage(name);
+    s.status = if code == 0 {
+        StageStatus::Ok
+    } else {
+        StageStatus::Failed
+    };
+    s.elapsed_s = secs(t);
+    s.detail = detail;
+    state.save(false);
+}
+
+/// A stage that ended in an error: the lost node (when one rank is behind it) and the stages
+/// that cannot run any more.
+fn fail(
+    bs: &Bootstrap,
+    state: &mut State,
+    lead: bool,
+    name: &str,
+    t: Instant,
+    e: BenchError,
+) -> BenchError {
+    if !lead || e.is_usage() {
+        return e;
+    }
+    let lost = lost_of(bs, &state.rank_host, name, &e);
+    let hosts: Vec<String> = lost.iter().map(|l| l.host.clone()).collect();
+    progress(&format!(
+        "{name}: failed after {:.1} s{}: {e}",
+        secs(t),
+        if hosts.is_empty() {
+            String::new()
+        } else {
+            format!(" (lost {})", hosts.join(", "))
+        }
+    ));
+    state.lost.extend(lost);
+    let s = state.stage(name);
+    s.status = StageStatus::Failed;
+    s.elapsed_s = secs(t);
+    s.detail = e.to_string();
+    for s in &mut state.stages {
+        if s.status == StageStatus::Pending {
+            s.status = StageStatus::Skipped;
+            s.detail = format!("the {name} stage failed");
+        }
+    }
+    e
+}
+
+/// The absolute floor from the instance type all nodes share, where efabench knows its link
+/// speed: `--min-link-fraction` of the rails a rank drove.
+fn floor_from_instance(state: &mut State, records: &[Record]) {
+    if state.thresholds.min_pair_gbps.is_some() {
+        return;
+    }
+    let types: Vec<Option<&str>> = state
+        .reports
+        .iter()
+        .map(|r| r.facts.instance_type.as_deref())
+        .collect();
+    let rails = records.iter().map(|r| r.rails).max().unwrap_or(1);
+    if let Some((floor, from)) = instance_floor(&types, rails, state.args.min_link_fraction) {
+        state.thresholds.min_pair_gbps = Some(floor);
+        state.thresholds.min_pair_from = Some(from);
+    }
+}
+
+/// `fraction` of the link speed of `rails` EFA devices of the instance type every node
+/// reported, with where it comes from; `None` unless all nodes share one type efabench knows.
+pub fn instance_floor(types: &[Option<&str>], rails: u32, fraction: f64) -> Option<(f64, String)> {
+    let t = (*types.first()?)?;
+    if types.iter().any(|x| *x != Some(t)) {
+        return None;
+    }
+    let profile = efabench_topology::topo::instance_profile(t)?;
+    let rails = rails.max(1);
+    Some((
+        fraction * profile.gbps_per_efa * rails as f64,
+        format!(
+            "{fraction} x {rails} rail(s) x {} Gbps per EFA of {t}",
+            profile.gbps_per_efa
+        ),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    #[test]
+    fn the_floor_comes_from_the_instance_type_all_nodes_share() {
+        let p5 = Some("p5.48xlarge");
+        let (floor, from) = instance_floor(&[p5, p5, p5], 1, 0.5).unwrap();
+        assert_eq!(floor, 50.0);
+        assert_eq!(from, "0.5 x 1 rail(s) x 100 Gbps per EFA of p5.48xlarge");
+        assert_eq!(instance_floor(&[p5, p5], 4, 0.5).unwrap().0, 200.0);
+        // Mixed, unknown or unreadable types: no absolute floor, only the relative rule.
+        assert_eq!(instance_floor(&[p5, Some("p5en.48xlarge")], 1, 0.5), None);
+        assert_eq!(
+            instance_floor(&[Some("Standard PC"), Some("Standard PC")], 1, 0.5),
+            None
+        );
+        assert_eq!(instance_floor(&[p5, None], 1, 0.5), None);
+        assert_eq!(instance_floor(&[], 1, 0.5), None);
+    }
+
+    #[test]
+    fn slurm_placement_names_each_rank_s_host() {
+        let env = |vars: &'static [(&'static str, &'static str)]| {
+            move |k: &str| {
+                vars.iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        let e = env(&[
+            ("SLURM_STEP_NODELIST", "node[1-3]"),
+            ("SLURM_STEP_TASKS_PER_NODE", "2(x2),1"),
+        ]);
+        assert_eq!(
+            launcher_hosts(5, &e).unwrap(),
+            ["node1", "node1", "node2", "node2", "node3"]
+        );
+        // A world that does not match the placement is not guessed at.
+        assert_eq!(launcher_hosts(4, &e), None);
+        assert_eq!(launcher_hosts(4, &env(&[])), None);
+    }
+}

@@ -1,0 +1,219 @@
+//! `--summary FILE`: the run's verdicts as one JSON document (schema in `docs/cluster.md`),
+//! written by rank 0 after every stage (so a run cut short keeps what it measured) and at the
+//! end, each time whole or not at all (a temporary file renamed over the path).
+
+use std::io::Write;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::verdict::{NodeVerdict, Thresholds, Verdict};
+
+/// The `schema` field of the summary.
+pub const SCHEMA: &str = "efabench-cluster/1";
+
+/// How a stage ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StageStatus {
+    /// Ran to its end.
+    Ok,
+    /// Ended by an error (the detail says which, and names the node when one was lost).
+    Failed,
+    /// Not run (the detail says why).
+    Skipped,
+    /// Still running when this summary was written.
+    Running,
+    /// Not started yet.
+    Pending,
+}
+
+/// One stage's timing and outcome.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StageReport {
+    pub name: String,
+    pub status: StageStatus,
+    /// The stage's time budget, seconds (null where the stage has none).
+    pub budget_s: Option<f64>,
+    /// Seconds the stage took (0 when it did not run).
+    pub elapsed_s: f64,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub detail: String,
+}
+
+/// The whole document.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    pub schema: String,
+    pub version: String,
+    pub git: Option<String>,
+    /// RFC 3339, UTC: when rank 0 started, and when this document was written.
+    pub started: String,
+    pub written: String,
+    /// Ranks of the job and hosts among them.
+    pub world: u32,
+    pub hosts: usize,
+    /// The worst node verdict, and the exit status of the run (1 when any node is ISOLATE).
+    pub verdict: Verdict,
+    pub exit_code: i32,
+    /// Whether every stage has ended (false in the summaries written between stages).
+    pub complete: bool,
+    pub thresholds: Thresholds,
+    pub stages: Vec<StageReport>,
+    /// Findings about the cluster as a whole (a check failing on most nodes, a fact with no
+    /// majority value).
+    pub cluster: Vec<String>,
+    pub nodes: Vec<NodeVerdict>,
+}
+
+/// Refuses a summary path that cannot be written, before anything runs: a directory, a
+/// missing or read-only directory, a read-only file.
+pub fn check_writable(path: &Path) -> Result<(), String> {
+    let shown = path.display();
+    if path.as_os_str().is_empty() {
+        return Err("--summary needs a file name, e.g. --summary summary.json".into());
+    }
+    if path.is_dir() {
+        return Err(format!(
+            "--summary {shown}: it is a directory; give a file path, e.g. --summary {shown}/summary.json"
+        ));
+    }
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => std::path::PathBuf::from("."),
+    };
+    let reason = |e: std::io::Error| {
+        let s = e.to_string();
+        s.split(" (os error").next().unwrap_or_default().to_string()
+    };
+    // The file is replaced by a rename from this directory, so the directory must take a new
+    // file; an existing file must also be writable (it is not touched here).
+    let probe = dir.join(format!(".efabench-summary-probe.{}", std::process::id()));
+    std::fs::File::create(&probe).map_err(|e| {
+        format!(
+            "--summary {shown}: cannot create files in {} ({}); give a path in a writable directory",
+            dir.display(),
+            reason(e)
+        )
+    })?;
+    let _ = std::fs::remove_file(&probe);
+    if path.exists() {
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(path)
+            .map_err(|e| {
+                format!(
+                    "--summary {shown}: the file exists and cannot be written ({}); remove it or give another path",
+                    reason(e)
+                )
+            })?;
+    }
+    Ok(())
+}
+
+/// Writes `summary` to `path` whole: a temporary file in the same directory, renamed over it.
+pub fn write(path: &Path, summary: &Summary) -> std::io::Result<()> {
+    let text = serde_json::to_string_pretty(summary).map_err(std::io::Error::other)? + "\n";
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => std::path::PathBuf::from("."),
+    };
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "summary.json".into());
+    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+    let result = (|| {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(text.as_bytes())?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dir() -> std::path::PathBuf {
+        let d = std::env::temp_dir().join(format!(
+            "efabench-summary-test-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn unwritable_paths_are_refused_with_the_reason() {
+        let d = dir();
+        assert!(check_writable(&d.join("s.json")).is_ok());
+        let e = check_writable(&d).unwrap_err();
+        assert!(e.contains("is a directory"), "{e}");
+        let e = check_writable(&d.join("missing/s.json")).unwrap_err();
+        assert!(e.contains("cannot create files in"), "{e}");
+        assert!(check_writable(Path::new("")).is_err());
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn a_summary_round_trips_and_keeps_its_keys() {
+        let d = dir();
+        let s = Summary {
+            schema: SCHEMA.into(),
+            version: "0.1.0".into(),
+            git: None,
+            started: "2026-01-01T00:00:00Z".into(),
+            written: "2026-01-01T00:00:09Z".into(),
+            world: 4,
+            hosts: 4,
+            verdict: Verdict::Pass,
+            exit_code: 0,
+            complete: true,
+            thresholds: Thresholds {
+                suspect_below: 0.6,
+                min_pair_gbps: None,
+                min_pair_from: None,
+            },
+            stages: vec![StageReport {
+                name: "pairs".into(),
+                status: StageStatus::Ok,
+                budget_s: Some(20.0),
+                elapsed_s: 3.5,
+                detail: String::new(),
+            }],
+            cluster: Vec::new(),
+            nodes: Vec::new(),
+        };
+        let p = d.join("summary.json");
+        write(&p, &s).unwrap();
+        let text = std::fs::read_to_string(&p).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        for k in [
+            "schema",
+            "version",
+            "world",
+            "hosts",
+            "verdict",
+            "exit_code",
+            "complete",
+            "thresholds",
+            "stages",
+            "cluster",
+            "nodes",
+        ] {
+            assert!(v.get(k).is_some(), "{k} missing in {text}");
+        }
+        assert_eq!(v["stages"][0]["status"], "ok");
+        assert_eq!(v["verdict"], "PASS");
+        let back: Summary = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, s);
+        let _ = std::fs::remove_dir_all(&d);
+    }
+}

@@ -1,0 +1,222 @@
+//! The verdict table rank 0 prints at the end: the stages, the cluster-wide findings, one line
+//! per node with its pair figures and its reasons under it, and the conclusion.
+
+use crate::summary::Summary;
+use crate::verdict;
+
+/// The verdict table on stdout (rank 0).
+pub fn print_verdicts(s: &Summary) {
+    println!("{}", render_verdicts(s));
+}
+
+/// The verdict table: one line per node with its pair figures, its reasons under it.
+pub fn render_verdicts(s: &Summary) -> String {
+    use crate::figures::gbps;
+    let mut out = Vec::new();
+    let stages: Vec<String> = s
+        .stages
+        .iter()
+        .map(|st| {
+            format!(
+                "{} {}{}",
+                st.name,
+                serde_json::to_value(st.status)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_string))
+                    .unwrap_or_default(),
+                if st.elapsed_s > 0.0 {
+                    format!(" {:.1} s", st.elapsed_s)
+                } else {
+                    String::new()
+                }
+            )
+        })
+        .collect();
+    let joined = !s
+        .nodes
+        .iter()
+        .any(|n| n.reasons.iter().any(|r| r.stage == "join"));
+    out.push(if joined {
+        format!(
+            "# cluster: {} ranks on {} host(s); {}",
+            s.world,
+            s.hosts,
+            stages.join(", ")
+        )
+    } else {
+        format!(
+            "# cluster: {} ranks, not all of them joined; {}",
+            s.world,
+            stages.join(", ")
+        )
+    });
+    for c in &s.cluster {
+        out.push(format!("# cluster-wide: {c}"));
+    }
+    let w = s
+        .nodes
+        .iter()
+        .map(|n| n.host.len())
+        .max()
+        .unwrap_or(4)
+        .max(4);
+    out.push(format!(
+        "{:<w$}  {:<7}  {:>28}  {:>14}",
+        "host", "verdict", "pairs send/recv/others Gbps", "alltoall ratio"
+    ));
+    for n in &s.nodes {
+        let med = |x: &Option<crate::figures::Stats>| x.map_or("-".to_string(), |s| gbps(s.median));
+        let pairs = n
+            .pairs
+            .as_ref()
+            .map(|p| {
+                format!(
+                    "{} / {} / {}",
+                    med(&p.send),
+                    med(&p.recv),
+                    med(&p.reference)
+                )
+            })
+            .unwrap_or_else(|| "-".into());
+        let a2a = n
+            .alltoall
+            .as_ref()
+            .and_then(|a| a.ratio)
+            .map_or("-".to_string(), |r| format!("{:.0}%", r * 100.0));
+        out.push(format!(
+            "{:<w$}  {:<7}  {pairs:>28}  {a2a:>14}",
+            n.host,
+            n.verdict.as_str()
+        ));
+        for r in &n.reasons {
+            out.push(format!(
+                "{:<w$}    {} {}: {}{}",
+                "",
+                r.verdict.as_str(),
+                r.stage,
+                r.reason,
+                if r.evidence.is_empty() {
+                    String::new()
+                } else {
+                    format!("; {}", r.evidence)
+                }
+            ));
+        }
+    }
+    let isolate: Vec<&str> = s
+        .nodes
+        .iter()
+        .filter(|n| n.verdict == verdict::Verdict::Isolate)
+        .map(|n| n.host.as_str())
+        .collect();
+    let warn = s
+        .nodes
+        .iter()
+        .filter(|n| n.verdict == verdict::Verdict::Warn)
+        .count();
+    out.push(if isolate.is_empty() {
+        format!(
+            "# verdict: no node to isolate ({} PASS, {warn} WARN); exit {}",
+            s.nodes.len() - warn,
+            s.exit_code
+        )
+    } else {
+        format!(
+            "# verdict: ISOLATE {} ({} of {} nodes); exit {}",
+            isolate.join(", "),
+            isolate.len(),
+            s.nodes.len(),
+            s.exit_code
+        )
+    });
+    out.join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::summary::{self, Summary};
+    use crate::verdict::{NodeVerdict, Reason, Thresholds, Verdict};
+
+    fn doc(nodes: Vec<NodeVerdict>) -> Summary {
+        let worst = nodes
+            .iter()
+            .map(|n| n.verdict)
+            .max()
+            .unwrap_or(Verdict::Pass);
+        Summary {
+            schema: summary::SCHEMA.into(),
+            version: "0".into(),
+            git: None,
+            started: String::new(),
+            written: String::new(),
+            world: 4,
+            hosts: nodes.len(),
+            verdict: worst,
+            exit_code: i32::from(worst == Verdict::Isolate),
+            complete: true,
+            thresholds: Thresholds {
+                suspect_below: 0.6,
+                min_pair_gbps: None,
+                min_pair_from: None,
+            },
+            stages: Vec::new(),
+            cluster: vec!["check x fails on 4 of 4 nodes".into()],
+            nodes,
+        }
+    }
+
+    fn node(host: &str, reasons: Vec<Reason>) -> NodeVerdict {
+        NodeVerdict {
+            host: host.into(),
+            ranks: vec![0],
+            verdict: reasons
+                .iter()
+                .map(|r| r.verdict)
+                .max()
+                .unwrap_or(Verdict::Pass),
+            reasons,
+            checks: Vec::new(),
+            facts: None,
+            pairs: None,
+            alltoall: None,
+        }
+    }
+
+    #[test]
+    fn the_table_names_the_isolated_nodes_and_their_reasons() {
+        let r = |stage: &str, v| Reason {
+            stage: stage.into(),
+            verdict: v,
+            reason: "slow".into(),
+            evidence: "its 6 pairs".into(),
+        };
+        let t = render_verdicts(&doc(vec![
+            node("node1", Vec::new()),
+            node(
+                "node3",
+                vec![r("pairs", Verdict::Isolate), r("alltoall", Verdict::Warn)],
+            ),
+        ]));
+        assert!(t.starts_with("# cluster: 4 ranks on 2 host(s)"), "{t}");
+        assert!(
+            t.contains("# cluster-wide: check x fails on 4 of 4 nodes"),
+            "{t}"
+        );
+        assert!(t.contains("ISOLATE pairs: slow; its 6 pairs"), "{t}");
+        assert!(
+            t.ends_with("# verdict: ISOLATE node3 (1 of 2 nodes); exit 1"),
+            "{t}"
+        );
+        let t = render_verdicts(&doc(vec![node("node4", vec![r("join", Verdict::Isolate)])]));
+        assert!(
+            t.starts_with("# cluster: 4 ranks, not all of them joined"),
+            "{t}"
+        );
+        let t = render_verdicts(&doc(vec![node("a", Vec::new()), node("b", Vec::new())]));
+        assert!(
+            t.ends_with("# verdict: no node to isolate (2 PASS, 0 WARN); exit 0"),
+            "{t}"
+        );
+    }
+}

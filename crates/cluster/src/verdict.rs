@@ -1,0 +1,518 @@
+//! One verdict per node from everything the stages found.
+//!
+//! * **ISOLATE** — take the node out of the pool: a check fails on it but not on most nodes;
+//!   its hardware differs from the majority's (instance type, EFA devices, GPUs, link speed);
+//!   its pairs are slow against the pairs without it (`pairs`' localization on the matrix
+//!   between hosts, below
+//!   `suspect_below` of the reference) or below the absolute floor `min_pair_gbps`; it never
+//!   joined or died during a stage.
+//! * **WARN** — usable, look at it: a check warns on it but not on most nodes; its software
+//!   (libfabric, driver, plugin, NCCL, CUDA, huge pages, kernel) differs from the majority's;
+//!   `alltoall` named it as its slowest node.
+//! * **PASS** — none of the above.
+//!
+//! A check that fails (or warns) on most nodes says nothing about one node: it is the image or
+//! the cluster's configuration. It goes to the cluster's findings, printed and kept in the
+//! summary, and makes no node ISOLATE; the cluster is judged by the nodes it should take out.
+
+use std::collections::BTreeMap;
+
+use efabench_bench::locate;
+use serde::{Deserialize, Serialize};
+
+use crate::consistency::Consistency;
+use crate::figures::{gbps, Matrix, PairFigures};
+use crate::node::{CheckStatus, NodeCheck, NodeFacts, NodeReport, Weight};
+
+/// A node's verdict, worst last.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum Verdict {
+    Pass,
+    Warn,
+    Isolate,
+}
+
+impl Verdict {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Pass => "PASS",
+            Verdict::Warn => "WARN",
+            Verdict::Isolate => "ISOLATE",
+        }
+    }
+}
+
+/// Why a node is not PASS: the stage that saw it, what it means, and the numbers.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Reason {
+    pub stage: String,
+    pub verdict: Verdict,
+    pub reason: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub evidence: String,
+}
+
+/// One node of the summary.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NodeVerdict {
+    pub host: String,
+    pub ranks: Vec<u32>,
+    pub verdict: Verdict,
+    pub reasons: Vec<Reason>,
+    /// The node's checks (empty when the checks stage did not reach it).
+    pub checks: Vec<NodeCheck>,
+    pub facts: Option<NodeFacts>,
+    pub pairs: Option<PairFigures>,
+    pub alltoall: Option<PairFigures>,
+}
+
+/// The thresholds the verdicts use.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Thresholds {
+    /// A node is named when the median of its pairs (a direction) is below this fraction of the
+    /// median of the pairs without it.
+    pub suspect_below: f64,
+    /// Absolute floor of a node's send and receive medians, Gbps, when known.
+    pub min_pair_gbps: Option<f64>,
+    /// Where the floor comes from (an option, or the instance type's link speed).
+    pub min_pair_from: Option<String>,
+}
+
+/// A node lost during the run: it never joined, or died in a stage.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Lost {
+    pub host: String,
+    pub stage: String,
+    pub why: String,
+}
+
+/// Everything the verdicts are made from.
+pub struct Inputs<'a> {
+    /// Host of each rank (index = rank).
+    pub rank_host: &'a [String],
+    /// One report per host that ran its checks.
+    pub reports: &'a [NodeReport],
+    pub consistency: &'a Consistency,
+    pub pairs: Option<&'a Matrix>,
+    pub alltoall: Option<&'a Matrix>,
+    pub lost: &'a [Lost],
+    pub thresholds: &'a Thresholds,
+}
+
+/// The verdicts, one per host in rank order, and the cluster-wide findings.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Judgement {
+    pub nodes: Vec<NodeVerdict>,
+    pub cluster: Vec<String>,
+}
+
+impl Judgement {
+    /// The worst verdict of any node (PASS for none).
+    pub fn worst(&self) -> Verdict {
+        self.nodes
+            .iter()
+            .map(|n| n.verdict)
+            .max()
+            .unwrap_or(Verdict::Pass)
+    }
+
+    pub fn count(&self, v: Verdict) -> usize {
+        self.nodes.iter().filter(|n| n.verdict == v).count()
+    }
+}
+
+/// Hosts in order of their first rank, then hosts only known from `lost`.
+fn hosts_in_order(rank_host: &[String], lost: &[Lost]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for h in rank_host.iter().chain(lost.iter().map(|l| &l.host)) {
+        if !out.contains(h) {
+            out.push(h.clone());
+        }
+    }
+    out
+}
+
+pub fn judge(i: &Inputs) -> Judgement {
+    let hosts = hosts_in_order(i.rank_host, i.lost);
+    let mut reasons: BTreeMap<String, Vec<Reason>> = BTreeMap::new();
+    let mut add = |host: &str, r: Reason| reasons.entry(host.to_string()).or_default().push(r);
+    let mut cluster = Vec::new();
+
+    // Checks: node-specific findings only; what most nodes share is the cluster's.
+    let reported = i.reports.len();
+    let mut by_check: BTreeMap<(&str, CheckStatus), Vec<(&str, &NodeCheck)>> = BTreeMap::new();
+    for r in i.reports {
+        for c in &r.checks {
+            if matches!(c.status, CheckStatus::Fail | CheckStatus::Warn) {
+                by_check
+                    .entry((c.id.as_str(), c.status))
+                    .or_default()
+                    .push((r.host.as_str(), c));
+            }
+        }
+    }
+    for ((id, status), on) in &by_check {
+        if on.len() * 2 > reported {
+            cluster.push(format!(
+                "check {id} {}s on {} of {reported} nodes (the image or the cluster's setup, not \
+                 one node): {}",
+                status.as_str(),
+                on.len(),
+                on[0].1.summary
+            ));
+            continue;
+        }
+        for (host, c) in on {
+            let verdict = if *status == CheckStatus::Fail {
+                Verdict::Isolate
+            } else {
+                Verdict::Warn
+            };
+            add(
+                host,
+                Reason {
+                    stage: "checks".into(),
+                    verdict,
+                    reason: format!(
+                        "check {id} {}s here (it passes on most nodes)",
+                        status.as_str()
+                    ),
+                    evidence: if c.fix.is_empty() {
+                        c.summary.clone()
+                    } else {
+                        format!("{}; fix: {}", c.summary, c.fix)
+                    },
+                },
+            );
+        }
+    }
+
+    // Consistency.
+    for d in &i.consistency.deviations {
+        let verdict = match d.weight {
+            Weight::Hardware => Verdict::Isolate,
+            Weight::Software => Verdict::Warn,
+        };
+        add(
+            &d.host,
+            Reason {
+                stage: "consistency".into(),
+                verdict,
+                reason: format!("{} differs from the majority", d.field),
+                evidence: d.describe(),
+            },
+        );
+    }
+    for s in &i.consistency.splits {
+        cluster.push(s.describe());
+    }
+
+    // Pairs: localization (relative to the cluster's own pairs) and the absolute floor.
+    if let Some(m) = i.pairs {
+        let (by, pairs) = m.by_host(i.rank_host);
+        for s in locate::locate(by.len(), &pairs, i.thresholds.suspect_below) {
+            let host = by.get(s.rank).cloned().unwrap_or_default();
+            add(
+                &host,
+                Reason {
+                    stage: "pairs".into(),
+                    verdict: Verdict::Isolate,
+                    reason: format!(
+                        "slow {}: below {:.0}% of the pairs without it",
+                        s.direction.describe(),
+                        i.thresholds.suspect_below * 100.0
+                    ),
+                    evidence: format!("at {} B: {}", m.size_bytes, s.evidence()),
+                },
+            );
+        }
+        if let Some(floor) = i.thresholds.min_pair_gbps {
+            for h in &hosts {
+                let f = m.figures(i.rank_host, h);
+                let low: Vec<String> = [("sending", f.send), ("receiving", f.recv)]
+                    .iter()
+                    .filter_map(|(what, s)| {
+                        s.filter(|s| s.median < floor)
+                            .map(|s| format!("{what} median {} Gbps", gbps(s.median)))
+                    })
+                    .collect();
+                if !low.is_empty() {
+                    add(
+                        h,
+                        Reason {
+                            stage: "pairs".into(),
+                            verdict: Verdict::Isolate,
+                            reason: format!("pairs below the floor of {} Gbps", gbps(floor)),
+                            evidence: format!(
+                                "at {} B: {} ({})",
+                                m.size_bytes,
+                                low.join(", "),
+                                i.thresholds.min_pair_from.as_deref().unwrap_or("floor")
+                            ),
+                        },
+                    );
+                }
+            }
+        }
+    }
+
+    // Alltoall: its slowest node, when the per-peer chunk rates name one.
+    if let Some(m) = i.alltoall {
+        let (by, pairs) = m.by_host(i.rank_host);
+        if let Some(s) = locate::locate(by.len(), &pairs, i.thresholds.suspect_below)
+            .into_iter()
+            .next()
+        {
+            let host = by.get(s.rank).cloned().unwrap_or_default();
+            add(
+                &host,
+                Reason {
+                    stage: "alltoall".into(),
+                    verdict: Verdict::Warn,
+                    reason: format!(
+                        "slowest node of the all-to-all ({})",
+                        s.direction.describe()
+                    ),
+                    evidence: format!(
+                        "at {} B, per-peer chunk rate: {}",
+                        m.size_bytes,
+                        s.evidence()
+                    ),
+                },
+            );
+        }
+    }
+
+    for l in i.lost {
+        add(
+            &l.host,
+            Reason {
+                stage: l.stage.clone(),
+                verdict: Verdict::Isolate,
+                reason: if l.stage == "join" {
+                    "never joined the job".into()
+                } else {
+                    format!("lost during the {} stage", l.stage)
+                },
+                evidence: l.why.clone(),
+            },
+        );
+    }
+
+    let nodes = hosts
+        .iter()
+        .map(|h| {
+            let rs = reasons.remove(h).unwrap_or_default();
+            let report = i.reports.iter().find(|r| &r.host == h);
+            NodeVerdict {
+                host: h.clone(),
+                ranks: i
+                    .rank_host
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, x)| *x == h)
+                    .map(|(r, _)| r as u32)
+                    .collect(),
+                verdict: rs.iter().map(|r| r.verdict).max().unwrap_or(Verdict::Pass),
+                reasons: rs,
+                checks: report.map(|r| r.checks.clone()).unwrap_or_default(),
+                facts: report.map(|r| r.facts.clone()),
+                pairs: i.pairs.map(|m| m.figures(i.rank_host, h)),
+                alltoall: i.alltoall.map(|m| m.figures(i.rank_host, h)),
+            }
+        })
+        .collect();
+    Judgement { nodes, cluster }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::consistency::compare;
+    use efabench_bench::locate::PairBw;
+
+    fn hosts(n: usize) -> Vec<String> {
+        (1..=n).map(|i| format!("node{i}")).collect()
+    }
+
+    fn report(
+        host: &str,
+        checks: &[(&str, CheckStatus)],
+        f: impl Fn(&mut NodeFacts),
+    ) -> NodeReport {
+        let mut facts = NodeFacts {
+            efa_devices: 4,
+            libfabric: Some("2.1.0".into()),
+            ..NodeFacts::default()
+        };
+        f(&mut facts);
+        NodeReport {
+            host: host.into(),
+            checks: checks
+                .iter()
+                .map(|(id, s)| NodeCheck {
+                    id: id.to_string(),
+                    status: *s,
+                    summary: format!("{id} summary"),
+                    fix: String::new(),
+                })
+                .collect(),
+            facts,
+        }
+    }
+
+    fn matrix(n: usize, f: impl Fn(usize, usize) -> f64) -> Matrix {
+        let mut pairs = Vec::new();
+        for s in 0..n {
+            for d in (0..n).filter(|&d| d != s) {
+                // A little spread, as measured pairs have.
+                let g = f(s, d) * (1.0 + ((s * 7 + d * 3) % 5) as f64 * 0.02);
+                pairs.push(PairBw {
+                    src: s,
+                    dst: d,
+                    gbps: g,
+                });
+            }
+        }
+        Matrix {
+            size_bytes: 1 << 20,
+            pairs,
+        }
+    }
+
+    fn relative() -> Thresholds {
+        Thresholds {
+            suspect_below: 0.6,
+            min_pair_gbps: None,
+            min_pair_from: None,
+        }
+    }
+
+    fn run(
+        reports: &[NodeReport],
+        pairs: Option<&Matrix>,
+        alltoall: Option<&Matrix>,
+        lost: &[Lost],
+        t: &Thresholds,
+    ) -> Judgement {
+        let h = hosts(4);
+        let c = compare(reports);
+        judge(&Inputs {
+            rank_host: &h,
+            reports,
+            consistency: &c,
+            pairs,
+            alltoall,
+            lost,
+            thresholds: t,
+        })
+    }
+
+    fn healthy() -> Vec<NodeReport> {
+        hosts(4)
+            .iter()
+            .map(|h| report(h, &[("efa-devices", CheckStatus::Fail)], |_| {}))
+            .collect()
+    }
+
+    #[test]
+    fn a_throttled_node_alone_is_isolated_with_its_evidence() {
+        let m = matrix(4, |s, d| if s == 2 || d == 2 { 0.4 } else { 3.5 });
+        let j = run(&healthy(), Some(&m), Some(&m), &[], &relative());
+        let v: Vec<(&str, Verdict)> = j
+            .nodes
+            .iter()
+            .map(|n| (n.host.as_str(), n.verdict))
+            .collect();
+        assert_eq!(
+            v,
+            [
+                ("node1", Verdict::Pass),
+                ("node2", Verdict::Pass),
+                ("node3", Verdict::Isolate),
+                ("node4", Verdict::Pass)
+            ]
+        );
+        let n3 = &j.nodes[2];
+        assert_eq!(n3.reasons[0].stage, "pairs");
+        assert!(
+            n3.reasons[0].evidence.contains("without it"),
+            "{:?}",
+            n3.reasons
+        );
+        assert!(n3
+            .reasons
+            .iter()
+            .any(|r| r.stage == "alltoall" && r.verdict == Verdict::Warn));
+        assert!(n3.pairs.as_ref().unwrap().ratio.unwrap() < 0.2);
+        assert_eq!(j.worst(), Verdict::Isolate);
+        // Failing everywhere (no EFA on any node) is the cluster's finding, not a node's.
+        assert_eq!(j.cluster.len(), 1, "{:?}", j.cluster);
+        assert!(
+            j.cluster[0].contains("efa-devices fails on 4 of 4"),
+            "{:?}",
+            j.cluster
+        );
+    }
+
+    #[test]
+    fn a_healthy_cluster_passes() {
+        let m = matrix(4, |_, _| 3.5);
+        let j = run(&healthy(), Some(&m), Some(&m), &[], &relative());
+        assert!(
+            j.nodes.iter().all(|n| n.verdict == Verdict::Pass),
+            "{:?}",
+            j.nodes
+        );
+        assert_eq!(j.worst(), Verdict::Pass);
+    }
+
+    #[test]
+    fn a_check_failing_on_one_node_isolates_it_and_a_version_warns() {
+        let mut r = healthy();
+        r[1] = report(
+            "node2",
+            &[
+                ("efa-devices", CheckStatus::Fail),
+                ("memlock", CheckStatus::Fail),
+            ],
+            |_| {},
+        );
+        r[3] = report("node4", &[("efa-devices", CheckStatus::Fail)], |f| {
+            f.libfabric = Some("1.18.0".into())
+        });
+        r[0] = report("node1", &[("efa-devices", CheckStatus::Fail)], |f| {
+            f.efa_devices = 3
+        });
+        let j = run(&r, None, None, &[], &relative());
+        assert_eq!(j.nodes[1].verdict, Verdict::Isolate);
+        assert!(j.nodes[1].reasons[0].reason.contains("memlock"));
+        assert_eq!(j.nodes[3].verdict, Verdict::Warn);
+        assert!(j.nodes[3].reasons[0].evidence.contains("1.18.0"));
+        assert_eq!(j.nodes[0].verdict, Verdict::Isolate);
+        assert_eq!(j.nodes[2].verdict, Verdict::Pass);
+    }
+
+    #[test]
+    fn the_floor_isolates_every_node_below_it_and_a_lost_node_is_named() {
+        let m = matrix(4, |_, _| 3.5);
+        let t = Thresholds {
+            suspect_below: 0.6,
+            min_pair_gbps: Some(50.0),
+            min_pair_from: Some("0.5 x 100 Gbps".into()),
+        };
+        let j = run(&healthy(), Some(&m), None, &[], &t);
+        assert!(j.nodes.iter().all(|n| n.verdict == Verdict::Isolate));
+        let lost = [Lost {
+            host: "node5".into(),
+            stage: "join".into(),
+            why: "rank 4 did not join".into(),
+        }];
+        let j = run(&healthy(), None, None, &lost, &relative());
+        assert_eq!(j.nodes.len(), 5);
+        assert_eq!(j.nodes[4].host, "node5");
+        assert_eq!(j.nodes[4].verdict, Verdict::Isolate);
+        assert_eq!(j.nodes[4].reasons[0].reason, "never joined the job");
+    }
+}

@@ -1,0 +1,239 @@
+//! `cluster --prometheus FILE`: the verdicts and pair figures of a cluster run in the Prometheus
+//! text format (0.0.4), written like `counters --prometheus` (whole, for node_exporter's
+//! textfile collector, or to stdout).
+//!
+//! Families (all gauges):
+//! * `efabench_cluster_node_verdict{host,verdict}`: 1 for the node's verdict, 0 for the other
+//!   two (PASS, WARN, ISOLATE), so an alert is `efabench_cluster_node_verdict{verdict="ISOLATE"} == 1`;
+//! * `efabench_cluster_pairs_gbps{host,direction,stat}`: the node's pairs (direction `send`,
+//!   `recv`, or `others` = the pairs without it), stat `median` or `min`;
+//! * `efabench_cluster_pairs_ratio{host}`, `efabench_cluster_alltoall_ratio{host}`: the lower of
+//!   its send and receive medians over the median of the pairs without it;
+//! * `efabench_cluster_stage_seconds{stage,status}`: each stage's time;
+//! * `efabench_cluster_exit_code`: 1 when any node is ISOLATE.
+
+use super::prometheus::label;
+use efabench_cluster::figures::{PairFigures, Stats};
+use efabench_cluster::summary::Summary;
+use efabench_cluster::verdict::Verdict;
+
+struct Family {
+    name: &'static str,
+    help: &'static str,
+    samples: Vec<(Vec<(&'static str, String)>, f64)>,
+}
+
+impl Family {
+    fn new(name: &'static str, help: &'static str) -> Family {
+        Family {
+            name,
+            help,
+            samples: Vec::new(),
+        }
+    }
+
+    fn push(&mut self, labels: Vec<(&'static str, String)>, v: f64) {
+        if v.is_finite() {
+            self.samples.push((labels, v));
+        }
+    }
+
+    fn render(&self, out: &mut String) {
+        out.push_str(&format!("# HELP {} {}\n", self.name, self.help));
+        out.push_str(&format!("# TYPE {} gauge\n", self.name));
+        for (labels, v) in &self.samples {
+            let l: Vec<String> = labels
+                .iter()
+                .map(|(k, v)| format!("{k}=\"{}\"", label(v)))
+                .collect();
+            if l.is_empty() {
+                out.push_str(&format!("{} {v}\n", self.name));
+            } else {
+                out.push_str(&format!("{}{{{}}} {v}\n", self.name, l.join(",")));
+            }
+        }
+    }
+}
+
+pub fn render(s: &Summary) -> String {
+    let mut verdict = Family::new(
+        "efabench_cluster_node_verdict",
+        "Verdict of efabench cluster for the node: 1 for its verdict, 0 for the others",
+    );
+    let mut pairs = Family::new(
+        "efabench_cluster_pairs_gbps",
+        "Pairs of the node measured by efabench cluster, Gbps (others = the pairs without it)",
+    );
+    let mut ratio = Family::new(
+        "efabench_cluster_pairs_ratio",
+        "Lower of the node's send and receive pair medians over the median of the pairs without it",
+    );
+    let mut a2a = Family::new(
+        "efabench_cluster_alltoall_ratio",
+        "Lower of the node's all-to-all per-peer chunk rate medians over those of the pairs without it",
+    );
+    for n in &s.nodes {
+        for v in [Verdict::Pass, Verdict::Warn, Verdict::Isolate] {
+            verdict.push(
+                vec![("host", n.host.clone()), ("verdict", v.as_str().into())],
+                f64::from(u8::from(n.verdict == v)),
+            );
+        }
+        let stat = |dir: &'static str, st: &Option<Stats>, fam: &mut Family| {
+            if let Some(st) = st {
+                for (k, v) in [("median", st.median), ("min", st.min)] {
+                    fam.push(
+                        vec![
+                            ("host", n.host.clone()),
+                            ("direction", dir.into()),
+                            ("stat", k.into()),
+                        ],
+                        v,
+                    );
+                }
+            }
+        };
+        if let Some(PairFigures {
+            send,
+            recv,
+            reference,
+            ratio: r,
+            ..
+        }) = &n.pairs
+        {
+            stat("send", send, &mut pairs);
+            stat("recv", recv, &mut pairs);
+            stat("others", reference, &mut pairs);
+            if let Some(r) = r {
+                ratio.push(vec![("host", n.host.clone())], *r);
+            }
+        }
+        if let Some(r) = n.alltoall.as_ref().and_then(|a| a.ratio) {
+            a2a.push(vec![("host", n.host.clone())], r);
+        }
+    }
+    let mut stages = Family::new(
+        "efabench_cluster_stage_seconds",
+        "Seconds each stage of efabench cluster took, with how it ended",
+    );
+    for st in &s.stages {
+        let status = serde_json::to_value(st.status)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default();
+        stages.push(
+            vec![("stage", st.name.clone()), ("status", status)],
+            st.elapsed_s,
+        );
+    }
+    let mut exit = Family::new(
+        "efabench_cluster_exit_code",
+        "Exit status of efabench cluster: 1 when any node is ISOLATE",
+    );
+    exit.push(Vec::new(), f64::from(s.exit_code));
+    let mut out = String::new();
+    for f in [&verdict, &pairs, &ratio, &a2a, &stages, &exit] {
+        f.render(&mut out);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cmd::prometheus::check_exposition as check;
+    use efabench_cluster::summary::{StageReport, StageStatus, SCHEMA};
+    use efabench_cluster::verdict::{NodeVerdict, Thresholds};
+
+    #[test]
+    fn verdicts_and_figures_are_valid_exposition() {
+        let fig = PairFigures {
+            size_bytes: 1 << 20,
+            send: Stats::of(&[0.4, 0.5]),
+            recv: Stats::of(&[0.45]),
+            reference: Stats::of(&[3.0, 3.2]),
+            ratio: Some(0.13),
+        };
+        let node = |h: &str, v: Verdict| NodeVerdict {
+            host: h.into(),
+            ranks: vec![0],
+            verdict: v,
+            reasons: Vec::new(),
+            checks: Vec::new(),
+            facts: None,
+            pairs: Some(fig.clone()),
+            alltoall: None,
+        };
+        let s = Summary {
+            schema: SCHEMA.into(),
+            version: "0".into(),
+            git: None,
+            started: String::new(),
+            written: String::new(),
+            world: 2,
+            hosts: 2,
+            verdict: Verdict::Isolate,
+            exit_code: 1,
+            complete: true,
+            thresholds: Thresholds {
+                suspect_below: 0.6,
+                min_pair_gbps: None,
+                min_pair_from: None,
+            },
+            stages: vec![StageReport {
+                name: "pairs".into(),
+                status: StageStatus::Ok,
+                budget_s: Some(1.0),
+                elapsed_s: 2.5,
+                detail: String::new(),
+            }],
+            cluster: Vec::new(),
+            nodes: vec![
+                node("node\"1", Verdict::Pass),
+                node("node3", Verdict::Isolate),
+            ],
+        };
+        let text = render(&s);
+        let samples = check(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        let get = |name: &str, want: &[(&str, &str)]| {
+            samples
+                .iter()
+                .find(|(n, l, _)| {
+                    n == name
+                        && want
+                            .iter()
+                            .all(|(k, v)| l.iter().any(|(a, b)| a == k && b == v))
+                })
+                .map(|x| x.2)
+        };
+        assert_eq!(
+            get(
+                "efabench_cluster_node_verdict",
+                &[("host", "node3"), ("verdict", "ISOLATE")]
+            ),
+            Some(1.0)
+        );
+        assert_eq!(
+            get(
+                "efabench_cluster_node_verdict",
+                &[("host", "node\"1"), ("verdict", "ISOLATE")]
+            ),
+            Some(0.0)
+        );
+        assert_eq!(
+            get(
+                "efabench_cluster_pairs_gbps",
+                &[("host", "node3"), ("direction", "send"), ("stat", "median")]
+            ),
+            Some(0.45)
+        );
+        assert_eq!(get("efabench_cluster_exit_code", &[]), Some(1.0));
+        assert_eq!(
+            get(
+                "efabench_cluster_stage_seconds",
+                &[("stage", "pairs"), ("status", "ok")]
+            ),
+            Some(2.5)
+        );
+    }
+}

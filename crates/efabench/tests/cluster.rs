@@ -1,0 +1,241 @@
+//! `efabench cluster` on loopback (`launch`) and across simulated nodes (ranks started by hand):
+//! every stage runs and the summary and Prometheus file say so; a summary that cannot be
+//! written is refused before anything runs; a node that dies during a stage is named and the
+//! stages before it are kept. The runs under real Slurm and mpirun are in `slurm.rs` and
+//! `launchers.rs`. Small sizes and budgets keep each run to seconds.
+
+mod common;
+
+#[path = "../src/cmd/exposition_check.rs"]
+mod exposition_check;
+
+use common::netns::Cluster;
+use common::{text, tmp, BIN};
+use serde_json::Value;
+use std::process::Command;
+
+/// Options that keep a cluster run short on a 2-core host.
+pub const QUICK: &[&str] = &[
+    "-p",
+    "tcp",
+    "--interval",
+    "0",
+    "--pairs-size",
+    "256K",
+    "--alltoall-size",
+    "256K",
+    "--pairs-budget",
+    "3",
+    "--alltoall-budget",
+    "2",
+    "--timeout",
+    "20",
+];
+
+fn summary(path: &std::path::Path) -> Value {
+    let t = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&t).unwrap_or_else(|e| panic!("{e}: {t}"))
+}
+
+fn stage<'a>(s: &'a Value, name: &str) -> &'a Value {
+    s["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["name"] == name)
+        .unwrap_or_else(|| panic!("no stage {name} in {s}"))
+}
+
+#[test]
+fn a_summary_that_cannot_be_written_is_refused_before_anything_runs() {
+    let d = tmp("cluster-refuse");
+    for bad in [d.join("missing/summary.json"), d.clone()] {
+        let o = Command::new(BIN)
+            .args(["cluster", "--summary"])
+            .arg(&bad)
+            .args(["-o"])
+            .arg(d.join("r.jsonl"))
+            .env_remove("SLURM_JOB_ID")
+            .output()
+            .unwrap();
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        assert!(err.contains("--summary"), "{err}");
+        assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+        assert!(!d.join("r.jsonl").exists(), "nothing may run: {err}");
+    }
+    // In a job, rank 0's refusal is every rank's: nothing runs, every rank exits 2 at once.
+    let o = Command::new(BIN)
+        .args([
+            "launch",
+            "-n",
+            "2",
+            "--",
+            "cluster",
+            "-p",
+            "tcp",
+            "--summary",
+        ])
+        .arg(d.join("missing/summary.json"))
+        .args(["-o"])
+        .arg(d.join("r.jsonl"))
+        .output()
+        .unwrap();
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("cannot create files in"), "{err}");
+    assert!(!err.contains("[1/4]"), "no stage may start: {err}");
+    assert!(!d.join("r.jsonl").exists(), "nothing may run: {err}");
+    let o = Command::new(BIN)
+        .args(["cluster", "--pairs", "sideways"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        text(&o.stderr).contains("not a schedule"),
+        "{}",
+        text(&o.stderr)
+    );
+}
+
+#[test]
+fn launch_runs_every_stage_and_writes_summary_records_and_prometheus() {
+    let d = tmp("cluster-launch");
+    let (sum, prom, rec) = (d.join("s.json"), d.join("c.prom"), d.join("r.jsonl"));
+    let o = Command::new(BIN)
+        .args(["launch", "-n", "3", "--", "cluster"])
+        .args(QUICK)
+        .arg("--summary")
+        .arg(&sum)
+        .arg("--prometheus")
+        .arg(&prom)
+        .arg("-o")
+        .arg(&rec)
+        .output()
+        .unwrap();
+    let (out, err) = (text(&o.stdout), text(&o.stderr));
+    assert_eq!(o.status.code(), Some(0), "{out}\n{err}");
+    for n in 1..=4 {
+        assert!(
+            err.contains(&format!("[{n}/4]")),
+            "progress line {n}: {err}"
+        );
+    }
+    assert!(out.contains("# verdict: no node to isolate"), "{out}");
+    let s = summary(&sum);
+    assert_eq!(s["schema"], "efabench-cluster/1");
+    assert_eq!(s["world"], 3);
+    assert_eq!(s["complete"], true);
+    assert_eq!(s["exit_code"], 0);
+    for st in ["checks", "consistency", "pairs", "alltoall"] {
+        assert_eq!(stage(&s, st)["status"], "ok", "{st}: {s}");
+    }
+    // One host: one node, with its checks and facts.
+    let nodes = s["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 1, "{s}");
+    assert_eq!(nodes[0]["ranks"], serde_json::json!([0, 1, 2]));
+    assert!(!nodes[0]["checks"].as_array().unwrap().is_empty());
+    assert!(nodes[0]["facts"]["kernel"].is_string(), "{s}");
+    let recs = std::fs::read_to_string(&rec).unwrap();
+    let benches: Vec<Value> = recs
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap()["bench"].clone())
+        .collect();
+    assert_eq!(
+        benches.iter().filter(|b| *b == "pairs").count(),
+        6,
+        "{recs}"
+    );
+    assert_eq!(benches.iter().filter(|b| *b == "alltoall").count(), 1);
+    let p = std::fs::read_to_string(&prom).unwrap();
+    let samples = exposition_check::check_exposition(&p).unwrap_or_else(|e| panic!("{e}\n{p}"));
+    assert!(samples
+        .iter()
+        .any(|(n, l, v)| n == "efabench_cluster_node_verdict"
+            && l.iter().any(|(k, x)| k == "verdict" && x == "PASS")
+            && *v == 1.0));
+}
+
+/// A rank that dies in the pairs stage (a crash inside the data path, node3) is named with
+/// its host; the checks and consistency stages are kept in the summary, alltoall is skipped.
+#[test]
+fn a_node_that_dies_during_pairs_is_named_and_the_earlier_stages_are_kept() {
+    let Some(mut c) = Cluster::new(4) else { return };
+    let d = tmp("cluster-dies");
+    let sum = d.join("s.json");
+    let mut args: Vec<&str> = vec!["cluster"];
+    args.extend_from_slice(QUICK);
+    let s = sum.to_str().unwrap().to_string();
+    args.extend(["--summary", &s]);
+    let outs = c.job(&args, |r| {
+        if r == 2 {
+            vec![("EFABENCH_TEST_CRASH_RANK".into(), "2".into())]
+        } else {
+            Vec::new()
+        }
+    });
+    let (out, err) = (text(&outs[0].stdout), text(&outs[0].stderr));
+    assert_eq!(outs[0].status.code(), Some(1), "{out}\n{err}");
+    let s = summary(&sum);
+    assert_eq!(stage(&s, "checks")["status"], "ok", "{s}");
+    assert_eq!(stage(&s, "consistency")["status"], "ok", "{s}");
+    assert_eq!(stage(&s, "pairs")["status"], "failed", "{s}");
+    assert_eq!(stage(&s, "alltoall")["status"], "skipped", "{s}");
+    let nodes = s["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 4, "{s}");
+    for n in nodes {
+        let want = if n["host"] == "node3" {
+            "ISOLATE"
+        } else {
+            "PASS"
+        };
+        assert_eq!(n["verdict"], want, "{n}");
+        assert!(
+            !n["checks"].as_array().unwrap().is_empty(),
+            "checks kept: {n}"
+        );
+    }
+    let n3 = nodes.iter().find(|n| n["host"] == "node3").unwrap();
+    assert_eq!(n3["reasons"][0]["stage"], "pairs", "{n3}");
+    assert!(out.contains("# verdict: ISOLATE node3"), "{out}");
+}
+
+/// A node whose software differs from the majority's (here node3 sees an NCCL the others do
+/// not, through its LD_LIBRARY_PATH) is WARN with both values; WARN alone exits 0.
+#[test]
+fn a_node_with_another_nccl_than_the_majority_is_warned_about() {
+    let Some(mut c) = Cluster::new(3) else { return };
+    let d = tmp("cluster-nccl");
+    let lib = d.join("lib");
+    std::fs::create_dir_all(&lib).unwrap();
+    std::fs::write(lib.join("libnccl.so.2.99.1"), b"").unwrap();
+    let sum = d.join("s.json");
+    let s = sum.to_str().unwrap().to_string();
+    let mut args: Vec<&str> = vec!["cluster"];
+    args.extend_from_slice(QUICK);
+    args.extend(["--skip", "pairs,alltoall", "--summary", &s]);
+    let ld = lib.to_str().unwrap().to_string();
+    let outs = c.job(&args, |r| {
+        if r == 2 {
+            vec![("LD_LIBRARY_PATH".into(), ld.clone())]
+        } else {
+            vec![("LD_LIBRARY_PATH".into(), String::new())]
+        }
+    });
+    let (out, err) = (text(&outs[0].stdout), text(&outs[0].stderr));
+    assert_eq!(outs[0].status.code(), Some(0), "{out}\n{err}");
+    let s = summary(&sum);
+    assert_eq!(stage(&s, "pairs")["status"], "skipped", "{s}");
+    let nodes = s["nodes"].as_array().unwrap();
+    for n in nodes {
+        let want = if n["host"] == "node3" { "WARN" } else { "PASS" };
+        assert_eq!(n["verdict"], want, "{n}");
+    }
+    let n3 = nodes.iter().find(|n| n["host"] == "node3").unwrap();
+    assert_eq!(n3["reasons"][0]["stage"], "consistency", "{n3}");
+    assert_eq!(
+        n3["reasons"][0]["evidence"], "nccl is 2.99.1 here, none on 2 of 3 nodes",
+        "{n3}"
+    );
+    assert_eq!(n3["facts"]["nccl"], "2.99.1", "{n3}");
+}
