@@ -2,8 +2,6 @@
 //! the fault is in the caller's input (a bad path, file, field or option: the CLI exits 2) or in
 //! the run itself (a write that failed half-way, a backend that could not draw: exit 1).
 
-use std::fmt;
-
 /// Whether an [`Error`] is the user's input or a failure while doing the work.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ErrorKind {
@@ -14,7 +12,8 @@ pub enum ErrorKind {
 }
 
 /// A one-line error message with its [`ErrorKind`].
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{msg}")]
 pub struct Error {
     kind: ErrorKind,
     msg: String,
@@ -45,14 +44,6 @@ impl Error {
         &self.msg
     }
 }
-
-impl fmt::Display for Error {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.msg)
-    }
-}
-
-impl std::error::Error for Error {}
 
 /// `std::io::Error`'s Display adds " (os error 2)"; users only need the reason.
 pub fn io_reason(e: &std::io::Error) -> String {
@@ -94,6 +85,7 @@ pub fn chain(e: &(dyn std::error::Error + 'static)) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fmt;
 
     #[derive(Debug)]
     struct Layer(&'static str, Option<Box<Layer>>);
