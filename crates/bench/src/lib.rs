@@ -14,6 +14,8 @@
 
 pub mod alltoall;
 pub mod error;
+#[cfg(test)]
+mod golden;
 pub mod harness;
 pub mod ipc;
 pub mod locate;
