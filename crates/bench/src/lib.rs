@@ -40,7 +40,8 @@ pub enum P2pKind {
     Read,
 }
 
-/// Declares the benchmark subcommands: one line each (`"name" Variant(Args) => runner`), so
+/// Declares the benchmark subcommands: one line each (`"name" Variant(Args) => runner`; the
+/// arguments are boxed, being large), so
 /// adding a benchmark is one file plus one line here. Generates [`BenchCommand`] (a clap
 /// subcommand enum the CLI flattens in), its dispatch, and [`BENCHMARKS`] (the names `launch`
 /// accepts).
@@ -49,7 +50,7 @@ macro_rules! benchmarks {
         /// The benchmark subcommands.
         #[derive(clap::Subcommand, Debug)]
         pub enum BenchCommand {
-            $( $(#[$meta])* #[command(name = $name)] $variant($args), )*
+            $( $(#[$meta])* #[command(name = $name)] $variant(Box<$args>), )*
         }
 
         /// Names of every benchmark subcommand.
@@ -59,7 +60,7 @@ macro_rules! benchmarks {
             /// Runs one rank of the benchmark; returns the exit status.
             pub fn run(&self, build: &BuildInfo) -> Result<i32, BenchError> {
                 match self {
-                    $( BenchCommand::$variant(a) => ($run)(a, build), )*
+                    $( BenchCommand::$variant(a) => ($run)(&**a, build), )*
                 }
             }
         }

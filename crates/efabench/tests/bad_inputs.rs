@@ -39,7 +39,11 @@ const CASES: &[(&str, &str, &str)] = &[
     ("negative", "counters --watch -1", "--watch"),
     // typed values: the valid ones are listed
     ("typed", "sendrecv --mem gpu", "host, pinned, cuda, managed"),
-    ("typed", "sendrecv --format xml", "table, json or csv"),
+    (
+        "typed",
+        "sendrecv --format xml",
+        "possible values: table, json, csv",
+    ),
     ("typed", "sendrecv --strategy zigzag", "split, round-robin"),
     ("typed", "sendrecv --mr foo", "auto, dmabuf, va"),
     ("typed", "sendrecv --gpu abc", "GPU index"),

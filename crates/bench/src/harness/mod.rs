@@ -4,8 +4,13 @@
 //! point on this rank, and how the ranks' outcomes turn into a record (latency, `bw`, `busbw`) —
 //! and [`run`] does everything else, identically for every benchmark:
 //!
-//! 1. options are already typed and bounded by clap ([`CommonArgs`]); the benchmark's own options
-//!    are checked by its constructor, before anything touches hardware;
+//! 1. options are already typed and bounded by clap. They come in groups — [`SweepArgs`]
+//!    (`-b -e -f -n -w`), [`FabricArgs`] (`-p --domain --rails --strategy --per-rail --mr
+//!    --libfabric`), [`MemArgs`] (`--mem --gpu`) and [`JobArgs`] (`--timeout --rdzv --rank
+//!    --world -o --format --check/--no-check`) — and a benchmark's clap `Args` flattens only
+//!    the groups it honours and says which through [`Options`] (`impl_options!`), so clap
+//!    refuses the others and the harness sets up only what they ask for. The benchmark's own
+//!    options are checked by its constructor, before anything touches hardware;
 //! 2. find this process's rank (flags, `efabench launch`, Slurm, MPI, torchrun variables) and
 //!    connect the bootstrap;
 //! 3. check that every rank runs the same options (a fingerprint all-gathered once), open `-o`
@@ -34,7 +39,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 pub use options::{
-    bounded, default_iters, CommonArgs, MrChoice, Rails, Strategy, MAX_ITERS, MAX_RAILS, MAX_SIZE,
+    bounded, default_iters, defaults, CommonArgs, FabricArgs, Groups, JobArgs, MemArgs, MrChoice,
+    Options, Rails, Strategy, SweepArgs, MAX_ITERS, MAX_RAILS, MAX_SIZE,
 };
 pub use point::{Point, Progress, RunInfo};
 pub use select::{choose_provider, fabric_err as fabric_error, FabricPlan};
@@ -121,6 +127,10 @@ impl Measured {
 /// What `setup`, `measure` and `point` see of the run.
 pub struct Ctx<'a> {
     pub bs: &'a Bootstrap,
+    /// The option groups the benchmark honours.
+    pub opts: &'a Groups,
+    /// Every group in the flat shape, absent groups at their defaults (for benchmarks that still
+    /// read [`CommonArgs`]).
     pub args: &'a CommonArgs,
     pub rank: u32,
     pub world: u32,
@@ -206,10 +216,12 @@ pub(crate) fn from_bootstrap(e: BootstrapError) -> BenchError {
 /// verification (the records say where); errors are bad input (exit 2) or a failed run (exit 1).
 pub fn run<B: Benchmark>(
     bench: &mut B,
-    args: &CommonArgs,
+    opts: &(impl Options + ?Sized),
     build: &BuildInfo,
 ) -> Result<i32, BenchError> {
     let needs = bench.needs();
+    let groups = Groups::of(opts);
+    let args = &groups.job;
     let flags = LaunchFlags {
         rank: args.rank,
         world: args.world,
@@ -229,7 +241,7 @@ pub fn run<B: Benchmark>(
     // A rank stuck inside a provider call (shm's spin lock after a peer died) never returns to
     // check the bootstrap: the watchdog ends it with the job's reason.
     bs.arm_watchdog(WATCHDOG_GRACE);
-    match run_connected(bench, args, build, &bs) {
+    match run_connected(bench, &groups, build, &bs) {
         Ok(code) => Ok(code),
         Err(e) => {
             // A data-path timeout ("waited 30 s for a completion") is usually a peer that froze
@@ -251,15 +263,17 @@ pub fn run<B: Benchmark>(
 
 fn run_connected<B: Benchmark>(
     bench: &mut B,
-    args: &CommonArgs,
+    groups: &Groups,
     build: &BuildInfo,
     bs: &Bootstrap,
 ) -> Result<i32, BenchError> {
     let (rank, world) = (bs.rank(), bs.world());
+    let args = &groups.job;
+    let flat = groups.flat();
     let fp = format!(
         "{} {} {}",
         bench.name(),
-        args.fingerprint(),
+        groups.fingerprint(),
         bench.fingerprint()
     );
     bs.check_same("options", fp.trim())
@@ -278,22 +292,24 @@ fn run_connected<B: Benchmark>(
         .iter()
         .map(|h| String::from_utf8_lossy(h).into_owned())
         .collect();
-    let device = if args.mem.needs_gpu() {
-        let d = efabench_gpu::resolve(args.gpu, bs.local_rank()).map_err(|e| {
-            let m = format!("--mem {}: {e}", args.mem);
-            if e.is_no_driver() {
-                BenchError::usage(format!("{m}; use --mem host on machines without a GPU"))
-            } else {
-                BenchError::usage(m)
-            }
-        })?;
-        Some(d)
-    } else {
-        None
+    let device = match &groups.mem {
+        Some(mem) if mem.mem.needs_gpu() => {
+            let d = efabench_gpu::resolve(mem.gpu, bs.local_rank()).map_err(|e| {
+                let m = format!("--mem {}: {e}", mem.mem);
+                if e.is_no_driver() {
+                    BenchError::usage(format!("{m}; use --mem host on machines without a GPU"))
+                } else {
+                    BenchError::usage(m)
+                }
+            })?;
+            Some(d)
+        }
+        _ => None,
     };
     let mut ctx = Ctx {
         bs,
-        args,
+        opts: groups,
+        args: &flat,
         rank,
         world,
         local_rank: bs.local_rank(),
@@ -406,7 +422,7 @@ fn run_connected<B: Benchmark>(
         if let Some(s) = sink.as_mut() {
             s.push(&rec)
                 .map_err(|e| BenchError::failed(e.to_string()))?;
-            if args.per_rail {
+            if groups.fabric.as_ref().is_some_and(|f| f.per_rail) {
                 for line in per_rail_rows(&rec) {
                     println!("{line}");
                 }

@@ -83,15 +83,6 @@ fn timeout_arg(s: &str) -> Result<f64, String> {
     }
 }
 
-fn mem_arg(s: &str) -> Result<MemKind, String> {
-    s.parse().map_err(|_| {
-        format!(
-            "unknown memory kind '{}': use one of host, pinned, cuda, managed (--mem)",
-            crate::size::clip(s)
-        )
-    })
-}
-
 fn gpu_arg(s: &str) -> Result<GpuChoice, String> {
     s.parse().map_err(|_| {
         format!(
@@ -99,10 +90,6 @@ fn gpu_arg(s: &str) -> Result<GpuChoice, String> {
             crate::size::clip(s)
         )
     })
-}
-
-fn format_arg(s: &str) -> Result<Format, String> {
-    s.parse::<Format>().map_err(|e| e.to_string())
 }
 
 fn rails_arg(s: &str) -> Result<Rails, String> {
@@ -165,9 +152,33 @@ pub enum MrChoice {
     Va,
 }
 
-/// The shared benchmark options (`efabench <bench> --help` lists them).
-#[derive(clap::Args, Debug, Clone)]
-pub struct CommonArgs {
+/// A value parser for an option that picks from a set: clap lists the set in `--help` and in
+/// its error, and the value arrives typed (the set's names are the type's `FromStr` names).
+fn one_of<T>(values: &'static [&'static str]) -> impl clap::builder::TypedValueParser<Value = T>
+where
+    T: std::str::FromStr + Clone + Send + Sync + 'static,
+    T::Err: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    use clap::builder::TypedValueParser;
+    clap::builder::PossibleValuesParser::new(values.iter().map(|v| {
+        // `--format text|jsonl` are the historical spellings of table and json.
+        let p = clap::builder::PossibleValue::new(*v);
+        match *v {
+            "table" => p.alias("text"),
+            "json" => p.alias("jsonl"),
+            _ => p,
+        }
+    }))
+    .try_map(|s| s.parse::<T>())
+}
+
+const MEM_KINDS: &[&str] = &["host", "pinned", "cuda", "managed"];
+const FORMATS: &[&str] = &["table", "json", "csv"];
+
+/// The size sweep: `-b -e -f -n -w`, as nccl-tests and fabtests name them.
+#[derive(clap::Args, Debug, Clone, PartialEq)]
+#[command(next_help_heading = "Sweep options")]
+pub struct SweepArgs {
     /// Smallest message size (8, 4K, 1M, 1G; powers of 1024; at most 64G).
     #[arg(short = 'b', long = "min-bytes", default_value = "8", value_parser = size_arg, allow_hyphen_values = true)]
     pub min_bytes: u64,
@@ -183,30 +194,52 @@ pub struct CommonArgs {
     /// Untimed warm-up iterations per size (default: a tenth of the iterations, 2 to 100).
     #[arg(short = 'w', long = "warmup", value_parser = warmup_arg, allow_hyphen_values = true)]
     pub warmup: Option<u64>,
+}
+
+/// The fabric: provider, NICs (rails), how messages spread over them, registration.
+#[derive(clap::Args, Debug, Clone, PartialEq)]
+#[command(next_help_heading = "Fabric options")]
+pub struct FabricArgs {
     /// libfabric provider (default: efa when present, else shm on one host, else tcp).
     #[arg(short = 'p', long)]
     pub provider: Option<String>,
     /// libfabric domain (NIC), e.g. rdmap16s27 or lo (default: the rank's paired NICs, else the first).
     #[arg(long)]
     pub domain: Option<String>,
-    /// Buffer memory: host, pinned, cuda or managed.
-    #[arg(long, default_value = "host", value_parser = mem_arg)]
-    pub mem: MemKind,
-    /// GPU for --mem cuda|pinned|managed: an index, or auto (= local rank).
-    #[arg(long, default_value = "auto", value_parser = gpu_arg)]
-    pub gpu: GpuChoice,
-    /// Device-memory registration: auto, dmabuf or va.
-    #[arg(long, value_enum, default_value_t = MrChoice::Auto)]
-    pub mr: MrChoice,
     /// NICs (rails) to drive per rank: a number or all.
     #[arg(long, default_value = "1", value_parser = rails_arg)]
     pub rails: Rails,
-    /// How messages are spread over several rails: split or round-robin.
+    /// How messages are spread over several rails.
     #[arg(long, value_enum, default_value_t = Strategy::Split)]
     pub strategy: Strategy,
     /// Add a row per rail to the table (bytes and operations each rail carried).
     #[arg(long)]
     pub per_rail: bool,
+    /// Device-memory registration.
+    #[arg(long, value_enum, default_value_t = MrChoice::Auto)]
+    pub mr: MrChoice,
+    /// Path of libfabric.so.1 to load (default: /opt/amazon/efa, then the system's).
+    #[arg(long, env = "EFABENCH_LIBFABRIC")]
+    pub libfabric: Option<PathBuf>,
+}
+
+/// Where the buffers live: `--mem` and `--gpu`.
+#[derive(clap::Args, Debug, Clone, PartialEq)]
+#[command(next_help_heading = "Memory options")]
+pub struct MemArgs {
+    /// Buffer memory.
+    #[arg(long, default_value = "host", value_parser = one_of::<MemKind>(MEM_KINDS))]
+    pub mem: MemKind,
+    /// GPU for --mem cuda|pinned|managed: an index, or auto (= local rank).
+    #[arg(long, default_value = "auto", value_parser = gpu_arg)]
+    pub gpu: GpuChoice,
+}
+
+/// The job: who this rank is, where it meets the others, how long it may wait, what it writes
+/// and whether payloads are verified.
+#[derive(clap::Args, Debug, Clone, PartialEq)]
+#[command(next_help_heading = "Job options")]
+pub struct JobArgs {
     /// Verify every payload (the default).
     #[arg(long, overrides_with = "no_check")]
     pub check: bool,
@@ -216,8 +249,8 @@ pub struct CommonArgs {
     /// Append JSON Lines records to this file (rank 0 writes).
     #[arg(short = 'o', long)]
     pub output: Option<PathBuf>,
-    /// Standard output format: table, json or csv.
-    #[arg(long, default_value = "table", value_parser = format_arg)]
+    /// Standard output format.
+    #[arg(long, default_value = "table", value_parser = one_of::<Format>(FORMATS))]
     pub format: Format,
     /// Longest any wait may go without progress, in seconds, before the whole job aborts.
     #[arg(long, default_value = "30", value_parser = timeout_arg, allow_hyphen_values = true)]
@@ -231,22 +264,23 @@ pub struct CommonArgs {
     /// Number of ranks (manual runs).
     #[arg(long, value_parser = world_arg, allow_hyphen_values = true)]
     pub world: Option<u32>,
-    /// Path of libfabric.so.1 to load (default: /opt/amazon/efa, then the system's).
-    #[arg(long, env = "EFABENCH_LIBFABRIC")]
-    pub libfabric: Option<PathBuf>,
 }
 
-impl CommonArgs {
-    /// Whether payloads are verified.
-    pub fn verify(&self) -> bool {
-        !self.no_check
+/// A group's values when the command line gave none (what its defaults say).
+pub fn defaults<T: clap::Args>() -> T {
+    #[derive(clap::Parser)]
+    struct Only<T: clap::Args> {
+        #[command(flatten)]
+        t: T,
     }
+    // Every option of every group has a default or is optional, so an empty command line
+    // parses; the groups' own unit tests hold this.
+    <Only<T> as clap::Parser>::try_parse_from(["efabench"])
+        .map(|o| o.t)
+        .expect("every option of a group has a default")
+}
 
-    /// The `--timeout` as a duration (bounded by the parser, so this never panics).
-    pub fn timeout(&self) -> Duration {
-        Duration::from_secs_f64(self.timeout)
-    }
-
+impl SweepArgs {
     /// The sizes to measure, after checking -b, -e and -f together.
     pub fn sizes(&self) -> Result<Vec<u64>, BenchError> {
         sweep(self.min_bytes, self.max_bytes, self.step_factor)
@@ -262,29 +296,310 @@ impl CommonArgs {
         (iters, warmup)
     }
 
+    fn fingerprint(&self) -> String {
+        let opt = |o: Option<u64>| o.map_or("default".to_string(), |v| v.to_string());
+        format!(
+            "-b {} -e {} -f {} -n {} -w {}",
+            self.min_bytes,
+            self.max_bytes,
+            self.step_factor,
+            opt(self.iters),
+            opt(self.warmup)
+        )
+    }
+}
+
+impl FabricArgs {
+    fn fingerprint(&self) -> String {
+        format!(
+            "-p {} --mr {:?} --rails {} --strategy {}",
+            self.provider.as_deref().unwrap_or("default"),
+            self.mr,
+            self.rails,
+            self.strategy.name()
+        )
+    }
+}
+
+impl MemArgs {
+    fn fingerprint(&self) -> String {
+        format!("--mem {}", self.mem)
+    }
+}
+
+impl JobArgs {
+    /// Whether payloads are verified.
+    pub fn verify(&self) -> bool {
+        !self.no_check
+    }
+
+    /// The `--timeout` as a duration (bounded by the parser, so this never panics).
+    pub fn timeout(&self) -> Duration {
+        Duration::from_secs_f64(self.timeout)
+    }
+
+    fn fingerprint(&self) -> String {
+        format!(
+            "{} --timeout {} --world {}",
+            if self.verify() {
+                "--check"
+            } else {
+                "--no-check"
+            },
+            self.timeout,
+            self.world.map_or("default".to_string(), |w| w.to_string()),
+        )
+    }
+}
+
+/// The option groups a benchmark honours. A benchmark's clap `Args` flattens the groups it
+/// uses and implements this trait to hand them to [`crate::harness::run`]; a group it leaves
+/// out is refused by clap (`queue -p tcp`: "unexpected argument"), and the harness skips what
+/// that group would set up.
+pub trait Options {
+    /// Every benchmark has a job (rank, rendezvous, timeout, output, verification).
+    fn job(&self) -> &JobArgs;
+    fn sweep(&self) -> Option<&SweepArgs> {
+        None
+    }
+    fn fabric(&self) -> Option<&FabricArgs> {
+        None
+    }
+    fn mem(&self) -> Option<&MemArgs> {
+        None
+    }
+}
+
+/// Implements [`Options`] for a benchmark's arguments from the names of the groups it flattens
+/// (fields named after their group; `job` always): `impl_options!(P2pArgs: sweep, fabric, mem);`.
+#[macro_export]
+macro_rules! impl_options {
+    ($t:ty $(: $($group:ident),*)?) => {
+        impl $crate::harness::Options for $t {
+            fn job(&self) -> &$crate::harness::JobArgs {
+                &self.job
+            }
+            $($($crate::impl_options!(@ $group);)*)?
+        }
+    };
+    (@ sweep) => {
+        fn sweep(&self) -> Option<&$crate::harness::SweepArgs> {
+            Some(&self.sweep)
+        }
+    };
+    (@ fabric) => {
+        fn fabric(&self) -> Option<&$crate::harness::FabricArgs> {
+            Some(&self.fabric)
+        }
+    };
+    (@ mem) => {
+        fn mem(&self) -> Option<&$crate::harness::MemArgs> {
+            Some(&self.mem)
+        }
+    };
+}
+
+/// The groups of one run, as the harness keeps them ([`crate::harness::Ctx::opts`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Groups {
+    pub job: JobArgs,
+    pub sweep: Option<SweepArgs>,
+    pub fabric: Option<FabricArgs>,
+    pub mem: Option<MemArgs>,
+}
+
+impl Groups {
+    pub fn of(o: &(impl Options + ?Sized)) -> Groups {
+        Groups {
+            job: o.job().clone(),
+            sweep: o.sweep().cloned(),
+            fabric: o.fabric().cloned(),
+            mem: o.mem().cloned(),
+        }
+    }
+
+    /// The memory kind of the buffers: host memory when the benchmark takes no `--mem`.
+    pub fn mem_kind(&self) -> MemKind {
+        self.mem.as_ref().map_or(MemKind::Host, |m| m.mem)
+    }
+
     /// What must be equal on every rank of a job, as command-line words (so a difference reads
     /// `--no-check` vs `--check`): every option that changes what is measured; not the ones that
     /// place this process or may differ per host (`--rank`, `--rdzv`, `-o`, `--libfabric`,
     /// `--domain`, `--gpu`, `--format`, `--per-rail`).
     pub fn fingerprint(&self) -> String {
-        let opt = |o: Option<u64>| o.map_or("default".to_string(), |v| v.to_string());
-        format!(
-            "-b {} -e {} -f {} -n {} -w {} -p {} --mem {} --mr {:?} --rails {} --strategy {} {} --timeout {} --world {}",
-            self.min_bytes,
-            self.max_bytes,
-            self.step_factor,
-            opt(self.iters),
-            opt(self.warmup),
-            self.provider.as_deref().unwrap_or("default"),
-            self.mem,
-            self.mr,
-            self.rails,
-            self.strategy.name(),
-            if self.verify() { "--check" } else { "--no-check" },
-            self.timeout,
-            self.world.map_or("default".to_string(), |w| w.to_string()),
+        let mut words = Vec::new();
+        if let Some(s) = &self.sweep {
+            words.push(s.fingerprint());
+        }
+        if let Some(f) = &self.fabric {
+            words.push(f.fingerprint());
+        }
+        if let Some(m) = &self.mem {
+            words.push(m.fingerprint());
+        }
+        words.push(self.job.fingerprint());
+        words.join(" ").to_ascii_lowercase()
+    }
+
+    /// Every group in the old flat shape, the groups this benchmark lacks at their defaults
+    /// (for benchmarks that still read [`CommonArgs`]).
+    pub fn flat(&self) -> CommonArgs {
+        CommonArgs::from_groups(
+            self.sweep.clone().unwrap_or_else(defaults),
+            self.fabric.clone().unwrap_or_else(defaults),
+            self.mem.clone().unwrap_or_else(defaults),
+            self.job.clone(),
         )
-        .to_ascii_lowercase()
+    }
+}
+
+impl Options for Groups {
+    fn job(&self) -> &JobArgs {
+        &self.job
+    }
+    fn sweep(&self) -> Option<&SweepArgs> {
+        self.sweep.as_ref()
+    }
+    fn fabric(&self) -> Option<&FabricArgs> {
+        self.fabric.as_ref()
+    }
+    fn mem(&self) -> Option<&MemArgs> {
+        self.mem.as_ref()
+    }
+}
+
+/// Every group at once, in one flat struct: the shape benchmarks used before the groups. A
+/// benchmark should flatten the groups it honours instead ([`Options`]); this stays for those
+/// not yet moved, so they keep compiling and accepting the same command lines. Its options are
+/// the groups' own (no second definition); the fields are copies of the groups' values.
+#[derive(Debug, Clone)]
+pub struct CommonArgs {
+    pub min_bytes: u64,
+    pub max_bytes: u64,
+    pub step_factor: u64,
+    pub iters: Option<u64>,
+    pub warmup: Option<u64>,
+    pub provider: Option<String>,
+    pub domain: Option<String>,
+    pub mem: MemKind,
+    pub gpu: GpuChoice,
+    pub mr: MrChoice,
+    pub rails: Rails,
+    pub strategy: Strategy,
+    pub per_rail: bool,
+    pub check: bool,
+    pub no_check: bool,
+    pub output: Option<PathBuf>,
+    pub format: Format,
+    pub timeout: f64,
+    pub rdzv: Option<String>,
+    pub rank: Option<u32>,
+    pub world: Option<u32>,
+    pub libfabric: Option<PathBuf>,
+    groups: Box<Groups>,
+}
+
+impl CommonArgs {
+    pub fn from_groups(s: SweepArgs, f: FabricArgs, m: MemArgs, j: JobArgs) -> CommonArgs {
+        CommonArgs {
+            min_bytes: s.min_bytes,
+            max_bytes: s.max_bytes,
+            step_factor: s.step_factor,
+            iters: s.iters,
+            warmup: s.warmup,
+            provider: f.provider.clone(),
+            domain: f.domain.clone(),
+            mem: m.mem,
+            gpu: m.gpu,
+            mr: f.mr,
+            rails: f.rails,
+            strategy: f.strategy,
+            per_rail: f.per_rail,
+            check: j.check,
+            no_check: j.no_check,
+            output: j.output.clone(),
+            format: j.format,
+            timeout: j.timeout,
+            rdzv: j.rdzv.clone(),
+            rank: j.rank,
+            world: j.world,
+            libfabric: f.libfabric.clone(),
+            groups: Box::new(Groups {
+                job: j,
+                sweep: Some(s),
+                fabric: Some(f),
+                mem: Some(m),
+            }),
+        }
+    }
+
+    /// Whether payloads are verified.
+    pub fn verify(&self) -> bool {
+        !self.no_check
+    }
+
+    /// The `--timeout` as a duration (bounded by the parser, so this never panics).
+    pub fn timeout(&self) -> Duration {
+        Duration::from_secs_f64(self.timeout)
+    }
+
+    /// See [`SweepArgs::sizes`].
+    pub fn sizes(&self) -> Result<Vec<u64>, BenchError> {
+        sweep(self.min_bytes, self.max_bytes, self.step_factor)
+    }
+
+    /// See [`SweepArgs::iterations`].
+    pub fn iterations(&self, size: u64, per_window: u64) -> (u64, u64) {
+        let sw = self.groups.sweep.as_ref();
+        sw.map_or((0, 0), |s| s.iterations(size, per_window))
+    }
+
+    /// See [`Groups::fingerprint`].
+    pub fn fingerprint(&self) -> String {
+        self.groups.fingerprint()
+    }
+}
+
+impl Options for CommonArgs {
+    fn job(&self) -> &JobArgs {
+        &self.groups.job
+    }
+    fn sweep(&self) -> Option<&SweepArgs> {
+        self.groups.sweep.as_ref()
+    }
+    fn fabric(&self) -> Option<&FabricArgs> {
+        self.groups.fabric.as_ref()
+    }
+    fn mem(&self) -> Option<&MemArgs> {
+        self.groups.mem.as_ref()
+    }
+}
+
+impl clap::FromArgMatches for CommonArgs {
+    fn from_arg_matches(m: &clap::ArgMatches) -> Result<Self, clap::Error> {
+        Ok(CommonArgs::from_groups(
+            SweepArgs::from_arg_matches(m)?,
+            FabricArgs::from_arg_matches(m)?,
+            MemArgs::from_arg_matches(m)?,
+            JobArgs::from_arg_matches(m)?,
+        ))
+    }
+    fn update_from_arg_matches(&mut self, m: &clap::ArgMatches) -> Result<(), clap::Error> {
+        *self = Self::from_arg_matches(m)?;
+        Ok(())
+    }
+}
+
+impl clap::Args for CommonArgs {
+    fn augment_args(cmd: clap::Command) -> clap::Command {
+        let cmd = SweepArgs::augment_args(cmd);
+        let cmd = FabricArgs::augment_args(cmd);
+        let cmd = MemArgs::augment_args(cmd);
+        JobArgs::augment_args(cmd)
+    }
+    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+        Self::augment_args(cmd)
     }
 }
 
@@ -406,5 +721,43 @@ mod tests {
         // Per-host options may differ.
         let d = parse(&["--gpu", "1", "--domain", "eth0"]).unwrap();
         assert_eq!(a.fingerprint(), d.fingerprint());
+    }
+
+    #[test]
+    fn every_group_has_defaults_and_the_flat_shape_matches() {
+        let g = Groups {
+            job: defaults(),
+            sweep: Some(defaults()),
+            fabric: Some(defaults()),
+            mem: Some(defaults()),
+        };
+        let flat = parse(&[]).unwrap();
+        assert_eq!(Groups::of(&flat), g);
+        assert_eq!(g.flat().fingerprint(), flat.fingerprint());
+        assert_eq!(g.mem_kind(), MemKind::Host);
+    }
+
+    /// A benchmark that takes only the job group: clap itself refuses the other groups' flags.
+    #[derive(Parser, Debug)]
+    struct JobOnly {
+        #[command(flatten)]
+        job: JobArgs,
+    }
+
+    crate::impl_options!(JobOnly);
+
+    #[test]
+    fn a_group_left_out_is_refused_by_clap() {
+        for args in [["t", "-p", "tcp"], ["t", "-b", "8"], ["t", "--mem", "cuda"]] {
+            let e = JobOnly::try_parse_from(args).unwrap_err().to_string();
+            assert!(e.contains("unexpected argument"), "{args:?}: {e}");
+        }
+        let j = JobOnly::try_parse_from(["t", "--no-check", "--format", "jsonl"]).unwrap();
+        let g = Groups::of(&j);
+        assert!(g.sweep.is_none() && g.fabric.is_none() && g.mem.is_none());
+        assert_eq!(g.job.format, Format::Json);
+        // The fingerprint names only what the benchmark takes.
+        assert!(!g.fingerprint().contains("-p "), "{}", g.fingerprint());
+        assert!(g.fingerprint().contains("--no-check"));
     }
 }

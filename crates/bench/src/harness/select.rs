@@ -12,7 +12,7 @@
 //!   domain, labelled *virtual rails* in the records and the table header.
 
 use efabench_fabric::{get_info, Hints, ProviderInfo, RailConfig, RailCount, RailGroup};
-use efabench_gpu::MemKind;
+use efabench_gpu::{GpuChoice, MemKind};
 
 use super::{Ctx, Rails};
 use crate::error::BenchError;
@@ -74,11 +74,20 @@ pub fn fabric_err(e: efabench_fabric::Error) -> BenchError {
 
 /// Provider, domain and rails for this run.
 pub(crate) fn plan(ctx: &Ctx) -> Result<FabricPlan, BenchError> {
-    let args = ctx.args;
+    // A benchmark that needs the fabric but takes no fabric options runs on the defaults.
+    let own;
+    let args = match &ctx.opts.fabric {
+        Some(f) => f,
+        None => {
+            own = super::defaults::<super::FabricArgs>();
+            &own
+        }
+    };
+    let mem = ctx.opts.mem_kind();
     let lib = efabench_fabric::load_library(args.libfabric.as_deref()).map_err(fabric_err)?;
     let available = efabench_fabric::list_providers().map_err(fabric_err)?;
     let (provider, why) = choose_provider(args.provider.as_deref(), &available, ctx.one_host())?;
-    let hmem = matches!(args.mem, MemKind::Cuda | MemKind::Managed);
+    let hmem = matches!(mem, MemKind::Cuda | MemKind::Managed);
     // Ranks on one host keep tcp on loopback rather than the first interface.
     let node = (provider.starts_with("tcp") && ctx.one_host() && args.domain.is_none())
         .then(|| "127.0.0.1".to_string());
@@ -95,7 +104,7 @@ pub(crate) fn plan(ctx: &Ctx) -> Result<FabricPlan, BenchError> {
                 "--mem {}: provider {provider} cannot register GPU memory (no FI_HMEM here); this \
                  needs EFA with GPUDirect RDMA (p4d/p5 with the EFA installer) or a libfabric built \
                  with CUDA support; use --mem host or --mem pinned",
-                args.mem
+                mem
             )))
         }
         Ok(_) => {
@@ -149,10 +158,11 @@ fn paired_domains(ctx: &Ctx, provider: &str, offered: &[ProviderInfo]) -> Vec<St
     if topo.gpus.is_empty() {
         return Vec::new();
     }
-    let gpu = match (ctx.device, ctx.args.gpu) {
+    let choice = ctx.opts.mem.as_ref().map_or(GpuChoice::Auto, |m| m.gpu);
+    let gpu = match (ctx.device, choice) {
         (Some(d), _) => d as usize,
-        (None, efabench_gpu::GpuChoice::Index(i)) => i as usize,
-        (None, efabench_gpu::GpuChoice::Auto) => ctx.local_rank as usize % topo.gpus.len(),
+        (None, GpuChoice::Index(i)) => i as usize,
+        (None, GpuChoice::Auto) => ctx.local_rank as usize % topo.gpus.len(),
     };
     let Some(g) = topo.gpus.get(gpu) else {
         return Vec::new();

@@ -39,26 +39,36 @@ use self::link::{alloc_payload, Link, LinkError};
 use self::protocol::{Outcome, Step};
 use crate::error::BenchError;
 use crate::harness::{
-    self, Benchmark, CommonArgs, Ctx, Measured, MrChoice, Needs, Point, RunFacts, Strategy,
+    self, Benchmark, Ctx, FabricArgs, JobArgs, Measured, MemArgs, MrChoice, Needs, Point, RunFacts,
+    Strategy, SweepArgs,
 };
 use crate::stats::{gbps, mops, Samples};
 use crate::P2pKind;
 
-/// Options of the point-to-point benchmarks.
+/// Options of the point-to-point benchmarks: their own, then the groups they honour (every one).
 #[derive(clap::Args, Debug, Clone)]
+#[command(next_help_heading = "Benchmark options")]
 pub struct P2pArgs {
-    #[command(flatten)]
-    pub common: CommonArgs,
     /// Messages in flight in the stream variant (and reads per round of read pingpong), 1 to 4096.
     #[arg(long, default_value = "64", value_parser = window_arg, allow_hyphen_values = true)]
     pub window: usize,
     /// Distinct bytes a stream window touches per buffer (messages beyond it reuse slots).
     #[arg(long, default_value = "1M", value_parser = footprint_arg, allow_hyphen_values = true)]
     pub footprint: u64,
-    /// Variants to run, comma-separated: pingpong, stream.
+    /// Variants to run, comma-separated.
     #[arg(long, value_delimiter = ',', value_enum, default_values_t = [Variant::Pingpong, Variant::Stream])]
     pub variant: Vec<Variant>,
+    #[command(flatten)]
+    pub sweep: SweepArgs,
+    #[command(flatten)]
+    pub fabric: FabricArgs,
+    #[command(flatten)]
+    pub mem: MemArgs,
+    #[command(flatten)]
+    pub job: JobArgs,
 }
+
+crate::impl_options!(P2pArgs: sweep, fabric, mem);
 
 /// `pingpong` (latency) or `stream` (bandwidth).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -110,7 +120,7 @@ pub struct P2p<'a> {
 impl<'a> P2p<'a> {
     /// Checks the options (before anything touches hardware).
     pub fn new(kind: P2pKind, args: &'a P2pArgs) -> Result<Self, BenchError> {
-        let sizes = args.common.sizes()?;
+        let sizes = args.sweep.sizes()?;
         let max = *sizes.iter().max().expect("a sweep has at least one size");
         let window = args.window as u64;
         // Pingpong alternates two slots; a stream uses up to `window` slots within the footprint.
@@ -180,30 +190,30 @@ impl<'a> Benchmark for P2p<'a> {
     }
 
     fn setup(&mut self, ctx: &Ctx) -> Result<RunFacts, BenchError> {
-        let c = &self.args.common;
+        let (f, j, m) = (&self.args.fabric, &self.args.job, &self.args.mem);
         let plan = ctx.plan()?;
         let group = plan.open(&RailConfig {
-            post_timeout: c.timeout(),
+            post_timeout: j.timeout(),
             max_in_flight: 8192,
             ..RailConfig::default()
         })?;
         let max_msg = group.rail(0).info().max_msg_size;
         let max = *self.sizes.iter().max().unwrap_or(&0);
-        if max > max_msg.saturating_mul(group.len() as u64) && c.strategy == Strategy::Split
-            || max > max_msg && c.strategy == Strategy::RoundRobin
+        if max > max_msg.saturating_mul(group.len() as u64) && f.strategy == Strategy::Split
+            || max > max_msg && f.strategy == Strategy::RoundRobin
         {
             return Err(BenchError::usage(format!(
                 "messages of {max} bytes exceed what provider {} can send ({max_msg} bytes); lower -e",
                 plan.provider
             )));
         }
-        let payload = alloc_payload(c.mem, self.buf_bytes as usize, ctx.device)?;
+        let payload = alloc_payload(m.mem, self.buf_bytes as usize, ctx.device)?;
         let mut link = Link::new(
             group,
-            c.strategy,
+            f.strategy,
             payload,
-            mr_path(c.mr),
-            c.timeout(),
+            mr_path(f.mr),
+            j.timeout(),
             (ctx.bs.health(), ctx.bs.progress()),
         )
         .map_err(LinkError::into_bench)?;
@@ -215,7 +225,7 @@ impl<'a> Benchmark for P2p<'a> {
         let rails = plan.rails.len() as u32;
         let domains = plan.domains();
         let mut extra = Map::new();
-        extra.insert("strategy".into(), json!(c.strategy.name()));
+        extra.insert("strategy".into(), json!(f.strategy.name()));
         extra.insert("virtual_rails".into(), json!(plan.virtual_rails));
         extra.insert("mr".into(), json!(link.mr_path()));
         let mut distinct = domains.clone();
@@ -228,7 +238,7 @@ impl<'a> Benchmark for P2p<'a> {
                 ""
             },
             distinct.join(","),
-            c.strategy.name(),
+            f.strategy.name(),
             crate::size::human(self.args.footprint),
             self.args.window,
             link.mr_path()
@@ -245,7 +255,7 @@ impl<'a> Benchmark for P2p<'a> {
             domains,
             libfabric: Some(plan.libfabric.clone()),
             rails,
-            mem: c.mem.to_string(),
+            mem: m.mem.to_string(),
             link_gbps,
             header,
             extra,
@@ -253,7 +263,7 @@ impl<'a> Benchmark for P2p<'a> {
     }
 
     fn points(&self, ctx: &Ctx) -> Result<Vec<P2pSpec>, BenchError> {
-        let c = &self.args.common;
+        let (sw, j) = (&self.args.sweep, &self.args.job);
         let mut out = Vec::new();
         for &variant in &self.args.variant {
             for &size in &self.sizes {
@@ -266,8 +276,8 @@ impl<'a> Benchmark for P2p<'a> {
                     _ => self.slots(size, window),
                 };
                 let (iters, warmup) = match variant {
-                    Variant::Stream => c.iterations(size, window as u64),
-                    Variant::Pingpong => c.iterations(size, 1),
+                    Variant::Stream => sw.iterations(size, window as u64),
+                    Variant::Pingpong => sw.iterations(size, 1),
                 };
                 for peer in 1..ctx.world {
                     out.push(P2pSpec {
@@ -278,7 +288,7 @@ impl<'a> Benchmark for P2p<'a> {
                             warmup,
                             window,
                             slots,
-                            verify: c.verify(),
+                            verify: j.verify(),
                             sender: 0,
                             responder: peer,
                         },
@@ -418,7 +428,7 @@ pub fn run_p2p(
     build: &harness::BuildInfo,
 ) -> Result<i32, BenchError> {
     let mut b = P2p::new(kind, args)?;
-    harness::run(&mut b, &args.common, build)
+    harness::run(&mut b, args, build)
 }
 
 #[cfg(test)]
