@@ -33,8 +33,8 @@
 pub mod nvbw;
 
 use crate::harness::{
-    from_bootstrap, Benchmark, BuildInfo, CommonArgs, Ctx, Measured, MrChoice, Needs, Point, Rails,
-    RunFacts, Strategy,
+    from_bootstrap, gpu_arg, Benchmark, BuildInfo, Ctx, JobArgs, Measured, Needs, Point, RunFacts,
+    SweepArgs,
 };
 use crate::pattern;
 use crate::size::sweep;
@@ -44,16 +44,16 @@ use efabench_bootstrap::Bootstrap;
 use efabench_gpu::buffer::{count_mismatches, fill, Counter};
 use efabench_gpu::ipc::{export, IpcKernels, IpcMapping, IPC_HANDLE_LEN};
 use efabench_gpu::kernels::{kernel, Source};
-use efabench_gpu::{DeviceBuffer, Event, Gpu, GpuError, MemKind, Shape, Stream};
+use efabench_gpu::{DeviceBuffer, Event, Gpu, GpuChoice, GpuError, Shape, Stream};
 use efabench_record::Record;
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
 
-/// Options of `efabench ipc` (the shared ones, plus the kernels' own).
+/// Options of `efabench ipc`: the kernels' own, the GPU, the size sweep and the job. It uses
+/// no libfabric and places its own device memory, so clap refuses the fabric and memory options.
 #[derive(clap::Args, Debug, Clone)]
+#[command(next_help_heading = "Benchmark options")]
 pub struct IpcArgs {
-    #[command(flatten)]
-    pub common: CommonArgs,
     /// Timed batches per point; each is bracketed by CUDA events, none by a host sync.
     #[arg(long, default_value = "5", value_parser = samples_arg, allow_hyphen_values = true)]
     pub samples: u64,
@@ -80,7 +80,16 @@ pub struct IpcArgs {
     /// device_to_device_latency_sm).
     #[arg(long, value_delimiter = ',')]
     pub nvbw: Vec<String>,
+    /// This rank's GPU: an index, or auto (= local rank).
+    #[arg(long, default_value = "auto", value_parser = gpu_arg)]
+    pub gpu: GpuChoice,
+    #[command(flatten)]
+    pub sweep: SweepArgs,
+    #[command(flatten)]
+    pub job: JobArgs,
 }
+
+crate::impl_options!(IpcArgs: sweep);
 
 /// The variants `--variant` selects: the given list, else all four unless `--nvbw` is given.
 pub fn variants(args: &IpcArgs) -> Vec<String> {
@@ -321,7 +330,7 @@ pub struct Ipc<'a> {
 impl<'a> Ipc<'a> {
     /// Checks every option, then that a CUDA driver is there (before any bootstrap).
     pub fn new(args: &'a IpcArgs) -> Result<Self, BenchError> {
-        let c = &args.common;
+        let c = &args.sweep;
         let sizes = ipc_sizes(c.min_bytes, c.max_bytes, c.step_factor)?;
         let methods =
             methods(&variants(args), &args.shapes, &args.tma_grids).map_err(BenchError::usage)?;
@@ -330,20 +339,6 @@ impl<'a> Ipc<'a> {
             return Err(BenchError::usage(
                 "nothing to measure: pass --variant copy-engine,push,pull,tma or --nvbw all",
             ));
-        }
-        let unused = [
-            (c.provider.is_some(), "--provider"),
-            (c.domain.is_some(), "--domain"),
-            (c.rails != Rails::Count(1), "--rails"),
-            (c.strategy != Strategy::Split, "--strategy"),
-            (c.mr != MrChoice::Auto, "--mr"),
-            (c.mem != MemKind::Host, "--mem"),
-            (c.per_rail, "--per-rail"),
-        ];
-        if let Some((_, opt)) = unused.iter().find(|(set, _)| *set) {
-            return Err(BenchError::usage(format!(
-                "ipc moves device memory over NVLink with CUDA IPC and does not use libfabric: drop {opt}"
-            )));
         }
         efabench_gpu::driver().map_err(gpu_err)?;
         Ok(Ipc {
@@ -364,7 +359,7 @@ impl<'a> Ipc<'a> {
     }
 
     fn iterations(&self, size: u64) -> (u64, u64) {
-        let c = &self.args.common;
+        let c = &self.args.sweep;
         let iters = c.iters.unwrap_or_else(|| default_iters(size));
         (iters, c.warmup.unwrap_or(10))
     }
@@ -401,8 +396,7 @@ impl Benchmark for Ipc<'_> {
     fn setup(&mut self, ctx: &Ctx) -> Result<RunFacts, BenchError> {
         let bs = ctx.bs;
         let (me, world) = (ctx.rank, ctx.world);
-        let ordinal =
-            efabench_gpu::resolve(self.args.common.gpu, ctx.local_rank).map_err(gpu_err)?;
+        let ordinal = efabench_gpu::resolve(self.args.gpu, ctx.local_rank).map_err(gpu_err)?;
         let gpu = Gpu::open(ordinal).map_err(gpu_err)?;
         let mut max = *self.sizes.iter().max().unwrap_or(&16) as usize;
         if self.tests.contains(&nvbw::Test::Latency) {
@@ -509,7 +503,7 @@ impl Benchmark for Ipc<'_> {
     fn points(&self, ctx: &Ctx) -> Result<Vec<IpcPoint>, BenchError> {
         let mut out = self.variant_points(ctx)?;
         let index = out.len() as u64;
-        let c = &self.args.common;
+        let c = &self.args.sweep;
         out.extend(
             nvbw::specs(
                 &self.tests,
@@ -561,13 +555,7 @@ impl Benchmark for Ipc<'_> {
         let s = match p {
             IpcPoint::Variant(s) => s,
             IpcPoint::Nvbw(s) => {
-                return nvbw::measure(
-                    rank,
-                    ctx.bs,
-                    s,
-                    self.args.samples,
-                    self.args.common.verify(),
-                )
+                return nvbw::measure(rank, ctx.bs, s, self.args.samples, self.args.job.verify())
             }
         };
         let o = measure(rank, ctx.bs, s, self.args)?;
@@ -681,7 +669,7 @@ impl Ipc<'_> {
 /// Runs one rank of `efabench ipc`.
 pub fn run_ipc(args: &IpcArgs, build: &BuildInfo) -> Result<i32, BenchError> {
     let mut b = Ipc::new(args)?;
-    crate::harness::run(&mut b, &args.common, build)
+    crate::harness::run(&mut b, args, build)
 }
 
 /// What one rank holds: its GPU, buffers and every peer's mapped buffers.
@@ -822,7 +810,7 @@ fn measure(
     let (m, len, a, b, iters, warmup) = (s.m, s.size as usize, s.a, s.b, s.iters, s.warmup);
     let point_index = s.index;
     let me = bs.rank() as usize;
-    let verify = args.common.verify();
+    let verify = args.job.verify();
     let exec = exec_rank(m, a, b);
     let base = point_index << 24;
     let iter_seed = |k: u64| pattern::seed(base + k, a as u32, b as u32, 0);

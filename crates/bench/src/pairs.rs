@@ -47,7 +47,9 @@ use serde_json::{json, Map, Value};
 
 use crate::alltoall::open_mesh;
 use crate::error::BenchError;
-use crate::harness::{self, Benchmark, CommonArgs, Ctx, Measured, Needs, Point, RunFacts};
+use crate::harness::{
+    self, Benchmark, Ctx, FabricArgs, JobArgs, Measured, MemArgs, Needs, Point, RunFacts, SweepArgs,
+};
 use crate::locate::{self, PairBw};
 use crate::mesh::{cq_data, parse_cq_data, Kind, Mesh, ITER_MOD};
 use crate::pattern;
@@ -58,9 +60,8 @@ const FOOTPRINT: u64 = 1 << 20;
 
 /// Options of `pairs`.
 #[derive(clap::Args, Debug, Clone)]
+#[command(next_help_heading = "Benchmark options")]
 pub struct PairsArgs {
-    #[command(flatten)]
-    pub common: CommonArgs,
     /// Writes in flight per window, 1 to 4096.
     #[arg(long, default_value = "16", value_parser = window_arg, allow_hyphen_values = true)]
     pub window: u64,
@@ -86,7 +87,17 @@ pub struct PairsArgs {
     /// Exit 1 when any pair is below this bandwidth in Gbps (a cluster acceptance gate).
     #[arg(long, value_parser = min_bw_arg, allow_hyphen_values = true)]
     pub min_bw: Option<f64>,
+    #[command(flatten)]
+    pub sweep: SweepArgs,
+    #[command(flatten)]
+    pub fabric: FabricArgs,
+    #[command(flatten)]
+    pub mem: MemArgs,
+    #[command(flatten)]
+    pub job: JobArgs,
 }
+
+crate::impl_options!(PairsArgs: sweep, fabric, mem);
 
 fn window_arg(s: &str) -> Result<u64, String> {
     harness::bounded(s, "--window", 1, 4096, "16")
@@ -277,7 +288,7 @@ pub struct Pairs<'a> {
 
 impl<'a> Pairs<'a> {
     pub fn new(args: &'a PairsArgs) -> Result<Self, BenchError> {
-        let sizes = args.common.sizes()?;
+        let sizes = args.sweep.sizes()?;
         if args.one_at_a_time && args.schedule != Schedule::All {
             return Err(BenchError::usage(format!(
                 "--one-at-a-time measures every ordered pair, so it goes with --pairs all, not \
@@ -1198,7 +1209,7 @@ fn stream(
 /// Runs one rank of `pairs`; exit 1 (on rank 0) when a pair is below `--min-bw`.
 pub fn run_pairs(args: &PairsArgs, build: &harness::BuildInfo) -> Result<i32, BenchError> {
     let mut b = Pairs::new(args)?;
-    let run = harness::run(&mut b, &args.common, build);
+    let run = harness::run(&mut b, args, build);
     if run.is_err() {
         // A failed run can leave writes posted to a peer that stopped reading (or reads too
         // slowly); libfabric 1.17's tcp provider (ofi_rxm) crashes with SIGSEGV when such an

@@ -56,16 +56,15 @@ use serde_json::{json, Map, Value};
 use self::engine::{Feed, Lane, ProxyConfig, RailLog, Target};
 use crate::error::BenchError;
 use crate::harness::{
-    self, fabric_error, Benchmark, CommonArgs, Ctx, Measured, MrChoice, Needs, Point, RunFacts,
-    Strategy,
+    self, fabric_error, Benchmark, Ctx, FabricArgs, JobArgs, Measured, MemArgs, MrChoice, Needs,
+    Point, RunFacts, Strategy, SweepArgs,
 };
 use crate::stats::{gbps, mops, nearest_rank, Samples};
 
 /// Options of `efabench proxy`.
 #[derive(clap::Args, Debug, Clone)]
+#[command(next_help_heading = "Benchmark options")]
 pub struct ProxyArgs {
-    #[command(flatten)]
-    pub common: CommonArgs,
     /// Modes to run, comma-separated: cpu (CPU-posted baseline), blocking, nbi.
     #[arg(long, value_delimiter = ',', value_enum, default_values_t = [Mode::Cpu, Mode::Blocking, Mode::Nbi])]
     pub modes: Vec<Mode>,
@@ -101,7 +100,17 @@ pub struct ProxyArgs {
     /// (enough here: every payload is written before the launch).
     #[arg(long, value_enum, default_value = "per-put")]
     pub payload_fence: PayloadFence,
+    #[command(flatten)]
+    pub sweep: SweepArgs,
+    #[command(flatten)]
+    pub fabric: FabricArgs,
+    #[command(flatten)]
+    pub mem: MemArgs,
+    #[command(flatten)]
+    pub job: JobArgs,
 }
+
+crate::impl_options!(ProxyArgs: sweep, fabric, mem);
 
 /// Where the GPU producer fences its payload stores before the commands that name them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -254,7 +263,7 @@ const TARGET: u32 = 1;
 impl<'a> Proxy<'a> {
     /// Checks the options before anything touches hardware; the GPU producer needs a driver.
     pub fn new(args: &'a ProxyArgs) -> Result<Self, BenchError> {
-        let sizes = args.common.sizes()?;
+        let sizes = args.sweep.sizes()?;
         if sizes.iter().any(|&s| s > u32::MAX as u64) {
             return Err(BenchError::usage(
                 "efabench proxy: a put carries a 32-bit length; lower -e to 2G or less",
@@ -383,7 +392,7 @@ impl<'a> Benchmark for Proxy<'a> {
     }
 
     fn setup(&mut self, ctx: &Ctx) -> Result<RunFacts, BenchError> {
-        let c = &self.args.common;
+        let c = ctx.args;
         let plan = ctx.plan()?;
         if plan.rails.len() > MAX_RINGS {
             return Err(BenchError::usage(format!(
@@ -565,7 +574,7 @@ impl<'a> Benchmark for Proxy<'a> {
         for &mode in &self.args.modes {
             for &size in &self.sizes {
                 let puts = self.puts_at(size);
-                let (iters, warmup) = self.args.common.iterations(size, puts as u64);
+                let (iters, warmup) = self.args.sweep.iterations(size, puts as u64);
                 out.push(ProxySpec {
                     mode,
                     size,
@@ -764,7 +773,7 @@ fn measure_initiator(
         .as_mut()
         .ok_or_else(|| failed("initiator not set up"))?;
     let nrails = init.rails.len();
-    let sched = engine::schedule(s.puts, s.size, nrails, args.common.strategy, TARGET as u16);
+    let sched = engine::schedule(s.puts, s.size, nrails, args.fabric.strategy, TARGET as u16);
     let mut per_rail: Vec<Vec<efabench_gpu::proxy::Command>> = vec![Vec::new(); nrails];
     for put in &sched {
         for (r, c) in put {
@@ -777,7 +786,7 @@ fn measure_initiator(
     let cfg = ProxyConfig {
         batch: args.batch,
         max_in_flight: 4096,
-        idle_timeout: args.common.timeout(),
+        idle_timeout: args.job.timeout(),
     };
     let failed_flag = AtomicBool::new(false);
     let go = AtomicU64::new(0);
@@ -846,7 +855,7 @@ fn measure_initiator(
                 .collect();
             let main = (|| -> Result<(), BenchError> {
                 for it in 0..total_iters {
-                    if args.common.verify() || it == 0 {
+                    if args.job.verify() || it == 0 {
                         fill_puts(&**setup.src, it, s.puts, s.size).map_err(failed)?;
                     }
                     let (t_ns, span, push, quiet) = match s.mode {
@@ -888,7 +897,7 @@ fn measure_initiator(
                                                 size: s.size,
                                                 dst: TARGET as u16,
                                                 rails: nrails as u32,
-                                                split: args.common.strategy == Strategy::Split,
+                                                split: args.fabric.strategy == Strategy::Split,
                                                 first_rail: 0,
                                                 blocking,
                                                 poll_ns: args.quiet_poll_ns,
@@ -1095,7 +1104,7 @@ fn measure_target(
     s: &ProxySpec,
 ) -> Result<Measured, BenchError> {
     let nrails = setup.target_rails.len();
-    let sched = engine::schedule(s.puts, s.size, nrails, args.common.strategy, TARGET as u16);
+    let sched = engine::schedule(s.puts, s.size, nrails, args.fabric.strategy, TARGET as u16);
     let stripes: Vec<u32> = sched.iter().map(|p| p.len() as u32).collect();
     let health = health_of(ctx);
     let mut arrive_all = Vec::with_capacity(kept_iters(s) as usize * s.puts as usize);
@@ -1108,7 +1117,7 @@ fn measure_target(
             &stripes,
             INITIATOR as u16,
             &mut arrive,
-            args.common.timeout().max(Duration::from_secs(1)),
+            args.job.timeout().max(Duration::from_secs(1)),
             &health,
         )
         .map_err(failed)?;
@@ -1119,7 +1128,7 @@ fn measure_target(
         if it >= s.warmup {
             landed.push(realtime_ns());
         }
-        if args.common.verify() {
+        if args.job.verify() {
             errors += check_puts(&**setup.dst, it, s.puts, s.size).map_err(failed)?;
         }
         if it >= s.warmup + s.iters - kept_iters(s) {
@@ -1140,7 +1149,7 @@ fn measure_target(
 /// Runs one rank of `efabench proxy`.
 pub fn run_proxy(args: &ProxyArgs, build: &harness::BuildInfo) -> Result<i32, BenchError> {
     let mut b = Proxy::new(args)?;
-    harness::run(&mut b, &args.common, build)
+    harness::run(&mut b, args, build)
 }
 
 #[cfg(test)]

@@ -1,17 +1,18 @@
 //! The options of `efabench queue` and their checks: every value is parsed and bounded here,
-//! before anything touches the GPU.
+//! before anything touches the GPU. Of the shared groups the queue takes only the job's: a ring
+//! has no message sizes, no network and places its own memory, so clap refuses `-b`, `-p` or
+//! `--mem` for it.
 
 use crate::error::BenchError;
-use crate::harness::{bounded, CommonArgs, Rails};
-use efabench_gpu::MemKind;
+use crate::harness::{bounded, gpu_arg, JobArgs};
+use efabench_gpu::GpuChoice;
 
 use super::shape::ProducerShape;
 
 /// Options of `efabench queue`.
 #[derive(clap::Args, Debug, Clone)]
+#[command(next_help_heading = "Benchmark options")]
 pub struct QueueArgs {
-    #[command(flatten)]
-    pub common: CommonArgs,
     /// Rings, comma-separated: pinned, managed, gdr, hybrid, libefaxx.
     #[arg(
         long,
@@ -48,7 +49,14 @@ pub struct QueueArgs {
     /// With direct polling: nanoseconds a producer sleeps between two reads of a tail.
     #[arg(long, default_value = "0", value_parser = sleep_arg, allow_hyphen_values = true)]
     pub poll_sleep_ns: u64,
+    /// The GPU: an index, or auto (= local rank).
+    #[arg(long, default_value = "auto", value_parser = gpu_arg)]
+    pub gpu: GpuChoice,
+    #[command(flatten)]
+    pub job: JobArgs,
 }
+
+crate::impl_options!(QueueArgs);
 
 fn sleep_arg(s: &str) -> Result<u64, String> {
     bounded(s, "--poll-sleep-ns", 0, 1_000_000, "200")
@@ -89,32 +97,4 @@ pub(super) fn list<T>(
         )));
     }
     Ok(out)
-}
-
-/// The shared options that mean nothing for a command ring are refused, not ignored.
-pub(super) fn refuse_unused(c: &CommonArgs) -> Result<(), BenchError> {
-    let mut bad = Vec::new();
-    if c.iters.is_some() || c.warmup.is_some() {
-        bad.push("-n/-w (use --commands)");
-    }
-    if c.min_bytes != 8 || c.max_bytes != 1 << 20 {
-        bad.push("-b/-e (commands are 16 bytes)");
-    }
-    if c.provider.is_some() || c.domain.is_some() || c.per_rail || c.rails != Rails::Count(1) {
-        bad.push("-p/--domain/--rails/--per-rail (no network is used)");
-    }
-    if c.mem != MemKind::Host {
-        bad.push("--mem (each ring places its own memory; use --ring)");
-    }
-    if c.no_check {
-        bad.push("--no-check (every command is always verified)");
-    }
-    if bad.is_empty() {
-        Ok(())
-    } else {
-        Err(BenchError::usage(format!(
-            "queue does not take {}: drop them",
-            bad.join(", ")
-        )))
-    }
 }

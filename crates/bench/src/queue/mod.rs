@@ -34,8 +34,8 @@ use efabench_record::Record;
 
 use crate::error::BenchError;
 use crate::harness::{bounded, Benchmark, BuildInfo, Ctx, Measured, Needs, Point, RunFacts};
+use args::list;
 pub use args::QueueArgs;
-use args::{list, refuse_unused};
 use measure::{measure, numa_cpus, unavailable, QueueConfig, QueueMeasurement};
 pub use record::summarize;
 use record::{fields, lat_us, QueueDetail, QueueFacts};
@@ -81,6 +81,11 @@ pub struct Queue {
 impl Queue {
     /// Checks every option before anything touches the GPU.
     pub fn new(args: &QueueArgs) -> Result<Queue, BenchError> {
+        if args.job.no_check {
+            return Err(BenchError::usage(
+                "queue verifies every command (it is what the ring is measured for): drop --no-check",
+            ));
+        }
         let rings = list("--ring", &args.ring, |s| s.parse::<RingKind>())?;
         let shapes = ProducerShape::parse_list(&args.producers).map_err(BenchError::usage)?;
         let consumers = list("--consumers", &args.consumers, |s| {
@@ -98,7 +103,6 @@ impl Queue {
             .tail_poll
             .parse::<TailPoll>()
             .map_err(BenchError::usage)?;
-        refuse_unused(&args.common)?;
         Ok(Queue {
             tail_poll,
             rings,
@@ -127,7 +131,7 @@ impl Queue {
         cfg.batch = self.args.batch as u32;
         cfg.release = !self.args.no_release;
         cfg.budget = Duration::from_secs_f64(self.args.budget);
-        cfg.hang = self.args.common.timeout();
+        cfg.hang = self.args.job.timeout();
         cfg.salt = self.salt;
         cfg.tail_poll = self.tail_poll;
         cfg.poll_sleep_ns = self.args.poll_sleep_ns as u32;
@@ -160,7 +164,7 @@ impl Benchmark for Queue {
 
     fn setup(&mut self, ctx: &Ctx) -> Result<RunFacts, BenchError> {
         let ordinal =
-            efabench_gpu::resolve(self.args.common.gpu, ctx.local_rank).map_err(|e| match e {
+            efabench_gpu::resolve(self.args.gpu, ctx.local_rank).map_err(|e| match e {
                 GpuError::Invalid(_) => BenchError::usage(e.to_string()),
                 e => gpu_err(e),
             })?;
@@ -296,5 +300,5 @@ impl Benchmark for Queue {
 /// `efabench queue`.
 pub fn run_queue(args: &QueueArgs, build: &BuildInfo) -> Result<i32, BenchError> {
     let mut b = Queue::new(args)?;
-    crate::harness::run(&mut b, &args.common, build)
+    crate::harness::run(&mut b, args, build)
 }
