@@ -37,6 +37,7 @@ use crate::harness::{
     SweepArgs,
 };
 use crate::pattern;
+use crate::queue::record::{fields, read};
 use crate::size::sweep;
 use crate::stats::Samples;
 use crate::BenchError;
@@ -46,7 +47,7 @@ use efabench_gpu::ipc::{export, IpcKernels, IpcMapping, IPC_HANDLE_LEN};
 use efabench_gpu::kernels::{kernel, Source};
 use efabench_gpu::{DeviceBuffer, Event, Gpu, GpuChoice, GpuError, Shape, Stream};
 use efabench_record::Record;
-use serde_json::{json, Map, Value};
+use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
 /// Options of `efabench ipc`: the kernels' own, the GPU, the size sweep and the job. It uses
@@ -589,9 +590,9 @@ impl Benchmark for Ipc<'_> {
             &exec.samples_ns,
             s.a,
             s.b,
+            s.matrix,
         );
         if s.matrix {
-            p.extra.insert("matrix".into(), json!(true));
             p.link_gbps = self.link(s.a, s.b);
         }
         p
@@ -697,13 +698,14 @@ const POISON_SLOT: u32 = 0xFFFF;
 
 /// The GPU-pair matrices of copy-engine and push at the largest size, GB/s.
 fn matrix_lines(records: &[Record]) -> Vec<String> {
-    let cells: Vec<&Record> = records
+    let cells: Vec<(&Record, IpcDetail)> = records
         .iter()
-        .filter(|r| r.extra.get("matrix").is_some())
+        .filter_map(|r| Some((r, sweep_detail(r)?)))
+        .filter(|(_, d)| d.matrix)
         .collect();
     let mut lines = Vec::new();
     let mut variants: Vec<&str> = Vec::new();
-    for r in &cells {
+    for (r, _) in &cells {
         if !variants.contains(&r.variant.as_str()) {
             variants.push(&r.variant);
         }
@@ -712,8 +714,8 @@ fn matrix_lines(records: &[Record]) -> Vec<String> {
     for v in variants {
         let size = cells
             .iter()
-            .find(|r| r.variant == v)
-            .map_or(0, |r| r.size_bytes);
+            .find(|(r, _)| r.variant == v)
+            .map_or(0, |(r, _)| r.size_bytes);
         lines.push(format!(
             "# {v} matrix at {size} B, GB/s (row = source GPU rank, column = destination)"
         ));
@@ -724,12 +726,8 @@ fn matrix_lines(records: &[Record]) -> Vec<String> {
                 .map(|b| {
                     cells
                         .iter()
-                        .find(|r| {
-                            r.variant == v
-                                && r.extra.get("src").and_then(Value::as_u64) == Some(a as u64)
-                                && r.extra.get("dst").and_then(Value::as_u64) == Some(b as u64)
-                        })
-                        .map_or(format!("{:>9}", "-"), |r| {
+                        .find(|(r, d)| r.variant == v && d.src == a && d.dst == b)
+                        .map_or(format!("{:>9}", "-"), |(r, _)| {
                             format!("{:>9.1}", r.bw_gbps / 8.0)
                         })
                 })
@@ -738,6 +736,15 @@ fn matrix_lines(records: &[Record]) -> Vec<String> {
         }
     }
     lines
+}
+
+/// The typed fields of a record of the sweep or the matrix; `None` for nvbandwidth's records
+/// (they carry `suite`, and their own fields: [`nvbw::NvbwDetail`]) and records of other shapes.
+fn sweep_detail(r: &Record) -> Option<IpcDetail> {
+    if r.bench != "ipc" || read::<nvbw::NvbwDetail>(r).is_some() {
+        return None;
+    }
+    read(r)
 }
 
 /// The rank whose stream runs (and times) a method for the pair `a → b`.
@@ -888,6 +895,33 @@ fn measure(
     Ok(out)
 }
 
+/// The record fields of one point of the sweep or the matrix, beyond the common ones.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct IpcDetail {
+    /// `bw_gbps` in GB/s.
+    #[serde(rename = "bw_GBps")]
+    pub bw_gbytes: f64,
+    /// Source and destination GPU ranks.
+    pub src: usize,
+    pub dst: usize,
+    pub samples: u64,
+    pub lat_kind: String,
+    pub timing: String,
+    /// The kernel's launch shape (absent for copy-engine).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub grid: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub block: Option<u32>,
+    pub check: String,
+    /// `true` on the cells of the all-pairs matrix; absent on the sweep.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub matrix: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !b
+}
+
 /// The record fields of one point (errors are summed by the harness).
 #[allow(clippy::too_many_arguments)]
 fn point(
@@ -900,6 +934,7 @@ fn point(
     batch_ns: &[u64],
     a: usize,
     b: usize,
+    matrix: bool,
 ) -> Point {
     let mut s = Samples::from_vec(batch_ns.to_vec());
     let lat = s.summary_us(1.0);
@@ -908,31 +943,25 @@ fn point(
     } else {
         0.0
     };
-    let mut extra = Map::new();
-    extra.insert("bw_GBps".into(), json!(bw_gbps / 8.0));
-    extra.insert("src".into(), json!(a));
-    extra.insert("dst".into(), json!(b));
-    extra.insert("samples".into(), json!(samples));
-    extra.insert("lat_kind".into(), json!("one-way"));
-    extra.insert(
-        "timing".into(),
-        json!("CUDA events around batches of back-to-back launches; bw from the median batch"),
-    );
-    if let Some(sh) = m.shape(sm) {
-        extra.insert("grid".into(), json!(sh.grid));
-        extra.insert("block".into(), json!(sh.block));
-    }
-    extra.insert(
-        "check".into(),
-        Value::String(
-            match m {
-                Method::Pull(_) => "every word of every iteration compared on the receiving GPU",
-                Method::CopyEngine => "receiver poisoned, then every word checked after the timed loop",
-                _ => "receiver poisoned, per-iteration seed, every word checked against the last iteration's seed",
-            }
+    let shape = m.shape(sm);
+    let detail = IpcDetail {
+        bw_gbytes: bw_gbps / 8.0,
+        src: a,
+        dst: b,
+        samples,
+        lat_kind: "one-way".into(),
+        timing: "CUDA events around batches of back-to-back launches; bw from the median batch"
             .into(),
-        ),
-    );
+        grid: shape.map(|s| s.grid),
+        block: shape.map(|s| s.block),
+        check: match m {
+            Method::Pull(_) => "every word of every iteration compared on the receiving GPU",
+            Method::CopyEngine => "receiver poisoned, then every word checked after the timed loop",
+            _ => "receiver poisoned, per-iteration seed, every word checked against the last iteration's seed",
+        }
+        .into(),
+        matrix,
+    };
     Point {
         variant: m.name(sm),
         size_bytes: size,
@@ -943,7 +972,7 @@ fn point(
         bw_gbps,
         busbw_gbps: None,
         msg_rate_mops: if lat.p50 > 0.0 { 1.0 / lat.p50 } else { 0.0 },
-        extra,
+        extra: fields(&detail),
         ..Point::default()
     }
 }
@@ -952,7 +981,7 @@ fn point(
 /// kernel against the copy engine at ≥ 64 MiB.
 pub fn summary(records: &[Record]) -> Vec<String> {
     // The sweep's records: not the matrix's, not nvbandwidth's (those print as matrices).
-    let sweep = |r: &&Record| r.extra.get("matrix").is_none() && r.extra.get("suite").is_none();
+    let sweep = |r: &&Record| sweep_detail(r).is_some_and(|d| !d.matrix);
     let mut variants: Vec<&str> = Vec::new();
     for r in records.iter().filter(sweep) {
         if !variants.contains(&r.variant.as_str()) {
@@ -1003,6 +1032,61 @@ pub fn summary(records: &[Record]) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::{json, Map, Value};
+
+    /// A record as the harness writes it: the point's fields, then `wall_s` and `gpu_sharing`.
+    pub(crate) fn harness_record(run: &RunInfo, mut p: Point) -> Record {
+        p.extra.insert("wall_s".into(), json!(0.25));
+        let mut r = run.record(p);
+        r.extra
+            .insert(efabench_record::GPU_SHARING.into(), Value::Null);
+        r
+    }
+
+    /// The union of the field names of `records` against `tests/golden/<file>`.
+    pub(crate) fn assert_golden(records: &[Record], golden_file: &str) {
+        let got = records
+            .iter()
+            .flat_map(|r| crate::golden::key_paths(&serde_json::to_value(r).unwrap()))
+            .collect();
+        let want = crate::golden::golden(golden_file);
+        assert_eq!(crate::golden::differs(&want, &got), None);
+    }
+
+    #[test]
+    fn records_keep_their_golden_keys_and_read_back_typed() {
+        let run = test_run(Some(3600.0));
+        let ns = vec![1_000_000u64; 5];
+        let push = Method::Push(parse_shape("128x256").unwrap());
+        let recs: Vec<Record> = [(Method::CopyEngine, true), (push, false)]
+            .into_iter()
+            .map(|(m, matrix)| {
+                harness_record(&run, point(m, 132, 1 << 20, 20, 2, 5, &ns, 0, 1, matrix))
+            })
+            .collect();
+        assert_golden(&recs, include_str!("../../efabench/tests/golden/ipc.keys"));
+        let ce = sweep_detail(&recs[0]).expect("typed");
+        assert!(ce.matrix && ce.grid.is_none());
+        let p = sweep_detail(&recs[1]).expect("typed");
+        assert!(!p.matrix && p.grid == Some(128) && p.block == Some(256));
+        assert!(
+            recs[1].extra.get("matrix").is_none(),
+            "the sweep has no matrix field"
+        );
+    }
+
+    #[test]
+    fn clap_refuses_the_groups_ipc_does_not_take() {
+        for bad in [
+            ["x", "-p", "tcp"],
+            ["x", "--rails", "1"],
+            ["x", "--mem", "host"],
+        ] {
+            assert!(IpcArgsParser::try_parse_from(bad).is_err(), "{bad:?}");
+        }
+        let a = IpcArgsParser::try_parse_from(["x", "-b", "4K", "--gpu", "1"]).unwrap();
+        assert_eq!(a.a.sweep.min_bytes, 4096);
+    }
 
     /// The run facts of an ipc test record: two GPUs over NVLink.
     pub(crate) fn test_run(link_gbps: Option<f64>) -> RunInfo {
@@ -1143,7 +1227,7 @@ mod tests {
         let run = test_run(Some(3825.0));
         let mk = |m: Method, size: u64, ms: f64| {
             let ns = vec![(ms * 1e6) as u64; 5];
-            run.record(point(m, 132, size, 20, 2, 5, &ns, 0, 1))
+            run.record(point(m, 132, size, 20, 2, 5, &ns, 0, 1, false))
         };
         let push = Method::Push(parse_shape("128x256").unwrap());
         // 64 MiB in 0.2 ms = 335.5 GB/s; 1 GiB in 2.7 ms = 397.7 GB/s.
