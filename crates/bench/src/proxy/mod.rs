@@ -61,6 +61,26 @@ use crate::harness::{
 };
 use crate::stats::{gbps, mops, nearest_rank, Samples};
 
+/// Fields every record of a proxy run repeats: how the run was set up.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ProxyFacts {
+    pub strategy: String,
+    pub virtual_rails: bool,
+    pub mr: String,
+    /// `gpu` or `host` (a CPU thread standing in for the GPU).
+    pub producer: String,
+    /// Where the command rings live (`heap` when no GPU pushes).
+    pub ring: String,
+    pub ring_slots: u64,
+    pub quiet_poll_ns: u32,
+    pub payload_fence: String,
+    pub proxy_threads: String,
+    pub payload_fill: String,
+    pub batch_max: usize,
+    pub completion: String,
+    pub hmem: String,
+}
+
 /// Options of `efabench proxy`.
 #[derive(clap::Args, Debug, Clone)]
 #[command(next_help_heading = "Benchmark options")]
@@ -488,64 +508,51 @@ impl<'a> Benchmark for Proxy<'a> {
             target_rails,
             one_host: ctx.one_host(),
         });
-        let mut extra = Map::new();
-        extra.insert("strategy".into(), json!(c.strategy.name()));
-        extra.insert("virtual_rails".into(), json!(plan.virtual_rails));
-        extra.insert("mr".into(), json!(mr));
-        extra.insert(
-            "producer".into(),
-            json!(match self.args.producer {
+        let gpu_modes = self.args.modes.iter().any(|m| *m != Mode::Cpu);
+        let facts = ProxyFacts {
+            strategy: c.strategy.name().into(),
+            virtual_rails: plan.virtual_rails,
+            mr: mr.to_string(),
+            producer: match self.args.producer {
                 Producer::Gpu => "gpu",
                 Producer::Host => "host",
-            }),
-        );
-        let gpu_modes = self.args.modes.iter().any(|m| *m != Mode::Cpu);
-        let ring = if self.args.producer == Producer::Gpu && gpu_modes {
-            self.ring_kind().name()
-        } else {
-            "heap"
-        };
-        extra.insert("ring".into(), json!(ring));
-        extra.insert("ring_slots".into(), json!(self.args.ring_slots));
-        extra.insert("quiet_poll_ns".into(), json!(self.args.quiet_poll_ns));
-        extra.insert(
-            "payload_fence".into(),
-            json!(self.args.payload_fence.name()),
-        );
-        extra.insert(
-            "proxy_threads".into(),
-            json!(self.args.proxy_threads.name()),
-        );
-        extra.insert(
-            "payload_fill".into(),
-            json!(if c.mem == MemKind::Cuda {
+            }
+            .into(),
+            ring: if self.args.producer == Producer::Gpu && gpu_modes {
+                self.ring_kind().name()
+            } else {
+                "heap"
+            }
+            .into(),
+            ring_slots: self.args.ring_slots,
+            quiet_poll_ns: self.args.quiet_poll_ns,
+            payload_fence: self.args.payload_fence.name().into(),
+            proxy_threads: self.args.proxy_threads.name().into(),
+            payload_fill: if c.mem == MemKind::Cuda {
                 "GPU fill kernel, once per iteration before timing"
             } else {
                 "host copy, once per iteration before timing"
-            }),
-        );
-        extra.insert("batch_max".into(), json!(self.args.batch));
-        extra.insert(
-            "completion".into(),
-            json!("FI_DELIVERY_COMPLETE (quiet = local completion of every earlier write)"),
-        );
-        extra.insert(
-            "hmem".into(),
-            json!(match c.mem {
+            }
+            .into(),
+            batch_max: self.args.batch,
+            completion: "FI_DELIVERY_COMPLETE (quiet = local completion of every earlier write)"
+                .into(),
+            hmem: match c.mem {
                 MemKind::Cuda => "FI_HMEM_CUDA (device memory)",
                 MemKind::Pinned => "FI_HMEM_SYSTEM (pinned host memory)",
                 MemKind::Managed => "FI_HMEM_CUDA (managed memory)",
                 MemKind::Host => "FI_HMEM_SYSTEM (pageable host memory)",
-            }),
-        );
+            }
+            .into(),
+        };
         let header = vec![format!(
             "# proxy: rank 0 -> rank 1 | producer {} | rails {}{} | strategy {} | proxy threads per {} | ring {} {} slots | batch {} | mem {} ({})",
-            extra["producer"].as_str().unwrap_or(""),
+            facts.producer,
             nrails,
             if plan.virtual_rails { " virtual" } else { "" },
             c.strategy.name(),
             self.args.proxy_threads.name(),
-            ring,
+            facts.ring,
             self.args.ring_slots,
             self.args.batch,
             c.mem,
@@ -565,7 +572,7 @@ impl<'a> Benchmark for Proxy<'a> {
             mem: c.mem.to_string(),
             link_gbps: None,
             header,
-            extra,
+            extra: crate::queue::record::fields(&facts),
         })
     }
 
