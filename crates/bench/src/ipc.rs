@@ -33,10 +33,10 @@
 pub mod nvbw;
 
 use crate::harness::{
-    Benchmark, BuildInfo, CommonArgs, Ctx, Measured, MrChoice, Needs, Point, Rails, RunFacts,
-    Strategy,
+    gpu_arg, Benchmark, BuildInfo, Ctx, JobArgs, Measured, Needs, Point, RunFacts, SweepArgs,
 };
 use crate::pattern;
+use crate::queue::record::{fields, read};
 use crate::size::sweep;
 use crate::stats::Samples;
 use crate::BenchError;
@@ -44,16 +44,16 @@ use efabench_bootstrap::Bootstrap;
 use efabench_gpu::buffer::{count_mismatches, fill, Counter};
 use efabench_gpu::ipc::{export, IpcKernels, IpcMapping, IPC_HANDLE_LEN};
 use efabench_gpu::kernels::{kernel, Source};
-use efabench_gpu::{DeviceBuffer, Event, Gpu, GpuError, MemKind, Shape, Stream};
+use efabench_gpu::{DeviceBuffer, Event, Gpu, GpuChoice, GpuError, Shape, Stream};
 use efabench_record::Record;
-use serde_json::{json, Map, Value};
+use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
-/// Options of `efabench ipc` (the shared ones, plus the kernels' own).
+/// Options of `efabench ipc`: the kernels' own, the GPU, the size sweep and the job. It uses
+/// no libfabric and places its own device memory, so clap refuses the fabric and memory options.
 #[derive(clap::Args, Debug, Clone)]
+#[command(next_help_heading = "Benchmark options")]
 pub struct IpcArgs {
-    #[command(flatten)]
-    pub common: CommonArgs,
     /// Timed batches per point; each is bracketed by CUDA events, none by a host sync.
     #[arg(long, default_value = "5", value_parser = samples_arg, allow_hyphen_values = true)]
     pub samples: u64,
@@ -80,7 +80,16 @@ pub struct IpcArgs {
     /// device_to_device_latency_sm).
     #[arg(long, value_delimiter = ',')]
     pub nvbw: Vec<String>,
+    /// This rank's GPU: an index, or auto (= local rank).
+    #[arg(long, default_value = "auto", value_parser = gpu_arg)]
+    pub gpu: GpuChoice,
+    #[command(flatten)]
+    pub sweep: SweepArgs,
+    #[command(flatten)]
+    pub job: JobArgs,
 }
+
+crate::impl_options!(IpcArgs: sweep);
 
 /// The variants `--variant` selects: the given list, else all four unless `--nvbw` is given.
 pub fn variants(args: &IpcArgs) -> Vec<String> {
@@ -312,7 +321,7 @@ pub struct Ipc<'a> {
 impl<'a> Ipc<'a> {
     /// Checks every option, then that a CUDA driver is there (before any bootstrap).
     pub fn new(args: &'a IpcArgs) -> Result<Self, BenchError> {
-        let c = &args.common;
+        let c = &args.sweep;
         let sizes = ipc_sizes(c.min_bytes, c.max_bytes, c.step_factor)?;
         let methods =
             methods(&variants(args), &args.shapes, &args.tma_grids).map_err(BenchError::usage)?;
@@ -321,20 +330,6 @@ impl<'a> Ipc<'a> {
             return Err(BenchError::usage(
                 "nothing to measure: pass --variant copy-engine,push,pull,tma or --nvbw all",
             ));
-        }
-        let unused = [
-            (c.provider.is_some(), "--provider"),
-            (c.domain.is_some(), "--domain"),
-            (c.rails != Rails::Count(1), "--rails"),
-            (c.strategy != Strategy::Split, "--strategy"),
-            (c.mr != MrChoice::Auto, "--mr"),
-            (c.mem != MemKind::Host, "--mem"),
-            (c.per_rail, "--per-rail"),
-        ];
-        if let Some((_, opt)) = unused.iter().find(|(set, _)| *set) {
-            return Err(BenchError::usage(format!(
-                "ipc moves device memory over NVLink with CUDA IPC and does not use libfabric: drop {opt}"
-            )));
         }
         efabench_gpu::driver()?;
         Ok(Ipc {
@@ -355,7 +350,7 @@ impl<'a> Ipc<'a> {
     }
 
     fn iterations(&self, size: u64) -> (u64, u64) {
-        let c = &self.args.common;
+        let c = &self.args.sweep;
         let iters = c.iters.unwrap_or_else(|| default_iters(size));
         (iters, c.warmup.unwrap_or(10))
     }
@@ -392,7 +387,7 @@ impl Benchmark for Ipc<'_> {
     fn setup(&mut self, ctx: &Ctx) -> Result<RunFacts, BenchError> {
         let bs = ctx.bs;
         let (me, world) = (ctx.rank, ctx.world);
-        let ordinal = efabench_gpu::resolve(self.args.common.gpu, ctx.local_rank)?;
+        let ordinal = efabench_gpu::resolve(self.args.gpu, ctx.local_rank)?;
         let gpu = Gpu::open(ordinal)?;
         let mut max = *self.sizes.iter().max().unwrap_or(&16) as usize;
         if self.tests.contains(&nvbw::Test::Latency) {
@@ -498,7 +493,7 @@ impl Benchmark for Ipc<'_> {
     fn points(&self, ctx: &Ctx) -> Result<Vec<IpcPoint>, BenchError> {
         let mut out = self.variant_points(ctx)?;
         let index = out.len() as u64;
-        let c = &self.args.common;
+        let c = &self.args.sweep;
         out.extend(
             nvbw::specs(
                 &self.tests,
@@ -550,13 +545,7 @@ impl Benchmark for Ipc<'_> {
         let s = match p {
             IpcPoint::Variant(s) => s,
             IpcPoint::Nvbw(s) => {
-                return nvbw::measure(
-                    rank,
-                    ctx.bs,
-                    s,
-                    self.args.samples,
-                    self.args.common.verify(),
-                )
+                return nvbw::measure(rank, ctx.bs, s, self.args.samples, self.args.job.verify())
             }
         };
         let o = measure(rank, ctx.bs, s, self.args)?;
@@ -590,9 +579,9 @@ impl Benchmark for Ipc<'_> {
             &exec.samples_ns,
             s.a,
             s.b,
+            s.matrix,
         );
         if s.matrix {
-            p.extra.insert("matrix".into(), json!(true));
             p.link_gbps = self.link(s.a, s.b);
         }
         p
@@ -670,7 +659,7 @@ impl Ipc<'_> {
 /// Runs one rank of `efabench ipc`.
 pub fn run_ipc(args: &IpcArgs, build: &BuildInfo) -> Result<i32, BenchError> {
     let mut b = Ipc::new(args)?;
-    crate::harness::run(&mut b, &args.common, build)
+    crate::harness::run(&mut b, args, build)
 }
 
 /// What one rank holds: its GPU, buffers and every peer's mapped buffers.
@@ -698,13 +687,14 @@ const POISON_SLOT: u32 = 0xFFFF;
 
 /// The GPU-pair matrices of copy-engine and push at the largest size, GB/s.
 fn matrix_lines(records: &[Record]) -> Vec<String> {
-    let cells: Vec<&Record> = records
+    let cells: Vec<(&Record, IpcDetail)> = records
         .iter()
-        .filter(|r| r.extra.get("matrix").is_some())
+        .filter_map(|r| Some((r, sweep_detail(r)?)))
+        .filter(|(_, d)| d.matrix)
         .collect();
     let mut lines = Vec::new();
     let mut variants: Vec<&str> = Vec::new();
-    for r in &cells {
+    for (r, _) in &cells {
         if !variants.contains(&r.variant.as_str()) {
             variants.push(&r.variant);
         }
@@ -713,8 +703,8 @@ fn matrix_lines(records: &[Record]) -> Vec<String> {
     for v in variants {
         let size = cells
             .iter()
-            .find(|r| r.variant == v)
-            .map_or(0, |r| r.size_bytes);
+            .find(|(r, _)| r.variant == v)
+            .map_or(0, |(r, _)| r.size_bytes);
         lines.push(format!(
             "# {v} matrix at {size} B, GB/s (row = source GPU rank, column = destination)"
         ));
@@ -725,12 +715,8 @@ fn matrix_lines(records: &[Record]) -> Vec<String> {
                 .map(|b| {
                     cells
                         .iter()
-                        .find(|r| {
-                            r.variant == v
-                                && r.extra.get("src").and_then(Value::as_u64) == Some(a as u64)
-                                && r.extra.get("dst").and_then(Value::as_u64) == Some(b as u64)
-                        })
-                        .map_or(format!("{:>9}", "-"), |r| {
+                        .find(|(r, d)| r.variant == v && d.src == a && d.dst == b)
+                        .map_or(format!("{:>9}", "-"), |(r, _)| {
                             format!("{:>9.1}", r.bw_gbps / 8.0)
                         })
                 })
@@ -739,6 +725,15 @@ fn matrix_lines(records: &[Record]) -> Vec<String> {
         }
     }
     lines
+}
+
+/// The typed fields of a record of the sweep or the matrix; `None` for nvbandwidth's records
+/// (they carry `suite`, and their own fields: [`nvbw::NvbwDetail`]) and records of other shapes.
+fn sweep_detail(r: &Record) -> Option<IpcDetail> {
+    if r.bench != "ipc" || read::<nvbw::NvbwDetail>(r).is_some() {
+        return None;
+    }
+    read(r)
 }
 
 /// The rank whose stream runs (and times) a method for the pair `a → b`.
@@ -811,7 +806,7 @@ fn measure(
     let (m, len, a, b, iters, warmup) = (s.m, s.size as usize, s.a, s.b, s.iters, s.warmup);
     let point_index = s.index;
     let me = bs.rank() as usize;
-    let verify = args.common.verify();
+    let verify = args.job.verify();
     let exec = exec_rank(m, a, b);
     let base = point_index << 24;
     let iter_seed = |k: u64| pattern::seed(base + k, a as u32, b as u32, 0);
@@ -886,6 +881,33 @@ fn measure(
     Ok(out)
 }
 
+/// The record fields of one point of the sweep or the matrix, beyond the common ones.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct IpcDetail {
+    /// `bw_gbps` in GB/s.
+    #[serde(rename = "bw_GBps")]
+    pub bw_gbytes: f64,
+    /// Source and destination GPU ranks.
+    pub src: usize,
+    pub dst: usize,
+    pub samples: u64,
+    pub lat_kind: String,
+    pub timing: String,
+    /// The kernel's launch shape (absent for copy-engine).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub grid: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub block: Option<u32>,
+    pub check: String,
+    /// `true` on the cells of the all-pairs matrix; absent on the sweep.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub matrix: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !b
+}
+
 /// The record fields of one point (errors are summed by the harness).
 #[allow(clippy::too_many_arguments)]
 fn point(
@@ -898,6 +920,7 @@ fn point(
     batch_ns: &[u64],
     a: usize,
     b: usize,
+    matrix: bool,
 ) -> Point {
     let mut s = Samples::from_vec(batch_ns.to_vec());
     let lat = s.summary_us(1.0);
@@ -906,31 +929,25 @@ fn point(
     } else {
         0.0
     };
-    let mut extra = Map::new();
-    extra.insert("bw_GBps".into(), json!(bw_gbps / 8.0));
-    extra.insert("src".into(), json!(a));
-    extra.insert("dst".into(), json!(b));
-    extra.insert("samples".into(), json!(samples));
-    extra.insert("lat_kind".into(), json!("one-way"));
-    extra.insert(
-        "timing".into(),
-        json!("CUDA events around batches of back-to-back launches; bw from the median batch"),
-    );
-    if let Some(sh) = m.shape(sm) {
-        extra.insert("grid".into(), json!(sh.grid));
-        extra.insert("block".into(), json!(sh.block));
-    }
-    extra.insert(
-        "check".into(),
-        Value::String(
-            match m {
-                Method::Pull(_) => "every word of every iteration compared on the receiving GPU",
-                Method::CopyEngine => "receiver poisoned, then every word checked after the timed loop",
-                _ => "receiver poisoned, per-iteration seed, every word checked against the last iteration's seed",
-            }
+    let shape = m.shape(sm);
+    let detail = IpcDetail {
+        bw_gbytes: bw_gbps / 8.0,
+        src: a,
+        dst: b,
+        samples,
+        lat_kind: "one-way".into(),
+        timing: "CUDA events around batches of back-to-back launches; bw from the median batch"
             .into(),
-        ),
-    );
+        grid: shape.map(|s| s.grid),
+        block: shape.map(|s| s.block),
+        check: match m {
+            Method::Pull(_) => "every word of every iteration compared on the receiving GPU",
+            Method::CopyEngine => "receiver poisoned, then every word checked after the timed loop",
+            _ => "receiver poisoned, per-iteration seed, every word checked against the last iteration's seed",
+        }
+        .into(),
+        matrix,
+    };
     Point {
         variant: m.name(sm),
         size_bytes: size,
@@ -941,7 +958,7 @@ fn point(
         bw_gbps,
         busbw_gbps: None,
         msg_rate_mops: if lat.p50 > 0.0 { 1.0 / lat.p50 } else { 0.0 },
-        extra,
+        extra: fields(&detail),
         ..Point::default()
     }
 }
@@ -950,7 +967,7 @@ fn point(
 /// kernel against the copy engine at ≥ 64 MiB.
 pub fn summary(records: &[Record]) -> Vec<String> {
     // The sweep's records: not the matrix's, not nvbandwidth's (those print as matrices).
-    let sweep = |r: &&Record| r.extra.get("matrix").is_none() && r.extra.get("suite").is_none();
+    let sweep = |r: &&Record| sweep_detail(r).is_some_and(|d| !d.matrix);
     let mut variants: Vec<&str> = Vec::new();
     for r in records.iter().filter(sweep) {
         if !variants.contains(&r.variant.as_str()) {
@@ -1001,6 +1018,61 @@ pub fn summary(records: &[Record]) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::{json, Map, Value};
+
+    /// A record as the harness writes it: the point's fields, then `wall_s` and `gpu_sharing`.
+    pub(crate) fn harness_record(run: &RunInfo, mut p: Point) -> Record {
+        p.extra.insert("wall_s".into(), json!(0.25));
+        let mut r = run.record(p);
+        r.extra
+            .insert(efabench_record::GPU_SHARING.into(), Value::Null);
+        r
+    }
+
+    /// The union of the field names of `records` against `tests/golden/<file>`.
+    pub(crate) fn assert_golden(records: &[Record], golden_file: &str) {
+        let got = records
+            .iter()
+            .flat_map(|r| crate::golden::key_paths(&serde_json::to_value(r).unwrap()))
+            .collect();
+        let want = crate::golden::golden(golden_file);
+        assert_eq!(crate::golden::differs(&want, &got), None);
+    }
+
+    #[test]
+    fn records_keep_their_golden_keys_and_read_back_typed() {
+        let run = test_run(Some(3600.0));
+        let ns = vec![1_000_000u64; 5];
+        let push = Method::Push(parse_shape("128x256").unwrap());
+        let recs: Vec<Record> = [(Method::CopyEngine, true), (push, false)]
+            .into_iter()
+            .map(|(m, matrix)| {
+                harness_record(&run, point(m, 132, 1 << 20, 20, 2, 5, &ns, 0, 1, matrix))
+            })
+            .collect();
+        assert_golden(&recs, include_str!("../../efabench/tests/golden/ipc.keys"));
+        let ce = sweep_detail(&recs[0]).expect("typed");
+        assert!(ce.matrix && ce.grid.is_none());
+        let p = sweep_detail(&recs[1]).expect("typed");
+        assert!(!p.matrix && p.grid == Some(128) && p.block == Some(256));
+        assert!(
+            recs[1].extra.get("matrix").is_none(),
+            "the sweep has no matrix field"
+        );
+    }
+
+    #[test]
+    fn clap_refuses_the_groups_ipc_does_not_take() {
+        for bad in [
+            ["x", "-p", "tcp"],
+            ["x", "--rails", "1"],
+            ["x", "--mem", "host"],
+        ] {
+            assert!(IpcArgsParser::try_parse_from(bad).is_err(), "{bad:?}");
+        }
+        let a = IpcArgsParser::try_parse_from(["x", "-b", "4K", "--gpu", "1"]).unwrap();
+        assert_eq!(a.a.sweep.min_bytes, 4096);
+    }
 
     /// The run facts of an ipc test record: two GPUs over NVLink.
     pub(crate) fn test_run(link_gbps: Option<f64>) -> RunInfo {
@@ -1141,7 +1213,7 @@ mod tests {
         let run = test_run(Some(3825.0));
         let mk = |m: Method, size: u64, ms: f64| {
             let ns = vec![(ms * 1e6) as u64; 5];
-            run.record(point(m, 132, size, 20, 2, 5, &ns, 0, 1))
+            run.record(point(m, 132, size, 20, 2, 5, &ns, 0, 1, false))
         };
         let push = Method::Push(parse_shape("128x256").unwrap());
         // 64 MiB in 0.2 ms = 335.5 GB/s; 1 GiB in 2.7 ms = 397.7 GB/s.

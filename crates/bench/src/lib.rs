@@ -16,6 +16,8 @@ pub mod alltoall;
 pub mod alltoallv;
 pub mod ep;
 pub mod error;
+#[cfg(test)]
+mod golden;
 pub mod harness;
 pub mod ipc;
 pub mod locate;

@@ -47,7 +47,9 @@ use serde_json::{json, Map, Value};
 
 use crate::alltoall::open_mesh;
 use crate::error::BenchError;
-use crate::harness::{self, Benchmark, CommonArgs, Ctx, Measured, Needs, Point, RunFacts};
+use crate::harness::{
+    self, Benchmark, Ctx, FabricArgs, JobArgs, Measured, MemArgs, Needs, Point, RunFacts, SweepArgs,
+};
 use crate::locate::{self, PairBw};
 use crate::mesh::{cq_data, parse_cq_data, Kind, Mesh, ITER_MOD};
 use crate::pattern;
@@ -58,9 +60,8 @@ const FOOTPRINT: u64 = 1 << 20;
 
 /// Options of `pairs`.
 #[derive(clap::Args, Debug, Clone)]
+#[command(next_help_heading = "Benchmark options")]
 pub struct PairsArgs {
-    #[command(flatten)]
-    pub common: CommonArgs,
     /// Writes in flight per window, 1 to 4096.
     #[arg(long, default_value = "16", value_parser = window_arg, allow_hyphen_values = true)]
     pub window: u64,
@@ -86,7 +87,17 @@ pub struct PairsArgs {
     /// Exit 1 when any pair is below this bandwidth in Gbps (a cluster acceptance gate).
     #[arg(long, value_parser = min_bw_arg, allow_hyphen_values = true)]
     pub min_bw: Option<f64>,
+    #[command(flatten)]
+    pub sweep: SweepArgs,
+    #[command(flatten)]
+    pub fabric: FabricArgs,
+    #[command(flatten)]
+    pub mem: MemArgs,
+    #[command(flatten)]
+    pub job: JobArgs,
 }
+
+crate::impl_options!(PairsArgs: sweep, fabric, mem);
 
 fn window_arg(s: &str) -> Result<u64, String> {
     harness::bounded(s, "--window", 1, 4096, "16")
@@ -277,7 +288,7 @@ pub struct Pairs<'a> {
 
 impl<'a> Pairs<'a> {
     pub fn new(args: &'a PairsArgs) -> Result<Self, BenchError> {
-        let sizes = args.common.sizes()?;
+        let sizes = args.sweep.sizes()?;
         if args.one_at_a_time && args.schedule != Schedule::All {
             return Err(BenchError::usage(format!(
                 "--one-at-a-time measures every ordered pair, so it goes with --pairs all, not \
@@ -609,41 +620,32 @@ impl<'a> Benchmark for Pairs<'a> {
                 self.below_min.set(self.below_min.get() + 1);
             }
         }
-        let mut extra = Map::new();
-        extra.insert("src".into(), json!(spec.src));
-        extra.insert("src_host".into(), json!(ctx.hosts.get(spec.src as usize)));
-        extra.insert("dst_host".into(), json!(ctx.hosts.get(spec.dst as usize)));
-        extra.insert("src_nic".into(), json!(self.nics.get(spec.src as usize)));
-        extra.insert("dst_nic".into(), json!(self.nics.get(spec.dst as usize)));
-        extra.insert("window".into(), json!(window));
-        if let Some(why) = extra_stop {
-            extra.insert("stopped_by".into(), why);
-        }
-        extra.insert(
-            "lat_kind".into(),
-            json!("per message (window time / window)"),
-        );
-        extra.insert(
-            "round".into(),
-            match spec.round {
-                Round::Shift(k) => json!(k),
-                Round::Retest(_) => json!(self.retest_shift),
-                Round::Alone => Value::Null,
+        let detail = PairsDetail {
+            src: spec.src,
+            src_host: ctx.hosts.get(spec.src as usize).cloned(),
+            dst_host: ctx.hosts.get(spec.dst as usize).cloned(),
+            src_nic: self.nics.get(spec.src as usize).cloned(),
+            dst_nic: self.nics.get(spec.dst as usize).cloned(),
+            window,
+            stopped_by: extra_stop.and_then(|v| v.as_str().map(String::from)),
+            lat_kind: "per message (window time / window)".into(),
+            round: match spec.round {
+                Round::Shift(k) => Some(k),
+                Round::Retest(_) => Some(self.retest_shift),
+                Round::Alone => None,
             },
-        );
-        extra.insert(
-            "stage".into(),
-            json!(match spec.round {
+            stage: match spec.round {
                 Round::Retest(_) => "retest",
                 _ => "first",
-            }),
-        );
-        if let Some(pr) = m.extra.get("per_rail") {
-            extra.insert("per_rail".into(), pr.clone());
-        }
-        if let Some(rg) = m.extra.get("rail_gbps") {
-            extra.insert("rail_gbps".into(), rg.clone());
-        }
+            }
+            .into(),
+            per_rail: m.extra.get("per_rail").cloned(),
+            rail_gbps: m
+                .extra
+                .get("rail_gbps")
+                .and_then(|v| serde_json::from_value(v.clone()).ok()),
+        };
+        let extra = crate::queue::record::fields(&detail);
         Point {
             variant: "write-stream".into(),
             size_bytes: spec.size as u64,
@@ -680,13 +682,11 @@ pub fn summarize(
     let mut sizes: Vec<u64> = records.iter().map(|r| r.size_bytes).collect();
     sizes.dedup();
     let n = records.first().map(|r| r.world as usize).unwrap_or(0);
-    let src_of = |r: &Record| r.extra.get("src").and_then(Value::as_u64).unwrap_or(0) as usize;
-    let text = |r: &Record, k: &str| {
-        r.extra
-            .get(k)
-            .and_then(Value::as_str)
-            .unwrap_or("?")
-            .to_string()
+    let src_of = |r: &Record| PairsDetail::of(r).map_or(0, |d| d.src as usize);
+    let text = |r: &Record, k: fn(&PairsDetail) -> &Option<String>| {
+        PairsDetail::of(r)
+            .and_then(|d| k(&d).clone())
+            .unwrap_or_else(|| "?".into())
     };
     for size in sizes {
         let rs: Vec<&Record> = records.iter().filter(|r| r.size_bytes == size).collect();
@@ -734,10 +734,10 @@ pub fn summarize(
                     r.bw_gbps,
                     r.bw_gbps / median.max(f64::MIN_POSITIVE) * 100.0,
                     median,
-                    text(r, "src_host"),
-                    text(r, "src_nic"),
-                    text(r, "dst_host"),
-                    text(r, "dst_nic"),
+                    text(r, |d| &d.src_host),
+                    text(r, |d| &d.src_nic),
+                    text(r, |d| &d.dst_host),
+                    text(r, |d| &d.dst_nic),
                 ));
             }
         }
@@ -768,7 +768,13 @@ pub fn summarize(
                 let place = rs
                     .iter()
                     .find(|x| src_of(x) == s.rank)
-                    .map(|x| format!("{} NIC {}", text(x, "src_host"), text(x, "src_nic")))
+                    .map(|x| {
+                        format!(
+                            "{} NIC {}",
+                            text(x, |d| &d.src_host),
+                            text(x, |d| &d.src_nic)
+                        )
+                    })
                     .unwrap_or_else(|| "?".into());
                 out.push(format!(
                     "# suspect at {size} B: rank {} on {place} ({}): {}",
@@ -810,12 +816,10 @@ pub fn summarize(
 /// Per-rail suspects of one size from the records' `rail_gbps` (each rail measured alone):
 /// the suspect NIC of a node, named by rail and domain.
 fn rail_suspects(rs: &[&Record], n: usize, size: u64, suspect_below: f64) -> Vec<String> {
-    let src_of = |r: &Record| r.extra.get("src").and_then(Value::as_u64).unwrap_or(0) as usize;
+    let src_of = |r: &Record| PairsDetail::of(r).map_or(0, |d| d.src as usize);
     let per = |r: &Record| -> Vec<f64> {
-        r.extra
-            .get("rail_gbps")
-            .and_then(Value::as_array)
-            .map(|a| a.iter().filter_map(Value::as_f64).collect())
+        PairsDetail::of(r)
+            .and_then(|d| d.rail_gbps)
             .unwrap_or_default()
     };
     let rails = rs.iter().map(|r| per(r).len()).max().unwrap_or(0);
@@ -836,12 +840,14 @@ fn rail_suspects(rs: &[&Record], n: usize, size: u64, suspect_below: f64) -> Vec
             .collect();
         for s in locate::locate(n, &pairs, suspect_below / 100.0) {
             let rec = rs.iter().find(|x| src_of(x) == s.rank);
-            let host = rec
-                .and_then(|x| x.extra.get("src_host"))
-                .and_then(Value::as_str)
+            let detail = rec.and_then(|x| PairsDetail::of(x));
+            let host = detail
+                .as_ref()
+                .and_then(|d| d.src_host.as_deref())
                 .unwrap_or("?");
-            let domain = rec
-                .and_then(|x| x.extra.get("per_rail"))
+            let domain = detail
+                .as_ref()
+                .and_then(|d| d.per_rail.as_ref())
                 .and_then(Value::as_array)
                 .and_then(|a| a.get(rail))
                 .and_then(|v| v.get("domain"))
@@ -1192,10 +1198,43 @@ fn stream(
     })
 }
 
+/// The record fields of one pair, beyond the common ones.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct PairsDetail {
+    /// The sending rank (`peer` is the receiving one), its host and NIC, and the receiver's.
+    pub src: u32,
+    pub src_host: Option<String>,
+    pub dst_host: Option<String>,
+    pub src_nic: Option<String>,
+    pub dst_nic: Option<String>,
+    pub window: u64,
+    /// Why the pair stopped before `-n` windows (`--max-time`); absent when it did not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped_by: Option<String>,
+    pub lat_kind: String,
+    /// The ring shift of the round (null with `--one-at-a-time`).
+    pub round: Option<u32>,
+    /// `first` or `retest`.
+    pub stage: String,
+    /// The sender's bytes and operations per rail, as the mesh counts them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per_rail: Option<Value>,
+    /// Each rail measured alone, Gbps (two rails or more).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rail_gbps: Option<Vec<f64>>,
+}
+
+impl PairsDetail {
+    /// The typed fields of a pairs record (`None` for another record).
+    pub fn of(r: &Record) -> Option<PairsDetail> {
+        crate::queue::record::read(r)
+    }
+}
+
 /// Runs one rank of `pairs`; exit 1 (on rank 0) when a pair is below `--min-bw`.
 pub fn run_pairs(args: &PairsArgs, build: &harness::BuildInfo) -> Result<i32, BenchError> {
     let mut b = Pairs::new(args)?;
-    let run = harness::run(&mut b, &args.common, build);
+    let run = harness::run(&mut b, args, build);
     if run.is_err() {
         // A failed run can leave writes posted to a peer that stopped reading (or reads too
         // slowly); libfabric 1.17's tcp provider (ofi_rxm) crashes with SIGSEGV when such an

@@ -1,17 +1,17 @@
 //! Timed samples to the `lat_us` distribution: the one definition every benchmark uses lives in
-//! [`efabench_record::stats`] (nearest-rank percentiles) so that `efabench-gpu` shares it too;
-//! this module re-exports it under the name the benchmarks use.
+//! [`efabench_record::stats`] (nearest-rank percentiles), which `compare` shares; this module
+//! re-exports it under the name the benchmarks use.
 
 pub use efabench_record::stats::{gbps, mops, nearest_rank, Samples};
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use efabench_gpu::queue::LatencyNs;
+    use crate::queue::measure::LatencyNs;
 
     /// The same samples through every path that fills a record's latency: the CPU-timed
-    /// harness (`Samples::summary_us`), the GPU-timed `queue` (ns on the device, `lat_ns` on the
-    /// measurement, `lat_us` on the record) and the `proxy` stage percentiles.
+    /// harness (`Samples::summary_us`), the GPU-timed `queue` (ns on the device, `lat_us` on the
+    /// record) and the `proxy` stage percentiles.
     #[test]
     fn every_path_gives_the_same_lat_us() {
         let sets: [Vec<u32>; 4] = [
@@ -24,9 +24,7 @@ mod tests {
             let mut cpu = Samples::from_vec(ns.iter().map(|&x| u64::from(x)).collect());
             let cpu = cpu.summary_us(1.0);
 
-            let gpu = crate::queue::lat_us_of(&crate::queue::lat_ns_json(
-                &LatencyNs::from_samples(ns.clone()),
-            ));
+            let gpu = crate::queue::record::lat_us(&LatencyNs::from_samples(ns.clone()));
             assert_eq!(cpu, gpu, "queue's lat_us differs for {} samples", ns.len());
 
             let proxy = crate::proxy::pct(ns.iter().map(|&x| i64::from(x)).collect());

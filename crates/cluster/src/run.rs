@@ -395,7 +395,7 @@ pub fn run(
                 state.save(false);
             }
             let mut b = Pairs::new(&pa)?;
-            match harness::run_on(&mut b, &pa.common, build, &bs) {
+            match harness::run_on(&mut b, &pa, build, &bs) {
                 Ok((code, records)) => {
                     if lead {
                         state.pairs = Matrix::from_pairs(&records);

@@ -61,10 +61,16 @@ const CASES: &[(&str, &str, &str)] = &[
         "proxy --ring libefaxx",
         "cannot carry a 32-byte put",
     ),
-    // options a benchmark cannot honour are refused, before any hardware probe
-    ("refused", "ipc --rails 2", "drop --rails"),
-    ("refused", "ipc --provider tcp", "drop --provider"),
-    ("refused", "ipc --mem pinned", "drop --mem"),
+    // options of groups a benchmark does not take are refused by clap, before any hardware probe
+    ("refused", "ipc --rails 2", "unexpected argument '--rails'"),
+    (
+        "refused",
+        "ipc --provider tcp",
+        "unexpected argument '--provider'",
+    ),
+    ("refused", "ipc --mem pinned", "unexpected argument '--mem'"),
+    ("refused", "queue -b 8", "unexpected argument '-b'"),
+    ("refused", "queue -p tcp", "unexpected argument '-p'"),
     ("refused", "ipc -b 8", "multiple of 16"),
     (
         "refused",

@@ -52,8 +52,17 @@ fn bad_options_are_refused_before_the_gpu_is_touched() {
         &["nbi", "blocking"],
     );
     one_line_exit_2(&efabench(&["queue", "--commands", "0"]), &["--commands"]);
-    one_line_exit_2(&efabench(&["queue", "-n", "10"]), &["--commands"]);
-    one_line_exit_2(&efabench(&["queue", "--no-check"]), &["verified"]);
+    // Options of groups the queue does not take are refused by clap, an explicit default too.
+    for (opt, val) in [("-n", "10"), ("-b", "8"), ("-p", "tcp"), ("--mem", "host")] {
+        one_line_exit_2(
+            &efabench(&["queue", opt, val]),
+            &[&format!("unexpected argument '{opt}'")],
+        );
+    }
+    one_line_exit_2(
+        &efabench(&["queue", "--no-check"]),
+        &["verifies", "--no-check"],
+    );
 }
 
 #[test]

@@ -39,8 +39,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 pub use options::{
-    bounded, default_iters, defaults, CommonArgs, FabricArgs, Groups, JobArgs, MemArgs, MrChoice,
-    Options, Rails, Strategy, SweepArgs, MAX_ITERS, MAX_RAILS, MAX_SIZE,
+    bounded, default_iters, defaults, gpu_arg, CommonArgs, FabricArgs, Groups, JobArgs, MemArgs,
+    MrChoice, Options, Rails, Strategy, SweepArgs, MAX_ITERS, MAX_RAILS, MAX_SIZE,
 };
 pub use point::{Point, Progress, RunInfo};
 pub use select::{choose_provider, FabricPlan};

@@ -83,7 +83,7 @@ fn timeout_arg(s: &str) -> Result<f64, String> {
     }
 }
 
-fn gpu_arg(s: &str) -> Result<GpuChoice, String> {
+pub fn gpu_arg(s: &str) -> Result<GpuChoice, String> {
     s.parse().map_err(|_| {
         format!(
             "invalid --gpu '{}': use a GPU index (0, 1, ...) or auto",

@@ -38,6 +38,7 @@
 use super::{peer, Rank, POISON_SLOT};
 use crate::harness::{Measured, Point};
 use crate::pattern;
+use crate::queue::record::{fields, read};
 use crate::stats::Samples;
 use crate::BenchError;
 use efabench_bootstrap::Bootstrap;
@@ -45,7 +46,7 @@ use efabench_gpu::buffer::{count_mismatches, fill};
 use efabench_gpu::ipc::{chase_end, IpcKernels, Mem, CHASE_NODE};
 use efabench_gpu::{Event, GpuError, Shape};
 use efabench_record::Record;
-use serde_json::{json, Map, Value};
+use serde::{Deserialize, Serialize};
 
 /// Bytes of the latency test's list (nvbandwidth: a fixed 2 MiB buffer).
 pub const LATENCY_BYTES: u64 = 2 << 20;
@@ -452,29 +453,33 @@ fn measure_latency(
 /// The record fields of one cell (rank 0; `all` indexed by rank). `link_gbps` is the NVLink
 /// speed of the pair per direction, when known.
 pub fn point(s: &NvbwSpec, all: &[Measured], samples: u64, link_gbps: Option<f64>) -> Point {
-    let mut extra = Map::new();
-    extra.insert("suite".into(), json!("nvbandwidth"));
-    extra.insert("row".into(), json!(s.row));
-    extra.insert("col".into(), json!(s.col));
-    extra.insert("samples".into(), json!(samples));
-    extra.insert("meaning".into(), json!(s.test.meaning()));
+    let mut d = NvbwDetail {
+        suite: "nvbandwidth".into(),
+        row: s.row,
+        col: s.col,
+        samples,
+        meaning: s.test.meaning().into(),
+        src: s.col,
+        dst: s.row,
+        lat_ns: None,
+        lat_kind: None,
+        bw_gbytes: None,
+        engine: None,
+        bw1_gbytes: None,
+        bw2_gbytes: None,
+        parts: None,
+        timing: String::new(),
+        check: String::new(),
+    };
     let empty = Measured::default();
     let of = |rank: usize| all.get(rank).unwrap_or(&empty);
     if s.test == Test::Latency {
         let mut smp = Samples::from_vec(of(s.row).samples_ns.clone());
         let lat = smp.summary_us(s.iters.max(1) as f64);
-        extra.insert("src".into(), json!(s.col));
-        extra.insert("dst".into(), json!(s.row));
-        extra.insert("lat_ns".into(), json!(lat.p50 * 1e3));
-        extra.insert("lat_kind".into(), json!("per dependent load"));
-        extra.insert(
-            "timing".into(),
-            json!("CUDA events around each launch of one chasing thread; latency = time / loads, median launch"),
-        );
-        extra.insert(
-            "check".into(),
-            json!("every launch must stop on the node the list predicts"),
-        );
+        d.lat_ns = Some(lat.p50 * 1e3);
+        d.lat_kind = Some("per dependent load".into());
+        d.timing = "CUDA events around each launch of one chasing thread; latency = time / loads, median launch".into();
+        d.check = "every launch must stop on the node the list predicts".into();
         return Point {
             variant: s.test.name().into(),
             size_bytes: s.size,
@@ -484,7 +489,7 @@ pub fn point(s: &NvbwSpec, all: &[Measured], samples: u64, link_gbps: Option<f64
             lat_us: lat,
             bw_gbps: 0.0,
             msg_rate_mops: if lat.p50 > 0.0 { 1.0 / lat.p50 } else { 0.0 },
-            extra,
+            extra: fields(&d),
             ..Point::default()
         };
     }
@@ -509,32 +514,23 @@ pub fn point(s: &NvbwSpec, all: &[Measured], samples: u64, link_gbps: Option<f64
         [t] => (t.src, t.dst),
         _ => (s.row, s.col),
     };
-    extra.insert("src".into(), json!(src));
-    extra.insert("dst".into(), json!(dst));
-    extra.insert("bw_GBps".into(), json!(total));
-    extra.insert(
-        "engine".into(),
-        json!(match s.test.engine() {
+    d.src = src;
+    d.dst = dst;
+    d.bw_gbytes = Some(total);
+    d.engine = Some(
+        match s.test.engine() {
             Engine::Ce => "copy-engine",
             Engine::Sm => "sm",
-        }),
+        }
+        .into(),
     );
     if s.test.is_bidirectional() {
-        extra.insert("bw1_GBps".into(), json!(parts[0]));
-        extra.insert(
-            "bw2_GBps".into(),
-            json!(parts.get(1).copied().unwrap_or(0.0)),
-        );
-        extra.insert("parts".into(), json!(s.test.parts()));
+        d.bw1_gbytes = Some(parts[0]);
+        d.bw2_gbytes = Some(parts.get(1).copied().unwrap_or(0.0));
+        d.parts = Some(s.test.parts().map(String::from).to_vec());
     }
-    extra.insert(
-        "timing".into(),
-        json!("CUDA events around each sample of back-to-back copies on the issuing GPU's stream; bw = size x iters / median sample; bidirectional: sum of the two copies' bandwidths"),
-    );
-    extra.insert(
-        "check".into(),
-        json!("per sample: source filled with a new seed, destination poisoned, every word checked after the sample"),
-    );
+    d.timing = "CUDA events around each sample of back-to-back copies on the issuing GPU's stream; bw = size x iters / median sample; bidirectional: sum of the two copies' bandwidths".into();
+    d.check = "per sample: source filled with a new seed, destination poisoned, every word checked after the sample".into();
     let link = if s.row == s.col {
         None
     } else if s.test.is_bidirectional() {
@@ -552,48 +548,84 @@ pub fn point(s: &NvbwSpec, all: &[Measured], samples: u64, link_gbps: Option<f64
         bw_gbps: total * 8.0,
         msg_rate_mops: if lat.p50 > 0.0 { 1.0 / lat.p50 } else { 0.0 },
         link_gbps: link,
-        extra,
+        extra: fields(&d),
         ..Point::default()
     }
 }
 
-fn cell_value(r: &Record, key: &str) -> Option<f64> {
-    r.extra.get(key).and_then(Value::as_f64)
+/// The record fields of one nvbandwidth cell, beyond the common ones. Latency cells carry
+/// `lat_ns`/`lat_kind`; bandwidth cells `bw_GBps`/`engine`, and bidirectional ones each copy's
+/// bandwidth (`bw1_GBps`, `bw2_GBps`) and names (`parts`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NvbwDetail {
+    /// Always `nvbandwidth`: marks these records apart from the sweep's.
+    pub suite: String,
+    /// nvbandwidth's matrix cell (row, column GPU ranks).
+    pub row: usize,
+    pub col: usize,
+    pub samples: u64,
+    pub meaning: String,
+    /// Where the data comes from and goes to.
+    pub src: usize,
+    pub dst: usize,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lat_ns: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lat_kind: Option<String>,
+    #[serde(rename = "bw_GBps", default, skip_serializing_if = "Option::is_none")]
+    pub bw_gbytes: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine: Option<String>,
+    #[serde(rename = "bw1_GBps", default, skip_serializing_if = "Option::is_none")]
+    pub bw1_gbytes: Option<f64>,
+    #[serde(rename = "bw2_GBps", default, skip_serializing_if = "Option::is_none")]
+    pub bw2_gbytes: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parts: Option<Vec<String>>,
+    pub timing: String,
+    pub check: String,
+}
+
+/// The nvbandwidth fields of a record, or `None` for another record.
+pub fn detail(r: &Record) -> Option<NvbwDetail> {
+    read::<NvbwDetail>(r).filter(|d| d.suite == "nvbandwidth")
 }
 
 /// nvbandwidth-style matrices of the `--nvbw` records: one per test (three for a bidirectional
 /// test: part 1, part 2, total) at the test's largest size; `N/A` where a cell was not measured.
 pub fn matrix_lines(records: &[Record]) -> Vec<String> {
-    let nv: Vec<&Record> = records
+    let nv: Vec<(&Record, NvbwDetail)> = records
         .iter()
-        .filter(|r| r.extra.get("suite").and_then(Value::as_str) == Some("nvbandwidth"))
+        .filter_map(|r| Some((r, detail(r)?)))
         .collect();
     let world = records.first().map_or(0, |r| r.world as usize);
     let mut lines = Vec::new();
     for test in Test::ALL {
-        let cells: Vec<&&Record> = nv.iter().filter(|r| r.variant == test.name()).collect();
-        let Some(size) = cells.iter().map(|r| r.size_bytes).max() else {
+        let cells: Vec<&(&Record, NvbwDetail)> = nv
+            .iter()
+            .filter(|(r, _)| r.variant == test.name())
+            .collect();
+        let Some(size) = cells.iter().map(|(r, _)| r.size_bytes).max() else {
             continue;
         };
         let at = |row: usize, col: usize| {
-            cells.iter().find(|r| {
-                r.size_bytes == size
-                    && r.extra.get("row").and_then(Value::as_u64) == Some(row as u64)
-                    && r.extra.get("col").and_then(Value::as_u64) == Some(col as u64)
-            })
+            cells
+                .iter()
+                .find(|(r, d)| r.size_bytes == size && d.row == row && d.col == col)
         };
         // (suffix, record field) of each matrix of the test.
-        let tables: Vec<(String, &str)> = if test == Test::Latency {
-            vec![(String::new(), "lat_ns")]
+        type Field = fn(&NvbwDetail) -> Option<f64>;
+        let tables: Vec<(String, Field)> = if test == Test::Latency {
+            vec![(String::new(), |d| d.lat_ns)]
         } else if test.is_bidirectional() {
             let [p1, p2] = test.parts();
             vec![
-                (format!(" {p1}"), "bw1_GBps"),
-                (format!(" {p2}"), "bw2_GBps"),
-                (" total".into(), "bw_GBps"),
+                (format!(" {p1}"), |d| d.bw1_gbytes),
+                (format!(" {p2}"), |d| d.bw2_gbytes),
+                (" total".into(), |d| d.bw_gbytes),
             ]
         } else {
-            vec![(String::new(), "bw_GBps")]
+            vec![(String::new(), |d| d.bw_gbytes)]
         };
         for (part, key) in &tables {
             lines.push(format!(
@@ -617,7 +649,7 @@ pub fn matrix_lines(records: &[Record]) -> Vec<String> {
                         } else {
                             at(row, col)
                         };
-                        cell.and_then(|r| cell_value(r, key))
+                        cell.and_then(|(_, d)| key(d))
                             .map_or(format!("{:>10}", "N/A"), |v| format!("{v:>10.2}"))
                     })
                     .collect();
@@ -626,8 +658,8 @@ pub fn matrix_lines(records: &[Record]) -> Vec<String> {
             // nvbandwidth's closing line: the sum of the matrix's cells.
             let sum: f64 = cells
                 .iter()
-                .filter(|r| r.size_bytes == size)
-                .filter_map(|r| cell_value(r, key))
+                .filter(|(r, _)| r.size_bytes == size)
+                .filter_map(|(_, d)| key(d))
                 .sum();
             lines.push(format!(
                 "# SUM {}{} {sum:.2}",
@@ -642,6 +674,7 @@ pub fn matrix_lines(records: &[Record]) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn names_parse_and_all_expands_in_order() {
@@ -793,6 +826,40 @@ mod tests {
         assert_eq!(p.extra["dst"], json!(0));
         assert_eq!(p.link_gbps, Some(3600.0));
         assert!(p.extra.get("bw1_GBps").is_none());
+    }
+
+    #[test]
+    fn records_keep_their_golden_keys_and_read_back_typed() {
+        let run = crate::ipc::tests::test_run(Some(3600.0));
+        let mk = |test: Test| {
+            let s = NvbwSpec {
+                test,
+                size: 1 << 20,
+                row: 0,
+                col: 1,
+                iters: 16,
+                warmup: 4,
+                index: 1,
+            };
+            let all = [measured(&[1_000_000]), measured(&[2_000_000])];
+            crate::ipc::tests::harness_record(&run, point(&s, &all, 1, Some(3600.0)))
+        };
+        let recs: Vec<Record> = [Test::Latency, Test::WriteCe, Test::BidirReadSm]
+            .into_iter()
+            .map(mk)
+            .collect();
+        crate::ipc::tests::assert_golden(
+            &recs,
+            include_str!("../../../efabench/tests/golden/ipc-nvbw.keys"),
+        );
+        let lat = detail(&recs[0]).expect("typed");
+        assert!(lat.lat_ns.is_some() && lat.bw_gbytes.is_none());
+        let bi = detail(&recs[2]).expect("typed");
+        assert_eq!(
+            bi.parts,
+            Some(vec!["read1".to_string(), "read2".to_string()])
+        );
+        assert!(recs.iter().all(|r| super::super::sweep_detail(r).is_none()));
     }
 
     #[test]

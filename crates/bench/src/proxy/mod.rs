@@ -56,15 +56,35 @@ use serde_json::{json, Map, Value};
 use self::engine::{Feed, Lane, ProxyConfig, RailLog, Target};
 use crate::error::BenchError;
 use crate::harness::{
-    self, Benchmark, CommonArgs, Ctx, Measured, MrChoice, Needs, Point, RunFacts, Strategy,
+    self, Benchmark, Ctx, FabricArgs, JobArgs, Measured, MemArgs, MrChoice, Needs, Point, RunFacts,
+    Strategy, SweepArgs,
 };
 use crate::stats::{gbps, mops, nearest_rank, Samples};
 
+/// Fields every record of a proxy run repeats: how the run was set up.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ProxyFacts {
+    pub strategy: String,
+    pub virtual_rails: bool,
+    pub mr: String,
+    /// `gpu` or `host` (a CPU thread standing in for the GPU).
+    pub producer: String,
+    /// Where the command rings live (`heap` when no GPU pushes).
+    pub ring: String,
+    pub ring_slots: u64,
+    pub quiet_poll_ns: u32,
+    pub payload_fence: String,
+    pub proxy_threads: String,
+    pub payload_fill: String,
+    pub batch_max: usize,
+    pub completion: String,
+    pub hmem: String,
+}
+
 /// Options of `efabench proxy`.
 #[derive(clap::Args, Debug, Clone)]
+#[command(next_help_heading = "Benchmark options")]
 pub struct ProxyArgs {
-    #[command(flatten)]
-    pub common: CommonArgs,
     /// Modes to run, comma-separated: cpu (CPU-posted baseline), blocking, nbi.
     #[arg(long, value_delimiter = ',', value_enum, default_values_t = [Mode::Cpu, Mode::Blocking, Mode::Nbi])]
     pub modes: Vec<Mode>,
@@ -100,7 +120,17 @@ pub struct ProxyArgs {
     /// (enough here: every payload is written before the launch).
     #[arg(long, value_enum, default_value = "per-put")]
     pub payload_fence: PayloadFence,
+    #[command(flatten)]
+    pub sweep: SweepArgs,
+    #[command(flatten)]
+    pub fabric: FabricArgs,
+    #[command(flatten)]
+    pub mem: MemArgs,
+    #[command(flatten)]
+    pub job: JobArgs,
 }
+
+crate::impl_options!(ProxyArgs: sweep, fabric, mem);
 
 /// Where the GPU producer fences its payload stores before the commands that name them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -253,7 +283,7 @@ const TARGET: u32 = 1;
 impl<'a> Proxy<'a> {
     /// Checks the options before anything touches hardware; the GPU producer needs a driver.
     pub fn new(args: &'a ProxyArgs) -> Result<Self, BenchError> {
-        let sizes = args.common.sizes()?;
+        let sizes = args.sweep.sizes()?;
         if sizes.iter().any(|&s| s > u32::MAX as u64) {
             return Err(BenchError::usage(
                 "efabench proxy: a put carries a 32-bit length; lower -e to 2G or less",
@@ -378,7 +408,7 @@ impl<'a> Benchmark for Proxy<'a> {
     }
 
     fn setup(&mut self, ctx: &Ctx) -> Result<RunFacts, BenchError> {
-        let c = &self.args.common;
+        let c = ctx.args;
         let plan = ctx.plan()?;
         if plan.rails.len() > MAX_RINGS {
             return Err(BenchError::usage(format!(
@@ -476,64 +506,51 @@ impl<'a> Benchmark for Proxy<'a> {
             target_rails,
             one_host: ctx.one_host(),
         });
-        let mut extra = Map::new();
-        extra.insert("strategy".into(), json!(c.strategy.name()));
-        extra.insert("virtual_rails".into(), json!(plan.virtual_rails));
-        extra.insert("mr".into(), json!(mr));
-        extra.insert(
-            "producer".into(),
-            json!(match self.args.producer {
+        let gpu_modes = self.args.modes.iter().any(|m| *m != Mode::Cpu);
+        let facts = ProxyFacts {
+            strategy: c.strategy.name().into(),
+            virtual_rails: plan.virtual_rails,
+            mr: mr.to_string(),
+            producer: match self.args.producer {
                 Producer::Gpu => "gpu",
                 Producer::Host => "host",
-            }),
-        );
-        let gpu_modes = self.args.modes.iter().any(|m| *m != Mode::Cpu);
-        let ring = if self.args.producer == Producer::Gpu && gpu_modes {
-            self.ring_kind().name()
-        } else {
-            "heap"
-        };
-        extra.insert("ring".into(), json!(ring));
-        extra.insert("ring_slots".into(), json!(self.args.ring_slots));
-        extra.insert("quiet_poll_ns".into(), json!(self.args.quiet_poll_ns));
-        extra.insert(
-            "payload_fence".into(),
-            json!(self.args.payload_fence.name()),
-        );
-        extra.insert(
-            "proxy_threads".into(),
-            json!(self.args.proxy_threads.name()),
-        );
-        extra.insert(
-            "payload_fill".into(),
-            json!(if c.mem == MemKind::Cuda {
+            }
+            .into(),
+            ring: if self.args.producer == Producer::Gpu && gpu_modes {
+                self.ring_kind().name()
+            } else {
+                "heap"
+            }
+            .into(),
+            ring_slots: self.args.ring_slots,
+            quiet_poll_ns: self.args.quiet_poll_ns,
+            payload_fence: self.args.payload_fence.name().into(),
+            proxy_threads: self.args.proxy_threads.name().into(),
+            payload_fill: if c.mem == MemKind::Cuda {
                 "GPU fill kernel, once per iteration before timing"
             } else {
                 "host copy, once per iteration before timing"
-            }),
-        );
-        extra.insert("batch_max".into(), json!(self.args.batch));
-        extra.insert(
-            "completion".into(),
-            json!("FI_DELIVERY_COMPLETE (quiet = local completion of every earlier write)"),
-        );
-        extra.insert(
-            "hmem".into(),
-            json!(match c.mem {
+            }
+            .into(),
+            batch_max: self.args.batch,
+            completion: "FI_DELIVERY_COMPLETE (quiet = local completion of every earlier write)"
+                .into(),
+            hmem: match c.mem {
                 MemKind::Cuda => "FI_HMEM_CUDA (device memory)",
                 MemKind::Pinned => "FI_HMEM_SYSTEM (pinned host memory)",
                 MemKind::Managed => "FI_HMEM_CUDA (managed memory)",
                 MemKind::Host => "FI_HMEM_SYSTEM (pageable host memory)",
-            }),
-        );
+            }
+            .into(),
+        };
         let header = vec![format!(
             "# proxy: rank 0 -> rank 1 | producer {} | rails {}{} | strategy {} | proxy threads per {} | ring {} {} slots | batch {} | mem {} ({})",
-            extra["producer"].as_str().unwrap_or(""),
+            facts.producer,
             nrails,
             if plan.virtual_rails { " virtual" } else { "" },
             c.strategy.name(),
             self.args.proxy_threads.name(),
-            ring,
+            facts.ring,
             self.args.ring_slots,
             self.args.batch,
             c.mem,
@@ -553,7 +570,7 @@ impl<'a> Benchmark for Proxy<'a> {
             mem: c.mem.to_string(),
             link_gbps: None,
             header,
-            extra,
+            extra: crate::queue::record::fields(&facts),
         })
     }
 
@@ -562,7 +579,7 @@ impl<'a> Benchmark for Proxy<'a> {
         for &mode in &self.args.modes {
             for &size in &self.sizes {
                 let puts = self.puts_at(size);
-                let (iters, warmup) = self.args.common.iterations(size, puts as u64);
+                let (iters, warmup) = self.args.sweep.iterations(size, puts as u64);
                 out.push(ProxySpec {
                     mode,
                     size,
@@ -761,7 +778,7 @@ fn measure_initiator(
         .as_mut()
         .ok_or_else(|| BenchError::failed("initiator not set up"))?;
     let nrails = init.rails.len();
-    let sched = engine::schedule(s.puts, s.size, nrails, args.common.strategy, TARGET as u16);
+    let sched = engine::schedule(s.puts, s.size, nrails, args.fabric.strategy, TARGET as u16);
     let mut per_rail: Vec<Vec<efabench_gpu::proxy::Command>> = vec![Vec::new(); nrails];
     for put in &sched {
         for (r, c) in put {
@@ -774,7 +791,7 @@ fn measure_initiator(
     let cfg = ProxyConfig {
         batch: args.batch,
         max_in_flight: 4096,
-        idle_timeout: args.common.timeout(),
+        idle_timeout: args.job.timeout(),
     };
     let failed_flag = AtomicBool::new(false);
     let go = AtomicU64::new(0);
@@ -843,7 +860,7 @@ fn measure_initiator(
                 .collect();
             let main = (|| -> Result<(), BenchError> {
                 for it in 0..total_iters {
-                    if args.common.verify() || it == 0 {
+                    if args.job.verify() || it == 0 {
                         fill_puts(&**setup.src, it, s.puts, s.size).map_err(BenchError::failed)?;
                     }
                     let (t_ns, span, push, quiet) = match s.mode {
@@ -887,7 +904,7 @@ fn measure_initiator(
                                                 size: s.size,
                                                 dst: TARGET as u16,
                                                 rails: nrails as u32,
-                                                split: args.common.strategy == Strategy::Split,
+                                                split: args.fabric.strategy == Strategy::Split,
                                                 first_rail: 0,
                                                 blocking,
                                                 poll_ns: args.quiet_poll_ns,
@@ -1094,7 +1111,7 @@ fn measure_target(
     s: &ProxySpec,
 ) -> Result<Measured, BenchError> {
     let nrails = setup.target_rails.len();
-    let sched = engine::schedule(s.puts, s.size, nrails, args.common.strategy, TARGET as u16);
+    let sched = engine::schedule(s.puts, s.size, nrails, args.fabric.strategy, TARGET as u16);
     let stripes: Vec<u32> = sched.iter().map(|p| p.len() as u32).collect();
     let health = health_of(ctx);
     let mut arrive_all = Vec::with_capacity(kept_iters(s) as usize * s.puts as usize);
@@ -1107,7 +1124,7 @@ fn measure_target(
             &stripes,
             INITIATOR as u16,
             &mut arrive,
-            args.common.timeout().max(Duration::from_secs(1)),
+            args.job.timeout().max(Duration::from_secs(1)),
             &health,
         )
         .map_err(BenchError::failed)?;
@@ -1118,7 +1135,7 @@ fn measure_target(
         if it >= s.warmup {
             landed.push(realtime_ns());
         }
-        if args.common.verify() {
+        if args.job.verify() {
             errors += check_puts(&**setup.dst, it, s.puts, s.size).map_err(BenchError::failed)?;
         }
         if it >= s.warmup + s.iters - kept_iters(s) {
@@ -1139,7 +1156,7 @@ fn measure_target(
 /// Runs one rank of `efabench proxy`.
 pub fn run_proxy(args: &ProxyArgs, build: &harness::BuildInfo) -> Result<i32, BenchError> {
     let mut b = Proxy::new(args)?;
-    harness::run(&mut b, &args.common, build)
+    harness::run(&mut b, args, build)
 }
 
 #[cfg(test)]

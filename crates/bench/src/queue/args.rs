@@ -1,0 +1,100 @@
+//! The options of `efabench queue` and their checks: every value is parsed and bounded here,
+//! before anything touches the GPU. Of the shared groups the queue takes only the job's: a ring
+//! has no message sizes, no network and places its own memory, so clap refuses `-b`, `-p` or
+//! `--mem` for it.
+
+use crate::error::BenchError;
+use crate::harness::{bounded, gpu_arg, JobArgs};
+use efabench_gpu::GpuChoice;
+
+use super::shape::ProducerShape;
+
+/// Options of `efabench queue`.
+#[derive(clap::Args, Debug, Clone)]
+#[command(next_help_heading = "Benchmark options")]
+pub struct QueueArgs {
+    /// Rings, comma-separated: pinned, managed, gdr, hybrid, libefaxx.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "pinned,managed,gdr,hybrid,libefaxx"
+    )]
+    pub ring: Vec<String>,
+    /// Producer shapes, BLOCKSxTHREADS comma-separated; SM = the GPU's SM count.
+    #[arg(long, default_value = ProducerShape::DEFAULT_LIST)]
+    pub producers: String,
+    /// Consumer threads, comma-separated, each 1 to 8.
+    #[arg(long, value_delimiter = ',', default_value = "1,4")]
+    pub consumers: Vec<String>,
+    /// Modes, comma-separated: nbi, blocking.
+    #[arg(long, value_delimiter = ',', default_value = "nbi,blocking")]
+    pub mode: Vec<String>,
+    /// Commands per nbi point (blocking points take a 32nd, at least one per producer).
+    #[arg(long, default_value = "4194304", value_parser = commands_arg, allow_hyphen_values = true)]
+    pub commands: u64,
+    /// nbi commands per lane per claim (0: enough for 512 commands per warp claim).
+    #[arg(long, default_value = "0", value_parser = batch_arg, allow_hyphen_values = true)]
+    pub batch: u64,
+    /// Publish without the system-scope fence a real proxy needs before each batch.
+    #[arg(long)]
+    pub no_release: bool,
+    /// Seconds a point may push before its producers are told to stop (slow rings then report
+    /// what they did in that time, marked `truncated`).
+    #[arg(long, default_value = "1.5", value_parser = budget_arg, allow_hyphen_values = true)]
+    pub budget: f64,
+    /// How producers wait for the consumers' tails: cached (a device-memory copy that one warp
+    /// at a time refreshes) or direct (read them where they live).
+    #[arg(long, default_value = "cached")]
+    pub tail_poll: String,
+    /// With direct polling: nanoseconds a producer sleeps between two reads of a tail.
+    #[arg(long, default_value = "0", value_parser = sleep_arg, allow_hyphen_values = true)]
+    pub poll_sleep_ns: u64,
+    /// The GPU: an index, or auto (= local rank).
+    #[arg(long, default_value = "auto", value_parser = gpu_arg)]
+    pub gpu: GpuChoice,
+    #[command(flatten)]
+    pub job: JobArgs,
+}
+
+crate::impl_options!(QueueArgs);
+
+fn sleep_arg(s: &str) -> Result<u64, String> {
+    bounded(s, "--poll-sleep-ns", 0, 1_000_000, "200")
+}
+
+fn commands_arg(s: &str) -> Result<u64, String> {
+    bounded(s, "--commands", 1, 1 << 26, "4194304")
+}
+
+fn batch_arg(s: &str) -> Result<u64, String> {
+    bounded(s, "--batch", 0, 4096, "16")
+}
+
+fn budget_arg(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(t) if t > 0.0 && t <= 600.0 => Ok(t),
+        _ => Err(format!(
+            "--budget '{}' is not a number of seconds above 0 and at most 600; pass e.g. --budget 1.5",
+            crate::size::clip(s)
+        )),
+    }
+}
+
+pub(super) fn list<T>(
+    what: &str,
+    v: &[String],
+    parse: impl Fn(&str) -> Result<T, String>,
+) -> Result<Vec<T>, BenchError> {
+    let out: Result<Vec<T>, String> = v
+        .iter()
+        .filter(|s| !s.trim().is_empty())
+        .map(|s| parse(s))
+        .collect();
+    let out = out.map_err(BenchError::usage)?;
+    if out.is_empty() {
+        return Err(BenchError::usage(format!(
+            "{what} is empty: give at least one value"
+        )));
+    }
+    Ok(out)
+}
