@@ -29,7 +29,7 @@ enum Command {
     Counters(cmd::counters::Args),
     /// Check a whole cluster: node checks, consistency, pairs and alltoall, one verdict per
     /// node (PASS, WARN, ISOLATE); exit 1 when any node is ISOLATE.
-    Cluster(cmd::cluster::Args),
+    Cluster(Box<cmd::cluster::Args>),
     /// Start N local ranks of an efabench command on this host.
     Launch(cmd::launch::Args),
     /// The benchmarks (sendrecv, write, read, ipc, ...), declared in `efabench_bench`.
@@ -51,7 +51,7 @@ fn main() {
         Command::Topo(a) => cmd::topo::run(a),
         Command::Counters(a) => cmd::counters::run(a),
         Command::Launch(a) => cmd::launch::run(a),
-        Command::Cluster(a) => cmd::cluster::run(a),
+        Command::Cluster(a) => cmd::cluster::run(*a),
         Command::Bench(b) => cmd::bench::run(b),
         Command::Plot(a) => cmd::plot::run(a),
         Command::Compare(a) => cmd::compare::run(a),
