@@ -48,9 +48,43 @@ pub struct Point {
     /// The links this point drove, when they differ from the run's (one GPU pair of a matrix).
     pub link_gbps: Option<f64>,
     pub extra: Map<String, Value>,
+    /// A threshold the user set on this point's metrics (`--min-bw`); not part of the record.
+    pub gate: Option<Gate>,
+}
+
+/// A user-chosen threshold on a metric (`--min-bw 10`): the harness names every point that
+/// misses it, and the run exits 1.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Gate {
+    /// The option and its unit, as the user wrote it (`--min-bw 10 GB/s`).
+    pub what: String,
+    pub value: f64,
+    pub min: f64,
+}
+
+impl Gate {
+    pub fn passed(&self) -> bool {
+        self.value >= self.min
+    }
+}
+
+/// A benchmark's own fields (a `#[derive(Serialize)]` struct) as record fields: each field of
+/// the struct becomes a top-level key of the record (serde names, `rename`, `skip_serializing_if`
+/// apply). Anything but a struct or map adds nothing.
+pub fn detail_map(detail: &impl serde::Serialize) -> Map<String, Value> {
+    match serde_json::to_value(detail) {
+        Ok(Value::Object(m)) => m,
+        _ => Map::new(),
+    }
 }
 
 impl Point {
+    /// Adds the benchmark's own fields, typed (see [`detail_map`]).
+    pub fn detail(mut self, detail: &impl serde::Serialize) -> Self {
+        self.extra.extend(detail_map(detail));
+        self
+    }
+
     /// A point with these extra fields and everything else at its default.
     pub fn with_extra(extra: Map<String, Value>) -> Self {
         Point {
