@@ -38,7 +38,6 @@ use efabench_fabric::{
     RailGroup, RegionDescriptor,
 };
 use efabench_gpu::{GpuBuffer, MemKind};
-use serde_json::{json, Value};
 
 use crate::error::BenchError;
 use crate::harness::Strategy;
@@ -102,44 +101,16 @@ pub struct Completion {
     pub len: usize,
 }
 
-/// Why a protocol step stopped.
-#[derive(Debug)]
-pub enum LinkError {
-    /// The user asked for something this provider or host cannot do (exit 2).
-    Usage(String),
-    /// The fabric, the peer or the protocol failed (exit 1).
-    Failed(String),
+/// A completion that the protocol did not expect at this point.
+pub fn unexpected(c: Completion, wanted: &str) -> BenchError {
+    BenchError::failed(format!(
+        "expected {wanted}, got a completion of {:?} ({} bytes)",
+        c.ctx, c.len
+    ))
 }
 
-impl LinkError {
-    pub fn protocol(m: String) -> Self {
-        LinkError::Failed(m)
-    }
-    pub fn unexpected(c: Completion, wanted: &str) -> Self {
-        LinkError::Failed(format!(
-            "expected {wanted}, got a completion of {:?} ({} bytes)",
-            c.ctx, c.len
-        ))
-    }
-    pub fn into_bench(self) -> BenchError {
-        match self {
-            LinkError::Usage(m) => BenchError::Usage(m),
-            LinkError::Failed(m) => BenchError::Failed(m),
-        }
-    }
-}
-
-impl From<BenchError> for LinkError {
-    fn from(e: BenchError) -> Self {
-        match e {
-            BenchError::Usage(m) => LinkError::Usage(m),
-            BenchError::Failed(m) => LinkError::Failed(m),
-        }
-    }
-}
-
-fn fabric(e: efabench_fabric::Error) -> LinkError {
-    crate::harness::fabric_error(e).into()
+fn fabric(e: efabench_fabric::Error) -> BenchError {
+    crate::harness::fabric_error(e)
 }
 
 /// A payload buffer of any `--mem` kind, shared with the rails that registered it.
@@ -290,7 +261,7 @@ impl Link {
         mr: MrPath,
         timeout: Duration,
         (health, progress): (Health, ProgressHandle),
-    ) -> Result<Self, LinkError> {
+    ) -> Result<Self, BenchError> {
         let ctrl_slots = 8;
         let ctrl = HostBuffer::new(16 * ctrl_slots)
             .map(Arc::new)
@@ -300,7 +271,7 @@ impl Link {
         let register = |b: &Payload| {
             group.register(b.clone(), mr).map_err(|e| {
                 if gpu_mem {
-                    LinkError::Usage(format!(
+                    BenchError::usage(format!(
                         "--mem {}: provider {provider} could not register GPU memory ({e}); this \
                          libfabric lacks CUDA support: use the EFA installer's libfabric \
                          (/opt/amazon/efa) or one built with --with-cuda, or --mem host|pinned",
@@ -367,7 +338,7 @@ impl Link {
     }
 
     /// Our endpoint addresses and the descriptors of `out` and `inbox`, for the all-gather.
-    pub fn local_blob(&self) -> Result<Vec<u8>, LinkError> {
+    pub fn local_blob(&self) -> Result<Vec<u8>, BenchError> {
         Ok(pack_parts([
             self.group.address().map_err(fabric)?.to_bytes(),
             self.group
@@ -382,7 +353,7 @@ impl Link {
     }
 
     /// Inserts the peers we talk to: rank 0 talks to everyone, every other rank to rank 0.
-    pub fn connect(&mut self, me: u32, blobs: &[Vec<u8>]) -> Result<(), LinkError> {
+    pub fn connect(&mut self, me: u32, blobs: &[Vec<u8>]) -> Result<(), BenchError> {
         self.peers = (0..blobs.len()).map(|_| None).collect();
         for (r, b) in blobs.iter().enumerate() {
             if r as u32 == me || (me != 0 && r != 0) {
@@ -393,7 +364,7 @@ impl Link {
             let out = RegionDescriptor::from_bytes(parts[1]).map_err(fabric)?;
             let inbox = RegionDescriptor::from_bytes(parts[2]).map_err(fabric)?;
             if out.rails() != self.group.len() || inbox.rails() != self.group.len() {
-                return Err(LinkError::Usage(format!(
+                return Err(BenchError::usage(format!(
                     "rank {r} has {} rails and this rank {}: give every rank the same --rails",
                     out.rails(),
                     self.group.len()
@@ -432,17 +403,15 @@ impl Link {
     }
 
     /// `per_rail` of the record: `{rail, domain, bytes, ops}` of the timed part.
-    pub fn per_rail(&self) -> Value {
+    pub fn per_rail(&self) -> Vec<super::RailLoad> {
         let domains = self.group.domains();
-        Value::Array(
-            self.stats
-                .iter()
-                .enumerate()
-                .map(|(i, s)| {
-                    json!({"rail": i, "domain": domains.get(i), "bytes": s.bytes, "ops": s.ops})
-                })
-                .collect(),
-        )
+        let load = |(rail, s): (usize, &RailStats)| super::RailLoad {
+            rail,
+            domain: domains.get(rail).cloned(),
+            bytes: s.bytes,
+            ops: s.ops,
+        };
+        self.stats.iter().enumerate().map(load).collect()
     }
 
     /// Stripes a message of `size` bytes is cut into (1 for round-robin).
@@ -461,20 +430,20 @@ impl Link {
         route_of(self.strategy, self.group.len(), n, size)
     }
 
-    fn peer_info(&self) -> Result<&PeerInfo, LinkError> {
+    fn peer_info(&self) -> Result<&PeerInfo, BenchError> {
         self.peers
             .get(self.peer)
             .and_then(Option::as_ref)
             .ok_or_else(|| {
-                LinkError::Failed(format!("rank {} is not connected to this rank", self.peer))
+                BenchError::failed(format!("rank {} is not connected to this rank", self.peer))
             })
     }
 
     /// Byte offset of window position `pos` (slot `pos % slots`).
-    fn offset(&self, pos: usize, size: usize) -> Result<usize, LinkError> {
+    fn offset(&self, pos: usize, size: usize) -> Result<usize, BenchError> {
         let off = (pos % self.slots) * size;
         if off + size > self.buffer_bytes() {
-            return Err(LinkError::Failed(format!(
+            return Err(BenchError::failed(format!(
                 "slot {} of {size} bytes is outside the {}-byte buffer",
                 pos % self.slots,
                 self.buffer_bytes()
@@ -483,9 +452,9 @@ impl Link {
         Ok(off)
     }
 
-    fn expect(&mut self, ctx: Ctx, stripes: usize) -> Result<(), LinkError> {
+    fn expect(&mut self, ctx: Ctx, stripes: usize) -> Result<(), BenchError> {
         let i = ctx.index().ok_or_else(|| {
-            LinkError::Failed(format!("window position of {ctx:?} is beyond {MAX_POS}"))
+            BenchError::failed(format!("window position of {ctx:?} is beyond {MAX_POS}"))
         })?;
         self.pending[i].0 += stripes as u32;
         Ok(())
@@ -531,15 +500,15 @@ impl Link {
     /// IPC path the receiving process only *queues* a device-to-device copy and reports the
     /// completion at once, so a clock stopped at the completion times the queueing (it once
     /// read 1624 GB/s over a 450 GB/s NVLink). A no-op for host memory.
-    pub fn settle(&self) -> Result<(), LinkError> {
+    pub fn settle(&self) -> Result<(), BenchError> {
         self.inbox
             .settle()
-            .map_err(|e| LinkError::Failed(format!("waiting for the GPU copies to land: {e}")))
+            .map_err(|e| BenchError::failed(format!("waiting for the GPU copies to land: {e}")))
     }
 
     // ----------------------------------------------------------------- operations
 
-    pub fn post_send(&mut self, pos: usize, size: usize, ctx: Ctx) -> Result<(), LinkError> {
+    pub fn post_send(&mut self, pos: usize, size: usize, ctx: Ctx) -> Result<(), BenchError> {
         let off = self.offset(pos, size)?;
         let route = self.route(self.sends, size);
         self.sends += 1;
@@ -563,7 +532,7 @@ impl Link {
     }
 
     /// Sends position `pos` of `out` by `fi_inject`: no completion follows.
-    pub fn inject(&mut self, pos: usize, size: usize) -> Result<(), LinkError> {
+    pub fn inject(&mut self, pos: usize, size: usize) -> Result<(), BenchError> {
         let off = self.offset(pos, size)?;
         let route = self.route(self.sends, size);
         self.sends += 1;
@@ -578,7 +547,7 @@ impl Link {
         Ok(())
     }
 
-    pub fn post_recv(&mut self, pos: usize, size: usize, ctx: Ctx) -> Result<(), LinkError> {
+    pub fn post_recv(&mut self, pos: usize, size: usize, ctx: Ctx) -> Result<(), BenchError> {
         let off = self.offset(pos, size)?;
         let route = self.route(self.recvs, size);
         self.recvs += 1;
@@ -600,7 +569,7 @@ impl Link {
         size: usize,
         data: Option<u64>,
         ctx: Ctx,
-    ) -> Result<(), LinkError> {
+    ) -> Result<(), BenchError> {
         let off = self.offset(pos, size)?;
         let route = self.route(self.rmas, size);
         self.rmas += 1;
@@ -622,7 +591,7 @@ impl Link {
     }
 
     /// RDMA-reads the peer's `out` at position `pos` into our inbox.
-    pub fn post_read(&mut self, pos: usize, size: usize, ctx: Ctx) -> Result<(), LinkError> {
+    pub fn post_read(&mut self, pos: usize, size: usize, ctx: Ctx) -> Result<(), BenchError> {
         let off = self.offset(pos, size)?;
         let route = self.route(self.rmas, size);
         self.rmas += 1;
@@ -650,7 +619,7 @@ impl Link {
     // ----------------------------------------------------------------- control words
 
     /// Posts a receive for one control word (rail 0).
-    pub fn post_ctrl_recv(&mut self) -> Result<(), LinkError> {
+    pub fn post_ctrl_recv(&mut self) -> Result<(), BenchError> {
         let slot = self.ctrl_recv_next;
         self.ctrl_recv_next = (slot + 1) % self.ctrl_slots;
         self.group
@@ -665,7 +634,7 @@ impl Link {
     }
 
     /// Sends one control word to the current peer (rail 0).
-    pub fn send_ctrl(&mut self, word: u64) -> Result<(), LinkError> {
+    pub fn send_ctrl(&mut self, word: u64) -> Result<(), BenchError> {
         let slot = self.ctrl_send_next;
         self.ctrl_send_next = (slot + 1) % self.ctrl_slots;
         let mut idle = Idle::default();
@@ -691,7 +660,7 @@ impl Link {
     }
 
     /// The next control word received.
-    pub fn wait_ctrl(&mut self) -> Result<u64, LinkError> {
+    pub fn wait_ctrl(&mut self) -> Result<u64, BenchError> {
         let mut idle = Idle::default();
         loop {
             if let Some(w) = self.ctrl_words.pop_front() {
@@ -708,7 +677,7 @@ impl Link {
     /// the timeout. Any completion resets `idle`, so waits time out on lack of progress, not on
     /// the length of a step. A wait that completes within those polls reads no clock: at 8 B a
     /// ping-pong's handful of clock reads (about 25 ns each on a VM) were a fifth of its latency.
-    fn progress_once(&mut self, idle: &mut Idle, what: &str) -> Result<(), LinkError> {
+    fn progress_once(&mut self, idle: &mut Idle, what: &str) -> Result<(), BenchError> {
         let mut buf = [FiCompletion::default(); 16];
         for _ in 0..EMPTY_POLLS {
             let mut got = false;
@@ -734,10 +703,10 @@ impl Link {
             *checked = now;
             self.health
                 .check()
-                .map_err(|e| LinkError::Failed(e.to_string()))?;
+                .map_err(|e| BenchError::failed(e.to_string()))?;
         }
         if now.duration_since(since) >= self.timeout {
-            return Err(LinkError::Failed(format!(
+            return Err(BenchError::failed(format!(
                 "waited {:.1} s for {what} from rank {} without progress; the peer is stuck \
                  or the fabric dropped traffic (raise --timeout if this is expected)",
                 self.timeout.as_secs_f64(),
@@ -747,7 +716,7 @@ impl Link {
         Ok(())
     }
 
-    fn sort(&mut self, c: &FiCompletion) -> Result<(), LinkError> {
+    fn sort(&mut self, c: &FiCompletion) -> Result<(), BenchError> {
         if c.context == FiCompletion::REMOTE_CQ_DATA {
             self.remote_data.push_back(c.data);
             return Ok(());
@@ -771,11 +740,11 @@ impl Link {
                     }
                 }
                 let i = ctx.index().ok_or_else(|| {
-                    LinkError::Failed(format!("completion for {ctx:?} beyond the window"))
+                    BenchError::failed(format!("completion for {ctx:?} beyond the window"))
                 })?;
                 let p = &mut self.pending[i];
                 if p.0 == 0 {
-                    return Err(LinkError::Failed(format!(
+                    return Err(BenchError::failed(format!(
                         "a completion of {ctx:?} arrived that was never posted (or arrived twice)"
                     )));
                 }
@@ -787,7 +756,7 @@ impl Link {
                 }
             }
             None => {
-                return Err(LinkError::Failed(format!(
+                return Err(BenchError::failed(format!(
                     "completion with an unknown context {:#x}",
                     c.context
                 )));
@@ -798,7 +767,7 @@ impl Link {
 
     /// The next local completion of a whole message (control traffic and remote CQ data are
     /// sorted aside).
-    pub fn wait(&mut self) -> Result<Completion, LinkError> {
+    pub fn wait(&mut self) -> Result<Completion, BenchError> {
         let mut idle = Idle::default();
         loop {
             if let Some(c) = self.stash.pop_front() {
@@ -814,7 +783,7 @@ impl Link {
     }
 
     /// Waits until every listed operation has completed.
-    pub fn wait_for(&mut self, ctxs: &[Ctx]) -> Result<(), LinkError> {
+    pub fn wait_for(&mut self, ctxs: &[Ctx]) -> Result<(), BenchError> {
         let mut idle = Idle::default();
         for &ctx in ctxs {
             while self.take(ctx).is_none() {
@@ -824,7 +793,7 @@ impl Link {
         Ok(())
     }
 
-    fn wait_n(&mut self, n: usize, is: fn(Ctx) -> bool, what: &str) -> Result<(), LinkError> {
+    fn wait_n(&mut self, n: usize, is: fn(Ctx) -> bool, what: &str) -> Result<(), BenchError> {
         let mut idle = Idle::default();
         let mut got = 0;
         while got < n {
@@ -838,18 +807,18 @@ impl Link {
         Ok(())
     }
 
-    pub fn wait_all_sends(&mut self, n: usize) -> Result<(), LinkError> {
+    pub fn wait_all_sends(&mut self, n: usize) -> Result<(), BenchError> {
         self.wait_n(n, |c| matches!(c, Ctx::Send(_)), "sends of the window")
     }
-    pub fn wait_all_writes(&mut self, n: usize) -> Result<(), LinkError> {
+    pub fn wait_all_writes(&mut self, n: usize) -> Result<(), BenchError> {
         self.wait_n(n, |c| matches!(c, Ctx::Write(_)), "writes of the window")
     }
-    pub fn wait_all_reads(&mut self, n: usize) -> Result<(), LinkError> {
+    pub fn wait_all_reads(&mut self, n: usize) -> Result<(), BenchError> {
         self.wait_n(n, |c| matches!(c, Ctx::Read(_)), "reads of the window")
     }
 
     /// The next remote CQ data (a stripe of a peer's write landed in our inbox).
-    pub fn wait_remote_data(&mut self) -> Result<u64, LinkError> {
+    pub fn wait_remote_data(&mut self) -> Result<u64, BenchError> {
         let mut idle = Idle::default();
         loop {
             if let Some(d) = self.remote_data.pop_front() {
@@ -861,11 +830,11 @@ impl Link {
 
     /// The peer's whole answer (every stripe of one message of `size` bytes) must carry `data`
     /// (write ping-pong).
-    pub fn wait_data(&mut self, data: u64, size: usize) -> Result<(), LinkError> {
+    pub fn wait_data(&mut self, data: u64, size: usize) -> Result<(), BenchError> {
         for _ in 0..self.stripes(size) {
             let got = self.wait_remote_data()?;
             if got != data {
-                return Err(LinkError::Failed(format!(
+                return Err(BenchError::failed(format!(
                     "the peer's answer carried CQ data {got:#x}, expected {data:#x}; a write was lost or reordered"
                 )));
             }
