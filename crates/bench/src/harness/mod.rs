@@ -17,11 +17,24 @@
 //!    on rank 0, choose the provider, the domain(s) and the rails (when the benchmark needs the
 //!    fabric), and resolve the GPU of `--gpu` (when `--mem` needs one);
 //! 4. `setup`, then for every point: counter snapshot, `measure` on every rank, a gather of every
-//!    rank's [`Measured`] to rank 0 (which doubles as the fence between points), the record, the
-//!    table/JSON/CSV row and the JSONL line (flushed per record, so a later failure never loses
-//!    what was measured);
+//!    rank's [`Measured`] to rank 0 (which doubles as the fence between points), the record(s)
+//!    ([`Benchmark::points_of`]: one by default, several for a round that measures several
+//!    things), the table/JSON/CSV row and the JSONL line (flushed per record, so a later failure
+//!    never loses what was measured), and every [`Gate`] a point missed;
 //! 5. the summary, a final barrier, and the exit status: 0 clean, 1 when payloads failed
 //!    verification or the run failed, 2 for bad input.
+//!
+//! # The timed loop
+//! A CPU-timed benchmark's `measure` hands [`time_loop`] a [`Rounds`] value: `prepare(i)`
+//! (untimed), `body(i)` (timed with [`std::time::Instant`] on the rank that times), `check(i)`
+//! (untimed; payload words that failed). The loop does warm-up, the samples, the job's health
+//! and progress (see [`timed`]'s docs for what it keeps out of the hot path). Benchmarks timed
+//! on the GPU return their own samples from `measure`.
+//!
+//! # Typed records
+//! The common fields are [`Point`]'s; a benchmark's own fields are a `#[derive(Serialize)]`
+//! struct added with [`Point::detail`] (and [`RunFacts::detail`], [`Measured::detail`]), each
+//! field one key of the record.
 //!
 //! Any error on any rank after the bootstrap connected is broadcast as an abort, so every rank
 //! stops with the same one-line reason instead of waiting for a rank that already gave up.
@@ -30,7 +43,7 @@ mod options;
 mod placement;
 mod point;
 mod select;
-mod timed;
+pub mod timed;
 
 use std::time::Instant;
 
