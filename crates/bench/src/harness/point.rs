@@ -227,4 +227,38 @@ mod tests {
         let v: Value = serde_json::to_value(&r).unwrap();
         assert!(v["util_pct"].is_null() && v["counters"].is_null());
     }
+
+    #[test]
+    fn typed_detail_becomes_record_fields() {
+        #[derive(serde::Serialize)]
+        struct D {
+            window: usize,
+            #[serde(rename = "bw_GBps")]
+            bw: f64,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            per_rail: Option<Vec<u32>>,
+        }
+        let p = Point::default().detail(&D {
+            window: 4,
+            bw: 1.5,
+            per_rail: None,
+        });
+        let keys: Vec<&str> = p.extra.keys().map(String::as_str).collect();
+        assert_eq!(keys.len(), 2, "{keys:?}");
+        assert_eq!(p.extra["window"], Value::from(4));
+        assert_eq!(p.extra["bw_GBps"], Value::from(1.5));
+        // Not a struct: nothing added.
+        assert!(detail_map(&3u32).is_empty());
+    }
+
+    #[test]
+    fn a_gate_passes_at_its_minimum_and_not_below() {
+        let g = |value| Gate {
+            what: "--min-bw 10 GB/s".into(),
+            value,
+            min: 10.0,
+        };
+        assert!(g(10.0).passed() && g(11.0).passed());
+        assert!(!g(9.99).passed() && !g(f64::NAN).passed());
+    }
 }
