@@ -17,11 +17,24 @@
 //!    on rank 0, choose the provider, the domain(s) and the rails (when the benchmark needs the
 //!    fabric), and resolve the GPU of `--gpu` (when `--mem` needs one);
 //! 4. `setup`, then for every point: counter snapshot, `measure` on every rank, a gather of every
-//!    rank's [`Measured`] to rank 0 (which doubles as the fence between points), the record, the
-//!    table/JSON/CSV row and the JSONL line (flushed per record, so a later failure never loses
-//!    what was measured);
+//!    rank's [`Measured`] to rank 0 (which doubles as the fence between points), the record(s)
+//!    ([`Benchmark::points_of`]: one by default, several for a round that measures several
+//!    things), the table/JSON/CSV row and the JSONL line (flushed per record, so a later failure
+//!    never loses what was measured), and every [`Gate`] a point missed;
 //! 5. the summary, a final barrier, and the exit status: 0 clean, 1 when payloads failed
 //!    verification or the run failed, 2 for bad input.
+//!
+//! # The timed loop
+//! A CPU-timed benchmark's `measure` hands [`time_loop`] a [`Rounds`] value: `prepare(i)`
+//! (untimed), `body(i)` (timed with [`std::time::Instant`] on the rank that times), `check(i)`
+//! (untimed; payload words that failed). The loop does warm-up, the samples, the job's health
+//! and progress (see [`timed`]'s docs for what it keeps out of the hot path). Benchmarks timed
+//! on the GPU return their own samples from `measure`.
+//!
+//! # Typed records
+//! The common fields are [`Point`]'s; a benchmark's own fields are a `#[derive(Serialize)]`
+//! struct added with [`Point::detail`] (and [`RunFacts::detail`], [`Measured::detail`]), each
+//! field one key of the record.
 //!
 //! Any error on any rank after the bootstrap connected is broadcast as an abort, so every rank
 //! stops with the same one-line reason instead of waiting for a rank that already gave up.
@@ -30,6 +43,7 @@ mod options;
 mod placement;
 mod point;
 mod select;
+pub mod timed;
 
 use std::time::Instant;
 
@@ -42,8 +56,9 @@ pub use options::{
     bounded, default_iters, defaults, gpu_arg, CommonArgs, FabricArgs, Groups, JobArgs, MemArgs,
     MrChoice, Options, Rails, Strategy, SweepArgs, MAX_ITERS, MAX_RAILS, MAX_SIZE,
 };
-pub use point::{Point, Progress, RunInfo};
+pub use point::{detail_map, Gate, Point, Progress, RunInfo};
 pub use select::{choose_provider, FabricPlan};
+pub use timed::{time_loop, Loop, Rounds, CHECK_EVERY};
 
 use crate::error::BenchError;
 
@@ -81,6 +96,14 @@ pub struct RunFacts {
     pub extra: Map<String, Value>,
 }
 
+impl RunFacts {
+    /// Adds fields to every record of the run, typed (see [`detail_map`]).
+    pub fn detail(mut self, detail: &impl Serialize) -> Self {
+        self.extra.extend(detail_map(detail));
+        self
+    }
+}
+
 /// One rank's outcome of one point, as it travels to rank 0.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct Measured {
@@ -104,6 +127,12 @@ const FAILURE_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
 const MAX_MEASURED: usize = 48 << 20;
 
 impl Measured {
+    /// Adds benchmark-specific facts, typed (see [`detail_map`]).
+    pub fn detail(mut self, detail: &impl Serialize) -> Self {
+        self.extra.extend(detail_map(detail));
+        self
+    }
+
     fn encode(&self) -> Result<Vec<u8>, BenchError> {
         serde_json::to_vec(self)
             .map_err(|e| BenchError::failed(format!("cannot encode a measured point: {e}")))
@@ -191,6 +220,14 @@ pub trait Benchmark {
     /// On rank 0: every rank's outcome (indexed by rank) → the record's numbers. `bw_gbps` and
     /// `busbw_gbps` are the benchmark's definition (`docs/metrics.md`).
     fn point(&self, ctx: &Ctx, spec: &Self::Spec, all: &[Measured]) -> Point;
+
+    /// On rank 0: the records of one point — one by default ([`Benchmark::point`]); a round
+    /// that measures several things at once (every pair of a ring shift) returns one each. With
+    /// one record the harness sets its `errors` to every rank's sum; with several, each keeps
+    /// the `errors` the benchmark gave it.
+    fn points_of(&self, ctx: &Ctx, spec: &Self::Spec, all: &[Measured]) -> Vec<Point> {
+        vec![self.point(ctx, spec, all)]
+    }
 
     /// The benchmark's own options that every rank must share, as command-line words
     /// (`--window 64 --variant pingpong,stream`); the harness adds the shared ones.
@@ -397,6 +434,7 @@ fn run_connected<B: Benchmark>(
     let counters_root = efabench_topology::Root::system();
     let mut records = Vec::new();
     let mut total_errors = 0u64;
+    let mut missed = Vec::new();
     let progress_handle = bs.progress();
 
     for spec in &specs {
@@ -417,30 +455,44 @@ fn run_connected<B: Benchmark>(
                 all.push(Measured::decode(r, b)?);
             }
         }
-        let mut p = bench.point(&ctx, spec, &all);
-        p.errors = all.iter().map(|m| m.errors).sum();
-        total_errors += p.errors;
-        p.counters = before.and_then(|b| {
+        let errors: u64 = all.iter().map(|m| m.errors).sum();
+        total_errors += errors;
+        let wall_s = (started.elapsed().as_secs_f64() * 1e6).round() / 1e6;
+        let counters = before.and_then(|b| {
             efabench_topology::Snapshot::read(&counters_root).map(|a| b.delta_json(&a))
         });
-        p.extra.insert(
-            "wall_s".into(),
-            Value::from((started.elapsed().as_secs_f64() * 1e6).round() / 1e6),
-        );
-        let rec = run.record(p);
-        progress.step(bench.label(spec));
-        if let Some(w) = jsonl.as_mut() {
-            w.push(&rec)?;
-        }
-        if let Some(s) = sink.as_mut() {
-            s.push(&rec)?;
-            if groups.fabric.as_ref().is_some_and(|f| f.per_rail) {
-                for line in per_rail_rows(&rec) {
-                    println!("{line}");
+        let points = bench.points_of(&ctx, spec, &all);
+        let one = points.len() == 1;
+        for mut p in points {
+            if one {
+                p.errors = errors;
+            }
+            p.counters = counters.clone();
+            p.extra.insert("wall_s".into(), Value::from(wall_s));
+            if let Some(g) = p.gate.take().filter(|g| !g.passed()) {
+                missed.push(format!(
+                    "efabench: {} {}: {} measured {:.3}, below the gate",
+                    p.variant,
+                    bench.label(spec),
+                    g.what,
+                    g.value
+                ));
+            }
+            let rec = run.record(p);
+            if let Some(w) = jsonl.as_mut() {
+                w.push(&rec)?;
+            }
+            if let Some(s) = sink.as_mut() {
+                s.push(&rec)?;
+                if groups.fabric.as_ref().is_some_and(|f| f.per_rail) {
+                    for line in per_rail_rows(&rec) {
+                        println!("{line}");
+                    }
                 }
             }
+            records.push(rec);
         }
-        records.push(rec);
+        progress.step(bench.label(spec));
     }
     progress.finish();
     if let Some(s) = sink {
@@ -450,10 +502,16 @@ fn run_connected<B: Benchmark>(
         }
     }
     bs.barrier()?;
+    for line in &missed {
+        eprintln!("{line}");
+    }
     if total_errors > 0 {
         eprintln!(
             "efabench: {total_errors} payload words failed verification; the records' `errors` field says where"
         );
+        return Ok((1, records));
+    }
+    if !missed.is_empty() {
         return Ok((1, records));
     }
     Ok((0, records))

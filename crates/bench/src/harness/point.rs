@@ -48,9 +48,43 @@ pub struct Point {
     /// The links this point drove, when they differ from the run's (one GPU pair of a matrix).
     pub link_gbps: Option<f64>,
     pub extra: Map<String, Value>,
+    /// A threshold the user set on this point's metrics (`--min-bw`); not part of the record.
+    pub gate: Option<Gate>,
+}
+
+/// A user-chosen threshold on a metric (`--min-bw 10`): the harness names every point that
+/// misses it, and the run exits 1.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Gate {
+    /// The option and its unit, as the user wrote it (`--min-bw 10 GB/s`).
+    pub what: String,
+    pub value: f64,
+    pub min: f64,
+}
+
+impl Gate {
+    pub fn passed(&self) -> bool {
+        self.value >= self.min
+    }
+}
+
+/// A benchmark's own fields (a `#[derive(Serialize)]` struct) as record fields: each field of
+/// the struct becomes a top-level key of the record (serde names, `rename`, `skip_serializing_if`
+/// apply). Anything but a struct or map adds nothing.
+pub fn detail_map(detail: &impl serde::Serialize) -> Map<String, Value> {
+    match serde_json::to_value(detail) {
+        Ok(Value::Object(m)) => m,
+        _ => Map::new(),
+    }
 }
 
 impl Point {
+    /// Adds the benchmark's own fields, typed (see [`detail_map`]).
+    pub fn detail(mut self, detail: &impl serde::Serialize) -> Self {
+        self.extra.extend(detail_map(detail));
+        self
+    }
+
     /// A point with these extra fields and everything else at its default.
     pub fn with_extra(extra: Map<String, Value>) -> Self {
         Point {
@@ -192,5 +226,39 @@ mod tests {
         assert_eq!((r.link_gbps, r.util_pct), (None, None));
         let v: Value = serde_json::to_value(&r).unwrap();
         assert!(v["util_pct"].is_null() && v["counters"].is_null());
+    }
+
+    #[test]
+    fn typed_detail_becomes_record_fields() {
+        #[derive(serde::Serialize)]
+        struct D {
+            window: usize,
+            #[serde(rename = "bw_GBps")]
+            bw: f64,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            per_rail: Option<Vec<u32>>,
+        }
+        let p = Point::default().detail(&D {
+            window: 4,
+            bw: 1.5,
+            per_rail: None,
+        });
+        let keys: Vec<&str> = p.extra.keys().map(String::as_str).collect();
+        assert_eq!(keys.len(), 2, "{keys:?}");
+        assert_eq!(p.extra["window"], Value::from(4));
+        assert_eq!(p.extra["bw_GBps"], Value::from(1.5));
+        // Not a struct: nothing added.
+        assert!(detail_map(&3u32).is_empty());
+    }
+
+    #[test]
+    fn a_gate_passes_at_its_minimum_and_not_below() {
+        let g = |value| Gate {
+            what: "--min-bw 10 GB/s".into(),
+            value,
+            min: 10.0,
+        };
+        assert!(g(10.0).passed() && g(11.0).passed());
+        assert!(!g(9.99).passed() && !g(f64::NAN).passed());
     }
 }

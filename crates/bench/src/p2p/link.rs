@@ -23,7 +23,7 @@
 //! stripe — it knows from the size how many stripes each message has — never from ordering
 //! across rails, which no NIC guarantees.
 //!
-//! Operations go through the fabric layer's cheapest path (`Rail::post` with a `u64` context, then
+//! Operations go through the fabric layer's cheapest path (`post_*` with a `u64` context, then
 //! `poll` on every rail). Every wait is bounded by `--timeout` of no progress and checks the
 //! bootstrap's health about every millisecond, so a dead peer ends the run with its rank named
 //! instead of a hang.
@@ -38,7 +38,6 @@ use efabench_fabric::{
     Op, RailGroup, RegionDescriptor,
 };
 use efabench_gpu::{GpuBuffer, MemKind};
-use serde_json::{json, Value};
 
 use crate::error::BenchError;
 use crate::harness::Strategy;
@@ -102,7 +101,7 @@ pub struct Completion {
     pub len: usize,
 }
 
-/// A completion that a protocol step did not expect, as the failure it is.
+/// A completion that the protocol did not expect at this point.
 pub fn unexpected(c: Completion, wanted: &str) -> BenchError {
     BenchError::failed(format!(
         "expected {wanted}, got a completion of {:?} ({} bytes)",
@@ -266,7 +265,7 @@ impl Link {
         let register = |b: &Payload| {
             group.register(b.clone(), mr).map_err(|e| {
                 if gpu_mem {
-                    BenchError::Usage(format!(
+                    BenchError::usage(format!(
                         "--mem {}: provider {provider} could not register GPU memory ({e}); this \
                          libfabric lacks CUDA support: use the EFA installer's libfabric \
                          (/opt/amazon/efa) or one built with --with-cuda, or --mem host|pinned",
@@ -353,7 +352,7 @@ impl Link {
             let out = RegionDescriptor::from_bytes(parts[1])?;
             let inbox = RegionDescriptor::from_bytes(parts[2])?;
             if out.rails() != self.group.len() || inbox.rails() != self.group.len() {
-                return Err(BenchError::Usage(format!(
+                return Err(BenchError::usage(format!(
                     "rank {r} has {} rails and this rank {}: give every rank the same --rails",
                     out.rails(),
                     self.group.len()
@@ -392,17 +391,15 @@ impl Link {
     }
 
     /// `per_rail` of the record: `{rail, domain, bytes, ops}` of the timed part.
-    pub fn per_rail(&self) -> Value {
+    pub fn per_rail(&self) -> Vec<super::RailLoad> {
         let domains = self.group.domains();
-        Value::Array(
-            self.stats
-                .iter()
-                .enumerate()
-                .map(|(i, s)| {
-                    json!({"rail": i, "domain": domains.get(i), "bytes": s.bytes, "ops": s.ops})
-                })
-                .collect(),
-        )
+        let load = |(rail, s): (usize, &RailStats)| super::RailLoad {
+            rail,
+            domain: domains.get(rail).cloned(),
+            bytes: s.bytes,
+            ops: s.ops,
+        };
+        self.stats.iter().enumerate().map(load).collect()
     }
 
     /// Stripes a message of `size` bytes is cut into (1 for round-robin).
@@ -426,7 +423,7 @@ impl Link {
             .get(self.peer)
             .and_then(Option::as_ref)
             .ok_or_else(|| {
-                BenchError::Failed(format!("rank {} is not connected to this rank", self.peer))
+                BenchError::failed(format!("rank {} is not connected to this rank", self.peer))
             })
     }
 
@@ -434,7 +431,7 @@ impl Link {
     fn offset(&self, pos: usize, size: usize) -> Result<usize, BenchError> {
         let off = (pos % self.slots) * size;
         if off + size > self.buffer_bytes() {
-            return Err(BenchError::Failed(format!(
+            return Err(BenchError::failed(format!(
                 "slot {} of {size} bytes is outside the {}-byte buffer",
                 pos % self.slots,
                 self.buffer_bytes()
@@ -445,7 +442,7 @@ impl Link {
 
     fn expect(&mut self, ctx: Ctx, stripes: usize) -> Result<(), BenchError> {
         let i = ctx.index().ok_or_else(|| {
-            BenchError::Failed(format!("window position of {ctx:?} is beyond {MAX_POS}"))
+            BenchError::failed(format!("window position of {ctx:?} is beyond {MAX_POS}"))
         })?;
         self.pending[i].0 += stripes as u32;
         Ok(())
@@ -494,7 +491,7 @@ impl Link {
     pub fn settle(&self) -> Result<(), BenchError> {
         self.inbox
             .settle()
-            .map_err(|e| BenchError::Failed(format!("waiting for the GPU copies to land: {e}")))
+            .map_err(|e| BenchError::failed(format!("waiting for the GPU copies to land: {e}")))
     }
 
     // ----------------------------------------------------------------- operations
@@ -688,10 +685,12 @@ impl Link {
         let checked = idle.checked.get_or_insert(now);
         if now.duration_since(*checked) >= Duration::from_millis(1) {
             *checked = now;
-            self.health.check()?;
+            self.health
+                .check()
+                .map_err(|e| BenchError::failed(e.to_string()))?;
         }
         if now.duration_since(since) >= self.timeout {
-            return Err(BenchError::Failed(format!(
+            return Err(BenchError::failed(format!(
                 "waited {:.1} s for {what} from rank {} without progress; the peer is stuck \
                  or the fabric dropped traffic (raise --timeout if this is expected)",
                 self.timeout.as_secs_f64(),
@@ -725,11 +724,11 @@ impl Link {
                     }
                 }
                 let i = ctx.index().ok_or_else(|| {
-                    BenchError::Failed(format!("completion for {ctx:?} beyond the window"))
+                    BenchError::failed(format!("completion for {ctx:?} beyond the window"))
                 })?;
                 let p = &mut self.pending[i];
                 if p.0 == 0 {
-                    return Err(BenchError::Failed(format!(
+                    return Err(BenchError::failed(format!(
                         "a completion of {ctx:?} arrived that was never posted (or arrived twice)"
                     )));
                 }
@@ -741,7 +740,7 @@ impl Link {
                 }
             }
             None => {
-                return Err(BenchError::Failed(format!(
+                return Err(BenchError::failed(format!(
                     "completion with an unknown context {:#x}",
                     c.context
                 )));
@@ -819,7 +818,7 @@ impl Link {
         for _ in 0..self.stripes(size) {
             let got = self.wait_remote_data()?;
             if got != data {
-                return Err(BenchError::Failed(format!(
+                return Err(BenchError::failed(format!(
                     "the peer's answer carried CQ data {got:#x}, expected {data:#x}; a write was lost or reordered"
                 )));
             }

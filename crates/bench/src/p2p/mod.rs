@@ -33,14 +33,14 @@ pub(crate) mod link;
 mod protocol;
 
 use efabench_fabric::{MrPath, RailConfig};
-use serde_json::{json, Map};
+use serde::{Deserialize, Serialize};
 
 use self::link::{alloc_payload, Link};
-use self::protocol::{Outcome, Step};
+use self::protocol::{Pingpong, ReadResponder, ReadSender, Step, Stream};
 use crate::error::BenchError;
 use crate::harness::{
-    self, Benchmark, Ctx, FabricArgs, JobArgs, Measured, MemArgs, MrChoice, Needs, Point, RunFacts,
-    Strategy, SweepArgs,
+    self, time_loop, Benchmark, Ctx, FabricArgs, JobArgs, Loop, Measured, MemArgs, MrChoice, Needs,
+    Point, RunFacts, Strategy, SweepArgs,
 };
 use crate::stats::{gbps, mops, Samples};
 use crate::P2pKind;
@@ -101,6 +101,41 @@ fn footprint_arg(s: &str) -> Result<u64, String> {
     Ok(n)
 }
 
+/// Fields every record of a run repeats.
+#[derive(Serialize)]
+struct RunDetail {
+    strategy: &'static str,
+    virtual_rails: bool,
+    mr: String,
+}
+
+/// Bytes and operations one rail carried in the timed part (`per_rail` of the record).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct RailLoad {
+    pub rail: usize,
+    pub domain: Option<String>,
+    pub bytes: u64,
+    pub ops: u64,
+}
+
+/// What the sender measured besides its samples.
+#[derive(Serialize, Deserialize)]
+struct SenderDetail {
+    per_rail: Vec<RailLoad>,
+}
+
+/// The point-to-point fields of a record (`docs/records.md`).
+#[derive(Serialize)]
+struct PointDetail {
+    lat_kind: &'static str,
+    window: usize,
+    footprint_bytes: u64,
+    #[serde(rename = "bw_GBps")]
+    bw_gbytes: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    per_rail: Option<Vec<RailLoad>>,
+}
+
 /// One point: a variant at a size, measured against one peer.
 #[derive(Clone, Debug)]
 pub struct P2pSpec {
@@ -122,9 +157,8 @@ impl<'a> P2p<'a> {
     pub fn new(kind: P2pKind, args: &'a P2pArgs) -> Result<Self, BenchError> {
         let sizes = args.sweep.sizes()?;
         let max = *sizes.iter().max().expect("a sweep has at least one size");
-        let window = args.window as u64;
         // Pingpong alternates two slots; a stream uses up to `window` slots within the footprint.
-        let buf_bytes = (2 * max).max(args.footprint.min(window.saturating_mul(max)));
+        let buf_bytes = (2 * max).max(args.footprint.min((args.window as u64).saturating_mul(max)));
         if buf_bytes > harness::MAX_SIZE {
             return Err(BenchError::usage(format!(
                 "buffers of {buf_bytes} bytes exceed 64G; lower -e or --footprint"
@@ -137,14 +171,6 @@ impl<'a> P2p<'a> {
             buf_bytes,
             link: None,
         })
-    }
-
-    fn name_of(kind: P2pKind) -> &'static str {
-        match kind {
-            P2pKind::SendRecv => "sendrecv",
-            P2pKind::Write => "write",
-            P2pKind::Read => "read",
-        }
     }
 
     /// Buffer slots a point of `size` with `window` messages uses.
@@ -163,11 +189,15 @@ fn mr_path(c: MrChoice) -> MrPath {
     }
 }
 
-impl<'a> Benchmark for P2p<'a> {
+impl Benchmark for P2p<'_> {
     type Spec = P2pSpec;
 
     fn name(&self) -> &'static str {
-        Self::name_of(self.kind)
+        match self.kind {
+            P2pKind::SendRecv => "sendrecv",
+            P2pKind::Write => "write",
+            P2pKind::Read => "read",
+        }
     }
 
     fn needs(&self) -> Needs {
@@ -181,66 +211,67 @@ impl<'a> Benchmark for P2p<'a> {
 
     fn fingerprint(&self) -> String {
         let variants: Vec<&str> = self.args.variant.iter().map(|v| v.name()).collect();
+        let a = self.args;
         format!(
             "--window {} --footprint {} --variant {}",
-            self.args.window,
-            self.args.footprint,
+            a.window,
+            a.footprint,
             variants.join(",")
         )
     }
 
     fn setup(&mut self, ctx: &Ctx) -> Result<RunFacts, BenchError> {
-        let (f, j, m) = (&self.args.fabric, &self.args.job, &self.args.mem);
+        let (f, job, mem) = (&self.args.fabric, &self.args.job, &self.args.mem);
         let plan = ctx.plan()?;
-        let group = plan.open(&RailConfig {
-            post_timeout: j.timeout(),
+        let config = RailConfig {
+            post_timeout: job.timeout(),
             max_in_flight: 8192,
             ..RailConfig::default()
-        })?;
+        };
+        let group = plan.open(&config)?;
         let max_msg = group.rail(0).info().max_msg_size;
         let max = *self.sizes.iter().max().unwrap_or(&0);
-        if max > max_msg.saturating_mul(group.len() as u64) && f.strategy == Strategy::Split
-            || max > max_msg && f.strategy == Strategy::RoundRobin
-        {
+        let per_message = match f.strategy {
+            Strategy::Split => max_msg.saturating_mul(group.len() as u64),
+            Strategy::RoundRobin => max_msg,
+        };
+        if max > per_message {
             return Err(BenchError::usage(format!(
                 "messages of {max} bytes exceed what provider {} can send ({max_msg} bytes); lower -e",
                 plan.provider
             )));
         }
-        let payload = alloc_payload(m.mem, self.buf_bytes as usize, ctx.device)?;
+        let payload = alloc_payload(mem.mem, self.buf_bytes as usize, ctx.device)?;
+        let watch = (ctx.bs.health(), ctx.bs.progress());
         let mut link = Link::new(
             group,
             f.strategy,
             payload,
             mr_path(f.mr),
-            j.timeout(),
-            (ctx.bs.health(), ctx.bs.progress()),
+            job.timeout(),
+            watch,
         )?;
-        let blob = link.local_blob()?;
-        let blobs = ctx.bs.all_gather(&blob)?;
+        let blobs = ctx.bs.all_gather(&link.local_blob()?)?;
         link.connect(ctx.rank, &blobs)?;
 
         let rails = plan.rails.len() as u32;
         let domains = plan.domains();
-        let mut extra = Map::new();
-        extra.insert("strategy".into(), json!(f.strategy.name()));
-        extra.insert("virtual_rails".into(), json!(plan.virtual_rails));
-        extra.insert("mr".into(), json!(link.mr_path()));
         let mut distinct = domains.clone();
         distinct.dedup();
         let header = vec![format!(
             "# rails: {rails}{} on {} | strategy: {} | footprint: {} per buffer | window: {} | mr: {}",
-            if plan.virtual_rails {
-                " virtual (endpoints of one domain, not separate NICs)"
-            } else {
-                ""
-            },
+            if plan.virtual_rails { " virtual (endpoints of one domain, not separate NICs)" } else { "" },
             distinct.join(","),
             f.strategy.name(),
             crate::size::human(self.args.footprint),
             self.args.window,
             link.mr_path()
         )];
+        let detail = RunDetail {
+            strategy: f.strategy.name(),
+            virtual_rails: plan.virtual_rails,
+            mr: link.mr_path(),
+        };
         let link_gbps = if plan.virtual_rails {
             None
         } else {
@@ -253,56 +284,56 @@ impl<'a> Benchmark for P2p<'a> {
             domains,
             libfabric: Some(plan.libfabric.clone()),
             rails,
-            mem: m.mem.to_string(),
+            mem: mem.mem.to_string(),
             link_gbps,
             header,
-            extra,
-        })
+            ..RunFacts::default()
+        }
+        .detail(&detail))
     }
 
     fn points(&self, ctx: &Ctx) -> Result<Vec<P2pSpec>, BenchError> {
-        let (sw, j) = (&self.args.sweep, &self.args.job);
+        let (sweep, job) = (&self.args.sweep, &self.args.job);
         let mut out = Vec::new();
         for &variant in &self.args.variant {
             for &size in &self.sizes {
-                let window = match (variant, self.kind) {
-                    (Variant::Stream, _) | (Variant::Pingpong, P2pKind::Read) => self.args.window,
-                    (Variant::Pingpong, _) => 2,
+                let (window, slots, per_iter) = match (variant, self.kind) {
+                    (Variant::Pingpong, P2pKind::Read) => {
+                        (self.args.window, self.slots(size, self.args.window), 1)
+                    }
+                    (Variant::Pingpong, _) => (2, 2, 1),
+                    (Variant::Stream, _) => (
+                        self.args.window,
+                        self.slots(size, self.args.window),
+                        self.args.window,
+                    ),
                 };
-                let slots = match variant {
-                    Variant::Pingpong if self.kind != P2pKind::Read => 2,
-                    _ => self.slots(size, window),
-                };
-                let (iters, warmup) = match variant {
-                    Variant::Stream => sw.iterations(size, window as u64),
-                    Variant::Pingpong => sw.iterations(size, 1),
-                };
-                for peer in 1..ctx.world {
-                    out.push(P2pSpec {
-                        variant,
-                        step: Step {
-                            size: size as usize,
-                            iters,
-                            warmup,
-                            window,
-                            slots,
-                            verify: j.verify(),
-                            sender: 0,
-                            responder: peer,
-                        },
-                    });
-                }
+                let (iters, warmup) = sweep.iterations(size, per_iter as u64);
+                out.extend((1..ctx.world).map(|peer| P2pSpec {
+                    variant,
+                    step: Step {
+                        size: size as usize,
+                        iters,
+                        warmup,
+                        window,
+                        slots,
+                        verify: job.verify(),
+                        sender: 0,
+                        responder: peer,
+                    },
+                }));
             }
         }
         Ok(out)
     }
 
     fn label(&self, spec: &P2pSpec) -> String {
+        let s = &spec.step;
         format!(
             "{} {} peer {}",
             spec.variant.name(),
-            crate::size::human(spec.step.size as u64),
-            spec.step.responder
+            crate::size::human(s.size as u64),
+            s.responder
         )
     }
 
@@ -311,26 +342,39 @@ impl<'a> Benchmark for P2p<'a> {
             .link
             .as_mut()
             .ok_or_else(|| BenchError::failed("measure before setup"))?;
-        let s = &spec.step;
-        let outcome = if ctx.rank == s.sender {
-            link.set_peer(s.responder);
-            link.begin_step(s.size, s.slots);
-            run_sender(self.kind, spec.variant, link, s)
-        } else if ctx.rank == s.responder {
-            link.set_peer(s.sender);
-            link.begin_step(s.size, s.slots);
-            run_responder(self.kind, spec.variant, link, s)
-        } else {
-            Ok(Outcome::default())
-        }?;
-        let mut extra = Map::new();
-        if ctx.rank == s.sender {
-            extra.insert("per_rail".into(), link.per_rail());
+        let s = spec.step;
+        let sender = ctx.rank == s.sender;
+        if !sender && ctx.rank != s.responder {
+            return Ok(Measured::default());
         }
-        Ok(Measured {
-            samples_ns: outcome.samples.into_vec(),
-            errors: outcome.errors,
-            extra,
+        link.set_peer(if sender { s.responder } else { s.sender });
+        link.begin_step(s.size, s.slots);
+        let lp = Loop {
+            warmup: s.warmup,
+            iters: s.iters,
+            timed: sender,
+        };
+        let stream = spec.variant == Variant::Stream;
+        let measured = match (self.kind, spec.variant) {
+            (P2pKind::Read, _) if sender => time_loop(ctx, lp, &mut ReadSender { link, s, stream }),
+            (P2pKind::Read, _) => {
+                let rounds = Loop {
+                    warmup: 0,
+                    iters: s.read_rounds(stream),
+                    timed: false,
+                };
+                time_loop(ctx, rounds, &mut ReadResponder { link, s })
+            }
+            (kind, Variant::Pingpong) => {
+                time_loop(ctx, lp, &mut Pingpong::new(link, s, kind, sender)?)
+            }
+            (kind, Variant::Stream) => time_loop(ctx, lp, &mut Stream::new(link, s, kind, sender)),
+        }?;
+        Ok(match &self.link {
+            Some(link) if sender => measured.detail(&SenderDetail {
+                per_rail: link.per_rail(),
+            }),
+            _ => measured,
         })
     }
 
@@ -338,8 +382,7 @@ impl<'a> Benchmark for P2p<'a> {
         let s = &spec.step;
         let timer = &all[s.sender as usize];
         let mut samples = Samples::from_vec(timer.samples_ns.clone());
-        let size = s.size as u64;
-        let n = samples.len() as u64;
+        let (size, n) = (s.size as u64, samples.len() as u64);
         let total_ns = samples.total_ns();
         let (lat_kind, divisor, messages) = match (self.kind, spec.variant) {
             (P2pKind::Read, Variant::Pingpong) => ("post-to-completion", 1.0, n),
@@ -357,14 +400,18 @@ impl<'a> Benchmark for P2p<'a> {
             Variant::Pingpong => (total_ns as f64 / divisor) as u64,
         };
         let bw = gbps(size * messages, busy_ns);
-        let mut extra = Map::new();
-        extra.insert("lat_kind".into(), json!(lat_kind));
-        extra.insert("window".into(), json!(s.window));
-        extra.insert("footprint_bytes".into(), json!(s.slots as u64 * size));
-        extra.insert("bw_GBps".into(), json!(bw / 8.0));
-        if let Some(pr) = timer.extra.get("per_rail") {
-            extra.insert("per_rail".into(), pr.clone());
-        }
+        let per_rail = timer
+            .extra
+            .get("per_rail")
+            .cloned()
+            .and_then(|v| serde_json::from_value(v).ok());
+        let detail = PointDetail {
+            lat_kind,
+            window: s.window,
+            footprint_bytes: s.slots as u64 * size,
+            bw_gbytes: bw / 8.0,
+            per_rail,
+        };
         Point {
             variant: spec.variant.name().to_string(),
             size_bytes: size,
@@ -373,10 +420,10 @@ impl<'a> Benchmark for P2p<'a> {
             peer: Some(s.responder),
             lat_us,
             bw_gbps: bw,
-            busbw_gbps: None,
             msg_rate_mops: mops(messages, busy_ns),
-            ..Point::with_extra(extra)
+            ..Point::default()
         }
+        .detail(&detail)
     }
 }
 
@@ -388,44 +435,13 @@ fn link_speed(rails: &[efabench_fabric::ProviderInfo]) -> Option<f64> {
         .sum()
 }
 
-fn run_sender(
-    kind: P2pKind,
-    variant: Variant,
-    link: &mut Link,
-    s: &Step,
-) -> Result<Outcome, BenchError> {
-    match (kind, variant) {
-        (P2pKind::SendRecv, Variant::Pingpong) => protocol::sendrecv_pingpong_sender(link, s),
-        (P2pKind::SendRecv, Variant::Stream) => protocol::sendrecv_stream_sender(link, s),
-        (P2pKind::Write, Variant::Pingpong) => protocol::write_pingpong_sender(link, s),
-        (P2pKind::Write, Variant::Stream) => protocol::write_stream_sender(link, s),
-        (P2pKind::Read, v) => protocol::read_sender(link, s, v == Variant::Stream),
-    }
-}
-
-fn run_responder(
-    kind: P2pKind,
-    variant: Variant,
-    link: &mut Link,
-    s: &Step,
-) -> Result<Outcome, BenchError> {
-    match (kind, variant) {
-        (P2pKind::SendRecv, Variant::Pingpong) => protocol::sendrecv_pingpong_responder(link, s),
-        (P2pKind::SendRecv, Variant::Stream) => protocol::sendrecv_stream_responder(link, s),
-        (P2pKind::Write, Variant::Pingpong) => protocol::write_pingpong_responder(link, s),
-        (P2pKind::Write, Variant::Stream) => protocol::write_stream_responder(link, s),
-        (P2pKind::Read, v) => protocol::read_responder(link, s, v == Variant::Stream),
-    }
-}
-
 /// Runs one rank of `sendrecv`, `write` or `read`.
 pub fn run_p2p(
     kind: P2pKind,
     args: &P2pArgs,
     build: &harness::BuildInfo,
 ) -> Result<i32, BenchError> {
-    let mut b = P2p::new(kind, args)?;
-    harness::run(&mut b, args, build)
+    harness::run(&mut P2p::new(kind, args)?, args, build)
 }
 
 #[cfg(test)]

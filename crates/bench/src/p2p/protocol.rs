@@ -1,25 +1,13 @@
-//! The six point-to-point protocols (send/recv, write, read × pingpong, stream), each as a pair:
-//! what rank 0 (the sender, who times) does and what the measured peer (the responder) does.
-//!
-//! Everything here talks to a [`Link`]: one endpoint pair with an `out` buffer (what this rank
-//! sends, writes, or exposes for reads) and an `inbox` (where receives, remote writes and read
-//! results land), both split into slots of the current message size.
+//! The protocols of `sendrecv`, `write` and `read`, one iteration at a time: the harness's timed
+//! loop ([`crate::harness::time_loop`]) runs them, timing `body` on the sender (rank 0) and
+//! running the responder's side untimed. What each times and verifies is in the module docs of
+//! [`crate::p2p`]; `prepare` and `check` hold everything that must stay outside the clock.
 
-use std::time::Instant;
-
-use super::link::{unexpected, Completion, Ctx, Link};
+use super::link::{unexpected, Completion, Ctx as Op, Link};
+use crate::error::BenchError;
+use crate::harness::Rounds;
 use crate::pattern;
-use crate::stats::Samples;
-use crate::BenchError;
-
-/// What one side of a protocol produced.
-#[derive(Debug, Default)]
-pub struct Outcome {
-    /// One sample per timed iteration (empty on the responder).
-    pub samples: Samples,
-    /// Payload words that failed verification on this side.
-    pub errors: u64,
-}
+use crate::P2pKind;
 
 /// The numbers that identify a measurement to both sides.
 #[derive(Clone, Copy, Debug)]
@@ -39,11 +27,30 @@ pub struct Step {
 }
 
 impl Step {
-    fn seed_to_responder(&self, iter: u64, slot: usize) -> u64 {
+    fn to_responder(self, iter: u64, slot: usize) -> u64 {
         pattern::seed(iter, self.sender, self.responder, slot as u32)
     }
-    fn seed_to_sender(&self, iter: u64, slot: usize) -> u64 {
+    fn to_sender(self, iter: u64, slot: usize) -> u64 {
         pattern::seed(iter, self.responder, self.sender, slot as u32)
+    }
+    /// Seed of what this side sends, and of what it receives.
+    fn seeds(self, sender: bool, iter: u64, slot: usize) -> (u64, u64) {
+        let (a, b) = (self.to_responder(iter, slot), self.to_sender(iter, slot));
+        if sender {
+            (a, b)
+        } else {
+            (b, a)
+        }
+    }
+    /// Rounds of `window` slots the read protocols run: one per iteration for a stream, the
+    /// reads of a pingpong spread over them.
+    pub fn read_rounds(&self, stream: bool) -> u64 {
+        let n = self.warmup + self.iters;
+        if stream {
+            n
+        } else {
+            n.div_ceil(self.window as u64)
+        }
     }
 }
 
@@ -69,361 +76,341 @@ fn write_data(window: u64, slot: usize) -> u64 {
     ((window & 0xFFFF) << 16) | (slot as u64 & 0xFFFF)
 }
 
-// ---------------------------------------------------------------- send/recv
+/// Ping-pong of send/recv or write: one message each way per iteration, on two alternating
+/// slots, so each side verifies the message it just received while the next is on the wire.
+pub struct Pingpong<'a> {
+    link: &'a mut Link,
+    s: Step,
+    kind: P2pKind,
+    sender: bool,
+    /// Small sends go by `fi_inject` (no completion to reap), as fi_pingpong does.
+    inject: bool,
+}
 
-pub fn sendrecv_pingpong_sender(link: &mut Link, s: &Step) -> Result<Outcome, BenchError> {
-    let mut out = Outcome {
-        samples: Samples::with_capacity(s.iters as usize),
-        errors: 0,
-    };
-    let total = s.warmup + s.iters;
-    let inject = link.can_inject(s.size);
-    if s.verify {
-        link.fill_out(0, s.size, s.seed_to_responder(0, 0));
-    }
-    for i in 0..total {
-        if i == s.warmup {
-            link.mark_timed();
+impl<'a> Pingpong<'a> {
+    pub fn new(
+        link: &'a mut Link,
+        s: Step,
+        kind: P2pKind,
+        sender: bool,
+    ) -> Result<Self, BenchError> {
+        let inject = kind == P2pKind::SendRecv && link.can_inject(s.size);
+        if s.verify {
+            link.fill_out(0, s.size, s.seeds(sender, 0, 0).0);
         }
+        if kind == P2pKind::SendRecv && !sender {
+            link.post_recv(0, s.size, Op::Recv(0))?;
+        }
+        Ok(Pingpong {
+            link,
+            s,
+            kind,
+            sender,
+            inject,
+        })
+    }
+
+    /// Sends (or writes) slot `slot` of iteration `i` to the peer.
+    fn send(&mut self, i: u64, slot: usize) -> Result<(), BenchError> {
+        match self.kind {
+            P2pKind::Write => self.link.post_write(
+                slot,
+                self.s.size,
+                Some(write_data(i, slot)),
+                Op::Write(slot),
+            ),
+            _ if self.inject => self.link.inject(slot, self.s.size),
+            _ => self.link.post_send(slot, self.s.size, Op::Send(slot)),
+        }
+    }
+
+    /// Reaps our own send's (or write's) completion.
+    fn reap(&mut self, slot: usize) -> Result<(), BenchError> {
+        match self.kind {
+            P2pKind::Write => self.link.wait_for(&[Op::Write(slot)]),
+            _ if self.inject => Ok(()),
+            _ => self.link.wait_for(&[Op::Send(slot)]),
+        }
+    }
+
+    /// Waits for the peer's message of iteration `i` in slot `slot`.
+    fn receive(&mut self, i: u64, slot: usize) -> Result<(), BenchError> {
+        match self.kind {
+            // Every stripe of a write carries the same CQ data: count them all.
+            P2pKind::Write => self.link.wait_data(write_data(i, slot), self.s.size),
+            _ => self.link.wait_for(&[Op::Recv(slot)]),
+        }?;
+        self.link.settle()
+    }
+}
+
+impl Rounds for Pingpong<'_> {
+    fn prepare(&mut self, i: u64) -> Result<(), BenchError> {
         let slot = (i % 2) as usize;
-        link.post_recv(slot, s.size, Ctx::Recv(slot))?;
-        let t0 = Instant::now();
-        if inject {
-            link.inject(slot, s.size)?;
-            link.wait_for(&[Ctx::Recv(slot)])?;
-        } else {
-            link.post_send(slot, s.size, Ctx::Send(slot))?;
-            link.wait_for(&[Ctx::Recv(slot)])?;
+        if self.sender && self.kind == P2pKind::SendRecv {
+            self.link.post_recv(slot, self.s.size, Op::Recv(slot))?;
         }
-        link.settle()?;
-        // The reply proves the message arrived: the round trip ends here. Our own send
-        // completion is bookkeeping (on shm it can wait for the peer's next CQ poll, which comes
-        // after the peer's verification), so it is reaped outside the timed interval.
-        let dt = t0.elapsed().as_nanos() as u64;
-        if !inject {
-            link.wait_for(&[Ctx::Send(slot)])?;
-        }
-        if i >= s.warmup {
-            out.samples.push(dt);
-        }
-        if s.verify {
-            out.errors += link.check_inbox(slot, s.size, s.seed_to_sender(i, slot));
-            let next = ((i + 1) % 2) as usize;
-            link.fill_out(next, s.size, s.seed_to_responder(i + 1, next));
-        }
+        Ok(())
     }
-    Ok(out)
-}
 
-pub fn sendrecv_pingpong_responder(link: &mut Link, s: &Step) -> Result<Outcome, BenchError> {
-    let mut out = Outcome::default();
-    let total = s.warmup + s.iters;
-    let inject = link.can_inject(s.size);
-    if s.verify {
-        link.fill_out(0, s.size, s.seed_to_sender(0, 0));
-    }
-    link.post_recv(0, s.size, Ctx::Recv(0))?;
-    for i in 0..total {
+    fn body(&mut self, i: u64) -> Result<(), BenchError> {
         let slot = (i % 2) as usize;
-        link.wait_for(&[Ctx::Recv(slot)])?;
-        link.settle()?;
-        let next = ((i + 1) % 2) as usize;
-        if i + 1 < total {
-            // Post the next receive before replying, so the sender's next message never arrives
-            // unexpected.
-            link.post_recv(next, s.size, Ctx::Recv(next))?;
+        if self.sender {
+            // The reply proves the message arrived: the round trip ends there. Our own send
+            // completion is bookkeeping (on shm it can wait for the peer's next CQ poll, after
+            // the peer's verification), so `check` reaps it, outside the clock.
+            self.send(i, slot)?;
+            return self.receive(i, slot);
         }
-        if inject {
-            link.inject(slot, s.size)?;
-        } else {
-            link.post_send(slot, s.size, Ctx::Send(slot))?;
-            // Verify only once the reply has left (on shm: once the sender has pulled it), so
-            // our verification never competes with the reply's copy inside the sender's timing.
-            link.wait_for(&[Ctx::Send(slot)])?;
+        self.receive(i, slot)?;
+        let next = 1 - slot;
+        if self.kind == P2pKind::SendRecv && i + 1 < self.s.warmup + self.s.iters {
+            // The next receive goes up before the reply, so the sender's next message never
+            // arrives unexpected.
+            self.link.post_recv(next, self.s.size, Op::Recv(next))?;
         }
-        if s.verify {
-            out.errors += link.check_inbox(slot, s.size, s.seed_to_responder(i, slot));
-            link.fill_out(next, s.size, s.seed_to_sender(i + 1, next));
+        self.send(i, slot)?;
+        // Verify only once the reply has left (on shm: once the sender pulled it), so our
+        // verification never competes with the reply's copy inside the sender's timing.
+        self.reap(slot)
+    }
+
+    fn check(&mut self, i: u64) -> Result<u64, BenchError> {
+        let slot = (i % 2) as usize;
+        if self.sender {
+            self.reap(slot)?;
+        }
+        if !self.s.verify {
+            return Ok(0);
+        }
+        let errors =
+            (self.link).check_inbox(slot, self.s.size, self.s.seeds(self.sender, i, slot).1);
+        let next = 1 - slot;
+        (self.link).fill_out(next, self.s.size, self.s.seeds(self.sender, i + 1, next).0);
+        Ok(errors)
+    }
+
+    fn timed_from_here(&mut self) {
+        self.link.mark_timed();
+    }
+}
+
+/// Stream of send/recv or write: the sender times a window from its first post until the
+/// responder's ACK says every message landed; filling, READY and verification are untimed.
+pub struct Stream<'a> {
+    link: &'a mut Link,
+    s: Step,
+    kind: P2pKind,
+    sender: bool,
+    /// Per window position: completions (stripes for writes) seen this window.
+    seen: Vec<usize>,
+    /// Receives of the wrong length this window.
+    short: u64,
+}
+
+impl<'a> Stream<'a> {
+    pub fn new(link: &'a mut Link, s: Step, kind: P2pKind, sender: bool) -> Self {
+        let seen = vec![0; s.window];
+        Stream {
+            link,
+            s,
+            kind,
+            sender,
+            seen,
+            short: 0,
         }
     }
-    Ok(out)
-}
 
-/// Stream, sender side, for both send/recv and write: fill the window (untimed), wait for the
-/// responder's READY, then time from the first post until its ACK says every message landed.
-fn stream_sender(
-    link: &mut Link,
-    s: &Step,
-    mut post: impl FnMut(&mut Link, u64, usize) -> Result<(), BenchError>,
-    wait_local: impl Fn(&mut Link, usize) -> Result<(), BenchError>,
-) -> Result<Outcome, BenchError> {
-    let mut out = Outcome {
-        samples: Samples::with_capacity(s.iters as usize),
-        errors: 0,
-    };
-    for win in 0..s.warmup + s.iters {
-        if win == s.warmup {
-            link.mark_timed();
-        }
-        if s.verify {
-            for slot in 0..s.slots {
-                link.fill_out(slot, s.size, s.seed_to_responder(win, slot));
-            }
-        }
-        link.post_ctrl_recv()?;
-        expect_ctrl(link, READY, win)?;
-        link.post_ctrl_recv()?;
-        let t0 = Instant::now();
-        for slot in 0..s.window {
-            post(link, win, slot)?;
-        }
-        wait_local(link, s.window)?;
-        expect_ctrl(link, ACK, win)?;
-        let dt = t0.elapsed().as_nanos() as u64;
-        if win >= s.warmup {
-            out.samples.push(dt);
-        }
-    }
-    Ok(out)
-}
-
-pub fn sendrecv_stream_sender(link: &mut Link, s: &Step) -> Result<Outcome, BenchError> {
-    stream_sender(
-        link,
-        s,
-        |l, _, slot| l.post_send(slot, s.size, Ctx::Send(slot)),
-        |l, n| l.wait_all_sends(n),
-    )
-}
-
-pub fn sendrecv_stream_responder(link: &mut Link, s: &Step) -> Result<Outcome, BenchError> {
-    let mut out = Outcome::default();
-    for win in 0..s.warmup + s.iters {
-        for slot in 0..s.window {
-            link.post_recv(slot, s.size, Ctx::Recv(slot))?;
-        }
-        link.send_ctrl(READY | win)?;
-        let mut seen = vec![false; s.window];
-        for _ in 0..s.window {
-            match link.wait()? {
-                Completion {
-                    ctx: Ctx::Recv(slot),
-                    len,
-                    ..
-                } if slot < s.window && !seen[slot] => {
-                    seen[slot] = true;
-                    if len != s.size {
-                        out.errors += 1;
+    /// The responder's side of the window's data: every receive, or every stripe's CQ data of
+    /// every write, each position exactly once (in whatever order the rails deliver).
+    fn collect(&mut self, win: u64) -> Result<(), BenchError> {
+        self.seen.fill(0);
+        let (window, size) = (self.s.window, self.s.size);
+        if self.kind == P2pKind::SendRecv {
+            for _ in 0..window {
+                match self.link.wait()? {
+                    Completion {
+                        ctx: Op::Recv(p),
+                        len,
+                    } if p < window && self.seen[p] == 0 => {
+                        self.seen[p] = 1;
+                        self.short += u64::from(len != size);
                     }
+                    other => return Err(unexpected(other, "a receive of the window")),
                 }
-                other => return Err(unexpected(other, "a receive of the window")),
             }
+            return Ok(());
         }
-        // The ACK ends the sender's clock: the data must be in place, not queued.
-        link.settle()?;
-        link.send_ctrl(ACK | win)?;
-        if s.verify {
-            for slot in 0..s.slots {
-                out.errors += link.check_inbox(slot, s.size, s.seed_to_responder(win, slot));
-            }
-        }
-    }
-    Ok(out)
-}
-
-// ---------------------------------------------------------------- write
-
-pub fn write_pingpong_sender(link: &mut Link, s: &Step) -> Result<Outcome, BenchError> {
-    let mut out = Outcome {
-        samples: Samples::with_capacity(s.iters as usize),
-        errors: 0,
-    };
-    let total = s.warmup + s.iters;
-    if s.verify {
-        link.fill_out(0, s.size, s.seed_to_responder(0, 0));
-    }
-    for i in 0..total {
-        if i == s.warmup {
-            link.mark_timed();
-        }
-        let slot = (i % 2) as usize;
-        let t0 = Instant::now();
-        link.post_write(slot, s.size, Some(write_data(i, slot)), Ctx::Write(slot))?;
-        // The peer's answer ends the round trip; our write's local completion is reaped after.
-        link.wait_data(write_data(i, slot), s.size)?;
-        link.settle()?;
-        let dt = t0.elapsed().as_nanos() as u64;
-        link.wait_for(&[Ctx::Write(slot)])?;
-        if i >= s.warmup {
-            out.samples.push(dt);
-        }
-        if s.verify {
-            out.errors += link.check_inbox(slot, s.size, s.seed_to_sender(i, slot));
-            let next = ((i + 1) % 2) as usize;
-            link.fill_out(next, s.size, s.seed_to_responder(i + 1, next));
-        }
-    }
-    Ok(out)
-}
-
-pub fn write_pingpong_responder(link: &mut Link, s: &Step) -> Result<Outcome, BenchError> {
-    let mut out = Outcome::default();
-    let total = s.warmup + s.iters;
-    if s.verify {
-        link.fill_out(0, s.size, s.seed_to_sender(0, 0));
-    }
-    for i in 0..total {
-        let slot = (i % 2) as usize;
-        // Every stripe of the write carries the same CQ data: count them all.
-        for _ in 0..link.stripes(s.size) {
-            let data = link.wait_remote_data()?;
-            if data != write_data(i, slot) {
-                return Err(BenchError::failed(format!(
-                    "write {i}: remote CQ data {data:#x}, expected {:#x}; a write was lost or reordered",
-                    write_data(i, slot)
-                )));
-            }
-        }
-        link.settle()?;
-        link.post_write(slot, s.size, Some(write_data(i, slot)), Ctx::Write(slot))?;
-        // As in send/recv: verify once our answer is on its way, not while it is being copied.
-        link.wait_for(&[Ctx::Write(slot)])?;
-        if s.verify {
-            out.errors += link.check_inbox(slot, s.size, s.seed_to_responder(i, slot));
-            let next = ((i + 1) % 2) as usize;
-            link.fill_out(next, s.size, s.seed_to_sender(i + 1, next));
-        }
-    }
-    Ok(out)
-}
-
-pub fn write_stream_sender(link: &mut Link, s: &Step) -> Result<Outcome, BenchError> {
-    stream_sender(
-        link,
-        s,
-        |l, win, slot| l.post_write(slot, s.size, Some(write_data(win, slot)), Ctx::Write(slot)),
-        |l, n| l.wait_all_writes(n),
-    )
-}
-
-pub fn write_stream_responder(link: &mut Link, s: &Step) -> Result<Outcome, BenchError> {
-    let mut out = Outcome::default();
-    for win in 0..s.warmup + s.iters {
-        link.send_ctrl(READY | win)?;
-        // Count the remote CQ data of every stripe of every write of the window: each
-        // position exactly `stripes` times, whatever order the rails deliver them in.
-        let stripes = link.stripes(s.size);
-        let mut seen = vec![0usize; s.window];
-        for _ in 0..s.window * stripes {
-            let data = link.wait_remote_data()?;
+        let stripes = self.link.stripes(size);
+        for _ in 0..window * stripes {
+            let data = self.link.wait_remote_data()?;
             let (w, pos) = (data >> 16, (data & 0xFFFF) as usize);
-            if w != win & 0xFFFF || pos >= s.window || seen[pos] == stripes {
+            if w != win & 0xFFFF || pos >= window || self.seen[pos] == stripes {
                 return Err(BenchError::failed(format!(
                     "window {win}: unexpected remote CQ data {data:#x} (window {w}, position {pos}); \
                      a write was duplicated, lost or belongs to another window"
                 )));
             }
-            seen[pos] += 1;
+            self.seen[pos] += 1;
         }
+        Ok(())
+    }
+}
+
+impl Rounds for Stream<'_> {
+    fn prepare(&mut self, win: u64) -> Result<(), BenchError> {
+        if !self.sender {
+            return Ok(());
+        }
+        if self.s.verify {
+            for slot in 0..self.s.slots {
+                (self.link).fill_out(slot, self.s.size, self.s.to_responder(win, slot));
+            }
+        }
+        self.link.post_ctrl_recv()?;
+        expect_ctrl(self.link, READY, win)?;
+        self.link.post_ctrl_recv()
+    }
+
+    fn body(&mut self, win: u64) -> Result<(), BenchError> {
+        let (size, window) = (self.s.size, self.s.window);
+        if self.sender {
+            for slot in 0..window {
+                match self.kind {
+                    P2pKind::Write => self.link.post_write(
+                        slot,
+                        size,
+                        Some(write_data(win, slot)),
+                        Op::Write(slot),
+                    ),
+                    _ => self.link.post_send(slot, size, Op::Send(slot)),
+                }?;
+            }
+            match self.kind {
+                P2pKind::Write => self.link.wait_all_writes(window),
+                _ => self.link.wait_all_sends(window),
+            }?;
+            return expect_ctrl(self.link, ACK, win);
+        }
+        if self.kind == P2pKind::SendRecv {
+            for slot in 0..window {
+                self.link.post_recv(slot, size, Op::Recv(slot))?;
+            }
+        }
+        self.link.send_ctrl(READY | win)?;
+        self.collect(win)?;
         // The ACK ends the sender's clock: the data must be in place, not queued.
-        link.settle()?;
-        link.send_ctrl(ACK | win)?;
-        if s.verify {
-            for slot in 0..s.slots {
-                out.errors += link.check_inbox(slot, s.size, s.seed_to_responder(win, slot));
+        self.link.settle()?;
+        self.link.send_ctrl(ACK | win)
+    }
+
+    fn check(&mut self, win: u64) -> Result<u64, BenchError> {
+        let mut errors = std::mem::take(&mut self.short);
+        if self.s.verify && !self.sender {
+            for slot in 0..self.s.slots {
+                errors +=
+                    (self.link).check_inbox(slot, self.s.size, self.s.to_responder(win, slot));
             }
         }
+        Ok(errors)
     }
-    Ok(out)
+
+    fn timed_from_here(&mut self) {
+        self.link.mark_timed();
+    }
 }
 
-// ---------------------------------------------------------------- read
+/// Read, both variants, on the reader (rank 0): the responder exposes `window` slots of fresh
+/// data per round; the reader reads them one at a time (pingpong: an iteration is one read) or
+/// all at once (stream: an iteration is a round).
+pub struct ReadSender<'a> {
+    pub link: &'a mut Link,
+    pub s: Step,
+    pub stream: bool,
+}
 
-/// Read, both variants: the responder exposes `window` slots of fresh data per round; the sender
-/// reads them one at a time (pingpong, each read timed) or all at once (stream, the round timed).
-pub fn read_sender(link: &mut Link, s: &Step, stream: bool) -> Result<Outcome, BenchError> {
-    let mut out = Outcome {
-        samples: Samples::with_capacity(s.iters as usize),
-        errors: 0,
-    };
-    let rounds = read_rounds(s, stream);
-    let mut timed_left = s.iters;
-    let mut warm_left = s.warmup;
-    let mut marked = false;
-    let mut mark = |link: &mut Link, warm_left: u64| {
-        if warm_left == 0 && !marked {
-            marked = true;
-            link.mark_timed();
-        }
-    };
-    for round in 0..rounds {
-        link.post_ctrl_recv()?;
-        expect_ctrl(link, READY, round)?;
-        // Slots of this round that were read (all of them, except in pingpong's last round).
-        let mut used = s.window;
-        if stream {
-            mark(link, warm_left);
-            let t0 = Instant::now();
-            for slot in 0..s.window {
-                link.post_read(slot, s.size, Ctx::Read(slot))?;
-            }
-            link.wait_all_reads(s.window)?;
-            link.settle()?;
-            let dt = t0.elapsed().as_nanos() as u64;
-            if warm_left > 0 {
-                warm_left -= 1;
-            } else {
-                out.samples.push(dt);
-            }
+impl ReadSender<'_> {
+    /// Round of iteration `i`, and its position in the round.
+    fn at(&self, i: u64) -> (u64, usize) {
+        if self.stream {
+            (i, 0)
         } else {
-            for slot in 0..s.window {
-                if warm_left == 0 && timed_left == 0 {
-                    used = slot;
-                    break;
-                }
-                mark(link, warm_left);
-                let t0 = Instant::now();
-                link.post_read(slot, s.size, Ctx::Read(slot))?;
-                link.wait_for(&[Ctx::Read(slot)])?;
-                link.settle()?;
-                let dt = t0.elapsed().as_nanos() as u64;
-                if warm_left > 0 {
-                    warm_left -= 1;
-                } else {
-                    out.samples.push(dt);
-                    timed_left -= 1;
-                }
-            }
+            (
+                i / self.s.window as u64,
+                (i % self.s.window as u64) as usize,
+            )
         }
-        if s.verify {
-            for slot in 0..used.min(s.slots) {
-                out.errors += link.check_inbox(slot, s.size, s.seed_to_sender(round, slot));
-            }
-        }
-        link.send_ctrl(DONE | round)?;
     }
-    Ok(out)
 }
 
-pub fn read_responder(link: &mut Link, s: &Step, stream: bool) -> Result<Outcome, BenchError> {
-    for round in 0..read_rounds(s, stream) {
-        if s.verify {
-            for slot in 0..s.slots {
-                link.fill_out(slot, s.size, s.seed_to_sender(round, slot));
+impl Rounds for ReadSender<'_> {
+    fn prepare(&mut self, i: u64) -> Result<(), BenchError> {
+        match self.at(i) {
+            (round, 0) => {
+                self.link.post_ctrl_recv()?;
+                expect_ctrl(self.link, READY, round)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn body(&mut self, i: u64) -> Result<(), BenchError> {
+        let size = self.s.size;
+        if self.stream {
+            for slot in 0..self.s.window {
+                self.link.post_read(slot, size, Op::Read(slot))?;
+            }
+            self.link.wait_all_reads(self.s.window)?;
+        } else {
+            let slot = self.at(i).1;
+            self.link.post_read(slot, size, Op::Read(slot))?;
+            self.link.wait_for(&[Op::Read(slot)])?;
+        }
+        self.link.settle()
+    }
+
+    fn check(&mut self, i: u64) -> Result<u64, BenchError> {
+        let (round, pos) = self.at(i);
+        let last = i + 1 == self.s.warmup + self.s.iters;
+        if !self.stream && pos + 1 < self.s.window && !last {
+            return Ok(0);
+        }
+        // Slots of this round that were read (all, except in a pingpong's short last round).
+        let used = if self.stream { self.s.window } else { pos + 1 };
+        let mut errors = 0;
+        if self.s.verify {
+            for slot in 0..used.min(self.s.slots) {
+                errors += (self.link).check_inbox(slot, self.s.size, self.s.to_sender(round, slot));
             }
         }
-        link.post_ctrl_recv()?;
-        link.send_ctrl(READY | round)?;
-        expect_ctrl(link, DONE, round)?;
+        self.link.send_ctrl(DONE | round)?;
+        Ok(errors)
     }
-    Ok(Outcome::default())
+
+    fn timed_from_here(&mut self) {
+        self.link.mark_timed();
+    }
 }
 
-/// Rounds of `window` slots: stream rounds are iterations; pingpong spreads its reads over them.
-fn read_rounds(s: &Step, stream: bool) -> u64 {
-    if stream {
-        s.warmup + s.iters
-    } else {
-        (s.warmup + s.iters).div_ceil(s.window as u64)
+/// Read, the responder's side: an iteration is a round (fresh data, READY, wait for DONE).
+pub struct ReadResponder<'a> {
+    pub link: &'a mut Link,
+    pub s: Step,
+}
+
+impl Rounds for ReadResponder<'_> {
+    fn prepare(&mut self, round: u64) -> Result<(), BenchError> {
+        if self.s.verify {
+            for slot in 0..self.s.slots {
+                (self.link).fill_out(slot, self.s.size, self.s.to_sender(round, slot));
+            }
+        }
+        Ok(())
+    }
+
+    fn body(&mut self, round: u64) -> Result<(), BenchError> {
+        self.link.post_ctrl_recv()?;
+        self.link.send_ctrl(READY | round)?;
+        expect_ctrl(self.link, DONE, round)
     }
 }

@@ -1,0 +1,84 @@
+//! The timed loop every CPU-timed benchmark shares: warm-up, the clock, samples, the job's
+//! health and progress. A benchmark says what one iteration is ([`Rounds`]); [`time_loop`] runs
+//! `warmup + iters` of them on this rank and returns the [`Measured`] the harness gathers.
+//!
+//! Per iteration `i` the loop calls `prepare(i)` (untimed: fill a payload, post a receive, wait
+//! for the peer's go-ahead), then `body(i)` between two reads of the clock (only on the rank
+//! that times; the others read no clock), then `check(i)` (untimed: reap bookkeeping
+//! completions, verify what arrived, get the next payload ready), which returns the payload words
+//! that failed. Nothing else happens per iteration: no allocation (the samples are reserved up
+//! front), no lock, no shared counter. Every [`CHECK_EVERY`] iterations the loop checks the
+//! job's health (a peer that died or froze, an abort from another rank) and tells the bootstrap
+//! this rank still moves; the waits inside a body check the health themselves while they wait.
+//!
+//! Benchmarks timed on the GPU (events, device clocks) do not use this loop: their
+//! [`super::Benchmark::measure`] returns the samples it took, in nanoseconds.
+
+use std::time::Instant;
+
+use super::{Ctx, Measured};
+use crate::error::BenchError;
+
+/// One iteration of a benchmark on this rank, in three parts (see the module docs).
+pub trait Rounds {
+    /// Untimed work before iteration `i`.
+    fn prepare(&mut self, _i: u64) -> Result<(), BenchError> {
+        Ok(())
+    }
+
+    /// The timed part of iteration `i`.
+    fn body(&mut self, i: u64) -> Result<(), BenchError>;
+
+    /// Untimed work after iteration `i`: payload words that failed verification.
+    fn check(&mut self, _i: u64) -> Result<u64, BenchError> {
+        Ok(0)
+    }
+
+    /// Called once, before the first timed iteration (after the warm-up).
+    fn timed_from_here(&mut self) {}
+}
+
+/// How many iterations, and whether this rank keeps their times.
+#[derive(Clone, Copy, Debug)]
+pub struct Loop {
+    pub warmup: u64,
+    pub iters: u64,
+    /// This rank times the body (the others only take part).
+    pub timed: bool,
+}
+
+/// Iterations between two checks of the job's health.
+pub const CHECK_EVERY: u64 = 1024;
+
+/// Runs `lp.warmup + lp.iters` iterations of `r`; one sample per timed iteration when `lp.timed`.
+pub fn time_loop(ctx: &Ctx, lp: Loop, r: &mut impl Rounds) -> Result<Measured, BenchError> {
+    let progress = ctx.bs.progress();
+    let mut samples = Vec::with_capacity(if lp.timed { lp.iters as usize } else { 0 });
+    let mut errors = 0;
+    for i in 0..lp.warmup + lp.iters {
+        if i == lp.warmup {
+            r.timed_from_here();
+        }
+        if i % CHECK_EVERY == CHECK_EVERY - 1 {
+            ctx.bs.check()?;
+            progress.tick();
+        }
+        r.prepare(i)?;
+        if lp.timed {
+            let t0 = Instant::now();
+            r.body(i)?;
+            let dt = t0.elapsed().as_nanos() as u64;
+            if i >= lp.warmup {
+                samples.push(dt);
+            }
+        } else {
+            r.body(i)?;
+        }
+        errors += r.check(i)?;
+    }
+    Ok(Measured {
+        samples_ns: samples,
+        errors,
+        ..Measured::default()
+    })
+}
