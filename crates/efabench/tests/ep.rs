@@ -265,7 +265,12 @@ fn a_corrupted_token_is_caught() {
     // One flipped byte of a dispatched token (one 8-byte word) and one flipped exponent of a
     // combine slot (one element); the token's own sum may be off too.
     let e: u64 = recs.iter().map(|r| r.errors).sum();
-    assert!((2..=3).contains(&e), "{e} errors");
+    assert!(
+        (2..=3).contains(&e),
+        "{e} errors:\n{}\n{}",
+        text(&outs[0].stderr),
+        text(&outs[1].stderr)
+    );
     assert!(text(&outs[0].stderr).contains("failed verification"));
 }
 
