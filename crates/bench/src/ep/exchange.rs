@@ -19,8 +19,14 @@
 //!   after its writes (counting makes waiting for them unnecessary).
 //! * ring: a producer (GPU kernel, or a CPU thread in its place) pushes one command per message
 //!   into the command ring of `efabench proxy`, waits in quiet, then pushes one signal per
-//!   destination; this thread is the proxy: it pops what is ready, posts it, and publishes how
-//!   far it consumed (credits) and how many writes completed (what quiet waits for).
+//!   destination; this thread is the proxy: it pops what is ready, posts it (merging a put into
+//!   the write before it when its bytes follow for the same destination and channel, unless
+//!   `--no-merge`), and publishes how far it consumed (credits) and how many commands completed
+//!   (what quiet waits for).
+//!
+//! # Stages
+//! A [`Clock`] charges every instant of a phase on this thread to one stage (launch, post, copy,
+//! feed, quiet, network, arrival, settle), so the stages add up to the phase's time.
 //!
 //! A message to this rank itself is a local copy, counted as arrived at once.
 
