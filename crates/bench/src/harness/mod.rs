@@ -53,8 +53,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 pub use options::{
-    bounded, default_iters, defaults, gpu_arg, CommonArgs, FabricArgs, Groups, JobArgs, MemArgs,
-    MrChoice, Options, Rails, Strategy, SweepArgs, MAX_ITERS, MAX_RAILS, MAX_SIZE,
+    bounded, default_iters, defaults, gpu_arg, iters_arg, warmup_arg, CommonArgs, FabricArgs,
+    Groups, JobArgs, MemArgs, MrChoice, Options, Rails, Strategy, SweepArgs, MAX_ITERS, MAX_RAILS,
+    MAX_SIZE,
 };
 pub use point::{detail_map, Gate, Point, Progress, RunInfo};
 pub use select::{choose_provider, FabricPlan};

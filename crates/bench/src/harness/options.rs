@@ -65,11 +65,13 @@ fn factor_arg(s: &str) -> Result<u64, String> {
     bounded(s, "-f/--step-factor", 2, 1024, "2")
 }
 
-fn iters_arg(s: &str) -> Result<u64, String> {
+/// `-n/--iters`, bounded.
+pub fn iters_arg(s: &str) -> Result<u64, String> {
     bounded(s, "-n/--iters", 1, MAX_ITERS, "1000")
 }
 
-fn warmup_arg(s: &str) -> Result<u64, String> {
+/// `-w/--warmup`, bounded.
+pub fn warmup_arg(s: &str) -> Result<u64, String> {
     bounded(s, "-w/--warmup", 0, MAX_WARMUP, "10")
 }
 
