@@ -32,7 +32,7 @@ pub mod stats;
 pub mod test_hooks;
 
 pub use error::BenchError;
-pub use harness::{BuildInfo, CommonArgs};
+pub use harness::BuildInfo;
 
 /// Which point-to-point benchmark to run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -30,22 +30,27 @@ pub(crate) fn open_mesh(
     send: usize,
     recv: usize,
 ) -> Result<(Mesh, RunFacts), BenchError> {
-    let c = ctx.args;
+    let fabric = ctx
+        .opts
+        .fabric
+        .as_ref()
+        .ok_or_else(|| BenchError::failed("a mesh needs the fabric options"))?;
+    let timeout = ctx.opts.job.timeout();
     let plan = ctx.plan()?;
     let group = plan.open(&RailConfig {
-        post_timeout: c.timeout(),
+        post_timeout: timeout,
         max_in_flight: 8192,
         ..RailConfig::default()
     })?;
-    let bufs = mesh::alloc(c.mem, send, recv, ctx.device)?;
+    let bufs = mesh::alloc(ctx.opts.mem_kind(), send, recv, ctx.device)?;
     let mut m = Mesh::new(
         group,
-        c.strategy,
+        fabric.strategy,
         bufs,
-        mr_path(c.mr),
+        mr_path(fabric.mr),
         ctx.rank,
         ctx.world,
-        c.timeout(),
+        timeout,
         ctx.bs.health(),
     )?;
     m.set_ranks_on_host(ctx.hosts.iter().filter(|h| **h == ctx.host).count());
@@ -56,7 +61,7 @@ pub(crate) fn open_mesh(
     let rails = plan.rails.len() as u32;
     let domains = plan.domains();
     let extra = super::report::to_map(&MeshFacts {
-        strategy: c.strategy.name(),
+        strategy: fabric.strategy.name(),
         virtual_rails: plan.virtual_rails,
         mr: m.mr_path(),
     });
@@ -70,7 +75,7 @@ pub(crate) fn open_mesh(
             ""
         },
         distinct.join(","),
-        c.strategy.name(),
+        fabric.strategy.name(),
         m.mr_path()
     )];
     let link_gbps = if plan.virtual_rails {
@@ -86,7 +91,7 @@ pub(crate) fn open_mesh(
             domains,
             libfabric: Some(plan.libfabric.clone()),
             rails,
-            mem: c.mem.to_string(),
+            mem: ctx.opts.mem_kind().to_string(),
             link_gbps,
             header,
             extra,

@@ -44,7 +44,7 @@ impl Layout {
 }
 
 /// Who posts the RDMA writes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, clap::ValueEnum)]
 pub enum Initiator {
     /// The rank's CPU thread posts them, batched per destination.
     Cpu,
@@ -117,26 +117,6 @@ fn routing_arg(s: &str) -> Result<RoutingSpec, String> {
     ))
 }
 
-fn initiators_arg(s: &str) -> Result<Vec<Initiator>, String> {
-    let mut out = Vec::new();
-    for w in s.split(',') {
-        let i = match w.trim().to_ascii_lowercase().as_str() {
-            "cpu" => Initiator::Cpu,
-            "gpu" => Initiator::Gpu,
-            _ => {
-                return Err(format!(
-                    "unknown --initiator '{}': use cpu, gpu or a list such as gpu,cpu",
-                    crate::size::clip(w)
-                ))
-            }
-        };
-        if !out.contains(&i) {
-            out.push(i);
-        }
-    }
-    Ok(out)
-}
-
 fn tokens_arg(s: &str) -> Result<u32, String> {
     bounded(s, "--tokens", 1, 65_536, "128").map(|n| n as u32)
 }
@@ -203,8 +183,8 @@ pub struct EpArgs {
     #[arg(long, value_enum, default_value_t = Layout::LowLatency)]
     pub layout: Layout,
     /// Who posts the writes: cpu, gpu, or a list (gpu,cpu) measured in the same run.
-    #[arg(long, default_value = "cpu", value_parser = initiators_arg)]
-    pub initiator: Vec<Vec<Initiator>>,
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "cpu")]
+    pub initiator: Vec<Initiator>,
     /// Behind --initiator gpu: auto (a kernel with --mem cuda, else a CPU thread), gpu or host.
     #[arg(long, value_enum, default_value_t = Producer::Auto)]
     pub producer: Producer,
@@ -224,7 +204,7 @@ impl EpArgs {
     /// The initiators, in the order given.
     pub fn initiators(&self) -> Vec<Initiator> {
         let mut out: Vec<Initiator> = Vec::new();
-        for i in self.initiator.iter().flatten() {
+        for i in &self.initiator {
             if !out.contains(i) {
                 out.push(*i);
             }
