@@ -242,6 +242,11 @@ impl Mesh {
     }
 
     /// Which registration path the payload took.
+    /// How a message is spread over the rails (`--strategy`).
+    pub fn strategy(&self) -> Strategy {
+        self.strategy
+    }
+
     pub fn mr_path(&self) -> &'static str {
         self.send_reg.path_taken()
     }

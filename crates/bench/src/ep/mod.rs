@@ -33,7 +33,6 @@ pub mod verify;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use efabench_fabric::{MrPath, RailConfig};
 use efabench_gpu::ep::{EpCommands, EpProducer};
 use efabench_gpu::proxy::{Command, RingMemory};
 use efabench_gpu::queue::RingKind;
@@ -42,8 +41,9 @@ use efabench_record::Record;
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::alltoall::{connect_mesh, mesh_facts};
 use crate::error::BenchError;
-use crate::harness::{self, Benchmark, Ctx, Measured, MrChoice, Needs, Point, RunFacts};
+use crate::harness::{self, Benchmark, Ctx, Measured, Needs, Point, RunFacts};
 use crate::mesh::{self, Mesh};
 use crate::p2p::link::Payload;
 use crate::pattern::Stream;
@@ -155,23 +155,6 @@ impl<'a> Ep<'a> {
     }
 }
 
-fn mr_path(c: MrChoice) -> MrPath {
-    match c {
-        MrChoice::Auto => MrPath::Auto,
-        MrChoice::Dmabuf => MrPath::Dmabuf,
-        MrChoice::Va => MrPath::Va,
-    }
-}
-
-/// Fields every record of the run repeats.
-#[derive(Serialize)]
-struct RunDetail {
-    /// Several endpoints of one NIC stand in for rails.
-    virtual_rails: bool,
-    /// How the buffers were registered.
-    mr: &'static str,
-}
-
 /// One rank's log as it travels to rank 0 (read back under `ep` in [`Ep::point`]).
 #[derive(Serialize)]
 struct Logged<'a> {
@@ -186,63 +169,9 @@ fn open(
     send_len: usize,
     recv_len: usize,
 ) -> Result<(Mesh, Payload, Payload, RunFacts), BenchError> {
-    let timeout = a.job.timeout();
-    let plan = ctx.plan()?;
-    let group = plan.open(&RailConfig {
-        post_timeout: timeout,
-        max_in_flight: 8192,
-        ..RailConfig::default()
-    })?;
     let (send, recv) = mesh::alloc(a.mem.mem, send_len, recv_len, ctx.device)?;
-    let mut m = Mesh::new(
-        group,
-        a.fabric.strategy,
-        (send.clone(), recv.clone()),
-        mr_path(a.fabric.mr),
-        ctx.rank,
-        ctx.world,
-        timeout,
-        ctx.bs.health(),
-    )?;
-    m.set_ranks_on_host(ctx.hosts.iter().filter(|h| **h == ctx.host).count());
-    m.set_progress(ctx.bs.progress());
-    let blob = m.local_blob()?;
-    let blobs = ctx.bs.all_gather(&blob)?;
-    m.connect(&blobs)?;
-    let rails = plan.rails.len() as u32;
-    let domains = plan.domains();
-    let mut distinct = domains.clone();
-    distinct.dedup();
-    let header = vec![format!(
-        "# rails: {rails}{} on {} | mr: {}",
-        if plan.virtual_rails {
-            " virtual (endpoints of one domain, not separate NICs)"
-        } else {
-            ""
-        },
-        distinct.join(","),
-        m.mr_path()
-    )];
-    let link_gbps = if plan.virtual_rails {
-        None
-    } else {
-        mesh::link_speed(&plan.rails)
-    };
-    let facts = RunFacts {
-        provider: plan.provider.clone(),
-        fabric: plan.rails[0].fabric.clone(),
-        domains,
-        libfabric: Some(plan.libfabric.clone()),
-        rails,
-        mem: a.mem.mem.to_string(),
-        link_gbps,
-        header,
-        ..RunFacts::default()
-    }
-    .detail(&RunDetail {
-        virtual_rails: plan.virtual_rails,
-        mr: m.mr_path(),
-    });
+    let m = connect_mesh(ctx, (send.clone(), recv.clone()))?;
+    let facts = mesh_facts(ctx, &m)?;
     Ok((m, send, recv, facts))
 }
 

@@ -154,6 +154,17 @@ pub enum MrChoice {
     Va,
 }
 
+impl MrChoice {
+    /// The registration path the fabric layer takes for this choice.
+    pub fn path(self) -> efabench_fabric::MrPath {
+        match self {
+            MrChoice::Auto => efabench_fabric::MrPath::Auto,
+            MrChoice::Dmabuf => efabench_fabric::MrPath::Dmabuf,
+            MrChoice::Va => efabench_fabric::MrPath::Va,
+        }
+    }
+}
+
 /// A value parser for an option that picks from a set: clap lists the set in `--help` and in
 /// its error, and the value arrives typed (the set's names are the type's `FromStr` names).
 pub(crate) fn one_of<T>(

@@ -32,15 +32,15 @@
 pub(crate) mod link;
 mod protocol;
 
-use efabench_fabric::{MrPath, RailConfig};
+use efabench_fabric::RailConfig;
 use serde::{Deserialize, Serialize};
 
 use self::link::{alloc_payload, Link};
 use self::protocol::{Pingpong, ReadResponder, ReadSender, Step, Stream};
 use crate::error::BenchError;
 use crate::harness::{
-    self, time_loop, Benchmark, Ctx, FabricArgs, JobArgs, Loop, Measured, MemArgs, MrChoice, Needs,
-    Point, RunFacts, Strategy, SweepArgs,
+    self, time_loop, Benchmark, Ctx, FabricArgs, JobArgs, Loop, Measured, MemArgs, Needs, Point,
+    RunFacts, Strategy, SweepArgs,
 };
 use crate::stats::{gbps, mops, Samples};
 use crate::P2pKind;
@@ -181,14 +181,6 @@ impl<'a> P2p<'a> {
     }
 }
 
-fn mr_path(c: MrChoice) -> MrPath {
-    match c {
-        MrChoice::Auto => MrPath::Auto,
-        MrChoice::Dmabuf => MrPath::Dmabuf,
-        MrChoice::Va => MrPath::Va,
-    }
-}
-
 impl Benchmark for P2p<'_> {
     type Spec = P2pSpec;
 
@@ -247,7 +239,7 @@ impl Benchmark for P2p<'_> {
             group,
             f.strategy,
             payload,
-            mr_path(f.mr),
+            f.mr.path(),
             job.timeout(),
             watch,
         )?;
