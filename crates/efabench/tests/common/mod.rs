@@ -99,4 +99,5 @@ pub mod netns;
 #[path = "../../../bench/src/golden.rs"]
 #[allow(dead_code)]
 pub mod golden;
+#[allow(unused_imports)]
 pub use golden::{assert_golden_keys, record_keys};
