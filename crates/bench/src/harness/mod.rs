@@ -47,7 +47,7 @@ pub mod timed;
 
 use std::time::Instant;
 
-use efabench_bootstrap::{Bootstrap, LaunchFlags};
+use efabench_bootstrap::Bootstrap;
 use efabench_record::{JsonlWriter, Record, Sink};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -55,7 +55,8 @@ use serde_json::{Map, Value};
 pub(crate) use options::one_of;
 pub use options::{
     bounded, default_iters, defaults, gpu_arg, iters_arg, warmup_arg, FabricArgs, Groups, JobArgs,
-    MemArgs, MrChoice, Options, Rails, Strategy, SweepArgs, MAX_ITERS, MAX_RAILS, MAX_SIZE,
+    LaunchArgs, MemArgs, MrChoice, Options, Rails, Strategy, SweepArgs, MAX_ITERS, MAX_RAILS,
+    MAX_SIZE,
 };
 pub use point::{detail_map, Gate, Point, Progress, RunInfo};
 pub use select::{choose_provider, FabricPlan};
@@ -249,12 +250,7 @@ pub fn run<B: Benchmark>(
     let needs = bench.needs();
     let groups = Groups::of(opts);
     let args = &groups.job;
-    let flags = LaunchFlags {
-        rank: args.rank,
-        world: args.world,
-        rdzv: args.rdzv.clone(),
-        timeout: args.timeout(),
-    };
+    let flags = args.launch.flags(args.timeout());
     let info = efabench_bootstrap::detect_from_process_env(&flags)?;
     if info.world < needs.min_world {
         return Err(BenchError::usage(format!(

@@ -270,6 +270,15 @@ pub struct JobArgs {
     /// Longest any wait may go without progress, in seconds, before the whole job aborts.
     #[arg(long, default_value = "30", value_parser = timeout_arg, allow_hyphen_values = true)]
     pub timeout: f64,
+    #[command(flatten)]
+    pub launch: LaunchArgs,
+}
+
+/// Who this rank is and where it meets the others, for runs started by hand (a launcher, Slurm,
+/// MPI or torchrun say it in their variables instead). Part of [`JobArgs`]; `efabench cluster`
+/// takes it too.
+#[derive(clap::Args, Debug, Clone, PartialEq)]
+pub struct LaunchArgs {
     /// Rendezvous HOST:PORT served by rank 0 (manual multi-host runs).
     #[arg(long)]
     pub rdzv: Option<String>,
@@ -279,6 +288,18 @@ pub struct JobArgs {
     /// Number of ranks (manual runs).
     #[arg(long, value_parser = world_arg, allow_hyphen_values = true)]
     pub world: Option<u32>,
+}
+
+impl LaunchArgs {
+    /// What the bootstrap reads besides the environment, waiting at most `timeout`.
+    pub fn flags(&self, timeout: Duration) -> efabench_bootstrap::LaunchFlags {
+        efabench_bootstrap::LaunchFlags {
+            rank: self.rank,
+            world: self.world,
+            rdzv: self.rdzv.clone(),
+            timeout,
+        }
+    }
 }
 
 /// A group's values when the command line gave none (what its defaults say).
@@ -362,7 +383,9 @@ impl JobArgs {
                 "--no-check"
             },
             self.timeout,
-            self.world.map_or("default".to_string(), |w| w.to_string()),
+            self.launch
+                .world
+                .map_or("default".to_string(), |w| w.to_string()),
         )
     }
 }
