@@ -605,14 +605,6 @@ pub fn alloc(
     Ok((one(send)?, one(recv)?))
 }
 
-/// Sum of the rails' link speeds in Gbps, when every rail reports one.
-pub fn link_speed(rails: &[efabench_fabric::ProviderInfo]) -> Option<f64> {
-    rails
-        .iter()
-        .map(|i| i.link_speed_bps.filter(|b| *b > 0).map(|b| b as f64 / 1e9))
-        .sum()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

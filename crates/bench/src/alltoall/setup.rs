@@ -73,24 +73,12 @@ pub(crate) fn mesh_facts(ctx: &Ctx, m: &Mesh) -> Result<RunFacts, BenchError> {
     let plan = ctx.plan()?;
     let rails = plan.rails.len() as u32;
     let domains = plan.domains();
-    let mut distinct = domains.clone();
-    distinct.dedup();
     let header = vec![format!(
-        "# rails: {rails}{} on {} | strategy: {} | mr: {}",
-        if plan.virtual_rails {
-            " virtual (endpoints of one domain, not separate NICs)"
-        } else {
-            ""
-        },
-        distinct.join(","),
+        "# rails: {} | strategy: {} | mr: {}",
+        plan.rails_line(),
         m.strategy().name(),
         m.mr_path()
     )];
-    let link_gbps = if plan.virtual_rails {
-        None
-    } else {
-        mesh::link_speed(&plan.rails)
-    };
     Ok(RunFacts {
         provider: plan.provider.clone(),
         fabric: plan.rails[0].fabric.clone(),
@@ -98,7 +86,7 @@ pub(crate) fn mesh_facts(ctx: &Ctx, m: &Mesh) -> Result<RunFacts, BenchError> {
         libfabric: Some(plan.libfabric.clone()),
         rails,
         mem: ctx.opts.mem_kind().to_string(),
-        link_gbps,
+        link_gbps: plan.link_gbps(),
         header,
         ..RunFacts::default()
     }

@@ -248,12 +248,9 @@ impl Benchmark for P2p<'_> {
 
         let rails = plan.rails.len() as u32;
         let domains = plan.domains();
-        let mut distinct = domains.clone();
-        distinct.dedup();
         let header = vec![format!(
-            "# rails: {rails}{} on {} | strategy: {} | footprint: {} per buffer | window: {} | mr: {}",
-            if plan.virtual_rails { " virtual (endpoints of one domain, not separate NICs)" } else { "" },
-            distinct.join(","),
+            "# rails: {} | strategy: {} | footprint: {} per buffer | window: {} | mr: {}",
+            plan.rails_line(),
             f.strategy.name(),
             crate::size::human(self.args.footprint),
             self.args.window,
@@ -264,11 +261,7 @@ impl Benchmark for P2p<'_> {
             virtual_rails: plan.virtual_rails,
             mr: link.mr_path(),
         };
-        let link_gbps = if plan.virtual_rails {
-            None
-        } else {
-            link_speed(&plan.rails)
-        };
+        let link_gbps = plan.link_gbps();
         self.link = Some(link);
         Ok(RunFacts {
             provider: plan.provider.clone(),
@@ -417,14 +410,6 @@ impl Benchmark for P2p<'_> {
         }
         .detail(&detail)
     }
-}
-
-/// Sum of the rails' link speeds in Gbps, when every rail reports one.
-fn link_speed(rails: &[efabench_fabric::ProviderInfo]) -> Option<f64> {
-    rails
-        .iter()
-        .map(|i| i.link_speed_bps.filter(|b| *b > 0).map(|b| b as f64 / 1e9))
-        .sum()
 }
 
 /// Runs one rank of `sendrecv`, `write` or `read`.
