@@ -256,7 +256,7 @@ impl<'a> Benchmark for Alltoallv<'a> {
             .unwrap_or(0);
         let (m, mut facts) = open_mesh(ctx, send, 2 * half)?;
         setup::check_chunk(&m, largest, &facts.provider)?;
-        facts.extra.extend(report::to_map(&AlltoallvRun {
+        facts.extra.extend(harness::detail_map(&AlltoallvRun {
             counts: self.args.counts.to_string(),
             seed: self.args.seed,
         }));
@@ -366,7 +366,7 @@ impl<'a> Benchmark for Alltoallv<'a> {
             } else {
                 0.0
             },
-            ..Point::with_extra(report::to_map(&detail))
+            ..Point::with_extra(harness::detail_map(&detail))
         }
     }
 

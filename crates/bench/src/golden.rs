@@ -5,9 +5,10 @@
 //! `crates/efabench/tests/golden/<bench>.keys`, and its tests compare that list with what it
 //! writes: the integration tests with a real run, the GPU benchmarks' unit tests with a record
 //! built from their typed fields. This file only uses `std` and `serde_json`, so the integration
-//! tests include it as well.
+//! tests include it as well (`tests/common`): it is the one implementation of both.
 
 use std::collections::BTreeSet;
+use std::path::Path;
 
 use serde_json::Value;
 
@@ -63,6 +64,49 @@ pub fn differs(want: &BTreeSet<String>, got: &BTreeSet<String>) -> Option<String
         "record keys changed: missing {missing:?}, new {extra:?} (a new field is added to the \
          golden file and docs/records.md; a renamed or dropped one breaks readers)"
     ))
+}
+
+/// Where the golden files live, from this crate or from `efabench`'s tests (both sit in
+/// `crates/`).
+const GOLDEN_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../efabench/tests/golden");
+
+/// Every field name of every record of a JSON Lines file (see [`key_paths`]).
+pub fn record_keys(path: &Path) -> BTreeSet<String> {
+    let text = std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("records file {}: {e}", path.display()));
+    assert!(!text.trim().is_empty(), "no records in {}", path.display());
+    text.lines()
+        .flat_map(|l| key_paths(&serde_json::from_str(l).expect("a record is JSON")))
+        .collect()
+}
+
+/// Fails unless `keys` equal the golden set `tests/golden/<name>.keys`, naming the keys that
+/// appeared and disappeared. `EFABENCH_BLESS=1` writes the file instead, keeping its comment
+/// lines (only when a record's fields were meant to change; `docs/records.md` must say so too).
+pub fn assert_golden_keys(name: &str, keys: &BTreeSet<String>) {
+    let path = Path::new(GOLDEN_DIR).join(format!("{name}.keys"));
+    let old = std::fs::read_to_string(&path);
+    if std::env::var_os("EFABENCH_BLESS").is_some_and(|v| v == "1") {
+        let mut now: String = old
+            .as_deref()
+            .unwrap_or("")
+            .lines()
+            .filter(|l| l.starts_with('#'))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        now.extend(keys.iter().map(|k| format!("{k}\n")));
+        std::fs::write(&path, now).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        return;
+    }
+    let text = old.unwrap_or_else(|e| {
+        panic!(
+            "{}: {e}; write it with EFABENCH_BLESS=1 once the keys are right",
+            path.display()
+        )
+    });
+    if let Some(e) = differs(&golden(&text), keys) {
+        panic!("{name} ({}): {e}", path.display());
+    }
 }
 
 #[cfg(test)]

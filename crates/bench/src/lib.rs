@@ -16,7 +16,9 @@ pub mod alltoall;
 pub mod alltoallv;
 pub mod ep;
 pub mod error;
+// Shared with the integration tests, which use the parts the unit tests do not.
 #[cfg(test)]
+#[allow(dead_code)]
 mod golden;
 pub mod harness;
 pub mod ipc;
@@ -32,7 +34,7 @@ pub mod stats;
 pub mod test_hooks;
 
 pub use error::BenchError;
-pub use harness::{BuildInfo, CommonArgs};
+pub use harness::BuildInfo;
 
 /// Which point-to-point benchmark to run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -242,6 +242,11 @@ impl Mesh {
     }
 
     /// Which registration path the payload took.
+    /// How a message is spread over the rails (`--strategy`).
+    pub fn strategy(&self) -> Strategy {
+        self.strategy
+    }
+
     pub fn mr_path(&self) -> &'static str {
         self.send_reg.path_taken()
     }
@@ -598,14 +603,6 @@ pub fn alloc(
             })
     };
     Ok((one(send)?, one(recv)?))
-}
-
-/// Sum of the rails' link speeds in Gbps, when every rail reports one.
-pub fn link_speed(rails: &[efabench_fabric::ProviderInfo]) -> Option<f64> {
-    rails
-        .iter()
-        .map(|i| i.link_speed_bps.filter(|b| *b > 0).map(|b| b as f64 / 1e9))
-        .sum()
 }
 
 #[cfg(test)]

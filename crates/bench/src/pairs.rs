@@ -402,7 +402,7 @@ impl<'a> Benchmark for Pairs<'a> {
                 Plan::Rounds(self.args.schedule)
             },
             self.args.max_time,
-            |size| ctx.args.iterations(size, self.args.window),
+            |size| self.args.sweep.iterations(size, self.args.window),
         ));
         if m.rails() > 1 {
             facts.header.push(format!(
@@ -421,7 +421,7 @@ impl<'a> Benchmark for Pairs<'a> {
         let n = ctx.world;
         let mut out = Vec::new();
         for &size in &self.sizes {
-            let (iters, warmup) = ctx.args.iterations(size, self.args.window);
+            let (iters, warmup) = self.args.sweep.iterations(size, self.args.window);
             let base = PairsSpec {
                 size: size as usize,
                 iters,
@@ -546,7 +546,7 @@ impl<'a> Benchmark for Pairs<'a> {
                 (me == spec.dst).then_some(spec.src),
             ),
         };
-        let verify = ctx.args.verify();
+        let verify = ctx.opts.job.verify();
         let slow = self.slow;
         let mesh = self
             .mesh

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 
 use clap::Parser;
 use efabench_bench::alltoall::AlltoallArgs;
+use efabench_bench::harness::LaunchArgs;
 use efabench_bench::pairs::{PairsArgs, Plan};
 use efabench_bench::BenchError;
 
@@ -64,14 +65,6 @@ fn gbps_arg(s: &str) -> Result<f64, String> {
             efabench_bench::size::clip(s)
         )),
     }
-}
-
-fn rank_arg(s: &str) -> Result<u32, String> {
-    efabench_bench::harness::bounded(s, "--rank", 0, 65_535, "0").map(|n| n as u32)
-}
-
-fn world_arg(s: &str) -> Result<u32, String> {
-    efabench_bench::harness::bounded(s, "--world", 1, 65_536, "2").map(|n| n as u32)
 }
 
 fn size_arg(s: &str) -> Result<String, String> {
@@ -162,15 +155,8 @@ pub struct ClusterArgs {
     /// named.
     #[arg(long, default_value = "30", value_parser = timeout_arg, allow_hyphen_values = true)]
     pub timeout: f64,
-    /// Rendezvous HOST:PORT served by rank 0 (manual multi-host runs).
-    #[arg(long)]
-    pub rdzv: Option<String>,
-    /// This process's rank (manual runs, with --world and --rdzv).
-    #[arg(long, value_parser = rank_arg, allow_hyphen_values = true)]
-    pub rank: Option<u32>,
-    /// Number of ranks (manual runs).
-    #[arg(long, value_parser = world_arg, allow_hyphen_values = true)]
-    pub world: Option<u32>,
+    #[command(flatten)]
+    pub launch: LaunchArgs,
 }
 
 impl ClusterArgs {

@@ -19,7 +19,7 @@ use efabench_bench::alltoall::Alltoall;
 use efabench_bench::harness::{self, BuildInfo};
 use efabench_bench::pairs::Pairs;
 use efabench_bench::BenchError;
-use efabench_bootstrap::{Bootstrap, BootstrapError, LaunchFlags};
+use efabench_bootstrap::{Bootstrap, BootstrapError};
 use efabench_record::Record;
 
 use crate::args::{ClusterArgs, Stage};
@@ -205,12 +205,7 @@ pub fn run(
     // Every option is checked before anything connects.
     args.pairs_args(2)?;
     args.alltoall_args()?;
-    let flags = LaunchFlags {
-        rank: args.rank,
-        world: args.world,
-        rdzv: args.rdzv.clone(),
-        timeout: Duration::from_secs_f64(args.timeout),
-    };
+    let flags = args.launch.flags(Duration::from_secs_f64(args.timeout));
     let info = efabench_bootstrap::detect_from_process_env(&flags).map_err(from_bootstrap)?;
     let bad_path = if info.rank == 0 {
         preflight(args).err()

@@ -52,6 +52,8 @@ fn ep(world: u32, provider: &str, extra: &[&str]) -> Vec<efabench_report::Record
     all_ok(&outs, &what);
     let recs = records(&out);
     assert_eq!(recs.len(), 6, "{what}: 2 initiators x 3 parts");
+    // Every shape, layout and routing writes the same fields (`docs/records.md`).
+    assert_golden_keys("ep", &record_keys(&out));
     for r in &recs {
         let x = &r.extra;
         assert_eq!(r.bench, "ep");

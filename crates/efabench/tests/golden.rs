@@ -5,26 +5,6 @@
 mod common;
 use common::*;
 
-#[path = "../../bench/src/golden.rs"]
-#[allow(dead_code)]
-mod golden;
-
-fn keys_of_run(path: &std::path::Path) -> std::collections::BTreeSet<String> {
-    let text = std::fs::read_to_string(path).expect("records file");
-    assert!(!text.trim().is_empty(), "no records in {}", path.display());
-    text.lines()
-        .flat_map(|l| golden::key_paths(&serde_json::from_str(l).expect("a JSON record")))
-        .collect()
-}
-
-fn check(bench: &str, got: &std::collections::BTreeSet<String>) {
-    let file = format!("{}/tests/golden/{bench}.keys", env!("CARGO_MANIFEST_DIR"));
-    let want = golden::golden(&std::fs::read_to_string(&file).expect("golden file"));
-    if let Some(e) = golden::differs(&want, got) {
-        panic!("{bench}: {e}");
-    }
-}
-
 #[test]
 fn pairs_records_keep_their_keys() {
     let dir = tmp("golden-pairs");
@@ -52,7 +32,7 @@ fn pairs_records_keep_their_keys() {
         ],
     );
     all_ok(&outs, "pairs");
-    check("pairs", &keys_of_run(&out));
+    assert_golden_keys("pairs", &record_keys(&out));
 }
 
 #[test]
@@ -86,5 +66,5 @@ fn proxy_records_keep_their_keys() {
         ],
     );
     all_ok(&outs, "proxy");
-    check("proxy", &keys_of_run(&out));
+    assert_golden_keys("proxy", &record_keys(&out));
 }

@@ -63,7 +63,7 @@ use crate::mesh::Mesh;
 pub use exchange::Op;
 use exchange::{Budget, Plan};
 use report::{Outcome, RailBytes, RankTime};
-pub(crate) use setup::open_mesh;
+pub(crate) use setup::{connect_mesh, mesh_facts, open_mesh};
 
 /// Options of `alltoall`.
 #[derive(clap::Args, Debug, Clone)]
@@ -176,7 +176,7 @@ impl<'a> Benchmark for Alltoall<'a> {
         let (m, mut facts) = open_mesh(ctx, max, 2 * max)?;
         setup::check_chunk(&m, chunk, &facts.provider)?;
         let op = self.args.op.name();
-        facts.extra.extend(report::to_map(&AlltoallRun { op }));
+        facts.extra.extend(harness::detail_map(&AlltoallRun { op }));
         facts.header.push(format!(
             "# alltoall --op {op}: size = one rank's whole send buffer (n = {} chunks, its own included); \
              time = the slowest rank's mean per iteration; bw = algbw = size / time; busbw = algbw x (n-1)/n",
@@ -271,7 +271,7 @@ impl<'a> Benchmark for Alltoall<'a> {
             } else {
                 0.0
             },
-            ..Point::with_extra(report::to_map(&detail))
+            ..Point::with_extra(harness::detail_map(&detail))
         }
     }
 

@@ -26,19 +26,11 @@ pub struct RankOutcome {
 
 impl RankOutcome {
     pub fn into_extra(self) -> Map<String, Value> {
-        to_map(&self)
+        crate::harness::detail_map(&self)
     }
 
     fn from_extra(m: &Measured) -> RankOutcome {
         serde_json::from_value(Value::Object(m.extra.clone())).unwrap_or_default()
-    }
-}
-
-/// Serialises a detail struct into record fields.
-pub fn to_map<T: Serialize>(t: &T) -> Map<String, Value> {
-    match serde_json::to_value(t) {
-        Ok(Value::Object(m)) => m,
-        _ => Map::new(),
     }
 }
 

@@ -1,27 +1,25 @@
 //! What `alltoall`, `alltoallv` and `pairs` share before measuring: the mesh of every rank on
 //! the rails of the plan, and the header lines.
 
-use efabench_fabric::{MrPath, RailConfig};
+use efabench_fabric::RailConfig;
 use serde::Serialize;
 
 use crate::error::BenchError;
-use crate::harness::{Ctx, MrChoice, RunFacts};
+use crate::harness::{Ctx, RunFacts};
 use crate::mesh::{self, Mesh};
+use crate::p2p::link::Payload;
 
 /// The record fields every point of a mesh run repeats.
 #[derive(Serialize)]
 struct MeshFacts {
-    strategy: &'static str,
     virtual_rails: bool,
     mr: &'static str,
 }
 
-fn mr_path(c: MrChoice) -> MrPath {
-    match c {
-        MrChoice::Auto => MrPath::Auto,
-        MrChoice::Dmabuf => MrPath::Dmabuf,
-        MrChoice::Va => MrPath::Va,
-    }
+/// The strategy, a field of the collectives' and `pairs`' records.
+#[derive(Serialize)]
+struct StrategyFact {
+    strategy: &'static str,
 }
 
 /// Opens the rails of the plan and connects every rank (shared with `pairs`).
@@ -30,22 +28,36 @@ pub(crate) fn open_mesh(
     send: usize,
     recv: usize,
 ) -> Result<(Mesh, RunFacts), BenchError> {
-    let c = ctx.args;
+    let bufs = mesh::alloc(ctx.opts.mem_kind(), send, recv, ctx.device)?;
+    let m = connect_mesh(ctx, bufs)?;
+    let facts = mesh_facts(ctx, &m)?;
+    let strategy = m.strategy().name();
+    Ok((m, facts.detail(&StrategyFact { strategy })))
+}
+
+/// Opens the rails of the plan, registers `bufs` (send, receive) and connects every rank (`ep`
+/// keeps the buffers too, so it allocates them itself).
+pub(crate) fn connect_mesh(ctx: &Ctx, bufs: (Payload, Payload)) -> Result<Mesh, BenchError> {
+    let fabric = ctx
+        .opts
+        .fabric
+        .as_ref()
+        .ok_or_else(|| BenchError::failed("a mesh needs the fabric options"))?;
+    let timeout = ctx.opts.job.timeout();
     let plan = ctx.plan()?;
     let group = plan.open(&RailConfig {
-        post_timeout: c.timeout(),
+        post_timeout: timeout,
         max_in_flight: 8192,
         ..RailConfig::default()
     })?;
-    let bufs = mesh::alloc(c.mem, send, recv, ctx.device)?;
     let mut m = Mesh::new(
         group,
-        c.strategy,
+        fabric.strategy,
         bufs,
-        mr_path(c.mr),
+        fabric.mr.path(),
         ctx.rank,
         ctx.world,
-        c.timeout(),
+        timeout,
         ctx.bs.health(),
     )?;
     m.set_ranks_on_host(ctx.hosts.iter().filter(|h| **h == ctx.host).count());
@@ -53,45 +65,35 @@ pub(crate) fn open_mesh(
     let blob = m.local_blob()?;
     let blobs = ctx.bs.all_gather(&blob)?;
     m.connect(&blobs)?;
+    Ok(m)
+}
+
+/// What every record of a run on mesh `m` repeats (`virtual_rails`, `mr`), and the header line.
+pub(crate) fn mesh_facts(ctx: &Ctx, m: &Mesh) -> Result<RunFacts, BenchError> {
+    let plan = ctx.plan()?;
     let rails = plan.rails.len() as u32;
     let domains = plan.domains();
-    let extra = super::report::to_map(&MeshFacts {
-        strategy: c.strategy.name(),
-        virtual_rails: plan.virtual_rails,
-        mr: m.mr_path(),
-    });
-    let mut distinct = domains.clone();
-    distinct.dedup();
     let header = vec![format!(
-        "# rails: {rails}{} on {} | strategy: {} | mr: {}",
-        if plan.virtual_rails {
-            " virtual (endpoints of one domain, not separate NICs)"
-        } else {
-            ""
-        },
-        distinct.join(","),
-        c.strategy.name(),
+        "# rails: {} | strategy: {} | mr: {}",
+        plan.rails_line(),
+        m.strategy().name(),
         m.mr_path()
     )];
-    let link_gbps = if plan.virtual_rails {
-        None
-    } else {
-        mesh::link_speed(&plan.rails)
-    };
-    Ok((
-        m,
-        RunFacts {
-            provider: plan.provider.clone(),
-            fabric: plan.rails[0].fabric.clone(),
-            domains,
-            libfabric: Some(plan.libfabric.clone()),
-            rails,
-            mem: c.mem.to_string(),
-            link_gbps,
-            header,
-            extra,
-        },
-    ))
+    Ok(RunFacts {
+        provider: plan.provider.clone(),
+        fabric: plan.rails[0].fabric.clone(),
+        domains,
+        libfabric: Some(plan.libfabric.clone()),
+        rails,
+        mem: ctx.opts.mem_kind().to_string(),
+        link_gbps: plan.link_gbps(),
+        header,
+        ..RunFacts::default()
+    }
+    .detail(&MeshFacts {
+        virtual_rails: plan.virtual_rails,
+        mr: m.mr_path(),
+    }))
 }
 
 /// Fails with a usage error when one message of `chunk` bytes exceeds what the provider sends.

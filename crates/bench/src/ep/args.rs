@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use crate::harness::{bounded, CommonArgs};
+use crate::harness::{bounded, iters_arg, warmup_arg, FabricArgs, JobArgs, MemArgs};
 
 /// Element type of the dispatched tokens (combine always carries bf16, as DeepEP's does).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -44,7 +44,7 @@ impl Layout {
 }
 
 /// Who posts the RDMA writes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, clap::ValueEnum)]
 pub enum Initiator {
     /// The rank's CPU thread posts them, batched per destination.
     Cpu,
@@ -117,26 +117,6 @@ fn routing_arg(s: &str) -> Result<RoutingSpec, String> {
     ))
 }
 
-fn initiators_arg(s: &str) -> Result<Vec<Initiator>, String> {
-    let mut out = Vec::new();
-    for w in s.split(',') {
-        let i = match w.trim().to_ascii_lowercase().as_str() {
-            "cpu" => Initiator::Cpu,
-            "gpu" => Initiator::Gpu,
-            _ => {
-                return Err(format!(
-                    "unknown --initiator '{}': use cpu, gpu or a list such as gpu,cpu",
-                    crate::size::clip(w)
-                ))
-            }
-        };
-        if !out.contains(&i) {
-            out.push(i);
-        }
-    }
-    Ok(out)
-}
-
 fn tokens_arg(s: &str) -> Result<u32, String> {
     bounded(s, "--tokens", 1, 65_536, "128").map(|n| n as u32)
 }
@@ -164,11 +144,22 @@ fn seed_arg(s: &str) -> Result<u64, String> {
     bounded(s, "--seed", 0, u64::MAX, "1")
 }
 
-/// Options of `ep`.
+/// Options of `ep`: the fabric, memory and job groups, and its own shape. It has no size sweep
+/// (the shape sets the sizes), so of the sweep's options it takes only `-n` and `-w`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct EpArgs {
+    /// Timed iterations, each a whole dispatch and combine (default 50).
+    #[arg(short = 'n', long = "iters", value_parser = iters_arg, allow_hyphen_values = true)]
+    pub iters: Option<u64>,
+    /// Untimed warm-up iterations (default 5).
+    #[arg(short = 'w', long = "warmup", value_parser = warmup_arg, allow_hyphen_values = true)]
+    pub warmup: Option<u64>,
     #[command(flatten)]
-    pub common: CommonArgs,
+    pub fabric: FabricArgs,
+    #[command(flatten)]
+    pub mem: MemArgs,
+    #[command(flatten)]
+    pub job: JobArgs,
     /// Tokens each rank holds.
     #[arg(long, default_value = "128", value_parser = tokens_arg, allow_hyphen_values = true)]
     pub tokens: u32,
@@ -192,8 +183,8 @@ pub struct EpArgs {
     #[arg(long, value_enum, default_value_t = Layout::LowLatency)]
     pub layout: Layout,
     /// Who posts the writes: cpu, gpu, or a list (gpu,cpu) measured in the same run.
-    #[arg(long, default_value = "cpu", value_parser = initiators_arg)]
-    pub initiator: Vec<Vec<Initiator>>,
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "cpu")]
+    pub initiator: Vec<Initiator>,
     /// Behind --initiator gpu: auto (a kernel with --mem cuda, else a CPU thread), gpu or host.
     #[arg(long, value_enum, default_value_t = Producer::Auto)]
     pub producer: Producer,
@@ -206,6 +197,8 @@ pub struct EpArgs {
     pub seed: u64,
 }
 
+crate::impl_options!(EpArgs: fabric, mem);
+
 /// Timed iterations when -n is not given (each is a whole dispatch and combine).
 pub const DEFAULT_ITERS: u64 = 50;
 /// Warm-up iterations when -w is not given.
@@ -215,7 +208,7 @@ impl EpArgs {
     /// The initiators, in the order given.
     pub fn initiators(&self) -> Vec<Initiator> {
         let mut out: Vec<Initiator> = Vec::new();
-        for i in self.initiator.iter().flatten() {
+        for i in &self.initiator {
             if !out.contains(i) {
                 out.push(*i);
             }
@@ -231,14 +224,14 @@ impl EpArgs {
         match self.producer {
             Producer::Gpu => true,
             Producer::Host => false,
-            Producer::Auto => self.common.mem == efabench_gpu::MemKind::Cuda,
+            Producer::Auto => self.mem.mem == efabench_gpu::MemKind::Cuda,
         }
     }
 
     pub fn iterations(&self) -> (u64, u64) {
         (
-            self.common.iters.unwrap_or(DEFAULT_ITERS),
-            self.common.warmup.unwrap_or(DEFAULT_WARMUP),
+            self.iters.unwrap_or(DEFAULT_ITERS),
+            self.warmup.unwrap_or(DEFAULT_WARMUP),
         )
     }
 }
@@ -267,6 +260,7 @@ mod tests {
         assert_eq!(a.initiators(), vec![Initiator::Cpu]);
         assert_eq!(a.layout, Layout::LowLatency);
         assert_eq!(a.routing, RoutingSpec::Uniform);
+        assert_eq!(a.iterations(), (DEFAULT_ITERS, DEFAULT_WARMUP));
         assert!(
             !a.gpu_producer(),
             "host memory: the CPU stands in for the kernel"
@@ -293,6 +287,8 @@ mod tests {
             (vec!["--routing", "zipf:x"], "exponent"),
             (vec!["--routing", "pareto"], "uniform, zipf:S"),
             (vec!["--initiator", "nic"], "cpu, gpu"),
+            (vec!["-n", "0"], "1 to 10000000"),
+            (vec!["-b", "8"], "unexpected argument"),
         ] {
             let e = parse(&args).unwrap_err();
             assert!(e.contains(needle), "{args:?}: {e}");

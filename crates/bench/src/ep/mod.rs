@@ -33,16 +33,17 @@ pub mod verify;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use efabench_fabric::{MrPath, RailConfig};
 use efabench_gpu::ep::{EpCommands, EpProducer};
 use efabench_gpu::proxy::{Command, RingMemory};
 use efabench_gpu::queue::RingKind;
 use efabench_gpu::{Gpu, MemKind};
 use efabench_record::Record;
-use serde_json::{json, Map, Value};
+use serde::Serialize;
+use serde_json::Value;
 
+use crate::alltoall::{connect_mesh, mesh_facts};
 use crate::error::BenchError;
-use crate::harness::{self, Benchmark, Ctx, Measured, MrChoice, Needs, Point, RunFacts};
+use crate::harness::{self, Benchmark, Ctx, Measured, Needs, Point, RunFacts};
 use crate::mesh::{self, Mesh};
 use crate::p2p::link::Payload;
 use crate::pattern::Stream;
@@ -59,7 +60,8 @@ use routing::{imbalance, Routing};
 /// Slots of the command ring (2^12).
 const RING_LOG2: u32 = 12;
 
-/// One record: an initiator and a part.
+/// One record: an initiator and a part. The harness measures one spec per initiator, the whole
+/// iteration ([`Part::Total`]); [`Ep::points_of`] turns it into a record per part.
 #[derive(Clone, Debug)]
 pub struct EpSpec {
     initiator: Initiator,
@@ -103,8 +105,6 @@ pub struct Ep<'a> {
     args: &'a EpArgs,
     routing: Option<Routing>,
     state: Option<State>,
-    /// The last initiator's measurement: its three records share one run of the loop.
-    cache: Option<(Initiator, Measured)>,
     /// Iterations run so far (every iteration's pattern differs, across initiators too).
     iter_no: u64,
     routing_hash: u64,
@@ -118,7 +118,7 @@ impl<'a> Ep<'a> {
                 args.topk, args.experts
             )));
         }
-        if args.producer == args::Producer::Gpu && args.common.mem != MemKind::Cuda {
+        if args.producer == args::Producer::Gpu && args.mem.mem != MemKind::Cuda {
             return Err(BenchError::usage(
                 "--producer gpu runs a kernel over device memory: add --mem cuda, or use --producer host",
             ));
@@ -138,7 +138,6 @@ impl<'a> Ep<'a> {
             args,
             routing: None,
             state: None,
-            cache: None,
             iter_no: 0,
             routing_hash,
         })
@@ -160,77 +159,23 @@ impl<'a> Ep<'a> {
     }
 }
 
-fn mr_path(c: MrChoice) -> MrPath {
-    match c {
-        MrChoice::Auto => MrPath::Auto,
-        MrChoice::Dmabuf => MrPath::Dmabuf,
-        MrChoice::Va => MrPath::Va,
-    }
+/// One rank's log as it travels to rank 0 (read back under `ep` in [`Ep::point`]).
+#[derive(Serialize)]
+struct Logged<'a> {
+    ep: &'a RankLog,
 }
 
 /// Opens the rails, registers the two buffers and connects every rank (the buffers stay ours
 /// too: the experts read and write them directly).
 fn open(
     ctx: &Ctx,
+    a: &EpArgs,
     send_len: usize,
     recv_len: usize,
 ) -> Result<(Mesh, Payload, Payload, RunFacts), BenchError> {
-    let c = ctx.args;
-    let plan = ctx.plan()?;
-    let group = plan.open(&RailConfig {
-        post_timeout: c.timeout(),
-        max_in_flight: 8192,
-        ..RailConfig::default()
-    })?;
-    let (send, recv) = mesh::alloc(c.mem, send_len, recv_len, ctx.device)?;
-    let mut m = Mesh::new(
-        group,
-        c.strategy,
-        (send.clone(), recv.clone()),
-        mr_path(c.mr),
-        ctx.rank,
-        ctx.world,
-        c.timeout(),
-        ctx.bs.health(),
-    )?;
-    m.set_ranks_on_host(ctx.hosts.iter().filter(|h| **h == ctx.host).count());
-    m.set_progress(ctx.bs.progress());
-    let blob = m.local_blob()?;
-    let blobs = ctx.bs.all_gather(&blob)?;
-    m.connect(&blobs)?;
-    let rails = plan.rails.len() as u32;
-    let domains = plan.domains();
-    let mut extra = Map::new();
-    extra.insert("virtual_rails".into(), json!(plan.virtual_rails));
-    extra.insert("mr".into(), json!(m.mr_path()));
-    let mut distinct = domains.clone();
-    distinct.dedup();
-    let header = vec![format!(
-        "# rails: {rails}{} on {} | mr: {}",
-        if plan.virtual_rails {
-            " virtual (endpoints of one domain, not separate NICs)"
-        } else {
-            ""
-        },
-        distinct.join(","),
-        m.mr_path()
-    )];
-    let link_gbps = if plan.virtual_rails {
-        None
-    } else {
-        mesh::link_speed(&plan.rails)
-    };
-    let facts = RunFacts {
-        provider: plan.provider.clone(),
-        fabric: plan.rails[0].fabric.clone(),
-        domains,
-        libfabric: Some(plan.libfabric.clone()),
-        rails,
-        mem: c.mem.to_string(),
-        link_gbps,
-        header,
-        extra,
-    };
+    let (send, recv) = mesh::alloc(a.mem.mem, send_len, recv_len, ctx.device)?;
+    let m = connect_mesh(ctx, (send.clone(), recv.clone()))?;
+    let facts = mesh_facts(ctx, &m)?;
     Ok((m, send, recv, facts))
 }
 
@@ -254,7 +199,7 @@ impl State {
             recv: &self.recv,
             me: ctx.rank,
             world: ctx.world,
-            timeout: ctx.args.timeout(),
+            timeout: ctx.opts.job.timeout(),
             health: &health,
         };
         match initiator {
@@ -401,7 +346,9 @@ impl<'a> Benchmark for Ep<'a> {
     fn fingerprint(&self) -> String {
         let a = self.args;
         format!(
-            "--tokens {} --hidden {} --topk {} --experts {} --dtype {} --routing {} ({:016x}) --layout {} --initiator {} --producer {:?}{} --seed {}",
+            "-n {} -w {} --tokens {} --hidden {} --topk {} --experts {} --dtype {} --routing {} ({:016x}) --layout {} --initiator {} --producer {:?}{} --seed {}",
+            a.iterations().0,
+            a.iterations().1,
             a.tokens,
             a.hidden,
             a.topk,
@@ -442,7 +389,7 @@ impl<'a> Benchmark for Ep<'a> {
             .map_err(BenchError::usage)?;
         let plan = Plan::new(&routing, ctx.rank, a.layout, a.dtype, a.hidden as usize);
         let (mut mesh, send, recv, mut facts) =
-            open(ctx, plan.regions.send_len, plan.regions.recv_len)?;
+            open(ctx, a, plan.regions.send_len, plan.regions.recv_len)?;
         let cpu_writes = (coalesce(&plan.dispatch.puts), coalesce(&plan.combine.puts));
         let max_msg = mesh.group().rail(0).info().max_msg_size as usize;
         let longest = cpu_writes
@@ -487,7 +434,7 @@ impl<'a> Benchmark for Ep<'a> {
             staged(&plan.dispatch, &cpu_writes.0),
             staged(&plan.combine, &cpu_writes.1),
         ];
-        let gpu: Option<Arc<Gpu>> = match (a.common.mem, ctx.device) {
+        let gpu: Option<Arc<Gpu>> = match (a.mem.mem, ctx.device) {
             (MemKind::Cuda, Some(d)) => {
                 Some(Gpu::open(d).map_err(|e| BenchError::usage(format!("--mem cuda: {e}")))?)
             }
@@ -586,10 +533,9 @@ impl<'a> Benchmark for Ep<'a> {
             .args
             .initiators()
             .into_iter()
-            .flat_map(|initiator| {
-                [Part::Dispatch, Part::Combine, Part::Total]
-                    .into_iter()
-                    .map(move |part| EpSpec { initiator, part })
+            .map(|initiator| EpSpec {
+                initiator,
+                part: Part::Total,
             })
             .collect())
     }
@@ -599,13 +545,8 @@ impl<'a> Benchmark for Ep<'a> {
     }
 
     fn measure(&mut self, ctx: &Ctx, spec: &EpSpec) -> Result<Measured, BenchError> {
-        if let Some((i, m)) = &self.cache {
-            if *i == spec.initiator && spec.part != Part::Dispatch {
-                return Ok(m.clone());
-            }
-        }
         let (iters, warmup) = self.args.iterations();
-        let verify = ctx.args.verify();
+        let verify = ctx.opts.job.verify();
         let st = self
             .state
             .as_mut()
@@ -627,22 +568,26 @@ impl<'a> Benchmark for Ep<'a> {
             dest[p.dst as usize] += p.len as u64;
         }
         log.dest_bytes = dest;
-        let mut extra = Map::new();
-        extra.insert(
-            "ep".into(),
-            serde_json::to_value(&log)
-                .map_err(|e| BenchError::failed(format!("encoding the ep log: {e}")))?,
-        );
-        let m = Measured {
+        Ok(Measured {
             samples_ns: log.dispatch.iter().map(|t| t.total_ns).collect(),
             errors,
-            extra,
-        };
-        // The other two parts of this initiator reuse the run; their errors were counted once.
-        let mut again = m.clone();
-        again.errors = 0;
-        self.cache = Some((spec.initiator, again));
-        Ok(m)
+            ..Measured::default()
+        }
+        .detail(&Logged { ep: &log }))
+    }
+
+    /// One run of the loop, three records: dispatch, combine and the two together. The payload
+    /// errors of the run are counted once, on the dispatch record.
+    fn points_of(&self, ctx: &Ctx, spec: &EpSpec, all: &[Measured]) -> Vec<Point> {
+        let errors: u64 = all.iter().map(|m| m.errors).sum();
+        [Part::Dispatch, Part::Combine, Part::Total]
+            .into_iter()
+            .enumerate()
+            .map(|(k, part)| Point {
+                errors: if k == 0 { errors } else { 0 },
+                ..self.point(ctx, &EpSpec { part, ..*spec }, all)
+            })
+            .collect()
     }
 
     fn point(&self, ctx: &Ctx, spec: &EpSpec, all: &[Measured]) -> Point {
@@ -744,10 +689,6 @@ impl<'a> Benchmark for Ep<'a> {
             expert_imbalance: routing.map_or(0.0, |r| imbalance(&r.pairs_per_expert())),
             lat_kind: "time of the slowest rank per iteration",
         };
-        let extra = match serde_json::to_value(&detail) {
-            Ok(Value::Object(m)) => m,
-            _ => Map::new(),
-        };
         let ns = mean_us * 1000.0;
         Point {
             variant: format!(
@@ -774,8 +715,9 @@ impl<'a> Benchmark for Ep<'a> {
             } else {
                 0.0
             },
-            ..Point::with_extra(extra)
+            ..Point::default()
         }
+        .detail(&detail)
     }
 
     fn summary(&self, records: &[Record]) -> Vec<String> {
@@ -834,7 +776,7 @@ impl<'a> Benchmark for Ep<'a> {
 /// Runs one rank of `efabench ep`.
 pub fn run_ep(args: &EpArgs, build: &harness::BuildInfo) -> Result<i32, BenchError> {
     let mut b = Ep::new(args)?;
-    let run = harness::run(&mut b, &args.common, build);
+    let run = harness::run(&mut b, args, build);
     if run.is_err() {
         // As in `alltoall`: no fabric teardown with operations possibly still posted.
         b.leak_fabric();

@@ -47,14 +47,16 @@ pub mod timed;
 
 use std::time::Instant;
 
-use efabench_bootstrap::{Bootstrap, LaunchFlags};
+use efabench_bootstrap::Bootstrap;
 use efabench_record::{JsonlWriter, Record, Sink};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+pub(crate) use options::one_of;
 pub use options::{
-    bounded, default_iters, defaults, gpu_arg, CommonArgs, FabricArgs, Groups, JobArgs, MemArgs,
-    MrChoice, Options, Rails, Strategy, SweepArgs, MAX_ITERS, MAX_RAILS, MAX_SIZE,
+    bounded, default_iters, defaults, gpu_arg, iters_arg, warmup_arg, FabricArgs, Groups, JobArgs,
+    LaunchArgs, MemArgs, MrChoice, Options, Rails, Strategy, SweepArgs, MAX_ITERS, MAX_RAILS,
+    MAX_SIZE,
 };
 pub use point::{detail_map, Gate, Point, Progress, RunInfo};
 pub use select::{choose_provider, FabricPlan};
@@ -158,9 +160,6 @@ pub struct Ctx<'a> {
     pub bs: &'a Bootstrap,
     /// The option groups the benchmark honours.
     pub opts: &'a Groups,
-    /// Every group in the flat shape, absent groups at their defaults (for benchmarks that still
-    /// read [`CommonArgs`]).
-    pub args: &'a CommonArgs,
     pub rank: u32,
     pub world: u32,
     pub local_rank: u32,
@@ -251,12 +250,7 @@ pub fn run<B: Benchmark>(
     let needs = bench.needs();
     let groups = Groups::of(opts);
     let args = &groups.job;
-    let flags = LaunchFlags {
-        rank: args.rank,
-        world: args.world,
-        rdzv: args.rdzv.clone(),
-        timeout: args.timeout(),
-    };
+    let flags = args.launch.flags(args.timeout());
     let info = efabench_bootstrap::detect_from_process_env(&flags)?;
     if info.world < needs.min_world {
         return Err(BenchError::usage(format!(
@@ -322,7 +316,6 @@ fn run_connected<B: Benchmark>(
 ) -> Result<(i32, Vec<Record>), BenchError> {
     let (rank, world) = (bs.rank(), bs.world());
     let args = &groups.job;
-    let flat = groups.flat();
     let fp = format!(
         "{} {} {}",
         bench.name(),
@@ -360,7 +353,6 @@ fn run_connected<B: Benchmark>(
     let mut ctx = Ctx {
         bs,
         opts: groups,
-        args: &flat,
         rank,
         world,
         local_rank: bs.local_rank(),

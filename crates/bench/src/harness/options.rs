@@ -65,11 +65,13 @@ fn factor_arg(s: &str) -> Result<u64, String> {
     bounded(s, "-f/--step-factor", 2, 1024, "2")
 }
 
-fn iters_arg(s: &str) -> Result<u64, String> {
+/// `-n/--iters`, bounded.
+pub fn iters_arg(s: &str) -> Result<u64, String> {
     bounded(s, "-n/--iters", 1, MAX_ITERS, "1000")
 }
 
-fn warmup_arg(s: &str) -> Result<u64, String> {
+/// `-w/--warmup`, bounded.
+pub fn warmup_arg(s: &str) -> Result<u64, String> {
     bounded(s, "-w/--warmup", 0, MAX_WARMUP, "10")
 }
 
@@ -152,9 +154,22 @@ pub enum MrChoice {
     Va,
 }
 
+impl MrChoice {
+    /// The registration path the fabric layer takes for this choice.
+    pub fn path(self) -> efabench_fabric::MrPath {
+        match self {
+            MrChoice::Auto => efabench_fabric::MrPath::Auto,
+            MrChoice::Dmabuf => efabench_fabric::MrPath::Dmabuf,
+            MrChoice::Va => efabench_fabric::MrPath::Va,
+        }
+    }
+}
+
 /// A value parser for an option that picks from a set: clap lists the set in `--help` and in
 /// its error, and the value arrives typed (the set's names are the type's `FromStr` names).
-fn one_of<T>(values: &'static [&'static str]) -> impl clap::builder::TypedValueParser<Value = T>
+pub(crate) fn one_of<T>(
+    values: &'static [&'static str],
+) -> impl clap::builder::TypedValueParser<Value = T>
 where
     T: std::str::FromStr + Clone + Send + Sync + 'static,
     T::Err: Into<Box<dyn std::error::Error + Send + Sync>>,
@@ -255,6 +270,15 @@ pub struct JobArgs {
     /// Longest any wait may go without progress, in seconds, before the whole job aborts.
     #[arg(long, default_value = "30", value_parser = timeout_arg, allow_hyphen_values = true)]
     pub timeout: f64,
+    #[command(flatten)]
+    pub launch: LaunchArgs,
+}
+
+/// Who this rank is and where it meets the others, for runs started by hand (a launcher, Slurm,
+/// MPI or torchrun say it in their variables instead). Part of [`JobArgs`]; `efabench cluster`
+/// takes it too.
+#[derive(clap::Args, Debug, Clone, PartialEq)]
+pub struct LaunchArgs {
     /// Rendezvous HOST:PORT served by rank 0 (manual multi-host runs).
     #[arg(long)]
     pub rdzv: Option<String>,
@@ -264,6 +288,18 @@ pub struct JobArgs {
     /// Number of ranks (manual runs).
     #[arg(long, value_parser = world_arg, allow_hyphen_values = true)]
     pub world: Option<u32>,
+}
+
+impl LaunchArgs {
+    /// What the bootstrap reads besides the environment, waiting at most `timeout`.
+    pub fn flags(&self, timeout: Duration) -> efabench_bootstrap::LaunchFlags {
+        efabench_bootstrap::LaunchFlags {
+            rank: self.rank,
+            world: self.world,
+            rdzv: self.rdzv.clone(),
+            timeout,
+        }
+    }
 }
 
 /// A group's values when the command line gave none (what its defaults say).
@@ -347,7 +383,9 @@ impl JobArgs {
                 "--no-check"
             },
             self.timeout,
-            self.world.map_or("default".to_string(), |w| w.to_string()),
+            self.launch
+                .world
+                .map_or("default".to_string(), |w| w.to_string()),
         )
     }
 }
@@ -441,17 +479,6 @@ impl Groups {
         words.push(self.job.fingerprint());
         words.join(" ").to_ascii_lowercase()
     }
-
-    /// Every group in the old flat shape, the groups this benchmark lacks at their defaults
-    /// (for benchmarks that still read [`CommonArgs`]).
-    pub fn flat(&self) -> CommonArgs {
-        CommonArgs::from_groups(
-            self.sweep.clone().unwrap_or_else(defaults),
-            self.fabric.clone().unwrap_or_else(defaults),
-            self.mem.clone().unwrap_or_else(defaults),
-            self.job.clone(),
-        )
-    }
 }
 
 impl Options for Groups {
@@ -466,140 +493,6 @@ impl Options for Groups {
     }
     fn mem(&self) -> Option<&MemArgs> {
         self.mem.as_ref()
-    }
-}
-
-/// Every group at once, in one flat struct: the shape benchmarks used before the groups. A
-/// benchmark should flatten the groups it honours instead ([`Options`]); this stays for those
-/// not yet moved, so they keep compiling and accepting the same command lines. Its options are
-/// the groups' own (no second definition); the fields are copies of the groups' values.
-#[derive(Debug, Clone)]
-pub struct CommonArgs {
-    pub min_bytes: u64,
-    pub max_bytes: u64,
-    pub step_factor: u64,
-    pub iters: Option<u64>,
-    pub warmup: Option<u64>,
-    pub provider: Option<String>,
-    pub domain: Option<String>,
-    pub mem: MemKind,
-    pub gpu: GpuChoice,
-    pub mr: MrChoice,
-    pub rails: Rails,
-    pub strategy: Strategy,
-    pub per_rail: bool,
-    pub check: bool,
-    pub no_check: bool,
-    pub output: Option<PathBuf>,
-    pub format: Format,
-    pub timeout: f64,
-    pub rdzv: Option<String>,
-    pub rank: Option<u32>,
-    pub world: Option<u32>,
-    pub libfabric: Option<PathBuf>,
-    groups: Box<Groups>,
-}
-
-impl CommonArgs {
-    pub fn from_groups(s: SweepArgs, f: FabricArgs, m: MemArgs, j: JobArgs) -> CommonArgs {
-        CommonArgs {
-            min_bytes: s.min_bytes,
-            max_bytes: s.max_bytes,
-            step_factor: s.step_factor,
-            iters: s.iters,
-            warmup: s.warmup,
-            provider: f.provider.clone(),
-            domain: f.domain.clone(),
-            mem: m.mem,
-            gpu: m.gpu,
-            mr: f.mr,
-            rails: f.rails,
-            strategy: f.strategy,
-            per_rail: f.per_rail,
-            check: j.check,
-            no_check: j.no_check,
-            output: j.output.clone(),
-            format: j.format,
-            timeout: j.timeout,
-            rdzv: j.rdzv.clone(),
-            rank: j.rank,
-            world: j.world,
-            libfabric: f.libfabric.clone(),
-            groups: Box::new(Groups {
-                job: j,
-                sweep: Some(s),
-                fabric: Some(f),
-                mem: Some(m),
-            }),
-        }
-    }
-
-    /// Whether payloads are verified.
-    pub fn verify(&self) -> bool {
-        !self.no_check
-    }
-
-    /// The `--timeout` as a duration (bounded by the parser, so this never panics).
-    pub fn timeout(&self) -> Duration {
-        Duration::from_secs_f64(self.timeout)
-    }
-
-    /// See [`SweepArgs::sizes`].
-    pub fn sizes(&self) -> Result<Vec<u64>, BenchError> {
-        sweep(self.min_bytes, self.max_bytes, self.step_factor)
-    }
-
-    /// See [`SweepArgs::iterations`].
-    pub fn iterations(&self, size: u64, per_window: u64) -> (u64, u64) {
-        let sw = self.groups.sweep.as_ref();
-        sw.map_or((0, 0), |s| s.iterations(size, per_window))
-    }
-
-    /// See [`Groups::fingerprint`].
-    pub fn fingerprint(&self) -> String {
-        self.groups.fingerprint()
-    }
-}
-
-impl Options for CommonArgs {
-    fn job(&self) -> &JobArgs {
-        &self.groups.job
-    }
-    fn sweep(&self) -> Option<&SweepArgs> {
-        self.groups.sweep.as_ref()
-    }
-    fn fabric(&self) -> Option<&FabricArgs> {
-        self.groups.fabric.as_ref()
-    }
-    fn mem(&self) -> Option<&MemArgs> {
-        self.groups.mem.as_ref()
-    }
-}
-
-impl clap::FromArgMatches for CommonArgs {
-    fn from_arg_matches(m: &clap::ArgMatches) -> Result<Self, clap::Error> {
-        Ok(CommonArgs::from_groups(
-            SweepArgs::from_arg_matches(m)?,
-            FabricArgs::from_arg_matches(m)?,
-            MemArgs::from_arg_matches(m)?,
-            JobArgs::from_arg_matches(m)?,
-        ))
-    }
-    fn update_from_arg_matches(&mut self, m: &clap::ArgMatches) -> Result<(), clap::Error> {
-        *self = Self::from_arg_matches(m)?;
-        Ok(())
-    }
-}
-
-impl clap::Args for CommonArgs {
-    fn augment_args(cmd: clap::Command) -> clap::Command {
-        let cmd = SweepArgs::augment_args(cmd);
-        let cmd = FabricArgs::augment_args(cmd);
-        let cmd = MemArgs::augment_args(cmd);
-        JobArgs::augment_args(cmd)
-    }
-    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
-        Self::augment_args(cmd)
     }
 }
 
@@ -626,30 +519,46 @@ mod tests {
     use super::*;
     use clap::Parser;
 
+    /// Every group at once, as a benchmark that honours them all takes them.
     #[derive(Parser, Debug)]
     struct T {
         #[command(flatten)]
-        c: CommonArgs,
+        sweep: SweepArgs,
+        #[command(flatten)]
+        fabric: FabricArgs,
+        #[command(flatten)]
+        mem: MemArgs,
+        #[command(flatten)]
+        job: JobArgs,
     }
 
-    fn parse(args: &[&str]) -> Result<CommonArgs, String> {
+    crate::impl_options!(T: sweep, fabric, mem);
+
+    fn parse(args: &[&str]) -> Result<T, String> {
         let mut v = vec!["t"];
         v.extend_from_slice(args);
-        T::try_parse_from(v).map(|t| t.c).map_err(|e| e.to_string())
+        T::try_parse_from(v).map_err(|e| e.to_string())
+    }
+
+    impl T {
+        fn fingerprint(&self) -> String {
+            Groups::of(self).fingerprint()
+        }
     }
 
     #[test]
     fn defaults_are_sane() {
         let c = parse(&[]).unwrap();
-        assert_eq!((c.min_bytes, c.max_bytes, c.step_factor), (8, 1 << 20, 2));
-        assert!(c.verify());
-        assert_eq!(c.format, Format::Table);
-        assert_eq!(c.mem, MemKind::Host);
-        assert_eq!(c.gpu, GpuChoice::Auto);
-        assert_eq!(c.rails, Rails::Count(1));
-        assert_eq!(c.iterations(8, 1), (10_000, 100));
-        assert_eq!(c.iterations(4 << 20, 1), (100, 10));
-        assert_eq!(c.iterations(8, 64), (313, 31));
+        let s = &c.sweep;
+        assert_eq!((s.min_bytes, s.max_bytes, s.step_factor), (8, 1 << 20, 2));
+        assert!(c.job.verify());
+        assert_eq!(c.job.format, Format::Table);
+        assert_eq!(c.mem.mem, MemKind::Host);
+        assert_eq!(c.mem.gpu, GpuChoice::Auto);
+        assert_eq!(c.fabric.rails, Rails::Count(1));
+        assert_eq!(s.iterations(8, 1), (10_000, 100));
+        assert_eq!(s.iterations(4 << 20, 1), (100, 10));
+        assert_eq!(s.iterations(8, 64), (313, 31));
     }
 
     #[test]
@@ -667,7 +576,7 @@ mod tests {
             .contains("--rails all"));
         assert!(parse(&["--gpu", "abc"]).unwrap_err().contains("GPU index"));
         let c = parse(&["-b", "1M", "-e", "8"]).unwrap();
-        assert!(c.sizes().unwrap_err().is_usage());
+        assert!(c.sweep.sizes().unwrap_err().is_usage());
     }
 
     #[test]
@@ -702,8 +611,8 @@ mod tests {
 
     #[test]
     fn no_check_turns_verification_off() {
-        assert!(!parse(&["--no-check"]).unwrap().verify());
-        assert!(parse(&["--no-check", "--check"]).unwrap().verify());
+        assert!(!parse(&["--no-check"]).unwrap().job.verify());
+        assert!(parse(&["--no-check", "--check"]).unwrap().job.verify());
     }
 
     #[test]
@@ -724,16 +633,16 @@ mod tests {
     }
 
     #[test]
-    fn every_group_has_defaults_and_the_flat_shape_matches() {
+    fn every_group_has_defaults() {
         let g = Groups {
             job: defaults(),
             sweep: Some(defaults()),
             fabric: Some(defaults()),
             mem: Some(defaults()),
         };
-        let flat = parse(&[]).unwrap();
-        assert_eq!(Groups::of(&flat), g);
-        assert_eq!(g.flat().fingerprint(), flat.fingerprint());
+        let all = parse(&[]).unwrap();
+        assert_eq!(Groups::of(&all), g);
+        assert_eq!(g.fingerprint(), all.fingerprint());
         assert_eq!(g.mem_kind(), MemKind::Host);
     }
 

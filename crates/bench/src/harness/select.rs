@@ -51,6 +51,34 @@ impl FabricPlan {
         self.rails.iter().map(|i| i.domain.clone()).collect()
     }
 
+    /// The rails for a header line: `2 on rdmap16s27,rdmap32s27`, or `2 virtual (...) on lo`.
+    pub fn rails_line(&self) -> String {
+        let mut distinct = self.domains();
+        distinct.dedup();
+        format!(
+            "{}{} on {}",
+            self.rails.len(),
+            if self.virtual_rails {
+                " virtual (endpoints of one domain, not separate NICs)"
+            } else {
+                ""
+            },
+            distinct.join(",")
+        )
+    }
+
+    /// Sum of the rails' link speeds in Gbps, when every rail reports one; none for virtual
+    /// rails (one NIC carries them all).
+    pub fn link_gbps(&self) -> Option<f64> {
+        if self.virtual_rails {
+            return None;
+        }
+        self.rails
+            .iter()
+            .map(|i| i.link_speed_bps.filter(|b| *b > 0).map(|b| b as f64 / 1e9))
+            .sum()
+    }
+
     /// Opens the rails of this plan (one endpoint, CQ and AV each).
     pub fn open(&self, cfg: &RailConfig) -> Result<RailGroup, BenchError> {
         let r = if self.virtual_rails {

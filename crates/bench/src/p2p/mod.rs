@@ -32,15 +32,15 @@
 pub(crate) mod link;
 mod protocol;
 
-use efabench_fabric::{MrPath, RailConfig};
+use efabench_fabric::RailConfig;
 use serde::{Deserialize, Serialize};
 
 use self::link::{alloc_payload, Link};
 use self::protocol::{Pingpong, ReadResponder, ReadSender, Step, Stream};
 use crate::error::BenchError;
 use crate::harness::{
-    self, time_loop, Benchmark, Ctx, FabricArgs, JobArgs, Loop, Measured, MemArgs, MrChoice, Needs,
-    Point, RunFacts, Strategy, SweepArgs,
+    self, time_loop, Benchmark, Ctx, FabricArgs, JobArgs, Loop, Measured, MemArgs, Needs, Point,
+    RunFacts, Strategy, SweepArgs,
 };
 use crate::stats::{gbps, mops, Samples};
 use crate::P2pKind;
@@ -181,14 +181,6 @@ impl<'a> P2p<'a> {
     }
 }
 
-fn mr_path(c: MrChoice) -> MrPath {
-    match c {
-        MrChoice::Auto => MrPath::Auto,
-        MrChoice::Dmabuf => MrPath::Dmabuf,
-        MrChoice::Va => MrPath::Va,
-    }
-}
-
 impl Benchmark for P2p<'_> {
     type Spec = P2pSpec;
 
@@ -247,7 +239,7 @@ impl Benchmark for P2p<'_> {
             group,
             f.strategy,
             payload,
-            mr_path(f.mr),
+            f.mr.path(),
             job.timeout(),
             watch,
         )?;
@@ -256,12 +248,9 @@ impl Benchmark for P2p<'_> {
 
         let rails = plan.rails.len() as u32;
         let domains = plan.domains();
-        let mut distinct = domains.clone();
-        distinct.dedup();
         let header = vec![format!(
-            "# rails: {rails}{} on {} | strategy: {} | footprint: {} per buffer | window: {} | mr: {}",
-            if plan.virtual_rails { " virtual (endpoints of one domain, not separate NICs)" } else { "" },
-            distinct.join(","),
+            "# rails: {} | strategy: {} | footprint: {} per buffer | window: {} | mr: {}",
+            plan.rails_line(),
             f.strategy.name(),
             crate::size::human(self.args.footprint),
             self.args.window,
@@ -272,11 +261,7 @@ impl Benchmark for P2p<'_> {
             virtual_rails: plan.virtual_rails,
             mr: link.mr_path(),
         };
-        let link_gbps = if plan.virtual_rails {
-            None
-        } else {
-            link_speed(&plan.rails)
-        };
+        let link_gbps = plan.link_gbps();
         self.link = Some(link);
         Ok(RunFacts {
             provider: plan.provider.clone(),
@@ -425,14 +410,6 @@ impl Benchmark for P2p<'_> {
         }
         .detail(&detail)
     }
-}
-
-/// Sum of the rails' link speeds in Gbps, when every rail reports one.
-fn link_speed(rails: &[efabench_fabric::ProviderInfo]) -> Option<f64> {
-    rails
-        .iter()
-        .map(|i| i.link_speed_bps.filter(|b| *b > 0).map(|b| b as f64 / 1e9))
-        .sum()
 }
 
 /// Runs one rank of `sendrecv`, `write` or `read`.

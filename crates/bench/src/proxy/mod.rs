@@ -408,7 +408,7 @@ impl<'a> Benchmark for Proxy<'a> {
     }
 
     fn setup(&mut self, ctx: &Ctx) -> Result<RunFacts, BenchError> {
-        let c = ctx.args;
+        let (fabric, mem, job) = (&self.args.fabric, &self.args.mem, &self.args.job);
         let plan = ctx.plan()?;
         if plan.rails.len() > MAX_RINGS {
             return Err(BenchError::usage(format!(
@@ -416,7 +416,7 @@ impl<'a> Benchmark for Proxy<'a> {
             )));
         }
         let group = plan.open(&RailConfig {
-            post_timeout: c.timeout(),
+            post_timeout: job.timeout(),
             max_in_flight: 8192,
             ..RailConfig::default()
         })?;
@@ -428,9 +428,9 @@ impl<'a> Benchmark for Proxy<'a> {
             )));
         }
         let len = self.buf_bytes() as usize;
-        let src = alloc(c.mem, len, ctx.device)?;
-        let dst = alloc(c.mem, len, ctx.device)?;
-        let path = mr_path(c.mr);
+        let src = alloc(mem.mem, len, ctx.device)?;
+        let dst = alloc(mem.mem, len, ctx.device)?;
+        let path = mr_path(fabric.mr);
         let src_reg = group.register(src.clone(), path)?;
         let dst_reg = group.register(dst.clone(), path)?;
         let mr = if efabench_fabric::MemoryBuffer::device_only(&**src) {
@@ -472,7 +472,7 @@ impl<'a> Benchmark for Proxy<'a> {
             let (rings, gpu, clock) = if self.args.producer == Producer::Gpu && gpu_modes {
                 let ordinal = match ctx.device {
                     Some(d) => d,
-                    None => efabench_gpu::resolve(c.gpu, ctx.local_rank)
+                    None => efabench_gpu::resolve(mem.gpu, ctx.local_rank)
                         .map_err(|e| BenchError::usage(format!("the GPU producer: {e}")))?,
                 };
                 let g = efabench_gpu::Gpu::open(ordinal)?;
@@ -508,7 +508,7 @@ impl<'a> Benchmark for Proxy<'a> {
         });
         let gpu_modes = self.args.modes.iter().any(|m| *m != Mode::Cpu);
         let facts = ProxyFacts {
-            strategy: c.strategy.name().into(),
+            strategy: fabric.strategy.name().into(),
             virtual_rails: plan.virtual_rails,
             mr: mr.to_string(),
             producer: match self.args.producer {
@@ -526,7 +526,7 @@ impl<'a> Benchmark for Proxy<'a> {
             quiet_poll_ns: self.args.quiet_poll_ns,
             payload_fence: self.args.payload_fence.name().into(),
             proxy_threads: self.args.proxy_threads.name().into(),
-            payload_fill: if c.mem == MemKind::Cuda {
+            payload_fill: if mem.mem == MemKind::Cuda {
                 "GPU fill kernel, once per iteration before timing"
             } else {
                 "host copy, once per iteration before timing"
@@ -535,7 +535,7 @@ impl<'a> Benchmark for Proxy<'a> {
             batch_max: self.args.batch,
             completion: "FI_DELIVERY_COMPLETE (quiet = local completion of every earlier write)"
                 .into(),
-            hmem: match c.mem {
+            hmem: match mem.mem {
                 MemKind::Cuda => "FI_HMEM_CUDA (device memory)",
                 MemKind::Pinned => "FI_HMEM_SYSTEM (pinned host memory)",
                 MemKind::Managed => "FI_HMEM_CUDA (managed memory)",
@@ -548,12 +548,12 @@ impl<'a> Benchmark for Proxy<'a> {
             facts.producer,
             nrails,
             if plan.virtual_rails { " virtual" } else { "" },
-            c.strategy.name(),
+            fabric.strategy.name(),
             self.args.proxy_threads.name(),
             facts.ring,
             self.args.ring_slots,
             self.args.batch,
-            c.mem,
+            mem.mem,
             mr
         ),
         if ctx.one_host() {
@@ -567,7 +567,7 @@ impl<'a> Benchmark for Proxy<'a> {
             domains: plan.domains(),
             libfabric: Some(plan.libfabric.clone()),
             rails: nrails as u32,
-            mem: c.mem.to_string(),
+            mem: mem.mem.to_string(),
             link_gbps: None,
             header,
             extra: crate::queue::record::fields(&facts),

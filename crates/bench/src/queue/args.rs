@@ -3,8 +3,8 @@
 //! has no message sizes, no network and places its own memory, so clap refuses `-b`, `-p` or
 //! `--mem` for it.
 
-use crate::error::BenchError;
-use crate::harness::{bounded, gpu_arg, JobArgs};
+use crate::harness::{bounded, gpu_arg, one_of, JobArgs};
+use efabench_gpu::queue::{Mode, RingKind, TailPoll, MAX_CONSUMERS};
 use efabench_gpu::GpuChoice;
 
 use super::shape::ProducerShape;
@@ -17,18 +17,19 @@ pub struct QueueArgs {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "pinned,managed,gdr,hybrid,libefaxx"
+        default_value = "pinned,managed,gdr,hybrid,libefaxx",
+        value_parser = one_of::<RingKind>(RINGS)
     )]
-    pub ring: Vec<String>,
+    pub ring: Vec<RingKind>,
     /// Producer shapes, BLOCKSxTHREADS comma-separated; SM = the GPU's SM count.
     #[arg(long, default_value = ProducerShape::DEFAULT_LIST)]
     pub producers: String,
     /// Consumer threads, comma-separated, each 1 to 8.
-    #[arg(long, value_delimiter = ',', default_value = "1,4")]
-    pub consumers: Vec<String>,
+    #[arg(long, value_delimiter = ',', default_value = "1,4", value_parser = consumers_arg, allow_hyphen_values = true)]
+    pub consumers: Vec<u32>,
     /// Modes, comma-separated: nbi, blocking.
-    #[arg(long, value_delimiter = ',', default_value = "nbi,blocking")]
-    pub mode: Vec<String>,
+    #[arg(long, value_delimiter = ',', default_value = "nbi,blocking", value_parser = one_of::<Mode>(MODES))]
+    pub mode: Vec<Mode>,
     /// Commands per nbi point (blocking points take a 32nd, at least one per producer).
     #[arg(long, default_value = "4194304", value_parser = commands_arg, allow_hyphen_values = true)]
     pub commands: u64,
@@ -44,8 +45,8 @@ pub struct QueueArgs {
     pub budget: f64,
     /// How producers wait for the consumers' tails: cached (a device-memory copy that one warp
     /// at a time refreshes) or direct (read them where they live).
-    #[arg(long, default_value = "cached")]
-    pub tail_poll: String,
+    #[arg(long, default_value = "cached", value_parser = one_of::<TailPoll>(TAIL_POLLS))]
+    pub tail_poll: TailPoll,
     /// With direct polling: nanoseconds a producer sleeps between two reads of a tail.
     #[arg(long, default_value = "0", value_parser = sleep_arg, allow_hyphen_values = true)]
     pub poll_sleep_ns: u64,
@@ -57,6 +58,15 @@ pub struct QueueArgs {
 }
 
 crate::impl_options!(QueueArgs);
+
+/// The names of the sets the options pick from (the types' own `FromStr` names).
+const RINGS: &[&str] = &["pinned", "managed", "gdr", "hybrid", "libefaxx"];
+const MODES: &[&str] = &["nbi", "blocking"];
+const TAIL_POLLS: &[&str] = &["cached", "direct"];
+
+fn consumers_arg(s: &str) -> Result<u32, String> {
+    bounded(s, "--consumers", 1, MAX_CONSUMERS as u64, "1,4").map(|n| n as u32)
+}
 
 fn sleep_arg(s: &str) -> Result<u64, String> {
     bounded(s, "--poll-sleep-ns", 0, 1_000_000, "200")
@@ -78,23 +88,4 @@ fn budget_arg(s: &str) -> Result<f64, String> {
             crate::size::clip(s)
         )),
     }
-}
-
-pub(super) fn list<T>(
-    what: &str,
-    v: &[String],
-    parse: impl Fn(&str) -> Result<T, String>,
-) -> Result<Vec<T>, BenchError> {
-    let out: Result<Vec<T>, String> = v
-        .iter()
-        .filter(|s| !s.trim().is_empty())
-        .map(|s| parse(s))
-        .collect();
-    let out = out.map_err(BenchError::usage)?;
-    if out.is_empty() {
-        return Err(BenchError::usage(format!(
-            "{what} is empty: give at least one value"
-        )));
-    }
-    Ok(out)
 }

@@ -33,8 +33,7 @@ use efabench_gpu::Gpu;
 use efabench_record::Record;
 
 use crate::error::BenchError;
-use crate::harness::{bounded, Benchmark, BuildInfo, Ctx, Measured, Needs, Point, RunFacts};
-use args::list;
+use crate::harness::{Benchmark, BuildInfo, Ctx, Measured, Needs, Point, RunFacts};
 pub use args::QueueArgs;
 use measure::{measure, numa_cpus, unavailable, QueueConfig, QueueMeasurement};
 pub use record::summarize;
@@ -86,29 +85,13 @@ impl Queue {
                 "queue verifies every command (it is what the ring is measured for): drop --no-check",
             ));
         }
-        let rings = list("--ring", &args.ring, |s| s.parse::<RingKind>())?;
         let shapes = ProducerShape::parse_list(&args.producers).map_err(BenchError::usage)?;
-        let consumers = list("--consumers", &args.consumers, |s| {
-            bounded(
-                s,
-                "--consumers",
-                1,
-                efabench_gpu::queue::MAX_CONSUMERS as u64,
-                "1,4",
-            )
-            .map(|n| n as u32)
-        })?;
-        let modes = list("--mode", &args.mode, |s| s.parse::<Mode>())?;
-        let tail_poll = args
-            .tail_poll
-            .parse::<TailPoll>()
-            .map_err(BenchError::usage)?;
         Ok(Queue {
-            tail_poll,
-            rings,
+            tail_poll: args.tail_poll,
+            rings: args.ring.clone(),
             shapes,
-            consumers,
-            modes,
+            consumers: args.consumers.clone(),
+            modes: args.mode.clone(),
             args: args.clone(),
             gpu: None,
             cpus: Vec::new(),

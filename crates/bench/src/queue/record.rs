@@ -289,8 +289,7 @@ mod tests {
     fn records_keep_their_golden_keys() {
         let r = rec("pinned", "nbi", "SMx256", 2, 10.0, 1.0, 2.0);
         let got = crate::golden::key_paths(&serde_json::to_value(&r).unwrap());
-        let want = crate::golden::golden(include_str!("../../../efabench/tests/golden/queue.keys"));
-        assert_eq!(crate::golden::differs(&want, &got), None);
+        crate::golden::assert_golden_keys("queue", &got);
         let back: QueueDetail = read(&r).expect("the detail reads back");
         assert_eq!((back.producer_grid, back.producer_block), (132, 256));
         assert_eq!(back.timer_step_ns, Some(32));

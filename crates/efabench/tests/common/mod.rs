@@ -96,66 +96,8 @@ pub fn all_ok(outs: &[Output], what: &str) {
 }
 pub mod netns;
 
-/// The set of keys of every record of a JSON Lines file: nested object keys dotted
-/// (`lat_us.p99`), keys of objects inside arrays under `[]` (`per_rail[].bytes`). `counters` is
-/// kept as one key: its contents name this machine's NICs and counters.
-pub fn record_keys(path: &Path) -> std::collections::BTreeSet<String> {
-    fn walk(prefix: &str, v: &serde_json::Value, out: &mut std::collections::BTreeSet<String>) {
-        match v {
-            serde_json::Value::Object(m) => {
-                for (k, v) in m {
-                    let key = if prefix.is_empty() {
-                        k.clone()
-                    } else {
-                        format!("{prefix}.{k}")
-                    };
-                    out.insert(key.clone());
-                    if key != "counters" {
-                        walk(&key, v, out);
-                    }
-                }
-            }
-            serde_json::Value::Array(a) => {
-                for x in a.iter().filter(|x| x.is_object()) {
-                    walk(&format!("{prefix}[]"), x, out);
-                }
-            }
-            _ => {}
-        }
-    }
-    let mut keys = std::collections::BTreeSet::new();
-    for line in std::fs::read_to_string(path).expect("records file").lines() {
-        let v: serde_json::Value = serde_json::from_str(line).expect("a record is JSON");
-        walk("", &v, &mut keys);
-    }
-    keys
-}
-
-/// Fails unless `keys` equal the golden set `tests/golden/<name>.keys` (one key a line, sorted),
-/// naming the keys that appeared and disappeared. `EFABENCH_BLESS=1` writes the file instead
-/// (only when a record's fields were meant to change; `docs/records.md` must say so too).
-pub fn assert_golden_keys(name: &str, keys: &std::collections::BTreeSet<String>) {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/golden")
-        .join(format!("{name}.keys"));
-    let now: String = keys.iter().map(|k| format!("{k}\n")).collect();
-    if std::env::var_os("EFABENCH_BLESS").is_some_and(|v| v == "1") {
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(&path, &now).unwrap();
-        return;
-    }
-    let golden = std::fs::read_to_string(&path).unwrap_or_else(|e| {
-        panic!(
-            "{}: {e}; write it with EFABENCH_BLESS=1 once the keys are right",
-            path.display()
-        )
-    });
-    let want: std::collections::BTreeSet<String> = golden.lines().map(str::to_string).collect();
-    let added: Vec<_> = keys.difference(&want).collect();
-    let lost: Vec<_> = want.difference(keys).collect();
-    assert!(
-        added.is_empty() && lost.is_empty(),
-        "{name}: record keys changed from {}: new {added:?}, missing {lost:?}",
-        path.display()
-    );
-}
+#[path = "../../../bench/src/golden.rs"]
+#[allow(dead_code)]
+pub mod golden;
+#[allow(unused_imports)]
+pub use golden::{assert_golden_keys, record_keys};
