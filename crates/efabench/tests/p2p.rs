@@ -224,16 +224,24 @@ fn a_killed_peer_fails_the_job_fast_and_keeps_records() {
     );
 }
 
+/// An error line of the CLI: `efabench: ...` (bad arguments) or `efabench <command>: ...` (a
+/// benchmark that refused its input).
+fn error_line(l: &str) -> bool {
+    l.split_once(": ").is_some_and(|(head, _)| {
+        head == "efabench"
+            || head
+                .strip_prefix("efabench ")
+                .is_some_and(|c| !c.contains(' '))
+    })
+}
+
 fn bad(args: &[&str]) -> String {
     let outs = job(2, args);
     let o = &outs[0];
     assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o.stderr));
     let err = text(&o.stderr);
     assert_eq!(
-        err.trim()
-            .lines()
-            .filter(|l| l.starts_with("efabench:"))
-            .count(),
+        err.trim().lines().filter(|l| error_line(l)).count(),
         1,
         "{err}"
     );

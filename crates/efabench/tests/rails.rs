@@ -130,7 +130,9 @@ fn unknown_domain_lists_the_offered_ones() {
     assert_eq!(outs[0].status.code(), Some(2), "{err}");
     assert!(err.contains("nosuchnic0") && err.contains("lo"), "{err}");
     assert_eq!(
-        err.lines().filter(|l| l.starts_with("efabench:")).count(),
+        err.lines()
+            .filter(|l| l.starts_with("efabench:") || l.starts_with("efabench sendrecv:"))
+            .count(),
         1,
         "{err}"
     );
