@@ -39,7 +39,7 @@
 //! involve it ([`crate::locate`]), below `--suspect-below PCT`. `--min-bw GBPS` makes the run
 //! exit 1 when any pair is below it.
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::time::{Duration, Instant};
 
 use efabench_record::Record;
@@ -48,7 +48,8 @@ use serde_json::{json, Map, Value};
 use crate::alltoall::open_mesh;
 use crate::error::BenchError;
 use crate::harness::{
-    self, Benchmark, Ctx, FabricArgs, JobArgs, Measured, MemArgs, Needs, Point, RunFacts, SweepArgs,
+    self, Benchmark, Ctx, FabricArgs, Gate, JobArgs, Measured, MemArgs, Needs, Point, RunFacts,
+    SweepArgs,
 };
 use crate::locate::{self, PairBw};
 use crate::mesh::{cq_data, parse_cq_data, Kind, Mesh, ITER_MOD};
@@ -276,8 +277,6 @@ pub struct Pairs<'a> {
     /// This rank's outcome of the current round (returned for every record of the round).
     cached: Option<Measured>,
     slow: Option<Duration>,
-    /// Set on rank 0 when a pair is below `--min-bw`.
-    below_min: Cell<u64>,
     /// Rank 0: the pairs measured so far (size, pair), for choosing retest shifts.
     seen: RefCell<Vec<(u64, PairBw)>>,
     /// The shifts measured at the current size (first stage and retests chosen so far).
@@ -303,7 +302,6 @@ impl<'a> Pairs<'a> {
             nics: Vec::new(),
             cached: None,
             slow: None,
-            below_min: Cell::new(0),
             seen: RefCell::new(Vec::new()),
             used: Vec::new(),
             retest_shift: 0,
@@ -615,11 +613,6 @@ impl<'a> Benchmark for Pairs<'a> {
             },
         ));
         let lat_us = s.summary_us(window as f64);
-        if let Some(min) = self.args.min_bw {
-            if bw < min {
-                self.below_min.set(self.below_min.get() + 1);
-            }
-        }
         let detail = PairsDetail {
             src: spec.src,
             src_host: ctx.hosts.get(spec.src as usize).cloned(),
@@ -657,6 +650,11 @@ impl<'a> Benchmark for Pairs<'a> {
             bw_gbps: bw,
             busbw_gbps: None,
             msg_rate_mops: crate::stats::mops(messages, s.total_ns()),
+            gate: self.args.min_bw.map(|min| Gate {
+                what: format!("--min-bw {min} Gbps"),
+                value: bw,
+                min,
+            }),
             ..Point::with_extra(extra)
         }
     }
@@ -1231,7 +1229,8 @@ impl PairsDetail {
     }
 }
 
-/// Runs one rank of `pairs`; exit 1 (on rank 0) when a pair is below `--min-bw`.
+/// Runs one rank of `pairs`; exit 1 (on rank 0) when a pair is below `--min-bw` (each such
+/// pair's record carries a [`Gate`], which the harness checks and names).
 pub fn run_pairs(args: &PairsArgs, build: &harness::BuildInfo) -> Result<i32, BenchError> {
     let mut b = Pairs::new(args)?;
     let run = harness::run(&mut b, args, build);
@@ -1242,16 +1241,7 @@ pub fn run_pairs(args: &PairsArgs, build: &harness::BuildInfo) -> Result<i32, Be
         // releases the sockets and memory, so the fabric is not torn down here.
         std::mem::forget(b.mesh.take());
     }
-    let code = run?;
-    let below = b.below_min.get();
-    if below > 0 {
-        eprintln!(
-            "efabench: {below} pair(s) below --min-bw {} Gbps; the table above names them",
-            args.min_bw.unwrap_or(0.0)
-        );
-        return Ok(1);
-    }
-    Ok(code)
+    run
 }
 
 #[cfg(test)]
