@@ -7,10 +7,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use efabench_fabric::Rail;
 use efabench_gpu::proxy::{realtime_ns, CommandRing, PutPlan};
-use serde_json::{json, Map, Value};
 
 use super::engine::{self, Feed, Lane, ProxyConfig, RailLog};
-use super::report::pct;
+use super::report::{pct, InitiatorStamps, Stages};
 use super::{
     fill_puts, health_of, kept_iters, Mode, PayloadFence, ProxyArgs, ProxySpec, ProxyThreads,
     Setup, TARGET,
@@ -314,46 +313,45 @@ pub(super) fn measure(
             .map(|(&x, &y)| y as i64 - x as i64)
             .collect()
     };
-    let mut stages = Map::new();
-    if s.mode != Mode::Cpu {
-        stages.insert("push_to_pop".into(), pct(diff(&push_ns, &pop)));
-    }
-    stages.insert("pop_to_post".into(), pct(diff(&pop, &post)));
-    stages.insert("post_to_completion".into(), pct(diff(&post, &done)));
-    stages.insert("completion_to_quiet".into(), pct(diff(&done, &quiet_ns)));
-    stages.insert("push_to_quiet".into(), pct(diff(&push_ns, &quiet_ns)));
-    let mut extra = Map::new();
-    extra.insert("stages".into(), Value::Object(stages));
-    extra.insert(
-        "batch_mean".into(),
-        json!(if batches > 0 {
+    let stages = Stages {
+        push_to_pop: if s.mode != Mode::Cpu {
+            pct(diff(&push_ns, &pop))
+        } else {
+            None
+        },
+        pop_to_post: pct(diff(&pop, &post)),
+        post_to_completion: pct(diff(&post, &done)),
+        completion_to_quiet: pct(diff(&done, &quiet_ns)),
+        push_to_quiet: pct(diff(&push_ns, &quiet_ns)),
+        post_to_arrival: None,
+        arrival_to_quiet: None,
+    };
+    let stamps = InitiatorStamps {
+        stages,
+        batch_mean: if batches > 0 {
             commands as f64 / batches as f64
         } else {
             0.0
-        }),
-    );
-    extra.insert("commands".into(), json!(commands));
-    extra.insert("fence_drains".into(), json!(fence_drains));
-    extra.insert("max_in_flight".into(), json!(max_in_flight));
-    extra.insert(
-        "arrival_clock".into(),
-        json!(if setup.one_host {
+        },
+        commands,
+        fence_drains,
+        max_in_flight,
+        arrival_clock: if setup.one_host {
             "same host"
         } else {
             "target host (not aligned)"
-        }),
-    );
-    if let Some((off, rtt, _)) = init.clock {
-        extra.insert("clock_offset_ns".into(), json!(off));
-        extra.insert("clock_rtt_ns".into(), json!(rtt));
-    }
-    extra.insert("post_ns".into(), json!(post));
-    extra.insert("quiet_ns".into(), json!(quiet_ns));
-    extra.insert("iter_t0_ns".into(), json!(iter_t0));
-    extra.insert("iter_t1_ns".into(), json!(iter_t1));
+        }
+        .into(),
+        clock_offset_ns: init.clock.map(|(off, _, _)| off),
+        clock_rtt_ns: init.clock.map(|(_, rtt, _)| rtt),
+        post_ns: post,
+        quiet_ns,
+        iter_t0_ns: iter_t0,
+        iter_t1_ns: iter_t1,
+    };
     Ok(Measured {
         samples_ns: samples,
-        errors: 0,
-        extra,
-    })
+        ..Measured::default()
+    }
+    .detail(&stamps))
 }

@@ -73,7 +73,7 @@ use crate::harness::{self, Benchmark, Ctx, Measured, MrChoice, Needs, Point, Run
 pub use args::{Mode, PayloadFence, Producer, ProxyArgs, ProxyThreads};
 #[cfg(test)]
 pub(crate) use report::pct;
-pub use report::ProxyFacts;
+pub use report::{Pct, ProxyDetail, ProxyFacts, Stages};
 
 /// One point: a mode at a size.
 #[derive(Clone, Debug)]
@@ -414,8 +414,9 @@ impl<'a> Benchmark for Proxy<'a> {
             mem: c.mem.to_string(),
             link_gbps: None,
             header,
-            extra: crate::queue::record::fields(&facts),
-        })
+            ..RunFacts::default()
+        }
+        .detail(&facts))
     }
 
     fn points(&self, _ctx: &Ctx) -> Result<Vec<ProxySpec>, BenchError> {

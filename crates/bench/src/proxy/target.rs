@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use efabench_gpu::proxy::realtime_ns;
-use serde_json::{json, Map};
 
+use super::report::TargetStamps;
 use super::{
     check_puts, engine, health_of, kept_iters, ProxyArgs, ProxySpec, Setup, INITIATOR, TARGET,
 };
@@ -52,12 +52,12 @@ pub(super) fn measure(
         }
         ctx.bs.barrier()?;
     }
-    let mut extra = Map::new();
-    extra.insert("arrive_ns".into(), json!(arrive_all));
-    extra.insert("landed_ns".into(), json!(landed));
     Ok(Measured {
-        samples_ns: Vec::new(),
         errors,
-        extra,
-    })
+        ..Measured::default()
+    }
+    .detail(&TargetStamps {
+        arrive_ns: arrive_all,
+        landed_ns: landed,
+    }))
 }
