@@ -57,7 +57,7 @@ use std::cell::RefCell;
 use std::time::Duration;
 
 use efabench_record::Record;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::alltoall::open_mesh;
 use crate::error::BenchError;
@@ -72,7 +72,7 @@ pub use schedule::{Plan, Schedule, RETEST_ROUNDS};
 pub use summary::summarize;
 
 use schedule::budget_lines;
-use stream::stream;
+use stream::{stream, RoundFacts};
 
 /// Most bytes a pair's window touches per buffer (slots beyond it are reused).
 const FOOTPRINT: u64 = 1 << 20;
@@ -172,7 +172,7 @@ impl<'a> Benchmark for Pairs<'a> {
             .map(|&s| s as usize * self.slots(s))
             .max()
             .unwrap_or(1);
-        let (m, mut facts) = open_mesh(ctx, buf, buf)?;
+        let (m, facts) = open_mesh(ctx, buf, buf)?;
         let mine = m.group().domains();
         let mut mine_d = mine.clone();
         mine_d.dedup();
@@ -182,14 +182,13 @@ impl<'a> Benchmark for Pairs<'a> {
             .map(|b| String::from_utf8_lossy(b).into_owned())
             .collect();
         self.slow = crate::test_hooks::slow_rank_delay(ctx.rank);
-        facts.extra.insert(
-            "schedule".into(),
-            json!(if self.args.one_at_a_time {
+        let mut facts = facts.detail(&PairsFacts {
+            schedule: if self.args.one_at_a_time {
                 "one-at-a-time".to_string()
             } else {
                 self.args.schedule.to_string()
-            }),
-        );
+            },
+        });
         facts.header.push(format!(
             "# pairs: write stream, window {}; bw per ordered pair (peer = destination, src in the record)",
             self.args.window,
@@ -358,7 +357,7 @@ impl<'a> Benchmark for Pairs<'a> {
             // As a provider's bad access inside a call would.
             efabench_fabric::crash::raise_segv();
         }
-        let mut m = stream(mesh, spec, to, from, verify, slow, None)?;
+        let (mut m, mut facts) = stream(mesh, spec, to, from, verify, slow, None)?;
         let rails = mesh.rails();
         if rails > 1 {
             // Each rail alone, for a share of the pair's budget: a slow NIC of a node shows as
@@ -372,7 +371,7 @@ impl<'a> Benchmark for Pairs<'a> {
             let mut per = Vec::with_capacity(rails);
             for rail in 0..rails {
                 ctx.bs.barrier()?;
-                let r = stream(mesh, &share, to, from, verify, slow, Some(rail))?;
+                let (r, _) = stream(mesh, &share, to, from, verify, slow, Some(rail))?;
                 m.errors += r.errors;
                 let s = Samples::from_vec(r.samples_ns);
                 per.push(gbps(
@@ -380,8 +379,9 @@ impl<'a> Benchmark for Pairs<'a> {
                     s.total_ns(),
                 ));
             }
-            m.extra.insert("rail_gbps".into(), json!(per));
+            facts.rail_gbps = Some(per);
         }
+        let m = m.detail(&facts);
         self.cached = Some(m.clone());
         Ok(m)
     }
@@ -393,18 +393,12 @@ impl<'a> Benchmark for Pairs<'a> {
         }
         let spec = &spec;
         let m = &all[spec.src as usize];
-        let mut extra_stop = None;
+        let facts: RoundFacts =
+            serde_json::from_value(Value::Object(m.extra.clone())).unwrap_or_default();
         // Warm-up windows actually sent (fewer than -w when a tenth of --max-time ran out).
-        let warmup = m
-            .extra
-            .get("warmup_done")
-            .and_then(Value::as_u64)
-            .unwrap_or(spec.warmup);
+        let warmup = facts.warmup_done.unwrap_or(spec.warmup);
         let mut s = Samples::from_vec(m.samples_ns.clone());
         let window = self.args.window;
-        if let Some(why) = m.extra.get("stopped_by") {
-            extra_stop = Some(why.clone());
-        }
         let messages = s.len() as u64 * window;
         let bw = gbps(spec.size as u64 * messages, s.total_ns());
         self.seen.borrow_mut().push((
@@ -423,7 +417,7 @@ impl<'a> Benchmark for Pairs<'a> {
             src_nic: self.nics.get(spec.src as usize).cloned(),
             dst_nic: self.nics.get(spec.dst as usize).cloned(),
             window,
-            stopped_by: extra_stop.and_then(|v| v.as_str().map(String::from)),
+            stopped_by: facts.stopped_by.map(|w| w.name().to_string()),
             lat_kind: "per message (window time / window)".into(),
             round: match spec.round {
                 Round::Shift(k) => Some(k),
@@ -435,13 +429,9 @@ impl<'a> Benchmark for Pairs<'a> {
                 _ => "first",
             }
             .into(),
-            per_rail: m.extra.get("per_rail").cloned(),
-            rail_gbps: m
-                .extra
-                .get("rail_gbps")
-                .and_then(|v| serde_json::from_value(v.clone()).ok()),
+            per_rail: facts.per_rail,
+            rail_gbps: facts.rail_gbps,
         };
-        let extra = crate::queue::record::fields(&detail);
         Point {
             variant: "write-stream".into(),
             size_bytes: spec.size as u64,
@@ -458,8 +448,9 @@ impl<'a> Benchmark for Pairs<'a> {
                 value: bw,
                 min,
             }),
-            ..Point::with_extra(extra)
+            ..Point::default()
         }
+        .detail(&detail)
     }
 
     fn summary(&self, records: &[Record]) -> Vec<String> {
@@ -470,6 +461,13 @@ impl<'a> Benchmark for Pairs<'a> {
             self.args.min_bw,
         )
     }
+}
+
+/// Fields every record of a pairs run repeats.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct PairsFacts {
+    /// `--pairs` as a schedule (`all`, `ring`, `random:K:SEED`) or `one-at-a-time`.
+    pub schedule: String,
 }
 
 /// The record fields of one pair, beyond the common ones.

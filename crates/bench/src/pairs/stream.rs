@@ -4,7 +4,8 @@
 
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Map};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use super::PairsSpec;
 use crate::error::BenchError;
@@ -14,8 +15,9 @@ use crate::pattern;
 use crate::stats::Samples;
 
 /// How the sender ended a pair's stream.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum StopReason {
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(super) enum StopReason {
     /// `-n` timed windows were sent.
     Count,
     /// `--max-time` ran out first.
@@ -23,12 +25,30 @@ enum StopReason {
 }
 
 impl StopReason {
-    fn name(self) -> &'static str {
+    pub(super) fn name(self) -> &'static str {
         match self {
             StopReason::Count => "count",
             StopReason::Time => "time",
         }
     }
+}
+
+/// What a rank's round says beyond its samples and errors; it travels to rank 0 with them
+/// ([`Measured::detail`]).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub(super) struct RoundFacts {
+    /// The sender's bytes and operations per rail, as the mesh counts them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per_rail: Option<Value>,
+    /// Why the sender stopped (absent on a rank that sent nothing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped_by: Option<StopReason>,
+    /// Warm-up windows actually sent (fewer than `-w` when a tenth of `--max-time` ran out).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warmup_done: Option<u64>,
+    /// Each rail measured alone, Gbps (two rails or more).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rail_gbps: Option<Vec<f64>>,
 }
 
 /// This rank's part of one round: a write stream to `to` and/or from `from`, at once.
@@ -46,7 +66,7 @@ pub(super) fn stream(
     verify: bool,
     slow: Option<Duration>,
     only_rail: Option<usize>,
-) -> Result<Measured, BenchError> {
+) -> Result<(Measured, RoundFacts), BenchError> {
     let me = mesh.me();
     let size = spec.size;
     let win = spec.slots.max(1);
@@ -224,17 +244,16 @@ pub(super) fn stream(
         }
     }
     mesh.drain_local()?;
-    let mut extra = Map::new();
-    extra.insert("per_rail".into(), mesh.per_rail());
-    if let Some(why) = stopped {
-        extra.insert("stopped_by".into(), json!(why.name()));
-    }
-    if let Some((first, _)) = timed {
-        extra.insert("warmup_done".into(), json!(first));
-    }
-    Ok(Measured {
+    let facts = RoundFacts {
+        per_rail: Some(mesh.per_rail()),
+        stopped_by: stopped,
+        warmup_done: timed.map(|(first, _)| first),
+        rail_gbps: None,
+    };
+    let m = Measured {
         samples_ns: samples.into_vec(),
         errors,
-        extra,
-    })
+        ..Measured::default()
+    };
+    Ok((m, facts))
 }
