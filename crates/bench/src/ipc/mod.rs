@@ -37,7 +37,7 @@
 //! - `measure.rs`: what one rank holds (GPU, buffers, peers' mappings) and one point of the
 //!   sweep or matrix on it: poison, fill, timed batches between CUDA events, verification;
 //! - `report.rs`: the record of a sweep or matrix point, the summary and the matrices;
-//! - `nvbw.rs`: nvbandwidth's testcases, measured and recorded.
+//! - `nvbw/`: nvbandwidth's testcases, measured (`mod.rs`) and recorded (`report.rs`).
 
 mod args;
 mod measure;
