@@ -28,8 +28,8 @@ mod tests {
             assert_eq!(cpu, gpu, "queue's lat_us differs for {} samples", ns.len());
 
             let proxy = crate::proxy::pct(ns.iter().map(|&x| i64::from(x)).collect());
-            assert_eq!(proxy["p50_us"].as_f64(), Some(cpu.p50));
-            assert_eq!(proxy["p99_us"].as_f64(), Some(cpu.p99));
+            assert_eq!(proxy.map(|p| p.p50_us), Some(cpu.p50));
+            assert_eq!(proxy.map(|p| p.p99_us), Some(cpu.p99));
         }
     }
 }

@@ -356,6 +356,14 @@ fn pairs_names_the_slowed_rank_and_gates_on_min_bw() {
         err.contains("--min-bw 1000000: FAILED, 12 pair(s)"),
         "{err}"
     );
+    // The harness names every pair that missed the gate.
+    assert_eq!(
+        err.lines()
+            .filter(|l| l.contains("--min-bw 1000000 Gbps measured"))
+            .count(),
+        12,
+        "{err}"
+    );
     let suspect = err
         .lines()
         .find(|l| l.starts_with("# suspect at 65536 B"))

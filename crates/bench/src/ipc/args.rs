@@ -1,0 +1,317 @@
+//! The options of `efabench ipc` and what they name: launch shapes (`GxB`, `smxB`), the
+//! methods of `--variant` × `--shapes`, the sizes (multiples of 16 bytes) and the default
+//! iteration count.
+
+use efabench_gpu::{GpuChoice, Shape};
+
+use crate::harness::{gpu_arg, JobArgs, SweepArgs};
+use crate::size::sweep;
+use crate::BenchError;
+
+/// Options of `efabench ipc`: the kernels' own, the GPU, the size sweep and the job. It uses
+/// no libfabric and places its own device memory, so clap refuses the fabric and memory options.
+#[derive(clap::Args, Debug, Clone)]
+#[command(next_help_heading = "Benchmark options")]
+pub struct IpcArgs {
+    /// Timed batches per point; each is bracketed by CUDA events, none by a host sync.
+    #[arg(long, default_value = "5", value_parser = samples_arg, allow_hyphen_values = true)]
+    pub samples: u64,
+    /// Variants, comma-separated: copy-engine, push, pull, tma [default: all four, or none
+    /// when --nvbw is given].
+    #[arg(long, value_delimiter = ',')]
+    pub variant: Option<Vec<String>>,
+    /// Launch shapes of push and pull, GRIDxBLOCK; `smxB` means one block per SM.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "1x256,16x256,128x256,smx512"
+    )]
+    pub shapes: Vec<String>,
+    /// Grids of the tma variant (256 threads a block): smK = K blocks per SM, or a block count.
+    #[arg(long, value_delimiter = ',', default_value = "sm2")]
+    pub tma_grids: Vec<String>,
+    /// Also measure every ordered GPU pair at the largest size (automatic above 2 GPUs).
+    #[arg(long)]
+    pub matrix: bool,
+    /// nvbandwidth's device-to-device testcases, comma-separated, or `all`: every ordered GPU
+    /// pair at every size (device_to_device_memcpy_{read,write}_{ce,sm},
+    /// device_to_device_bidirectional_memcpy_{read,write}_{ce,sm}, device_local_copy,
+    /// device_to_device_latency_sm).
+    #[arg(long, value_delimiter = ',')]
+    pub nvbw: Vec<String>,
+    /// This rank's GPU: an index, or auto (= local rank).
+    #[arg(long, default_value = "auto", value_parser = gpu_arg)]
+    pub gpu: GpuChoice,
+    #[command(flatten)]
+    pub sweep: SweepArgs,
+    #[command(flatten)]
+    pub job: JobArgs,
+}
+
+crate::impl_options!(IpcArgs: sweep);
+
+/// The variants `--variant` selects: the given list, else all four unless `--nvbw` is given.
+pub fn variants(args: &IpcArgs) -> Vec<String> {
+    match &args.variant {
+        Some(v) => v.clone(),
+        None if args.nvbw.is_empty() => ["copy-engine", "push", "pull", "tma"]
+            .map(String::from)
+            .to_vec(),
+        None => Vec::new(),
+    }
+}
+
+fn samples_arg(s: &str) -> Result<u64, String> {
+    crate::harness::bounded(s, "--samples", 1, 4096, "5")
+}
+
+/// Defaults of the shared options that differ for ipc (applied with clap's `mut_arg`): NVLink
+/// needs large messages to reach its peak, and the kernels move 16-byte vectors.
+pub const IPC_DEFAULTS: [(&str, &str); 4] = [
+    ("min_bytes", "4K"),
+    ("max_bytes", "1G"),
+    ("warmup", "10"),
+    ("timeout", "60"),
+];
+
+/// How many blocks: a number, or a multiple of the SM count.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Grid {
+    Blocks(u32),
+    PerSm(u32),
+}
+
+/// A launch shape as the user wrote it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ShapeSpec {
+    pub grid: Grid,
+    pub block: u32,
+}
+
+impl ShapeSpec {
+    pub fn resolve(self, sm_count: u32) -> Shape {
+        Shape {
+            grid: match self.grid {
+                Grid::Blocks(b) => b,
+                Grid::PerSm(k) => k * sm_count.max(1),
+            },
+            block: self.block,
+        }
+    }
+    /// `128x256`, or `sm132x512` for a grid sized from the SM count.
+    pub fn label(self, sm_count: u32) -> String {
+        let s = self.resolve(sm_count);
+        match self.grid {
+            Grid::Blocks(_) => format!("{}x{}", s.grid, s.block),
+            Grid::PerSm(_) => format!("sm{}x{}", s.grid, s.block),
+        }
+    }
+}
+
+/// Parses `GxB`, `smxB` or `smKxB` (K blocks per SM).
+pub fn parse_shape(s: &str) -> Result<ShapeSpec, String> {
+    let bad = || {
+        format!(
+            "invalid launch shape {s:?}: write GRIDxBLOCK (128x256) or smxBLOCK (one block per SM), \
+             BLOCK a multiple of 32 up to 1024"
+        )
+    };
+    let t = s.trim().to_ascii_lowercase();
+    let (g, b) = t.split_once('x').ok_or_else(bad)?;
+    let block: u32 = b.parse().map_err(|_| bad())?;
+    if block == 0 || block > 1024 || block % 32 != 0 {
+        return Err(bad());
+    }
+    let grid = if let Some(k) = g.strip_prefix("sm") {
+        let k: u32 = if k.is_empty() {
+            1
+        } else {
+            k.parse().map_err(|_| bad())?
+        };
+        if k == 0 || k > 64 {
+            return Err(bad());
+        }
+        Grid::PerSm(k)
+    } else {
+        let n: u32 = g.parse().map_err(|_| bad())?;
+        if n == 0 || n > 1 << 20 {
+            return Err(bad());
+        }
+        Grid::Blocks(n)
+    };
+    Ok(ShapeSpec { grid, block })
+}
+
+/// What one point runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Method {
+    CopyEngine,
+    Push(ShapeSpec),
+    Pull(ShapeSpec),
+    /// Bulk copy, 256 threads a block (fixed by the kernel).
+    Tma(ShapeSpec),
+}
+
+impl Method {
+    pub fn shape(self, sm_count: u32) -> Option<Shape> {
+        match self {
+            Method::CopyEngine => None,
+            Method::Push(s) | Method::Pull(s) | Method::Tma(s) => Some(s.resolve(sm_count)),
+        }
+    }
+    /// The record's variant name.
+    pub fn name(self, sm_count: u32) -> String {
+        match self {
+            Method::CopyEngine => "copy-engine".to_string(),
+            Method::Push(s) => format!("push-{}", s.label(sm_count)),
+            Method::Pull(s) => format!("pull-{}", s.label(sm_count)),
+            Method::Tma(s) => format!("tma-{}", s.label(sm_count)),
+        }
+    }
+}
+
+/// The methods of `--variant` × `--shapes` (`--tma-grids` for tma), in the order given.
+pub fn methods(
+    variants: &[String],
+    shapes: &[String],
+    tma_grids: &[String],
+) -> Result<Vec<Method>, String> {
+    let specs = shapes
+        .iter()
+        .map(|s| parse_shape(s))
+        .collect::<Result<Vec<_>, _>>()?;
+    let tma = tma_grids
+        .iter()
+        .map(|g| parse_shape(&format!("{}x256", g.trim())))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|_| {
+            format!("invalid --tma-grids {tma_grids:?}: use smK (K blocks per SM) or a block count, e.g. sm2,132")
+        })?;
+    let mut out = Vec::new();
+    for v in variants {
+        match v.trim().to_ascii_lowercase().as_str() {
+            "copy-engine" | "ce" => out.push(Method::CopyEngine),
+            "push" => out.extend(specs.iter().map(|s| Method::Push(*s))),
+            "pull" => out.extend(specs.iter().map(|s| Method::Pull(*s))),
+            "tma" => out.extend(tma.iter().map(|s| Method::Tma(*s))),
+            other => {
+                return Err(format!(
+                    "unknown ipc variant {other:?}: use copy-engine, push, pull or tma (--variant)"
+                ))
+            }
+        }
+    }
+    out.dedup();
+    Ok(out)
+}
+
+/// The sizes, each a positive multiple of 16 bytes (the kernels move 16-byte vectors).
+pub fn ipc_sizes(min: u64, max: u64, factor: u64) -> Result<Vec<u64>, BenchError> {
+    let sizes = sweep(min, max, factor)?;
+    if let Some(s) = sizes.iter().find(|s| **s < 16 || **s % 16 != 0) {
+        return Err(BenchError::usage(format!(
+            "ipc size {s} is not a multiple of 16 bytes: pick -b/-e/-f so every size is (e.g. -b 4K)"
+        )));
+    }
+    Ok(sizes)
+}
+
+/// Iterations for one size: enough to move 4 GiB, between 20 and 2000.
+pub fn default_iters(size: u64) -> u64 {
+    (4u64 << 30).div_ceil(size.max(1)).clamp(20, 2000)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ipc::nvbw;
+    use crate::ipc::tests::IpcArgsParser;
+    use clap::Parser;
+
+    #[test]
+    fn shapes_parse_and_name() {
+        let s = parse_shape("128x256").unwrap();
+        assert_eq!(
+            s.resolve(132),
+            Shape {
+                grid: 128,
+                block: 256
+            }
+        );
+        assert_eq!(s.label(132), "128x256");
+        let s = parse_shape("smx512").unwrap();
+        assert_eq!(
+            s.resolve(132),
+            Shape {
+                grid: 132,
+                block: 512
+            }
+        );
+        assert_eq!(Method::Pull(s).name(132), "pull-sm132x512");
+        assert_eq!(parse_shape("sm2x256").unwrap().resolve(132).grid, 264);
+        for bad in [
+            "128", "0x256", "1x0", "1x100", "1x2048", "smx", "axb", "sm0x256",
+        ] {
+            let e = parse_shape(bad).unwrap_err();
+            assert!(e.contains("GRIDxBLOCK"), "{bad}: {e}");
+        }
+        let t = parse_shape("sm2x256").unwrap();
+        assert_eq!(Method::Tma(t).name(132), "tma-sm264x256");
+        assert_eq!(Method::CopyEngine.name(132), "copy-engine");
+    }
+
+    #[test]
+    fn default_method_list_is_ce_four_pushes_four_pulls_and_tma() {
+        let a = IpcArgsParser::parse_from(["x"]).a;
+        let m = methods(&variants(&a), &a.shapes, &a.tma_grids).unwrap();
+        assert_eq!(m.len(), 10);
+        assert_eq!(m[0], Method::CopyEngine);
+        assert_eq!(m[9].name(132), "tma-sm264x256");
+        assert!(methods(&["tma".into()], &a.shapes, &["sm3".into(), "64".into()]).is_ok());
+        let e = methods(&["tma".into()], &a.shapes, &["x".into()]).unwrap_err();
+        assert!(e.contains("--tma-grids"), "{e}");
+        let names: Vec<String> = m.iter().map(|m| m.name(132)).collect();
+        assert!(names.contains(&"push-1x256".to_string()));
+        assert!(names.contains(&"push-16x256".to_string()));
+        assert!(names.contains(&"push-128x256".to_string()));
+        assert!(names.contains(&"pull-sm132x512".to_string()));
+        let e = methods(&["store".into()], &a.shapes, &a.tma_grids).unwrap_err();
+        assert!(e.contains("copy-engine, push, pull or tma"), "{e}");
+    }
+
+    #[test]
+    fn nvbw_replaces_the_default_variants_unless_they_are_named() {
+        let parse = |v: &[&str]| IpcArgsParser::parse_from(v.iter().copied()).a;
+        let a = parse(&["x"]);
+        assert_eq!(variants(&a), ["copy-engine", "push", "pull", "tma"]);
+        assert!(a.nvbw.is_empty());
+        let a = parse(&["x", "--nvbw", "all"]);
+        assert!(variants(&a).is_empty());
+        assert_eq!(nvbw::parse_tests(&a.nvbw).unwrap().len(), 10);
+        let a = parse(&[
+            "x",
+            "--nvbw",
+            "device_local_copy,device_to_device_latency_sm",
+            "--variant",
+            "copy-engine",
+        ]);
+        assert_eq!(variants(&a), ["copy-engine"]);
+        assert_eq!(
+            nvbw::parse_tests(&a.nvbw).unwrap(),
+            [nvbw::Test::LocalCopy, nvbw::Test::Latency]
+        );
+        let m = methods(&variants(&a), &a.shapes, &a.tma_grids).unwrap();
+        assert_eq!(m, [Method::CopyEngine]);
+    }
+
+    #[test]
+    fn sizes_must_be_multiples_of_16() {
+        assert_eq!(ipc_sizes(4096, 16384, 2).unwrap(), vec![4096, 8192, 16384]);
+        let e = ipc_sizes(8, 64, 2).unwrap_err();
+        assert!(e.to_string().contains("multiple of 16"), "{e}");
+        assert!(
+            ipc_sizes(16, 100, 2).is_err(),
+            "100 is not a multiple of 16"
+        );
+    }
+}

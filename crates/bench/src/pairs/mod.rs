@@ -1,0 +1,519 @@
+//! `efabench pairs`: the bandwidth of every ordered pair of ranks, to find the slow node, NIC or
+//! cable of a cluster (a per-pair version of nccl-tests' `MIN_BW` acceptance gate).
+//!
+//! Each pair runs the point-to-point write stream: a window of `--window` RDMA writes with remote
+//! CQ data, timed at the sender from the first post until the receiver's acknowledgement says
+//! every stripe of every message arrived (counted by CQ data, never by the last write), then
+//! verified by the receiver (untimed) before it tells the sender to start the next window.
+//!
+//! # Schedule
+//! Pairs run in rounds of shifts: round k (1 ≤ k < n) has every rank r write to (r + k) mod n
+//! while it receives from (r − k) mod n, so all n pairs of a round run at once — what the cluster
+//! sees under load, every NIC sending and receiving. `--pairs` picks the shifts:
+//! - `all` (default): every shift, n − 1 rounds, all n(n−1) ordered pairs;
+//! - `ring`: shifts 1 and n − 1, each rank with its two neighbours (2 rounds);
+//! - `random:K[:SEED]`: K shifts drawn from a seed every rank shares (the seed is part of the
+//!   option, so ranks started with the same options agree), K partners each way per rank.
+//!
+//! After a `ring` or `random` first stage, [`RETEST_ROUNDS`] retest rounds follow at each size:
+//! rank 0 names the suspects of the partial matrix ([`crate::locate`]) and picks, for each retest
+//! round, a shift not measured yet that pairs every suspect with ranks that are not suspects
+//! themselves (both ways), and tells every rank. A suspect's fault then shows against known-good
+//! partners, and a healthy neighbour of a slow node gets pairs without it. The cost is
+//! (shifts + 2) rounds of n pairs: with K = log2 n, O(n log n) pair measurements.
+//! `--one-at-a-time` measures one pair at a time instead (n(n−1) steps, an idle fabric around
+//! it; `--pairs all` only).
+//!
+//! # Time budget
+//! Each pair stops after `-w` + `-n` windows or `--max-time` seconds of timed windows (warm-up
+//! at most a tenth of it), whichever comes first, so a link 100 times slower than the others
+//! still yields its number, and the header states the budget of the whole run. Every poll that
+//! finds a completion counts as progress for the bootstrap, so `--timeout` means "nothing moved",
+//! never "slow".
+//!
+//! # Output
+//! One record per pair (`peer` = destination, `src` in the record, `stopped_by` count or time),
+//! an n × n table of Gbps after the sweep, the pairs below `--outlier PCT` of the median of their
+//! size named with host and NIC of both ends, and the suspect ranks with the direction of the
+//! fault and one line of evidence each: a rank's pairs are compared with the pairs that do not
+//! involve it ([`crate::locate`]), below `--suspect-below PCT`. `--min-bw GBPS` makes the run
+//! exit 1 when any pair is below it.
+//!
+//! # Files
+//! - `mod.rs`: the benchmark on the harness — the points of a run (a pair per record, rounds of
+//!   a shift), one measured round per rank, and the record of each pair;
+//! - `args.rs`: the options and their parsers;
+//! - `schedule.rs`: which shifts a run measures, the retest shifts chosen from the suspects, and
+//!   the header that states the schedule and the time budget;
+//! - `stream.rs`: the write stream one rank runs in a round (sender and receiver at once);
+//! - `summary.rs`: what rank 0 prints after the sweep (matrix, outliers, suspects, `--min-bw`).
+
+mod args;
+mod schedule;
+mod stream;
+mod summary;
+
+use std::cell::RefCell;
+use std::time::Duration;
+
+use efabench_record::Record;
+use serde_json::Value;
+
+use crate::alltoall::open_mesh;
+use crate::error::BenchError;
+use crate::harness::{self, Benchmark, Ctx, Gate, Measured, Needs, Point, RunFacts};
+use crate::locate::PairBw;
+use crate::mesh::Mesh;
+use crate::stats::{gbps, Samples};
+
+pub(crate) use args::max_time_arg;
+pub use args::PairsArgs;
+pub use schedule::{Plan, Schedule, RETEST_ROUNDS};
+pub use summary::summarize;
+
+use schedule::budget_lines;
+use stream::{stream, RoundFacts};
+
+/// Most bytes a pair's window touches per buffer (slots beyond it are reused).
+const FOOTPRINT: u64 = 1 << 20;
+
+/// One point: a size and one pair (the record), measured in a round (ring shift) or alone.
+#[derive(Clone, Debug)]
+pub struct PairsSpec {
+    size: usize,
+    iters: u64,
+    warmup: u64,
+    /// Time bound of the timed part (warm-up: a tenth of it).
+    max_time: Duration,
+    slots: usize,
+    /// Messages per window.
+    window: u64,
+    /// Ring shift k (every rank r → r + k), or the one pair measured alone.
+    round: Round,
+    /// The pair this record is about.
+    src: u32,
+    dst: u32,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Round {
+    Shift(u32),
+    Alone,
+    /// Retest round j of a size: its shift is chosen by rank 0 from the first stage's suspects.
+    Retest(u32),
+}
+
+/// `pairs` on the shared harness.
+pub struct Pairs<'a> {
+    args: &'a PairsArgs,
+    sizes: Vec<u64>,
+    mesh: Option<Mesh>,
+    /// Every rank's NIC(s), for naming outliers.
+    nics: Vec<String>,
+    /// This rank's outcome of the current round (returned for every record of the round).
+    cached: Option<Measured>,
+    slow: Option<Duration>,
+    /// Rank 0: the pairs measured so far (size, pair), for choosing retest shifts.
+    seen: RefCell<Vec<(u64, PairBw)>>,
+    /// The shifts measured at the current size (first stage and retests chosen so far).
+    used: Vec<(u64, u32)>,
+    /// The shift of the retest round being measured.
+    retest_shift: u32,
+}
+
+impl<'a> Pairs<'a> {
+    pub fn new(args: &'a PairsArgs) -> Result<Self, BenchError> {
+        let sizes = args.sweep.sizes()?;
+        if args.one_at_a_time && args.schedule != Schedule::All {
+            return Err(BenchError::usage(format!(
+                "--one-at-a-time measures every ordered pair, so it goes with --pairs all, not \
+                 --pairs {}; drop one of them",
+                args.schedule
+            )));
+        }
+        Ok(Pairs {
+            args,
+            sizes,
+            mesh: None,
+            nics: Vec::new(),
+            cached: None,
+            slow: None,
+            seen: RefCell::new(Vec::new()),
+            used: Vec::new(),
+            retest_shift: 0,
+        })
+    }
+
+    fn slots(&self, size: u64) -> usize {
+        (FOOTPRINT / size.max(1)).clamp(1, self.args.window) as usize
+    }
+}
+
+impl<'a> Benchmark for Pairs<'a> {
+    type Spec = PairsSpec;
+
+    fn name(&self) -> &'static str {
+        "pairs"
+    }
+
+    fn needs(&self) -> Needs {
+        Needs {
+            fabric: true,
+            min_world: 2,
+            how_to_launch: "run `efabench launch -n 4 -- pairs ...`, or start it under \
+                            srun/mpirun, or by hand with --rank/--world/--rdzv",
+        }
+    }
+
+    fn setup(&mut self, ctx: &Ctx) -> Result<RunFacts, BenchError> {
+        let buf = self
+            .sizes
+            .iter()
+            .map(|&s| s as usize * self.slots(s))
+            .max()
+            .unwrap_or(1);
+        let (m, facts) = open_mesh(ctx, buf, buf)?;
+        let mine = m.group().domains();
+        let mut mine_d = mine.clone();
+        mine_d.dedup();
+        let all = ctx.bs.all_gather(mine_d.join(",").as_bytes())?;
+        self.nics = all
+            .iter()
+            .map(|b| String::from_utf8_lossy(b).into_owned())
+            .collect();
+        self.slow = crate::test_hooks::slow_rank_delay(ctx.rank);
+        let mut facts = facts.detail(&PairsFacts {
+            schedule: if self.args.one_at_a_time {
+                "one-at-a-time".to_string()
+            } else {
+                self.args.schedule.to_string()
+            },
+        });
+        facts.header.push(format!(
+            "# pairs: write stream, window {}; bw per ordered pair (peer = destination, src in the record)",
+            self.args.window,
+        ));
+        facts.header.extend(budget_lines(
+            ctx.world,
+            &self.sizes,
+            if self.args.one_at_a_time {
+                Plan::OneAtATime
+            } else {
+                Plan::Rounds(self.args.schedule)
+            },
+            self.args.max_time,
+            |size| self.args.sweep.iterations(size, self.args.window),
+        ));
+        if m.rails() > 1 {
+            facts.header.push(format!(
+                "# rails: after each round's striped stream, each of the {} rails alone for 1/{} of \
+                 --max-time (rail_gbps in the records; a slow NIC is named by rail and domain): \
+                 each round takes up to twice its budget",
+                m.rails(),
+                m.rails()
+            ));
+        }
+        self.mesh = Some(m);
+        Ok(facts)
+    }
+
+    fn points(&self, ctx: &Ctx) -> Result<Vec<PairsSpec>, BenchError> {
+        let n = ctx.world;
+        let mut out = Vec::new();
+        for &size in &self.sizes {
+            let (iters, warmup) = self.args.sweep.iterations(size, self.args.window);
+            let base = PairsSpec {
+                size: size as usize,
+                iters,
+                warmup,
+                max_time: Duration::from_secs_f64(self.args.max_time),
+                slots: self.slots(size),
+                window: self.args.window,
+                round: Round::Alone,
+                src: 0,
+                dst: 0,
+            };
+            if self.args.one_at_a_time {
+                for src in 0..n {
+                    for dst in (0..n).filter(|&d| d != src) {
+                        out.push(PairsSpec {
+                            src,
+                            dst,
+                            ..base.clone()
+                        });
+                    }
+                }
+            } else {
+                for k in self.args.schedule.shifts(n) {
+                    for src in 0..n {
+                        out.push(PairsSpec {
+                            round: Round::Shift(k),
+                            src,
+                            dst: (src + k) % n,
+                            ..base.clone()
+                        });
+                    }
+                }
+                if self.args.schedule.retests(n) {
+                    for j in 0..RETEST_ROUNDS {
+                        for src in 0..n {
+                            // The destination is known once rank 0 chose the round's shift.
+                            out.push(PairsSpec {
+                                round: Round::Retest(j),
+                                src,
+                                dst: src,
+                                ..base.clone()
+                            });
+                        }
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn label(&self, spec: &PairsSpec) -> String {
+        match spec.round {
+            Round::Retest(j) => format!(
+                "{} retest {} from {}",
+                crate::size::human(spec.size as u64),
+                j + 1,
+                spec.src
+            ),
+            _ => format!(
+                "{} {} -> {}",
+                crate::size::human(spec.size as u64),
+                spec.src,
+                spec.dst
+            ),
+        }
+    }
+
+    fn fingerprint(&self) -> String {
+        format!(
+            "--pairs {} --window {} --max-time {} --suspect-below {}{}",
+            self.args.schedule,
+            self.args.window,
+            self.args.max_time,
+            self.args.suspect_below,
+            if self.args.one_at_a_time {
+                " --one-at-a-time"
+            } else {
+                ""
+            }
+        )
+    }
+
+    fn measure(&mut self, ctx: &Ctx, spec: &PairsSpec) -> Result<Measured, BenchError> {
+        // A round is measured once, at its first record; its other records reuse the outcome.
+        if let (Round::Shift(_) | Round::Retest(_), Some(m)) = (spec.round, &self.cached) {
+            if spec.src != 0 {
+                return Ok(m.clone());
+            }
+        }
+        let (me, n) = (ctx.rank, ctx.world);
+        let size = spec.size as u64;
+        if let Round::Shift(k) = spec.round {
+            if spec.src == 0 {
+                self.used.push((size, k));
+            }
+        }
+        if let Round::Retest(j) = spec.round {
+            // Rank 0 chooses from what it has seen; every rank takes its word.
+            let mine = if me == 0 {
+                self.choose_retest(n, size, j).to_le_bytes().to_vec()
+            } else {
+                Vec::new()
+            };
+            let all = ctx.bs.all_gather(&mine)?;
+            let k = all
+                .first()
+                .and_then(|b| <[u8; 4]>::try_from(b.as_slice()).ok())
+                .map(u32::from_le_bytes)
+                .filter(|k| (1..n).contains(k))
+                .ok_or_else(|| BenchError::failed("rank 0 sent no valid retest shift"))?;
+            self.retest_shift = k;
+            self.used.push((size, k));
+        }
+        let (to, from) = match spec.round {
+            Round::Shift(k) => (Some((me + k) % n), Some((me + n - k) % n)),
+            Round::Retest(_) => {
+                let k = self.retest_shift;
+                (Some((me + k) % n), Some((me + n - k) % n))
+            }
+            Round::Alone => (
+                (me == spec.src).then_some(spec.dst),
+                (me == spec.dst).then_some(spec.src),
+            ),
+        };
+        let verify = ctx.opts.job.verify();
+        let slow = self.slow;
+        let mesh = self
+            .mesh
+            .as_mut()
+            .ok_or_else(|| BenchError::failed("measure before setup"))?;
+        ctx.bs.barrier()?;
+        if crate::test_hooks::crash_rank(me) {
+            // As a provider's bad access inside a call would.
+            efabench_fabric::crash::raise_segv();
+        }
+        let (mut m, mut facts) = stream(mesh, spec, to, from, verify, slow, None)?;
+        let rails = mesh.rails();
+        if rails > 1 {
+            // Each rail alone, for a share of the pair's budget: a slow NIC of a node shows as
+            // its rail's column, where the striped stream only shows the node.
+            let share = PairsSpec {
+                max_time: spec.max_time / rails as u32,
+                iters: spec.iters.div_ceil(rails as u64).max(1),
+                warmup: spec.warmup.div_ceil(rails as u64),
+                ..spec.clone()
+            };
+            let mut per = Vec::with_capacity(rails);
+            for rail in 0..rails {
+                ctx.bs.barrier()?;
+                let (r, _) = stream(mesh, &share, to, from, verify, slow, Some(rail))?;
+                m.errors += r.errors;
+                let s = Samples::from_vec(r.samples_ns);
+                per.push(gbps(
+                    spec.size as u64 * s.len() as u64 * spec.window,
+                    s.total_ns(),
+                ));
+            }
+            facts.rail_gbps = Some(per);
+        }
+        let m = m.detail(&facts);
+        self.cached = Some(m.clone());
+        Ok(m)
+    }
+
+    fn point(&self, ctx: &Ctx, spec: &PairsSpec, all: &[Measured]) -> Point {
+        let mut spec = spec.clone();
+        if let Round::Retest(_) = spec.round {
+            spec.dst = (spec.src + self.retest_shift) % ctx.world;
+        }
+        let spec = &spec;
+        let m = &all[spec.src as usize];
+        let facts: RoundFacts =
+            serde_json::from_value(Value::Object(m.extra.clone())).unwrap_or_default();
+        // Warm-up windows actually sent (fewer than -w when a tenth of --max-time ran out).
+        let warmup = facts.warmup_done.unwrap_or(spec.warmup);
+        let mut s = Samples::from_vec(m.samples_ns.clone());
+        let window = self.args.window;
+        let messages = s.len() as u64 * window;
+        let bw = gbps(spec.size as u64 * messages, s.total_ns());
+        self.seen.borrow_mut().push((
+            spec.size as u64,
+            PairBw {
+                src: spec.src as usize,
+                dst: spec.dst as usize,
+                gbps: bw,
+            },
+        ));
+        let lat_us = s.summary_us(window as f64);
+        let detail = PairsDetail {
+            src: spec.src,
+            src_host: ctx.hosts.get(spec.src as usize).cloned(),
+            dst_host: ctx.hosts.get(spec.dst as usize).cloned(),
+            src_nic: self.nics.get(spec.src as usize).cloned(),
+            dst_nic: self.nics.get(spec.dst as usize).cloned(),
+            window,
+            stopped_by: facts.stopped_by.map(|w| w.name().to_string()),
+            lat_kind: "per message (window time / window)".into(),
+            round: match spec.round {
+                Round::Shift(k) => Some(k),
+                Round::Retest(_) => Some(self.retest_shift),
+                Round::Alone => None,
+            },
+            stage: match spec.round {
+                Round::Retest(_) => "retest",
+                _ => "first",
+            }
+            .into(),
+            per_rail: facts.per_rail,
+            rail_gbps: facts.rail_gbps,
+        };
+        Point {
+            variant: "write-stream".into(),
+            size_bytes: spec.size as u64,
+            // Windows actually timed: fewer than -n when --max-time ran out first.
+            iters: s.len() as u64,
+            warmup,
+            peer: Some(spec.dst),
+            lat_us,
+            bw_gbps: bw,
+            busbw_gbps: None,
+            msg_rate_mops: crate::stats::mops(messages, s.total_ns()),
+            gate: self.args.min_bw.map(|min| Gate {
+                what: format!("--min-bw {min} Gbps"),
+                value: bw,
+                min,
+            }),
+            ..Point::default()
+        }
+        .detail(&detail)
+    }
+
+    fn summary(&self, records: &[Record]) -> Vec<String> {
+        summarize(
+            records,
+            self.args.outlier,
+            self.args.suspect_below,
+            self.args.min_bw,
+        )
+    }
+}
+
+/// Fields every record of a pairs run repeats.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct PairsFacts {
+    /// `--pairs` as a schedule (`all`, `ring`, `random:K:SEED`) or `one-at-a-time`.
+    pub schedule: String,
+}
+
+/// The record fields of one pair, beyond the common ones.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct PairsDetail {
+    /// The sending rank (`peer` is the receiving one), its host and NIC, and the receiver's.
+    pub src: u32,
+    pub src_host: Option<String>,
+    pub dst_host: Option<String>,
+    pub src_nic: Option<String>,
+    pub dst_nic: Option<String>,
+    pub window: u64,
+    /// Why the pair stopped before `-n` windows (`--max-time`); absent when it did not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped_by: Option<String>,
+    pub lat_kind: String,
+    /// The ring shift of the round (null with `--one-at-a-time`).
+    pub round: Option<u32>,
+    /// `first` or `retest`.
+    pub stage: String,
+    /// The sender's bytes and operations per rail, as the mesh counts them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per_rail: Option<Value>,
+    /// Each rail measured alone, Gbps (two rails or more).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rail_gbps: Option<Vec<f64>>,
+}
+
+impl PairsDetail {
+    /// The typed fields of a pairs record (`None` for another record).
+    pub fn of(r: &Record) -> Option<PairsDetail> {
+        crate::queue::record::read(r)
+    }
+}
+
+/// Runs one rank of `pairs`; exit 1 (on rank 0) when a pair is below `--min-bw` (each such
+/// pair's record carries a [`Gate`], which the harness checks and names).
+pub fn run_pairs(args: &PairsArgs, build: &harness::BuildInfo) -> Result<i32, BenchError> {
+    let mut b = Pairs::new(args)?;
+    let run = harness::run(&mut b, args, build);
+    if run.is_err() {
+        // A failed run can leave writes posted to a peer that stopped reading (or reads too
+        // slowly); libfabric 1.17's tcp provider (ofi_rxm) crashes with SIGSEGV when such an
+        // endpoint and its registrations are closed. The process exits next and the kernel
+        // releases the sockets and memory, so the fabric is not torn down here.
+        std::mem::forget(b.mesh.take());
+    }
+    run
+}
