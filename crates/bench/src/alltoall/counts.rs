@@ -17,7 +17,7 @@
 //!   the number of rank i's tokens routed to rank j.
 //! * `file:PATH`: a traffic matrix read as nccl-tests' `alltoallv_perf` reads
 //!   `NCCL_TESTS_ALLTOALLV_MATRIX_FILE`: whitespace-separated non-negative numbers (bytes), a
-//!   square matrix whose cell [i][j] is what rank i sends rank j; a matrix larger than the job is
+//!   square matrix whose cell `[i][j]` is what rank i sends rank j; a matrix larger than the job is
 //!   cut to its first n rows and columns; every value is rounded down to a multiple of 16.
 //!
 //! `uniform` and `zipf` are shapes: each size of the `-b/-e` sweep is one rank's whole send

@@ -178,7 +178,7 @@ pub struct EpArgs {
     /// Routing: uniform, zipf:S, or file:PATH (seeded, identical on every rank).
     #[arg(long, default_value = "uniform", value_parser = routing_arg)]
     pub routing: RoutingSpec,
-    /// Receive layout: ll ([local expert][source rank][slot]) or per-rank (each token once per
+    /// Receive layout: ll (`[local expert][source rank][slot]`) or per-rank (each token once per
     /// destination rank).
     #[arg(long, value_enum, default_value_t = Layout::LowLatency)]
     pub layout: Layout,

@@ -16,7 +16,7 @@
 //! of the best ring to the Libefaxx ring, and the one-thread blocking round trip.
 
 //!
-//! Files: [`args`] the options and their checks, [`shape`] producer shapes, [`measure`] one
+//! Files: [`args`] the options and their checks, [`shape`] producer shapes, [`measure`](mod@measure) one
 //! point on the GPU (consumer threads, kernel launch, verification), [`record`] the typed record
 //! fields and the summary; this file is the sweep on the shared harness.
 
