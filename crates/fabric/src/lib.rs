@@ -35,6 +35,7 @@ pub mod rail;
 #[allow(unsafe_code)]
 mod raw;
 pub mod route;
+mod shm;
 
 pub use efabench_fabric_sys::crash;
 pub use error::{Error, Result};

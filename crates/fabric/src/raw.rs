@@ -378,6 +378,10 @@ impl RawRail {
                 Ok(())
             }
         };
+        // efa opens a shm endpoint of its own for peers on this host.
+        if fields.provider.starts_with("shm") || fields.provider == "efa" {
+            crate::shm::clear_stale_regions();
+        }
         // SAFETY: each call gets the handles opened by the previous one (checked non-error);
         // on an early return, Drop closes whatever was opened. Attribute structs are zeroed plain
         // data that outlive the calls.
