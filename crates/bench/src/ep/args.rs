@@ -188,6 +188,10 @@ pub struct EpArgs {
     /// Behind --initiator gpu: auto (a kernel with --mem cuda, else a CPU thread), gpu or host.
     #[arg(long, value_enum, default_value_t = Producer::Auto)]
     pub producer: Producer,
+    /// The proxy posts one write per ring command, instead of merging contiguous puts to the
+    /// same destination and channel into one write (its default, as the cpu initiator does).
+    #[arg(long)]
+    pub no_merge: bool,
     /// Seed of the routing and the routing weights.
     #[arg(long, default_value = "1", value_parser = seed_arg, allow_hyphen_values = true)]
     pub seed: u64,

@@ -19,8 +19,14 @@
 //!   after its writes (counting makes waiting for them unnecessary).
 //! * ring: a producer (GPU kernel, or a CPU thread in its place) pushes one command per message
 //!   into the command ring of `efabench proxy`, waits in quiet, then pushes one signal per
-//!   destination; this thread is the proxy: it pops what is ready, posts it, and publishes how
-//!   far it consumed (credits) and how many writes completed (what quiet waits for).
+//!   destination; this thread is the proxy: it pops what is ready, posts it (merging a put into
+//!   the write before it when its bytes follow for the same destination and channel, unless
+//!   `--no-merge`), and publishes how far it consumed (credits) and how many commands completed
+//!   (what quiet waits for).
+//!
+//! # Stages
+//! A [`Clock`] charges every instant of a phase on this thread to one stage (launch, post, copy,
+//! feed, quiet, network, arrival, settle), so the stages add up to the phase's time.
 //!
 //! A message to this rank itself is a local copy, counted as arrived at once.
 
@@ -87,25 +93,127 @@ pub fn parse_cq_data(d: u64) -> Option<(Kind, u64, u32, u16)> {
     Some((kind, (d >> 26) & 0xF, ((d >> 16) & 0x3FF) as u32, d as u16))
 }
 
-/// Where a phase's time went on this rank (ns).
+/// Where a phase's time went on this rank (ns). The proxy-side stages (`launch` to `settle`)
+/// partition `total_ns` (before the combine's `reduce_ns`): every instant of the phase is charged
+/// to exactly one of them by [`Clock`]. `push_ns` is the producer's own span; it overlaps them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct PhaseTimes {
-    /// Start of the phase to its end (every arrival counted, every own write completed).
+    /// Start of the phase to its end (every arrival counted, every own write completed, queued
+    /// device copies settled), plus `reduce_ns` for the combine.
     pub total_ns: u64,
-    /// The producer's first push to its last (ring initiators; 0 for `cpu`).
+    /// The producer's first push to its last put (ring initiators; 0 for `cpu`). Overlaps the
+    /// stages below; not part of their sum.
     pub push_ns: u64,
+    /// Ring initiators: start of the phase (just before the kernel launch or the producer
+    /// thread's start) to the first command the proxy reads: the launch, the kernel being
+    /// scheduled (under MPS, next to the other rank's), its first push.
+    pub launch_ns: u64,
     /// Time spent inside the post calls.
     pub post_ns: u64,
-    /// Last post to the last local completion of this rank's writes.
+    /// Time spent copying this rank's messages to itself.
+    pub copy_ns: u64,
+    /// The rest of the posting time: the proxy polling completions between posts, and waiting
+    /// for the producer's next command while some of its puts are still to come.
+    pub feed_ns: u64,
+    /// Ring initiators: every put read, waiting for the producer's count signals, i.e. its
+    /// quiet: the completion of every put it pushed (the proxy polls completions meanwhile).
+    pub quiet_ns: u64,
+    /// Everything posted to the last local completion of this rank's writes.
     pub network_ns: u64,
     /// Last local completion to the last expected arrival (0 when the arrivals came first).
     pub arrival_ns: u64,
+    /// Waiting for the device copies this process queued (shm's CUDA path) to land.
+    pub settle_ns: u64,
     /// The combine's weighted sum at the source (included in `total_ns`).
     pub reduce_ns: u64,
     /// Writes posted (remote ones, signals included).
     pub writes: u64,
+    /// Ring commands the proxy merged into the write before them (contiguous puts to the same
+    /// destination and channel); 0 without merging.
+    pub merged: u64,
     /// CQ data that did not belong to this phase, or counts that disagree with the routing.
     pub errors: u64,
+}
+
+impl PhaseTimes {
+    /// The sum of the proxy-side stages (= `total_ns - reduce_ns` when measured by [`Clock`]).
+    pub fn stage_sum_ns(&self) -> u64 {
+        self.launch_ns
+            + self.post_ns
+            + self.copy_ns
+            + self.feed_ns
+            + self.quiet_ns
+            + self.network_ns
+            + self.arrival_ns
+            + self.settle_ns
+    }
+}
+
+/// A stage of the proxy side of a phase.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stage {
+    Launch,
+    Post,
+    Copy,
+    Feed,
+    Quiet,
+    Network,
+    Arrival,
+    Settle,
+}
+
+/// Charges every instant from its start to exactly one stage: [`Clock::enter`] closes the
+/// current stage at `now` and opens the next one there, so the stages add up to the elapsed time.
+#[derive(Clone, Debug)]
+pub struct Clock {
+    start: Instant,
+    mark: Instant,
+    stage: Stage,
+    ns: [u64; 8],
+}
+
+impl Clock {
+    pub fn start_at(start: Instant, stage: Stage) -> Clock {
+        Clock {
+            start,
+            mark: start,
+            stage,
+            ns: [0; 8],
+        }
+    }
+
+    /// Closes the current stage now and opens `next`; returns the stage it closed.
+    pub fn enter(&mut self, next: Stage) -> Stage {
+        self.enter_at(Instant::now(), next)
+    }
+
+    fn enter_at(&mut self, now: Instant, next: Stage) -> Stage {
+        let d = now.saturating_duration_since(self.mark).as_nanos() as u64;
+        self.ns[self.stage as usize] += d;
+        self.mark = now.max(self.mark);
+        std::mem::replace(&mut self.stage, next)
+    }
+
+    pub fn stage(&self) -> Stage {
+        self.stage
+    }
+
+    /// Closes the current stage and writes every stage and the total into `t`.
+    pub fn finish(&mut self, t: &mut PhaseTimes) {
+        let s = self.stage;
+        self.enter(s);
+        let n = |s: Stage| self.ns[s as usize];
+        t.launch_ns = n(Stage::Launch);
+        t.post_ns = n(Stage::Post);
+        t.copy_ns = n(Stage::Copy);
+        t.feed_ns = n(Stage::Feed);
+        t.quiet_ns = n(Stage::Quiet);
+        t.network_ns = n(Stage::Network);
+        t.arrival_ns = n(Stage::Arrival);
+        t.settle_ns = n(Stage::Settle);
+        t.total_ns = self.mark.saturating_duration_since(self.start).as_nanos() as u64;
+    }
 }
 
 /// Counts one phase's arrivals.
@@ -262,25 +370,36 @@ impl<'a> Exchange<'a> {
         Ok(arr.check_blocks(self.me as usize, &blocks, &layout.expect))
     }
 
-    fn post(&mut self, p: &Put, data: u64, times: &mut PhaseTimes) -> Result<(), BenchError> {
+    fn post(
+        &mut self,
+        p: &Put,
+        data: u64,
+        clock: &mut Clock,
+        times: &mut PhaseTimes,
+    ) -> Result<(), BenchError> {
         let rail = rail_of(self.me, p, self.mesh.rails());
-        let t = Instant::now();
-        self.mesh
-            .write(p.dst, rail, p.local_off, p.len, p.remote_off, data)?;
-        times.post_ns += t.elapsed().as_nanos() as u64;
+        let was = clock.enter(Stage::Post);
+        let r = self
+            .mesh
+            .write(p.dst, rail, p.local_off, p.len, p.remote_off, data);
+        clock.enter(was);
+        r?;
         times.writes += 1;
         Ok(())
     }
 
-    fn copy_local(&mut self, p: &Put) -> Result<(), BenchError> {
-        efabench_gpu::buffer::copy_between(
+    fn copy_local(&mut self, p: &Put, clock: &mut Clock) -> Result<(), BenchError> {
+        let was = clock.enter(Stage::Copy);
+        let r = efabench_gpu::buffer::copy_between(
             &***self.send,
             p.local_off,
             &***self.recv,
             p.remote_off,
             p.len,
         )
-        .map_err(|e| BenchError::context("copying a message to this rank itself", e))
+        .map_err(|e| BenchError::context("copying a message to this rank itself", e));
+        clock.enter(was);
+        r
     }
 
     /// Drains CQ data into `arr`.
@@ -303,76 +422,82 @@ impl<'a> Exchange<'a> {
     ) -> Result<PhaseTimes, BenchError> {
         let (msg, sig) = phase.kinds();
         let mut times = PhaseTimes::default();
-        let t0 = Instant::now();
+        let mut clock = Clock::start_at(Instant::now(), Stage::Feed);
         let mut arr = Arrivals::new(phase, iter, self.world as usize, layout.channels);
         let me = self.me;
         for p in writes.iter().filter(|p| p.dst == me) {
-            self.copy_local(p)?;
+            self.copy_local(p, &mut clock)?;
         }
         arr.local(self.me as usize, &layout.expect[self.me as usize]);
         let per_dst = writes_to(self.world, writes);
         for k in 1..self.world {
             let dst = (self.me + k) % self.world;
             for p in writes.iter().filter(|p| p.dst == dst) {
-                self.post(p, cq_data(msg, iter, self.me, p.index), &mut times)?;
+                self.post(
+                    p,
+                    cq_data(msg, iter, self.me, p.index),
+                    &mut clock,
+                    &mut times,
+                )?;
             }
             let s = layout.signal(self.me, dst, per_dst[dst as usize] as u16);
-            self.post(&s, cq_data(sig, iter, self.me, s.index), &mut times)?;
+            self.post(
+                &s,
+                cq_data(sig, iter, self.me, s.index),
+                &mut clock,
+                &mut times,
+            )?;
             self.absorb(&mut arr);
         }
-        let posted = Instant::now();
-        self.finish(t0, &mut arr, &mut times, &mut |_, _, _| {
-            Ok((false, Some(posted)))
+        self.finish(&mut clock, &mut arr, &mut times, &mut |_, _, _, _| {
+            Ok((false, true))
         })?;
         times.errors += self.check_counts(&arr, layout)?;
         Ok(times)
     }
 
-    /// Polls until every source is complete and every own write completed; fills the network
-    /// and arrival stages. `pump` is called between polls until it says everything was posted
-    /// (returning whether it did anything, and when the last post happened).
+    /// Polls until every source is complete and every own write completed, charging the time
+    /// to the network and arrival stages once everything is posted. `pump` is called between
+    /// polls until it says everything was posted (returning whether it did anything, and whether
+    /// all is posted); it charges its own time to the stages it is in.
     fn finish(
         &mut self,
-        t0: Instant,
+        clock: &mut Clock,
         arr: &mut Arrivals,
         times: &mut PhaseTimes,
         pump: &mut Pump<'a, '_>,
     ) -> Result<(), BenchError> {
-        let mut posted: Option<Instant> = None;
-        let mut local_done: Option<Instant> = None;
-        let mut arrived: Option<Instant> = None;
+        let mut posted = false;
         let mut last = Instant::now();
         let mut spins = 0u32;
         loop {
             let mut moved = false;
-            if posted.is_none() {
-                let (did, all) = pump(self, arr, times)?;
+            if !posted {
+                let (did, all) = pump(self, clock, arr, times)?;
                 moved |= did;
                 posted = all;
+                if posted {
+                    clock.enter(Stage::Network);
+                }
             }
             moved |= self.mesh.progress()?;
             moved |= self.absorb(arr);
-            let now = Instant::now();
-            if posted.is_some() && local_done.is_none() && self.mesh.outstanding == 0 {
-                local_done = Some(now);
+            if posted && clock.stage() == Stage::Network && self.mesh.outstanding == 0 {
+                clock.enter(Stage::Arrival);
             }
-            if arrived.is_none() && arr.complete() {
-                arrived = Some(now);
-            }
-            if let (Some(p), Some(l), Some(a)) = (posted, local_done, arrived) {
+            if clock.stage() == Stage::Arrival && arr.complete() {
                 // Device copies this process queued (shm's CUDA path) must have landed before
                 // the phase counts as done.
+                clock.enter(Stage::Settle);
                 self.send
                     .settle()
                     .and_then(|()| self.recv.settle())
                     .map_err(|e| BenchError::context("waiting for queued device copies", e))?;
-                // Both were noted in this pass: the phase ends now.
-                times.total_ns = t0.elapsed().as_nanos() as u64;
-                times.network_ns = l.saturating_duration_since(p).as_nanos() as u64;
-                times.arrival_ns = a.saturating_duration_since(l).as_nanos() as u64;
+                clock.finish(times);
                 times.errors += arr.errors;
                 return Ok(());
             }
+            let now = Instant::now();
             if moved {
                 last = now;
                 spins = 0;
@@ -403,12 +528,13 @@ impl<'a> Exchange<'a> {
     }
 }
 
-/// What `finish` calls between polls: (did anything, Some(time of the last post) once all is posted).
+/// What `finish` calls between polls: (did anything, everything posted).
 type Pump<'a, 'b> = dyn FnMut(
         &mut Exchange<'a>,
+        &mut Clock,
         &mut Arrivals,
         &mut PhaseTimes,
-    ) -> Result<(bool, Option<Instant>), BenchError>
+    ) -> Result<(bool, bool), BenchError>
     + 'b;
 
 fn arr_phase(a: &Arrivals) -> &'static str {
@@ -423,6 +549,47 @@ pub struct RingFeed<'a> {
     pub ring: CommandRing<'a>,
     /// Next position the proxy consumes (persists across phases, as the producer's head does).
     pub next: &'a mut u64,
+    /// Merge contiguous puts into one write up to this many bytes (`None`: one write per
+    /// command).
+    pub merge: Option<usize>,
+    /// `[dst][channel]` (flattened): the writes the count block staged for `dst` announces.
+    /// When the proxy's merging posted other counts, it rewrites that block before the signal.
+    pub staged_writes: &'a [u32],
+}
+
+/// The proxy's merging of ring commands: a put extends the pending write when it goes to the
+/// same destination and channel and its bytes follow the pending write's on both sides (what a
+/// proxy batching adjacent commands, or posting with `FI_MORE`, sends as one write). The
+/// producer's commands are unchanged; only what reaches the fabric differs.
+#[derive(Debug, Default)]
+struct Merger {
+    pending: Option<(Put, u64)>,
+    limit: usize,
+}
+
+impl Merger {
+    /// Offers `p` (not a signal); returns the write to post first when `p` does not extend the
+    /// pending one, with the commands it covers.
+    fn offer(&mut self, p: Put) -> Option<(Put, u64)> {
+        if let Some((w, n)) = &mut self.pending {
+            if w.dst == p.dst
+                && w.index == p.index
+                && w.local_off + w.len == p.local_off
+                && w.remote_off + w.len == p.remote_off
+                && w.len + p.len <= self.limit
+            {
+                w.len += p.len;
+                *n += 1;
+                return None;
+            }
+        }
+        self.pending.replace((p, 1))
+    }
+
+    /// The pending write, if any.
+    fn flush(&mut self) -> Option<(Put, u64)> {
+        self.pending.take()
+    }
 }
 
 /// The commands of a phase: one per message, then one signal per destination.
@@ -492,9 +659,52 @@ pub fn host_produce(
     Ok((t0, t1))
 }
 
+/// What the proxy sent in a phase.
+#[derive(Debug, Default)]
+struct Tally {
+    /// Writes posted per `[dst][channel]` (what the count block must announce).
+    wrote: Vec<u32>,
+    channels: usize,
+    /// The CQ data of a put of channel 0 (the channel is the low 16 bits).
+    data: u64,
+    local_cmds: u64,
+    remote_cmds: u64,
+    remote_writes: u64,
+    /// Most commands one write stood for.
+    widest: u64,
+    /// This rank's messages to itself copied.
+    own_got: u64,
+}
+
+impl Tally {
+    /// A put (possibly merged, standing for `n` commands) goes out: a local copy or a write.
+    fn send(
+        &mut self,
+        ex: &mut Exchange<'_>,
+        clock: &mut Clock,
+        times: &mut PhaseTimes,
+        (w, n): (Put, u64),
+    ) -> Result<(), BenchError> {
+        times.merged += n - 1;
+        self.widest = self.widest.max(n);
+        if w.dst == ex.me {
+            ex.copy_local(&w, clock)?;
+            self.own_got += n;
+            self.local_cmds += n;
+        } else {
+            ex.post(&w, self.data | w.index as u64, clock, times)?;
+            self.wrote[w.dst as usize * self.channels + w.index as usize] += 1;
+            self.remote_cmds += n;
+            self.remote_writes += 1;
+        }
+        Ok(())
+    }
+}
+
 impl Exchange<'_> {
-    /// The proxy side of a ring phase: consumes `total` commands from `feed` while `produce`
-    /// runs elsewhere (a thread or the GPU). Push times are filled by the caller.
+    /// The proxy side of a ring phase: consumes `total` commands from `feed` while the producer
+    /// runs elsewhere (a thread or the GPU), started at `started`. Push times are filled by the
+    /// caller.
     pub fn run_proxy(
         &mut self,
         phase: Phase,
@@ -502,33 +712,52 @@ impl Exchange<'_> {
         layout: &PhaseLayout,
         feed: &mut RingFeed<'_>,
         total: u64,
+        started: Instant,
     ) -> Result<PhaseTimes, BenchError> {
         let (msg, sig) = phase.kinds();
         let mut times = PhaseTimes::default();
-        let t0 = Instant::now();
+        let mut clock = Clock::start_at(started, Stage::Launch);
         let mut arr = Arrivals::new(phase, iter, self.world as usize, layout.channels);
         let start = *feed.next;
         let ring = feed.ring;
+        let ch = layout.channels;
+        let puts_total = layout.puts.len() as u64;
+        let mut merger = Merger {
+            pending: None,
+            limit: feed.merge.unwrap_or(0),
+        };
+        let merging = feed.merge.is_some();
+        let staged = feed.staged_writes;
+        let mut tally = Tally {
+            wrote: vec![0u32; self.world as usize * ch],
+            channels: ch,
+            data: cq_data(msg, iter, self.me, 0),
+            widest: 1,
+            ..Tally::default()
+        };
         let mut consumed = 0u64;
-        let mut local_copies = 0u64;
-        let mut remote = 0u64;
+        let mut puts_seen = 0u64;
         let mut own_seen = false;
         let own_expect = layout.expect[self.me as usize].clone();
         let own_total: u32 = own_expect.iter().sum();
-        let mut own_got = 0u32;
         if own_total == 0 {
             arr.local(self.me as usize, &own_expect);
             own_seen = true;
         }
         let mut pump = |ex: &mut Exchange<'_>,
+                        clock: &mut Clock,
                         arr: &mut Arrivals,
                         times: &mut PhaseTimes|
-         -> Result<(bool, Option<Instant>), BenchError> {
+         -> Result<(bool, bool), BenchError> {
             let mut n = 0;
+            let mut empty = false;
             while consumed < total && n < 64 {
                 let pos = start + consumed;
                 let c = match ring.peek(pos) {
-                    Peek::Empty => break,
+                    Peek::Empty => {
+                        empty = true;
+                        break;
+                    }
                     Peek::Ready(c) => c,
                     Peek::Torn { a, b } => {
                         return Err(BenchError::failed(format!(
@@ -536,7 +765,10 @@ impl Exchange<'_> {
                         )))
                     }
                 };
-                let p = Put {
+                if clock.stage() == Stage::Launch {
+                    clock.enter(Stage::Feed);
+                }
+                let mut p = Put {
                     dst: c.dst as u32,
                     local_off: c.local_off as usize,
                     remote_off: c.remote_off as usize,
@@ -544,38 +776,83 @@ impl Exchange<'_> {
                     index: c.signal,
                     signal: c.fence,
                 };
-                if p.dst >= ex.world {
+                if p.dst >= ex.world || (!p.signal && p.index as usize >= ch) {
                     return Err(BenchError::failed(format!(
-                        "proxy: command at ring position {pos} is for rank {}, but the job has {} ranks",
-                        p.dst, ex.world
+                        "proxy: command at ring position {pos} is for rank {} channel {}, but the job has {} ranks and {ch} channels",
+                        p.dst, p.index, ex.world
                     )));
-                }
-                if p.dst == ex.me {
-                    if !p.signal {
-                        ex.copy_local(&p)?;
-                        own_got += 1;
-                    }
-                    local_copies += 1;
-                } else {
-                    let kind = if p.signal { sig } else { msg };
-                    ex.post(&p, cq_data(kind, iter, ex.me, p.index), times)?;
-                    remote += 1;
                 }
                 consumed += 1;
                 n += 1;
+                if !p.signal {
+                    puts_seen += 1;
+                    if merging {
+                        if let Some(w) = merger.offer(p) {
+                            tally.send(ex, clock, times, w)?;
+                        }
+                    } else {
+                        tally.send(ex, clock, times, (p, 1))?;
+                    }
+                    continue;
+                }
+                if let Some(w) = merger.flush() {
+                    tally.send(ex, clock, times, w)?;
+                }
+                if p.dst == ex.me {
+                    tally.local_cmds += 1;
+                    continue;
+                }
+                if merging {
+                    // The signal announces the writes that went out, and the count block
+                    // must say the same per channel.
+                    let d = p.dst as usize;
+                    let row = &tally.wrote[d * ch..(d + 1) * ch];
+                    p.index = row.iter().sum::<u32>() as u16;
+                    if row != &staged[d * ch..(d + 1) * ch] {
+                        let mut msgs = vec![0u32; ch];
+                        for q in layout.puts.iter().filter(|q| q.dst == p.dst) {
+                            msgs[q.index as usize] += 1;
+                        }
+                        let mut b = Vec::with_capacity(ch * 8);
+                        for (m, w) in msgs.iter().zip(row) {
+                            b.extend_from_slice(&m.to_le_bytes());
+                            b.extend_from_slice(&w.to_le_bytes());
+                        }
+                        let was = clock.enter(Stage::Post);
+                        let r = ex.send.write_at(p.local_off, &b);
+                        clock.enter(was);
+                        r.map_err(|e| BenchError::context("rewriting a count block", e))?;
+                    }
+                }
+                ex.post(&p, cq_data(sig, iter, ex.me, p.index), clock, times)?;
+                tally.remote_cmds += 1;
+                tally.remote_writes += 1;
+            }
+            // Nothing waits for commands not pushed yet: once the ring is empty, what was read
+            // goes out (a pending write is only carried over a full batch).
+            if empty || consumed == total {
+                if let Some(w) = merger.flush() {
+                    tally.send(ex, clock, times, w)?;
+                }
             }
             if n > 0 {
                 ring.publish_tail(start + consumed);
             }
-            if !own_seen && own_got == own_total {
+            if !own_seen && tally.own_got == own_total as u64 {
                 arr.local(ex.me as usize, &own_expect);
                 own_seen = true;
             }
-            let done = local_copies + remote - ex.mesh.outstanding.min(remote);
+            // Commands whose writes completed: a merged write stands for up to `widest`
+            // commands, so the in-flight ones are counted at that (exact once none is).
+            let inflight = ex.mesh.outstanding.min(tally.remote_writes) * tally.widest;
+            let done = tally.local_cmds + tally.remote_cmds.saturating_sub(inflight);
             ring.publish_done(start + done);
-            Ok((n > 0, (consumed == total).then(Instant::now)))
+            if clock.stage() == Stage::Feed && puts_seen == puts_total && consumed < total {
+                clock.enter(Stage::Quiet);
+            }
+            Ok((n > 0, consumed == total))
         };
-        let r = self.finish(t0, &mut arr, &mut times, &mut pump);
+        let r = self.finish(&mut clock, &mut arr, &mut times, &mut pump);
         *feed.next = start + consumed;
         r?;
         // The producer's last quiet reads `done`: publish the final count.
@@ -626,6 +903,81 @@ mod tests {
         a.take(cq_data(Kind::CombineMsg, 5, 0, 0));
         assert_eq!(a.errors, 2);
         assert!(a.complete());
+    }
+
+    #[test]
+    fn the_clock_charges_every_instant_to_one_stage() {
+        let t0 = Instant::now();
+        let mut c = Clock::start_at(t0, Stage::Launch);
+        let ms = Duration::from_millis(1);
+        c.enter_at(t0 + ms, Stage::Feed);
+        let was = c.enter_at(t0 + 2 * ms, Stage::Post);
+        assert_eq!(was, Stage::Feed);
+        c.enter_at(t0 + 5 * ms, was);
+        c.enter_at(t0 + 6 * ms, Stage::Quiet);
+        c.enter_at(t0 + 9 * ms, Stage::Network);
+        c.enter_at(t0 + 10 * ms, Stage::Arrival);
+        c.enter_at(t0 + 12 * ms, Stage::Settle);
+        let mut t = PhaseTimes::default();
+        c.finish(&mut t);
+        let ms = |n: u64| n * 1_000_000;
+        assert_eq!(
+            (t.launch_ns, t.feed_ns, t.post_ns, t.quiet_ns),
+            (ms(1), ms(2), ms(3), ms(3))
+        );
+        assert_eq!((t.network_ns, t.arrival_ns), (ms(1), ms(2)));
+        // `finish` closes Settle now: whatever it took, the stages add up to the total.
+        assert!(t.total_ns >= ms(12));
+        assert_eq!(t.stage_sum_ns(), t.total_ns);
+    }
+
+    fn put(dst: u32, index: u16, local_off: usize, remote_off: usize, len: usize) -> Put {
+        Put {
+            dst,
+            local_off,
+            remote_off,
+            len,
+            index,
+            signal: false,
+        }
+    }
+
+    #[test]
+    fn the_proxy_merges_only_contiguous_puts_of_one_destination_and_channel() {
+        let mut m = Merger {
+            pending: None,
+            limit: 300,
+        };
+        assert_eq!(m.offer(put(1, 0, 0, 1000, 100)), None);
+        // Contiguous on both sides: merged.
+        assert_eq!(m.offer(put(1, 0, 100, 1100, 100)), None);
+        // Another channel: the pending write goes out.
+        assert_eq!(
+            m.offer(put(1, 1, 200, 1200, 100)),
+            Some((put(1, 0, 0, 1000, 200), 2))
+        );
+        // Another destination, a gap on the remote side, a gap on the local side.
+        assert_eq!(
+            m.offer(put(2, 1, 300, 1300, 100)),
+            Some((put(1, 1, 200, 1200, 100), 1))
+        );
+        assert_eq!(
+            m.offer(put(2, 1, 400, 1500, 100)),
+            Some((put(2, 1, 300, 1300, 100), 1))
+        );
+        assert_eq!(
+            m.offer(put(2, 1, 600, 1600, 100)),
+            Some((put(2, 1, 400, 1500, 100), 1))
+        );
+        // Up to the provider's largest message, not beyond.
+        assert_eq!(m.offer(put(2, 1, 700, 1700, 100)), None);
+        assert_eq!(m.offer(put(2, 1, 800, 1800, 100)), None);
+        assert_eq!(
+            m.offer(put(2, 1, 900, 1900, 100)),
+            Some((put(2, 1, 600, 1600, 300), 3))
+        );
+        assert_eq!(m.flush(), Some((put(2, 1, 900, 1900, 100), 1)));
+        assert_eq!(m.flush(), None);
     }
 
     #[test]

@@ -13,7 +13,6 @@
 use serde::{Deserialize, Serialize};
 
 use crate::ep::exchange::PhaseTimes;
-use crate::stats::Samples;
 
 /// One rank's log of one initiator's timed iterations (travels to rank 0 in `Measured`).
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
@@ -51,30 +50,51 @@ impl Part {
             Part::Total => PhaseTimes {
                 total_ns: d.total_ns + c.total_ns,
                 push_ns: d.push_ns + c.push_ns,
+                launch_ns: d.launch_ns + c.launch_ns,
                 post_ns: d.post_ns + c.post_ns,
+                copy_ns: d.copy_ns + c.copy_ns,
+                feed_ns: d.feed_ns + c.feed_ns,
+                quiet_ns: d.quiet_ns + c.quiet_ns,
                 network_ns: d.network_ns + c.network_ns,
                 arrival_ns: d.arrival_ns + c.arrival_ns,
+                settle_ns: d.settle_ns + c.settle_ns,
                 reduce_ns: c.reduce_ns,
                 writes: d.writes + c.writes,
+                merged: d.merged + c.merged,
                 errors: d.errors + c.errors,
             },
         }
     }
 }
 
-/// p50 of each stage on the slowest rank, µs.
+/// The stages of one iteration of the slowest rank (its median one), µs: `launch` to `settle`
+/// plus `reduce` add up to `total_us`; `push_us` overlaps them.
 #[derive(Clone, Debug, Default, Serialize, PartialEq)]
 pub struct Stages {
-    /// The producer's first push to its last (0 for the CPU initiator).
+    /// The iteration's time on that rank (its p50 over the iterations).
+    pub total_us: f64,
+    /// The producer's first push to its last (0 for the CPU initiator); not part of the sum.
     pub push_us: f64,
+    /// Phase start (launch or producer start) to the first command the proxy reads.
+    pub launch_us: f64,
     /// Inside the post calls.
     pub post_us: f64,
-    /// Last post to the last local completion.
+    /// Copies of this rank's messages to itself.
+    pub copy_us: f64,
+    /// The rest of the posting: polls between posts, waiting for the producer's next put.
+    pub feed_us: f64,
+    /// Every put read, waiting for the producer's signals (its quiet on the puts).
+    pub quiet_us: f64,
+    /// Everything posted to the last local completion.
     pub network_us: f64,
     /// Last local completion to the last arrival from the peers.
     pub arrival_us: f64,
+    /// Queued device copies landing.
+    pub settle_us: f64,
     /// The combine's weighted sum.
     pub reduce_us: f64,
+    /// Ring commands the proxy merged into an earlier write in that iteration.
+    pub merged: u64,
 }
 
 /// The typed detail of an `ep` record (flattened into the record's extra fields).
@@ -84,6 +104,9 @@ pub struct EpDetail {
     pub initiator: &'static str,
     /// What stood behind `gpu`: `gpu` (a kernel) or `host` (a CPU thread); null for `cpu`.
     pub producer: Option<&'static str>,
+    /// `gpu` records: whether the proxy merged contiguous ring commands (`--no-merge`: false);
+    /// null for `cpu`.
+    pub proxy_merge: Option<bool>,
     pub layout: &'static str,
     pub dtype: &'static str,
     pub tokens: u32,
@@ -153,19 +176,30 @@ pub fn rank_means(logs: &[RankLog], part: Part) -> Vec<f64> {
         .collect()
 }
 
-/// p50 of each stage of one rank, µs.
-pub fn stages(log: &RankLog, part: Part) -> Stages {
+/// The stages of one rank's median iteration (by total time; the lower median for an even
+/// count), µs: unlike per-stage percentiles, they add up to the time they explain.
+pub fn median_stages(log: &RankLog, part: Part) -> Stages {
     let n = log.dispatch.len();
-    let p50 = |f: &dyn Fn(&PhaseTimes) -> u64| {
-        let mut s = Samples::from_vec((0..n).map(|i| f(&part.of(log, i))).collect());
-        (s.summary_us(1.0).p50 * 1000.0).round() / 1000.0
-    };
+    if n == 0 {
+        return Stages::default();
+    }
+    let mut order: Vec<PhaseTimes> = (0..n).map(|i| part.of(log, i)).collect();
+    order.sort_by_key(|t| t.total_ns);
+    let t = order[(n - 1) / 2];
+    let us = |ns: u64| ns as f64 / 1000.0;
     Stages {
-        push_us: p50(&|t| t.push_ns),
-        post_us: p50(&|t| t.post_ns),
-        network_us: p50(&|t| t.network_ns),
-        arrival_us: p50(&|t| t.arrival_ns),
-        reduce_us: p50(&|t| t.reduce_ns),
+        total_us: us(t.total_ns),
+        push_us: us(t.push_ns),
+        launch_us: us(t.launch_ns),
+        post_us: us(t.post_ns),
+        copy_us: us(t.copy_ns),
+        feed_us: us(t.feed_ns),
+        quiet_us: us(t.quiet_ns),
+        network_us: us(t.network_ns),
+        arrival_us: us(t.arrival_ns),
+        settle_us: us(t.settle_ns),
+        reduce_us: us(t.reduce_ns),
+        merged: t.merged,
     }
 }
 
@@ -218,7 +252,9 @@ mod tests {
                 }
             )
         );
-        assert_eq!(stages(&a, Part::Dispatch).post_us, 0.005);
+        // The median iteration of a (10, 50, 10 ns): one of the 10s, post 5 ns.
+        let m = median_stages(&a, Part::Dispatch);
+        assert_eq!((m.total_us, m.post_us), (0.01, 0.005));
     }
 
     #[test]

@@ -87,6 +87,10 @@ struct State {
     cpu_writes: (Vec<Put>, Vec<Put>),
     /// The ring commands per phase: (puts, signals).
     cmds: [(Vec<Command>, Vec<Command>); 2],
+    /// The proxy's merging limit (bytes; `None`: `--no-merge`).
+    merge: Option<usize>,
+    /// Per phase, `[dst][channel]` writes the ring's staged count blocks announce.
+    ring_writes: [Vec<u32>; 2],
     ring: Option<RingSide>,
     prod: Option<EpProducer>,
     reducer: Reducer,
@@ -209,6 +213,9 @@ impl State {
                 let total = (puts.len() + sigs.len()) as u64;
                 let head = ring.next;
                 let cr = ring.mem.ring(0, RING_LOG2);
+                let merge = self.merge;
+                let staged_writes = self.ring_writes[k].as_slice();
+                let started = std::time::Instant::now();
                 match (&ring.device, &self.prod) {
                     (Some(dev), Some(prod)) => {
                         let cmds = if k == 0 { &dev.0 } else { &dev.1 };
@@ -218,8 +225,10 @@ impl State {
                         let mut feed = RingFeed {
                             ring: cr,
                             next: &mut ring.next,
+                            merge,
+                            staged_writes,
                         };
-                        let mut t = ex.run_proxy(phase, iter, layout, &mut feed, total)?;
+                        let mut t = ex.run_proxy(phase, iter, layout, &mut feed, total, started)?;
                         let span = prod
                             .wait()
                             .map_err(|e| BenchError::context("the dispatch kernels", e))?;
@@ -233,8 +242,10 @@ impl State {
                             let mut feed = RingFeed {
                                 ring: cr,
                                 next: &mut ring.next,
+                                merge,
+                                staged_writes,
                             };
-                            let r = ex.run_proxy(phase, iter, layout, &mut feed, total);
+                            let r = ex.run_proxy(phase, iter, layout, &mut feed, total, started);
                             if r.is_err() {
                                 stop.store(true, std::sync::atomic::Ordering::Release);
                             }
@@ -258,9 +269,11 @@ impl State {
             Phase::Dispatch => (&self.plan.dispatch, &self.cpu_writes.0),
             Phase::Combine => (&self.plan.combine, &self.cpu_writes.1),
         };
+        // The proxy's merging posts what the cpu initiator does when it sees whole runs of
+        // contiguous commands; it rewrites a block whose writes came out otherwise.
         let w = match initiator {
-            Initiator::Cpu => writes.as_slice(),
-            Initiator::Gpu => layout.puts.as_slice(),
+            Initiator::Gpu if self.merge.is_none() => layout.puts.as_slice(),
+            _ => writes.as_slice(),
         };
         let b = count_block(self.plan.world, layout.channels, &layout.puts, w);
         dispatch::stage_counts(&self.send, layout.counts_stage, &b)
@@ -333,7 +346,7 @@ impl<'a> Benchmark for Ep<'a> {
     fn fingerprint(&self) -> String {
         let a = self.args;
         format!(
-            "-n {} -w {} --tokens {} --hidden {} --topk {} --experts {} --dtype {} --routing {} ({:016x}) --layout {} --initiator {} --producer {:?} --seed {}",
+            "-n {} -w {} --tokens {} --hidden {} --topk {} --experts {} --dtype {} --routing {} ({:016x}) --layout {} --initiator {} --producer {:?}{} --seed {}",
             a.iterations().0,
             a.iterations().1,
             a.tokens,
@@ -349,6 +362,7 @@ impl<'a> Benchmark for Ep<'a> {
             a.layout.name(),
             a.initiators().iter().map(|i| i.name()).collect::<Vec<_>>().join(","),
             a.producer,
+            if a.no_merge { " --no-merge" } else { "" },
             a.seed
         )
     }
@@ -407,6 +421,18 @@ impl<'a> Benchmark for Ep<'a> {
         let cmds = [
             commands(ctx.rank, ctx.world, &plan.dispatch),
             commands(ctx.rank, ctx.world, &plan.combine),
+        ];
+        let merge = (!a.no_merge).then_some(max_msg);
+        let staged = |l: &layout::PhaseLayout, w: &[Put]| {
+            let mut n = vec![0u32; ctx.world as usize * l.channels];
+            for p in if merge.is_some() { w } else { &l.puts } {
+                n[p.dst as usize * l.channels + p.index as usize] += 1;
+            }
+            n
+        };
+        let ring_writes = [
+            staged(&plan.dispatch, &cpu_writes.0),
+            staged(&plan.combine, &cpu_writes.1),
         ];
         let gpu: Option<Arc<Gpu>> = match (a.mem.mem, ctx.device) {
             (MemKind::Cuda, Some(d)) => {
@@ -488,6 +514,8 @@ impl<'a> Benchmark for Ep<'a> {
             plan,
             cpu_writes,
             cmds,
+            merge,
+            ring_writes,
             ring,
             prod,
             reducer,
@@ -611,6 +639,7 @@ impl<'a> Benchmark for Ep<'a> {
             phase: part.name(),
             initiator: spec.initiator.name(),
             producer: self.producer_name(spec.initiator),
+            proxy_merge: (spec.initiator == Initiator::Gpu).then_some(!a.no_merge),
             layout: a.layout.name(),
             dtype: a.dtype.name(),
             tokens: a.tokens,
@@ -644,7 +673,7 @@ impl<'a> Benchmark for Ep<'a> {
                 .collect(),
             ep_stages: logs
                 .get(slowest)
-                .map(|l| metrics::stages(l, part))
+                .map(|l| metrics::median_stages(l, part))
                 .unwrap_or_default(),
             writes_per_iter: logs
                 .get(slowest)
@@ -694,23 +723,31 @@ impl<'a> Benchmark for Ep<'a> {
     fn summary(&self, records: &[Record]) -> Vec<String> {
         let get = |r: &Record, k: &str| r.extra.get(k).cloned().unwrap_or(Value::Null);
         let mut out = vec![
-            "# ep: p50 of the slowest rank per iteration; stages of the slowest rank (p50 us): push / post / network / arrival / reduce".to_string(),
+            "# ep: p50 of the slowest rank per iteration; stages of the slowest rank's median iteration (us), which add up to its time: launch / post / copy / feed / quiet / network / arrival / settle / reduce (= total); push: the producer's span, overlapping them".to_string(),
         ];
         for r in records {
             let s = get(r, "ep_stages");
             let f = |k: &str| s.get(k).and_then(Value::as_f64).unwrap_or(0.0);
             out.push(format!(
-                "#   {:<26} p50 {:>10.2} us  p99 {:>10.2} us  {:>8.3} GB/s  {:>12.0} tokens/s  stages {:.1} / {:.1} / {:.1} / {:.1} / {:.1}  slowest rank {}",
+                "#   {:<26} p50 {:>10.2} us  p99 {:>10.2} us  {:>8.3} GB/s  {:>12.0} tokens/s  stages {:.1} / {:.1} / {:.1} / {:.1} / {:.1} / {:.1} / {:.1} / {:.1} / {:.1} (= {:.1})  push {:.1}  writes {}  merged {}  slowest rank {}",
                 r.variant,
                 r.lat_us.p50,
                 r.lat_us.p99,
                 get(r, "ep_GBps").as_f64().unwrap_or(0.0),
                 get(r, "tokens_per_s").as_f64().unwrap_or(0.0),
-                f("push_us"),
+                f("launch_us"),
                 f("post_us"),
+                f("copy_us"),
+                f("feed_us"),
+                f("quiet_us"),
                 f("network_us"),
                 f("arrival_us"),
+                f("settle_us"),
                 f("reduce_us"),
+                f("total_us"),
+                f("push_us"),
+                get(r, "writes_per_iter"),
+                s.get("merged").and_then(Value::as_u64).unwrap_or(0),
                 get(r, "slowest_rank")
             ));
         }
