@@ -118,6 +118,16 @@ impl<'a> Ep<'a> {
                 args.topk, args.experts
             )));
         }
+        if args.gpu_producer() && args.initiators().contains(&args::Initiator::Gpu) {
+            // On an H100 (two ranks on one GPU under MPS) the kernel producer's first dispatch
+            // stopped making progress and the job outlived --timeout inside a CUDA wait; until
+            // that is understood the path is closed rather than left to hang a job.
+            return Err(BenchError::usage(
+                "ep's GPU-kernel producer is disabled: on an H100 its first dispatch stops making \
+                 progress and --timeout cannot end the job; use --producer host (the same ring and \
+                 proxy, a CPU thread pushing the commands) or --initiator cpu",
+            ));
+        }
         if args.producer == args::Producer::Gpu && args.mem.mem != MemKind::Cuda {
             return Err(BenchError::usage(
                 "--producer gpu runs a kernel over device memory: add --mem cuda, or use --producer host",
