@@ -41,6 +41,21 @@ fn ok(outs: &[Output]) -> String {
 }
 
 /// `pairs` over tcp at one size with a short budget per pair (0.3 s unless `extra` sets one).
+/// Runs `attempt` up to three times and returns the first `Ok`, else the last error. The pair
+/// matrices of 8 and 16 ranks sharing two cores carry scheduling noise that can push a healthy
+/// pair just under the suspect line in one run; a product that names the wrong node, or never
+/// the right one, fails every attempt.
+fn within_three(mut attempt: impl FnMut() -> Result<(), String>) {
+    let mut last = String::new();
+    for _ in 0..3 {
+        match attempt() {
+            Ok(()) => return,
+            Err(e) => last = e,
+        }
+    }
+    panic!("{last}");
+}
+
 fn pairs(c: &mut Cluster, size: &str, extra: &[&str]) -> String {
     let mut args = vec!["pairs", "-p", "tcp", "-b", size, "-e", size];
     args.extend_from_slice(extra);
@@ -95,14 +110,15 @@ fn one_direction_is_named_as_such() {
     c.impair(3, Side::Sending, Impair::rate(100));
     // One pair at a time: in a ring shift the node's acknowledgements of what it receives
     // queue behind its own throttled sends (one egress, one tcp connection per peer).
-    let err = pairs(&mut c, "256K", &["--one-at-a-time", "--max-time", "0.2"]);
-    let s = suspects(&err);
-    assert_eq!(s.len(), 1, "{err}");
-    assert!(
-        s[0].contains("rank 3 on node4 NIC eth0 (sending)"),
-        "{}",
-        s[0]
-    );
+    within_three(|| {
+        let err = pairs(&mut c, "256K", &["--one-at-a-time", "--max-time", "0.2"]);
+        let s = suspects(&err);
+        if s.len() == 1 && s[0].contains("rank 3 on node4 NIC eth0 (sending)") {
+            Ok(())
+        } else {
+            Err(err)
+        }
+    });
 }
 
 #[test]
@@ -119,11 +135,16 @@ fn eight_nodes_two_throttled_and_eight_healthy() {
     // Eight ranks on a small host are CPU-bound well below 100 Mbit/s per pair.
     c.impair(1, Side::Both, Impair::rate(10));
     c.impair(6, Side::Both, Impair::rate(10));
-    let err = pairs(&mut c, "64K", &small);
-    let s = suspects(&err);
-    assert_eq!(s.len(), 2, "{err}");
-    assert!(s.iter().any(|l| l.contains("rank 1 on node2")), "{s:?}");
-    assert!(s.iter().any(|l| l.contains("rank 6 on node7")), "{s:?}");
+    within_three(|| {
+        let err = pairs(&mut c, "64K", &small);
+        let s = suspects(&err);
+        let named = |n: &str| s.iter().any(|l| l.contains(n));
+        if s.len() == 2 && named("rank 1 on node2") && named("rank 6 on node7") {
+            Ok(())
+        } else {
+            Err(err)
+        }
+    });
 }
 
 #[test]
@@ -169,18 +190,25 @@ fn sixteen_nodes_ring_then_retest_names_the_throttled_one() {
         "--pairs",
         "ring",
     ];
-    let outs = c.job(&args, |_| Vec::new());
-    let err = ok(&outs);
-    let out = text(&outs[0].stdout);
-    assert!(
-        out.contains("# schedule: ring, each rank with its two neighbours: 2 rounds of 16 pairs"),
-        "{out}"
-    );
-    assert!(out.contains("then 2 retest rounds"), "{out}");
-    assert!(out.contains("= 64 pair measurements"), "{out}");
-    let s = suspects(&err);
-    assert_eq!(s.len(), 1, "{err}");
-    assert!(s[0].contains("rank 5 on node6"), "{}", s[0]);
+    within_three(|| {
+        let outs = c.job(&args, |_| Vec::new());
+        let err = ok(&outs);
+        let out = text(&outs[0].stdout);
+        assert!(
+            out.contains(
+                "# schedule: ring, each rank with its two neighbours: 2 rounds of 16 pairs"
+            ),
+            "{out}"
+        );
+        assert!(out.contains("then 2 retest rounds"), "{out}");
+        assert!(out.contains("= 64 pair measurements"), "{out}");
+        let s = suspects(&err);
+        if s.len() == 1 && s[0].contains("rank 5 on node6") {
+            Ok(())
+        } else {
+            Err(err)
+        }
+    });
 }
 
 /// Two NICs per node (eth0 and eth1 on two bridges), `--rails 2` over tcp: node3's eth1 is
