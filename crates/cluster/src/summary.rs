@@ -2,7 +2,6 @@
 //! written by rank 0 after every stage (so a run cut short keeps what it measured) and at the
 //! end, each time whole or not at all (a temporary file renamed over the path).
 
-use std::io::Write;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
@@ -111,28 +110,10 @@ pub fn check_writable(path: &Path) -> Result<(), String> {
     Ok(())
 }
 
-/// Writes `summary` to `path` whole: a temporary file in the same directory, renamed over it.
+/// Writes `summary` to `path` whole: a reader never sees half a file.
 pub fn write(path: &Path, summary: &Summary) -> std::io::Result<()> {
     let text = serde_json::to_string_pretty(summary).map_err(std::io::Error::other)? + "\n";
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => std::path::PathBuf::from("."),
-    };
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "summary.json".into());
-    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
-    let result = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(text.as_bytes())?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
+    efabench_record::write_atomically(path, &text)
 }
 
 #[cfg(test)]

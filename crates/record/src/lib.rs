@@ -37,4 +37,4 @@ pub use record::{
     GpuSharing, LatencySummary, Record, SharedGpu, GPU_SHARING, LATENCY_FIELDS, REQUIRED_FIELDS,
     SCHEMA,
 };
-pub use util::{hostname, human_size, now_rfc3339, rfc3339_from_unix};
+pub use util::{hostname, human_size, now_rfc3339, rfc3339_from_unix, write_atomically};

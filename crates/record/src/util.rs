@@ -1,4 +1,5 @@
-//! Small helpers every record writer needs: a UTC timestamp, the host name, and sizes in the
+//! Small helpers every record writer needs: a UTC timestamp, the host name, a whole-file write
+//! (`write_atomically`, for files other programs read while we rewrite them), and sizes in the
 //! `8 / 4K / 1M / 1G` notation (powers of 1024) that the tables and plots print. (Parsing sizes
 //! from the command line is the benchmark options' job: `efabench_bench::size`.)
 //!
@@ -80,6 +81,32 @@ pub fn human_size(bytes: u64) -> String {
         }
     }
     bytes.to_string()
+}
+
+/// Writes `text` to `path` so that a reader sees the old file or the new one, never a part: a
+/// temporary file in the same directory (named `.<name>.<pid>.tmp`, so a collector that reads
+/// only `*.prom` or `*.json` skips it), flushed to disk, then renamed over `path`.
+pub fn write_atomically(path: &std::path::Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => std::path::PathBuf::from("."),
+    };
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "out".into());
+    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+    let result = (|| {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(text.as_bytes())?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
 }
 
 #[cfg(test)]

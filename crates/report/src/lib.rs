@@ -12,7 +12,7 @@ pub mod compare;
 pub mod plot;
 
 pub use efabench_record::{error, jsonl, output, record, util};
-pub use efabench_record::{hostname, human_size, now_rfc3339, rfc3339_from_unix};
+pub use efabench_record::{hostname, human_size, now_rfc3339, rfc3339_from_unix, write_atomically};
 pub use efabench_record::{
     parse_records, parse_records_from, read_files, read_records, read_records_with_warnings,
     validate_line, JsonlWriter, RecordsRead, MAX_LINE_BYTES,

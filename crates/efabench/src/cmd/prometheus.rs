@@ -14,8 +14,6 @@
 
 use efabench_topology::counters::Snapshot;
 use std::collections::BTreeMap;
-use std::io::Write;
-use std::path::Path;
 
 const PREFIX: &str = "node_amazonefa_";
 
@@ -126,30 +124,9 @@ pub fn render(s: &Snapshot) -> String {
     out
 }
 
-/// Writes `text` to `path` so that a reader sees the old file or the new one, never a part:
-/// a temporary file in the same directory, flushed to disk, then renamed over `path`.
-pub fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => std::path::PathBuf::from("."),
-    };
-    let file_name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "metrics".into());
-    // node_exporter reads only `*.prom`: the temporary name must not end so.
-    let tmp = dir.join(format!(".{file_name}.{}.tmp", std::process::id()));
-    let result = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(text.as_bytes())?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
-}
+/// Writes `text` to `path` whole (node_exporter reads only `*.prom`; the temporary name does
+/// not end so).
+pub use efabench_report::write_atomically;
 
 #[cfg(test)]
 #[path = "exposition_check.rs"]
