@@ -14,14 +14,24 @@
 // stream (so every put has been pushed), waits in quiet until the proxy completed every put,
 // pushes one count signal per destination, and waits for those too. efa_ep_reduce is the
 // combine's weighted sum over bf16 slots.
+//
+// No wait here is unbounded: a wait for a credit or in quiet gives up when the host raised the
+// abort word (ctl[EP_ABORT], the proxy failed) or after `timeout_ns` of %globaltimer, and records
+// which wait gave up in state[EP_FAILED] with the counts it saw. A kernel that can spin forever
+// would hold every later CUDA call of the process (a context synchronise, the teardown), so a
+// dead proxy or peer would turn into a hung job instead of a named failure.
 #include "pattern.cuh"
 
 #define EP_DONE 8          // ctl word: commands completed
+#define EP_ABORT 12        // ctl word: nonzero when the host asks the kernels to stop waiting
 #define EP_HEAD 0          // state words
 #define EP_TAIL_CACHE 1
 #define EP_FIRST_PUSH 2
 #define EP_LAST_PUSH 3
 #define EP_END 4
+#define EP_FAILED 5        // 0, or 1 (a credit wait gave up) / 2 (quiet gave up) / +4 (aborted)
+#define EP_FAILED_SEEN 6   // the tail (credit) or done (quiet) count the wait last read
+#define EP_FAILED_WANT 7   // the count it waited for
 #define EP_POS_MASK 0x3fffffffull
 
 struct EpParams {
@@ -33,6 +43,7 @@ struct EpParams {
     efa_u64 n_sigs;
     efa_u64 nslots_log2;
     efa_u64 poll_ns;      // pause between two reads of host memory while waiting (0: spin)
+    efa_u64 timeout_ns;   // longest single wait before the kernels give up (0: no limit)
 };
 
 __device__ __forceinline__ efa_u64 ep_now() {
@@ -48,16 +59,35 @@ __device__ __forceinline__ void ep_pause(const EpParams& p) {
     if (p.poll_ns != 0) __nanosleep((unsigned)p.poll_ns);
 }
 
-// Pushes command `c` (any thread). The slot is free once the proxy consumed the command of the
-// previous lap; the last tail read is cached in device memory so most pushes never read host memory.
-__device__ void ep_push(const EpParams& p, const efa_u64* c) {
+// Whether a wait that started at `t0`, last reading `seen` while it wants `want`, must give up
+// (kind 1: credit, 2: quiet). The first thread to give up records why; the others see the word.
+__device__ bool ep_give_up(const EpParams& p, efa_u64 t0, efa_u64 kind, efa_u64 seen, efa_u64 want) {
+    efa_u64* st = (efa_u64*)p.state;
+    if (ep_ld(st + EP_FAILED) != 0) return true;
+    const bool aborted = ep_ld((const efa_u64*)p.ctl + EP_ABORT) != 0;
+    if (!aborted && (p.timeout_ns == 0 || ep_now() - t0 < p.timeout_ns)) return false;
+    if (atomicCAS((unsigned long long*)(st + EP_FAILED), 0ull, kind | (aborted ? 4ull : 0ull)) == 0ull) {
+        st[EP_FAILED_SEEN] = seen;
+        st[EP_FAILED_WANT] = want;
+    }
+    return true;
+}
+
+// Pushes command `c` (any thread); false when the wait for a credit gave up. The slot is free once
+// the proxy consumed the command of the previous lap; the last tail read is cached in device
+// memory so most pushes never read host memory.
+__device__ bool ep_push(const EpParams& p, const efa_u64* c) {
     efa_u64* st = (efa_u64*)p.state;
     const efa_u64 nslots = 1ull << p.nslots_log2;
     const efa_u64 pos = atomicAdd((unsigned long long*)(st + EP_HEAD), 1ull);
     const efa_u64* tail = (const efa_u64*)p.ctl;
     if (pos >= nslots && ep_ld(st + EP_TAIL_CACHE) <= pos - nslots) {
+        const efa_u64 t0 = ep_now();
         efa_u64 t;
-        while ((t = ep_ld(tail)) <= pos - nslots) ep_pause(p);
+        while ((t = ep_ld(tail)) <= pos - nslots) {
+            if (ep_give_up(p, t0, 1, t, pos - nslots + 1)) return false;
+            ep_pause(p);
+        }
         atomicMax((unsigned long long*)(st + EP_TAIL_CACHE), (unsigned long long)t);
     }
     const efa_u64 parity = ((pos >> p.nslots_log2) & 1ull) ^ 1ull;
@@ -65,13 +95,20 @@ __device__ void ep_push(const EpParams& p, const efa_u64* c) {
     efa_u64* s = (efa_u64*)p.slots + (pos & (nslots - 1)) * 4;
     ep_st16(s, c[0], (parity << 63) | low | (c[2] & 0x40000000ffffffffull));
     ep_st16(s + 2, c[1], (parity << 63) | low | (c[3] & 0xffffffffull));
+    return true;
 }
 
-// Waits until the proxy completed every command pushed so far.
-__device__ void ep_quiet(const EpParams& p) {
+// Waits until the proxy completed every command pushed so far; false when the wait gave up.
+__device__ bool ep_quiet(const EpParams& p) {
     const efa_u64 head = ep_ld((const efa_u64*)p.state + EP_HEAD);
     const efa_u64* done = (const efa_u64*)p.ctl + EP_DONE;
-    while (ep_ld(done) < head) ep_pause(p);
+    const efa_u64 t0 = ep_now();
+    efa_u64 d;
+    while ((d = ep_ld(done)) < head) {
+        if (ep_give_up(p, t0, 2, d, head)) return false;
+        ep_pause(p);
+    }
+    return true;
 }
 
 extern "C" __global__ void efa_ep_begin(const EpParams p) {
@@ -80,6 +117,7 @@ extern "C" __global__ void efa_ep_begin(const EpParams p) {
     st[EP_FIRST_PUSH] = ~0ull;
     st[EP_LAST_PUSH] = 0;
     st[EP_END] = 0;
+    st[EP_FAILED] = 0;
 }
 
 extern "C" __global__ void efa_ep_puts(const EpParams p) {
@@ -92,7 +130,7 @@ extern "C" __global__ void efa_ep_puts(const EpParams p) {
     for (efa_u64 i = (efa_u64)blockIdx.x * blockDim.x + threadIdx.x; i < p.n_puts; i += stride) {
         const efa_u64 t0 = ep_now();
         atomicMin((unsigned long long*)(st + EP_FIRST_PUSH), (unsigned long long)t0);
-        ep_push(p, cmds + i * 4);
+        if (!ep_push(p, cmds + i * 4)) return;
         atomicMax((unsigned long long*)(st + EP_LAST_PUSH), (unsigned long long)ep_now());
     }
 }
@@ -101,9 +139,10 @@ extern "C" __global__ void efa_ep_signal(const EpParams p) {
     if (blockIdx.x != 0 || threadIdx.x != 0) return;
     efa_u64* st = (efa_u64*)p.state;
     const efa_u64* cmds = (const efa_u64*)p.cmds;
-    ep_quiet(p);
-    for (efa_u64 i = 0; i < p.n_sigs; ++i) ep_push(p, cmds + (p.n_puts + i) * 4);
-    ep_quiet(p);
+    if (!ep_quiet(p)) return;
+    for (efa_u64 i = 0; i < p.n_sigs; ++i)
+        if (!ep_push(p, cmds + (p.n_puts + i) * 4)) return;
+    if (!ep_quiet(p)) return;
     st[EP_END] = ep_now();
 }
 

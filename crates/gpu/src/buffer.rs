@@ -692,22 +692,31 @@ impl GpuBuffer for DeviceBuffer {
     fn mismatches(&self, seed: u64) -> Result<u64, GpuError> {
         mismatches_on_gpu(&self.gpu, self.ptr, self.len, seed)
     }
-    /// `cuMemcpyHtoD`, then a context synchronisation: from pageable memory the copy returns
-    /// once the bytes are staged, before they reach device memory, and another process (a peer
-    /// reading through CUDA IPC, as shm does) or the NIC (GPUDirect RDMA) would read stale bytes.
+    /// A copy on this thread's implicit stream, then a synchronisation of that stream: from
+    /// pageable memory a plain `cuMemcpyHtoD` returns once the bytes are staged, before they
+    /// reach device memory, and another process (a peer reading through CUDA IPC, as shm does)
+    /// or the NIC (GPUDirect RDMA) would read stale bytes. The per-thread stream orders after
+    /// the legacy stream (libfabric's copies) but not after the non-blocking streams of running
+    /// kernels: a proxy thread rewriting a buffer while a kernel spins waiting for that proxy
+    /// must not wait for the kernel, as a context synchronisation would.
     fn write_at(&self, off: usize, src: &[u8]) -> Result<(), GpuError> {
         check_range("cuda", self.len, off, src.len())?;
         self.gpu.bind()?;
         // SAFETY: the device range ptr+off..+src.len() lies inside this live allocation (checked);
-        // src is a host slice of that length.
-        check("cuMemcpyHtoD", unsafe {
-            sys::cuMemcpyHtoD_v2(
+        // src is a host slice of that length, borrowed until the stream synchronisation below
+        // has seen the copy complete.
+        check("cuMemcpyHtoDAsync", unsafe {
+            sys::cuMemcpyHtoDAsync_v2(
                 self.ptr + off as u64,
                 src.as_ptr() as *const c_void,
                 src.len(),
+                per_thread_stream(),
             )
         })?;
-        self.gpu.synchronize()
+        // SAFETY: the per-thread stream handle is valid in any thread with a current context.
+        check("cuStreamSynchronize", unsafe {
+            sys::cuStreamSynchronize(per_thread_stream())
+        })
     }
     fn settle(&self) -> Result<(), GpuError> {
         self.gpu.synchronize()
@@ -824,6 +833,12 @@ impl GpuBuffer for ManagedBuffer {
     fn settle(&self) -> Result<(), GpuError> {
         self.gpu.synchronize()
     }
+}
+
+/// `CU_STREAM_PER_THREAD` of cuda.h: the calling thread's implicit stream (cudarc has no
+/// constant for it).
+fn per_thread_stream() -> sys::CUstream {
+    std::ptr::without_provenance_mut(0x2)
 }
 
 fn fill_zero(gpu: &Arc<Gpu>, ptr: u64, len: usize) -> Result<(), GpuError> {

@@ -9,11 +9,18 @@ use crate::kernels::{kernel, Source};
 use crate::proxy::{Command, RingMemory};
 use efabench_fabric::MemoryBuffer;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 const STATE_WORDS: usize = 16;
 const FIRST_PUSH: usize = 2;
 const LAST_PUSH: usize = 3;
 const END: usize = 4;
+const FAILED: usize = 5;
+const FAILED_SEEN: usize = 6;
+const FAILED_WANT: usize = 7;
+/// The control word of ring 0 that asks the kernels to stop waiting (`EP_ABORT` in kernels/ep.cu;
+/// between the done count at 8 and the ring's next control block at 16).
+pub const ABORT_WORD: usize = 12;
 
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
@@ -26,8 +33,9 @@ struct EpParams {
     n_sigs: u64,
     nslots_log2: u64,
     poll_ns: u64,
+    timeout_ns: u64,
 }
-// SAFETY: repr(C), eight u64 fields in the order of `struct EpParams` in kernels/ep.cu.
+// SAFETY: repr(C), nine u64 fields in the order of `struct EpParams` in kernels/ep.cu.
 unsafe impl KernelParams for EpParams {}
 
 /// One phase's commands in device memory: token puts, then count signals.
@@ -44,6 +52,48 @@ pub struct EpSpan {
     pub first_push: u64,
     pub last_push: u64,
     pub end: u64,
+}
+
+/// Why a launched phase did not end as it should.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EpStall {
+    /// A push waited longer than the limit for the proxy to consume the command a lap earlier.
+    Credit { tail: u64, want: u64, aborted: bool },
+    /// The quiet waited longer than the limit for the proxy's done count.
+    Quiet { done: u64, want: u64, aborted: bool },
+}
+
+impl std::fmt::Display for EpStall {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (what, seen, want, aborted) = match *self {
+            EpStall::Credit {
+                tail,
+                want,
+                aborted,
+            } => ("a ring slot (proxy's consumed count", tail, want, aborted),
+            EpStall::Quiet {
+                done,
+                want,
+                aborted,
+            } => ("the proxy's completions (done count", done, want, aborted),
+        };
+        let why = if aborted {
+            "stopped by the host"
+        } else {
+            "gave up after the time limit"
+        };
+        write!(
+            f,
+            "the kernel waited for {what} {seen}, needed {want}) and {why}"
+        )
+    }
+}
+
+/// Stops the kernels' waits on ring `ctl` (the proxy failed): every wait gives up at its next
+/// read of host memory.
+pub fn abort(ctl: &[std::sync::atomic::AtomicU64]) {
+    ctl[ABORT_WORD].store(1, std::sync::atomic::Ordering::Release);
+    std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
 }
 
 /// A command as the kernel reads it from its table: `{remote_off, local_off, fence << 62 | len,
@@ -119,13 +169,15 @@ impl EpProducer {
     }
 
     /// Launches one phase (returns at once): the proxy must consume ring 0 of `mem` meanwhile;
-    /// [`EpProducer::wait`] ends it.
+    /// [`EpProducer::wait`] ends it. No single wait of the kernels lasts longer than `limit`
+    /// (nor past [`abort`]).
     pub fn launch(
         &self,
         mem: &RingMemory,
         nslots_log2: u32,
         cmds: &EpCommands,
         poll_ns: u32,
+        limit: Duration,
     ) -> Result<(), GpuError> {
         let (slots, ctl) = mem.device().ok_or_else(|| {
             GpuError::Invalid("the GPU producer needs rings it can reach (RingMemory::new)".into())
@@ -139,6 +191,7 @@ impl EpProducer {
             n_sigs: cmds.n_sigs as u64,
             nslots_log2: nslots_log2 as u64,
             poll_ns: poll_ns as u64,
+            timeout_ns: u64::try_from(limit.as_nanos()).unwrap_or(u64::MAX).max(1),
         };
         let threads = 128u32;
         let blocks = (cmds.n_puts as u32).div_ceil(threads).clamp(1, 132);
@@ -164,17 +217,47 @@ impl EpProducer {
         Ok(())
     }
 
-    /// Waits for the launched phase and returns its GPU timestamps.
-    pub fn wait(&self) -> Result<EpSpan, GpuError> {
-        self.stream.synchronize()?;
+    /// Waits, for at most `limit`, for the launched phase, and returns its GPU timestamps, or
+    /// the wait of the kernels that gave up. The kernels bound their own waits (see
+    /// [`EpProducer::launch`]), so `limit` only guards against a kernel that stopped otherwise.
+    pub fn wait(&self, limit: Duration) -> Result<Result<EpSpan, EpStall>, GpuError> {
+        let deadline = Instant::now() + limit;
+        while !self.stream.is_idle()? {
+            if Instant::now() >= deadline {
+                return Err(GpuError::Invalid(format!(
+                    "the ep kernels were still running {:.1} s after the proxy finished",
+                    limit.as_secs_f64()
+                )));
+            }
+            std::thread::sleep(Duration::from_micros(20));
+        }
         let s = self.state.to_host()?;
         let w = |i: usize| u64::from_le_bytes(s[i * 8..i * 8 + 8].try_into().unwrap_or([0; 8]));
+        let (failed, seen, want) = (w(FAILED), w(FAILED_SEEN), w(FAILED_WANT));
+        let aborted = failed & 4 != 0;
+        match failed & 3 {
+            1 => {
+                return Ok(Err(EpStall::Credit {
+                    tail: seen,
+                    want,
+                    aborted,
+                }))
+            }
+            2 => {
+                return Ok(Err(EpStall::Quiet {
+                    done: seen,
+                    want,
+                    aborted,
+                }))
+            }
+            _ => {}
+        }
         let first = w(FIRST_PUSH);
-        Ok(EpSpan {
+        Ok(Ok(EpSpan {
             first_push: if first == u64::MAX { w(END) } else { first },
             last_push: w(LAST_PUSH),
             end: w(END),
-        })
+        }))
     }
 
     /// `out[t][j] = Σ_s weights[t][s] · bf16(recv[t][s][j])` on the GPU (f32 out), synchronously.
@@ -257,13 +340,29 @@ mod tests {
                 "n_puts",
                 "n_sigs",
                 "nslots_log2",
-                "poll_ns"
+                "poll_ns",
+                "timeout_ns"
             ]
         );
         // The command words the kernel publishes are the ones the proxy decodes.
         assert!(cu.contains("(parity << 63) | low | (c[2] & 0x40000000ffffffffull)"));
         assert!(cu.contains("(parity << 63) | low | (c[3] & 0xffffffffull)"));
         assert!(!cu.contains("#include"));
+        // The word indices the host reads and writes are the kernel's.
+        for (name, i) in [
+            ("EP_ABORT", super::ABORT_WORD),
+            ("EP_END", super::END),
+            ("EP_FAILED", super::FAILED),
+            ("EP_FAILED_SEEN", super::FAILED_SEEN),
+            ("EP_FAILED_WANT", super::FAILED_WANT),
+        ] {
+            let def = format!("#define {name} {i}");
+            assert!(
+                cu.lines()
+                    .any(|l| l == def || l.starts_with(&format!("{def} "))),
+                "{name}"
+            );
+        }
     }
 
     /// The kernel's two halves (ep_push) from the table words decode to the same command.

@@ -459,7 +459,8 @@ impl<'a> Exchange<'a> {
     /// Polls until every source is complete and every own write completed, charging the time
     /// to the network and arrival stages once everything is posted. `pump` is called between
     /// polls until it says everything was posted (returning whether it did anything, and whether
-    /// all is posted); it charges its own time to the stages it is in.
+    /// all is posted), and once more before the settle; it charges its own time to the stages it
+    /// is in.
     fn finish(
         &mut self,
         clock: &mut Clock,
@@ -486,6 +487,10 @@ impl<'a> Exchange<'a> {
                 clock.enter(Stage::Arrival);
             }
             if clock.stage() == Stage::Arrival && arr.complete() {
+                // A GPU producer's last quiet waits for the done count of the commands whose
+                // writes just completed: publish it before the settle below, which synchronises
+                // the device and so waits for that kernel too.
+                pump(self, clock, arr, times)?;
                 // Device copies this process queued (shm's CUDA path) must have landed before
                 // the phase counts as done.
                 clock.enter(Stage::Settle);
@@ -510,17 +515,20 @@ impl<'a> Exchange<'a> {
             if spins % 256 == 0 {
                 (self.health)().map_err(BenchError::failed)?;
                 if last.elapsed() >= self.timeout {
+                    let mut waiting = vec![arr.describe()];
+                    if !posted {
+                        waiting.push("the next command of its own producer".into());
+                    }
+                    if self.mesh.outstanding > 0 {
+                        waiting.push(format!("{} local completions", self.mesh.outstanding));
+                    }
+                    waiting.retain(|w| !w.is_empty());
                     return Err(BenchError::failed(format!(
-                        "rank {} waited {:.1} s without progress in {} for {}{}; that rank is stuck or the fabric dropped traffic (raise --timeout if this is expected)",
+                        "rank {} waited {:.1} s without progress in {} for {}; that rank is stuck or the fabric dropped traffic (raise --timeout if this is expected)",
                         self.me,
                         self.timeout.as_secs_f64(),
                         arr_phase(arr),
-                        arr.describe(),
-                        if self.mesh.outstanding > 0 {
-                            format!(" and {} local completions", self.mesh.outstanding)
-                        } else {
-                            String::new()
-                        }
+                        waiting.join(" and "),
                     )));
                 }
             }

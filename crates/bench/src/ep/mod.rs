@@ -32,6 +32,7 @@ pub mod verify;
 
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
+use std::time::Duration;
 
 use efabench_gpu::ep::{EpCommands, EpProducer};
 use efabench_gpu::proxy::{Command, RingMemory};
@@ -117,16 +118,6 @@ impl<'a> Ep<'a> {
                 "--topk {} is more than the {} experts: a token picks distinct experts; lower --topk or raise --experts",
                 args.topk, args.experts
             )));
-        }
-        if args.gpu_producer() && args.initiators().contains(&args::Initiator::Gpu) {
-            // On an H100 (two ranks on one GPU under MPS) the kernel producer's first dispatch
-            // stopped making progress and the job outlived --timeout inside a CUDA wait; until
-            // that is understood the path is closed rather than left to hang a job.
-            return Err(BenchError::usage(
-                "ep's GPU-kernel producer is disabled: on an H100 its first dispatch stops making \
-                 progress and --timeout cannot end the job; use --producer host (the same ring and \
-                 proxy, a CPU thread pushing the commands) or --initiator cpu",
-            ));
         }
         if args.producer == args::Producer::Gpu && args.mem.mem != MemKind::Cuda {
             return Err(BenchError::usage(
@@ -229,19 +220,34 @@ impl State {
                 match (&ring.device, &self.prod) {
                     (Some(dev), Some(prod)) => {
                         let cmds = if k == 0 { &dev.0 } else { &dev.1 };
-                        prod.launch(&ring.mem, RING_LOG2, cmds, 0).map_err(|e| {
-                            BenchError::context("launching the dispatch kernels", e)
-                        })?;
+                        let what = format!("{} kernels", phase.name());
+                        prod.launch(&ring.mem, RING_LOG2, cmds, 0, ex.timeout)
+                            .map_err(|e| BenchError::context(format!("launching the {what}"), e))?;
                         let mut feed = RingFeed {
                             ring: cr,
                             next: &mut ring.next,
                             merge,
                             staged_writes,
                         };
-                        let mut t = ex.run_proxy(phase, iter, layout, &mut feed, total, started)?;
-                        let span = prod
-                            .wait()
-                            .map_err(|e| BenchError::context("the dispatch kernels", e))?;
+                        let r = ex.run_proxy(phase, iter, layout, &mut feed, total, started);
+                        // A failed proxy stops the kernels' waits, so no CUDA call after this
+                        // one (the error path's teardown included) waits on a spinning kernel.
+                        let limit = if r.is_err() {
+                            efabench_gpu::ep::abort(cr.ctl);
+                            Duration::from_secs(5)
+                        } else {
+                            ex.timeout
+                        };
+                        let waited = prod.wait(limit);
+                        let mut t = r?;
+                        let span = waited
+                            .map_err(|e| BenchError::context(format!("the {what}"), e))?
+                            .map_err(|stall| {
+                                BenchError::failed(format!(
+                                    "rank {}: the {what}: {stall}",
+                                    ctx.rank
+                                ))
+                            })?;
                         t.push_ns = span.last_push.saturating_sub(span.first_push);
                         Ok(t)
                     }
