@@ -106,6 +106,15 @@ impl RunFacts {
     }
 }
 
+/// The `FI_*` variables among `vars`, sorted: libfabric reads its provider settings (protocol
+/// thresholds, `FI_SHM_DISABLE_CMA`, `FI_EFA_*`) from the environment, and they can move a
+/// figure as much as the code does, so a record says which were set.
+pub fn fi_env(
+    vars: impl Iterator<Item = (String, String)>,
+) -> std::collections::BTreeMap<String, String> {
+    vars.filter(|(k, _)| k.starts_with("FI_")).collect()
+}
+
 /// One rank's outcome of one point, as it travels to rank 0.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct Measured {
@@ -399,6 +408,24 @@ fn run_connected<B: Benchmark>(
             efabench_record::GpuSharing::to_value(&groups),
         );
     }
+    if facts.libfabric.is_some() {
+        let env = fi_env(std::env::vars());
+        if !env.is_empty() {
+            let line: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            facts.header.push(format!(
+                "# libfabric environment (provider settings this run used): {}",
+                line.join(" ")
+            ));
+            facts.extra.insert(
+                "fi_env".into(),
+                Value::Object(
+                    env.into_iter()
+                        .map(|(k, v)| (k, Value::String(v)))
+                        .collect(),
+                ),
+            );
+        }
+    }
     let specs = bench.points(&ctx)?;
     let run = RunInfo {
         bench: bench.name().to_string(),
@@ -578,6 +605,26 @@ fn per_rail_rows(r: &Record) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fi_env_keeps_only_libfabric_variables_sorted() {
+        let vars = [
+            ("PATH", "/bin"),
+            ("FI_SHM_DISABLE_CMA", "1"),
+            ("NCCL_DEBUG", "INFO"),
+            ("FI_EFA_USE_DEVICE_RDMA", "1"),
+            ("XFI_NOT", "0"),
+        ]
+        .map(|(k, v)| (k.to_string(), v.to_string()));
+        let env = fi_env(vars.into_iter());
+        assert_eq!(
+            env.into_iter().collect::<Vec<_>>(),
+            [
+                ("FI_EFA_USE_DEVICE_RDMA".to_string(), "1".to_string()),
+                ("FI_SHM_DISABLE_CMA".to_string(), "1".to_string())
+            ]
+        );
+    }
 
     #[test]
     fn measured_round_trips_and_refuses_junk() {
