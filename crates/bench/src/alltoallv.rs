@@ -371,8 +371,20 @@ impl<'a> Benchmark for Alltoallv<'a> {
     }
 
     fn summary(&self, records: &[Record]) -> Vec<String> {
-        let uniform = self.args.counts == CountsSpec::Uniform;
-        let mut out = report::summary(records, uniform, self.args.matrix);
+        // The per-peer rates name a slow node only when the chunks are alike in size.
+        let comparable = self.args.counts == CountsSpec::Uniform
+            || records.iter().all(|r| {
+                let rows = r.extra.get("counts_bytes").cloned().unwrap_or_default();
+                let rows: Vec<Vec<u64>> = serde_json::from_value(rows).unwrap_or_default();
+                let cells = rows.iter().enumerate().flat_map(|(s, row)| {
+                    row.iter()
+                        .enumerate()
+                        .filter(move |&(d, _)| d != s)
+                        .map(|(_, &b)| b)
+                });
+                crate::locate::comparable_sizes(cells)
+            });
+        let mut out = report::summary(records, comparable, self.args.matrix);
         for r in records {
             if let Ok(s) =
                 serde_json::from_value::<Shares>(serde_json::Value::Object(r.extra.clone()))

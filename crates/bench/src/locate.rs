@@ -26,6 +26,20 @@
 //! acceptance section for measured spreads). A median over at least two pairs per direction
 //! means a single noisy pair cannot name a rank.
 
+/// Whether rates of pairs carrying these byte counts (zeros left out) can be judged against
+/// each other: every one within half and twice their median. A rate measured as bytes over
+/// arrival time favours large transfers (a fixed latency weighs more on a small one), so pairs
+/// of very different sizes would name the senders of small ones.
+pub fn comparable_sizes(bytes: impl IntoIterator<Item = u64>) -> bool {
+    let mut b: Vec<u64> = bytes.into_iter().filter(|&x| x > 0).collect();
+    if b.is_empty() {
+        return false;
+    }
+    b.sort_unstable();
+    let m = b[b.len() / 2];
+    b[0] * 2 >= m && b[b.len() - 1] <= m * 2
+}
+
 /// One measured ordered pair.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct PairBw {
@@ -220,6 +234,14 @@ pub fn locate(n: usize, pairs: &[PairBw], margin: f64) -> Vec<Suspect> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pairs_within_half_and_twice_the_median_are_comparable() {
+        assert!(comparable_sizes([100, 150, 0, 200, 80]));
+        assert!(!comparable_sizes([100, 100, 100, 300]));
+        assert!(!comparable_sizes([100, 100, 100, 40]));
+        assert!(!comparable_sizes([0, 0]));
+    }
 
     /// Every ordered pair of `n` at `healthy` Gbps times a deterministic noise in
     /// [1 − noise, 1 + noise], with `f(src, dst)` applied on top.

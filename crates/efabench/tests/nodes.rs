@@ -1,4 +1,4 @@
-//! `pairs` and `alltoall` across simulated nodes (network namespaces on a bridge, each with its
+//! `pairs`, `alltoall`, `alltoallv` and `ep` across simulated nodes (network namespaces on a bridge, each with its
 //! own hostname and address, tcp provider, ranks started by hand): a node throttled with `tc` is
 //! measured within the time budget and named, with the direction of the fault; healthy clusters
 //! name nobody. Small sizes and short time budgets keep each test to seconds.
@@ -272,6 +272,74 @@ fn alltoall_names_the_slowest_node_within_the_budget() {
         .collect();
     assert_eq!(s.len(), 2, "{err}");
     assert!(s.iter().all(|l| l.contains("rank 2 on node3")), "{s:?}");
+}
+
+/// `alltoallv` (hot destinations) and `ep` (dispatch and combine) across four nodes, one
+/// throttled: both name it with its host from the per-source arrival times.
+#[test]
+fn alltoallv_and_ep_name_the_throttled_node() {
+    let _one = serial();
+    let Some(mut c) = Cluster::new(4) else { return };
+    c.impair(2, Side::Both, Impair::rate(20));
+    let v = [
+        "alltoallv",
+        "-p",
+        "tcp",
+        "--counts",
+        "zipf:0.5",
+        "-b",
+        "256K",
+        "-e",
+        "256K",
+        "--max-time",
+        "0.3",
+    ];
+    let err = ok(&c.job(&v, |_| Vec::new()));
+    let s: Vec<&str> = err
+        .lines()
+        .filter(|l| l.starts_with("# slowest node"))
+        .collect();
+    assert_eq!(s.len(), 1, "{err}");
+    assert!(s[0].contains("rank 2 on node3"), "{s:?}");
+    within_three(|| {
+        let e = [
+            "ep",
+            "-p",
+            "tcp",
+            "--tokens",
+            "32",
+            "--hidden",
+            "2048",
+            "--experts",
+            "8",
+            "--topk",
+            "2",
+            "-n",
+            "12",
+            "-w",
+            "1",
+            "--initiator",
+            "cpu",
+        ];
+        let outs = c.job(&e, |_| Vec::new());
+        let all = format!("{}{}", text(&outs[0].stdout), ok(&outs));
+        let named: Vec<&str> = all
+            .lines()
+            .filter(|l| l.contains("# slowest node in"))
+            .collect();
+        let want = ["dispatch/cpu", "combine/cpu"];
+        if named.len() == 2
+            && want.iter().all(|w| {
+                named
+                    .iter()
+                    .any(|l| l.contains(w) && l.contains("rank 2 on node3"))
+            })
+        {
+            Ok(())
+        } else {
+            Err(format!("want rank 2 on node3 named for {want:?}:\n{all}"))
+        }
+    });
 }
 
 /// A rank killed in the middle of `pairs` fails the job within the timeout, and the others name

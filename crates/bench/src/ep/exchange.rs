@@ -227,6 +227,8 @@ struct Arrivals {
     got_total: Vec<u32>,
     /// Writes each source announced, once its signal arrived.
     announced: Vec<Option<u32>>,
+    /// When each source became complete (its signal and every write it announced).
+    done_at: Vec<Option<Instant>>,
     missing_sources: usize,
     errors: u64,
 }
@@ -242,6 +244,7 @@ impl Arrivals {
             got: vec![vec![0; channels]; world],
             got_total: vec![0; world],
             announced: vec![None; world],
+            done_at: vec![None; world],
             missing_sources: world,
             errors: 0,
         }
@@ -274,6 +277,7 @@ impl Arrivals {
         }
         if !was && self.source_done(src) {
             self.missing_sources -= 1;
+            self.done_at[src] = Some(Instant::now());
         } else if was && !self.source_done(src) {
             // A write beyond what the signal announced.
             self.missing_sources += 1;
@@ -288,6 +292,7 @@ impl Arrivals {
         self.announced[me] = Some(self.got_total[me]);
         if !was {
             self.missing_sources -= 1;
+            self.done_at[me] = Some(Instant::now());
         }
     }
 
@@ -335,6 +340,8 @@ pub struct Exchange<'a> {
     pub world: u32,
     pub timeout: Duration,
     pub health: &'a dyn Fn() -> Result<(), String>,
+    /// Filled when a phase ends: per source, phase start to that source's completion (ns).
+    pub arrival_ns: Vec<u64>,
 }
 
 /// The rail a write to `dst` on `channel` takes.
@@ -500,6 +507,15 @@ impl<'a> Exchange<'a> {
                     .map_err(|e| BenchError::context("waiting for queued device copies", e))?;
                 clock.finish(times);
                 times.errors += arr.errors;
+                self.arrival_ns = arr
+                    .done_at
+                    .iter()
+                    .map(|t| {
+                        t.map_or(0, |t| {
+                            t.saturating_duration_since(clock.start).as_nanos() as u64
+                        })
+                    })
+                    .collect();
                 return Ok(());
             }
             let now = Instant::now();

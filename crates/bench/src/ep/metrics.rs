@@ -21,6 +21,9 @@ pub struct RankLog {
     pub combine: Vec<PhaseTimes>,
     /// Dispatch bytes this rank sends each rank per iteration (its own included).
     pub dest_bytes: Vec<u64>,
+    /// Per phase (dispatch, combine), per timed iteration, per source: the time from the
+    /// phase's start to that source's last write arriving here (ns).
+    pub arrival_ns: [Vec<Vec<u64>>; 2],
 }
 
 /// Which numbers a record holds.
@@ -141,9 +144,97 @@ pub struct EpDetail {
     /// Dispatch bytes each rank receives per iteration over the whole job, and its max/mean.
     pub dest_bytes: Vec<u64>,
     pub rank_imbalance: f64,
+    /// The node whose writes of this phase arrive late (dispatch and combine records; nulls
+    /// when nobody stands out, with fewer than three ranks, and on `dispatch+combine`).
+    #[serde(flatten)]
+    pub slow_node: SlowNode,
     /// max/mean of the (token, expert) pairs per expert.
     pub expert_imbalance: f64,
     pub lat_kind: &'static str,
+}
+
+/// A node whose writes arrive (or are received) late, judged from every rank's per-source
+/// arrival times as `pairs` judges its pair matrix ([`crate::locate`]). Every field is null when
+/// nobody stands out, so the record's keys do not depend on the verdict.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct SlowNode {
+    pub slow_rank: Option<usize>,
+    pub slow_host: Option<String>,
+    /// `sending`, `receiving` or `sending and receiving`.
+    pub slow_direction: Option<&'static str>,
+    pub slow_evidence: Option<String>,
+}
+
+/// Below this share of the pairs without it, a rank's per-pair arrival rates name it, and only
+/// when both what it sends and what it receives are that slow. Stricter than `pairs` and
+/// `alltoall` (60%, either direction): within one phase a rank notices arrivals only between
+/// its own posts, so a rank with more to send looks slow at receiving, and its peers' arrival
+/// order carries the order in which they post their destinations and, with more ranks than
+/// cores, the scheduler's. A node whose link is down to a fraction stands out in both
+/// directions; `pairs` measures the finer and one-way cases.
+pub const SLOW_BELOW: f64 = 0.25;
+
+/// Fewer timed iterations than this name nobody: the median of a handful of phases still
+/// carries the scheduler's noise (seen with four ranks on two busy cores).
+pub const JUDGE_FROM_ITERS: usize = 10;
+
+/// The per-pair arrival rates of a phase: bytes `src` sends `dst` in it over the median time
+/// from the phase's start to their arrival at `dst`, in Gbps. Dispatch bytes come from every
+/// rank's `dest_bytes`; combine returns one `out_msg` per dispatch message of `msg` bytes, so
+/// its bytes from `d` to `r` are `r`'s dispatch bytes to `d` scaled by `out_msg / msg`.
+pub fn pair_rates(
+    logs: &[RankLog],
+    phase: usize,
+    msg: u64,
+    out_msg: u64,
+) -> Vec<crate::locate::PairBw> {
+    let n = logs.len();
+    // The median over the iterations: one iteration the scheduler delayed names nobody.
+    let median = |l: &RankLog, src: usize| {
+        let mut v: Vec<u64> = l.arrival_ns[phase]
+            .iter()
+            .filter_map(|it| it.get(src).copied())
+            .collect();
+        v.sort_unstable();
+        v.get(v.len() / 2).copied().unwrap_or(0) as f64
+    };
+    let mut pairs = Vec::new();
+    for dst in 0..n {
+        for src in 0..n {
+            if src == dst {
+                continue;
+            }
+            let bytes = if phase == 0 {
+                logs[src].dest_bytes.get(dst).copied().unwrap_or(0)
+            } else {
+                logs[dst].dest_bytes.get(src).copied().unwrap_or(0) / msg.max(1) * out_msg
+            };
+            let ns = median(&logs[dst], src);
+            if bytes > 0 && ns > 0.0 {
+                pairs.push(crate::locate::PairBw {
+                    src,
+                    dst,
+                    gbps: bytes as f64 * 8.0 / ns,
+                });
+            }
+        }
+    }
+    pairs
+}
+
+/// The worst slow node of a phase, if any (see [`SlowNode`]). Callers judge only runs of at
+/// least [`JUDGE_FROM_ITERS`] timed iterations.
+pub fn slow_node(pairs: &[crate::locate::PairBw], n: usize, hosts: &[String]) -> SlowNode {
+    crate::locate::locate(n, pairs, SLOW_BELOW)
+        .iter()
+        .find(|s| s.direction == crate::locate::Direction::Both)
+        .map(|s| SlowNode {
+            slow_rank: Some(s.rank),
+            slow_host: hosts.get(s.rank).cloned(),
+            slow_direction: Some(s.direction.describe()),
+            slow_evidence: Some(s.evidence()),
+        })
+        .unwrap_or_default()
 }
 
 pub const BW_DEF: &str = "DeepEP/UCCL-EP: bytes = selections x message bytes (dispatch: header 16 + payload; combine: 2 x hidden), GB/s = bytes / 1e9 / mean time of the slowest rank per iteration";
@@ -215,6 +306,86 @@ pub fn ep_gbps(bytes: u64, mean_us: f64) -> f64 {
 mod tests {
     use super::*;
 
+    /// Four ranks, 1 MB to every peer per iteration, three timed iterations; `slow` sends and
+    /// receives at a tenth of the others' speed.
+    fn four_ranks(slow: Option<usize>) -> Vec<RankLog> {
+        (0..4)
+            .map(|dst| {
+                let arrival: Vec<u64> = (0..4)
+                    .map(|src| {
+                        let late = slow == Some(src) || slow == Some(dst);
+                        // 1 ms, a little spread; 10 ms when late.
+                        if late {
+                            10_000_000
+                        } else {
+                            1_000_000 + 10_000 * src as u64
+                        }
+                    })
+                    .collect();
+                // In one iteration the scheduler held everything back 20 times as long: the
+                // median over the iterations ignores it.
+                let stalled: Vec<u64> = arrival.iter().map(|a| a * 20).collect();
+                let its = vec![arrival.clone(), stalled, arrival];
+                RankLog {
+                    dispatch: vec![t(1); 3],
+                    combine: vec![t(1); 3],
+                    dest_bytes: vec![1_000_000; 4],
+                    arrival_ns: [its.clone(), its],
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_rank_slow_one_way_only_is_left_to_pairs() {
+        let hosts: Vec<String> = (1..=4).map(|i| format!("node{i}")).collect();
+        let mut logs = four_ranks(None);
+        // Everything rank 1 receives is late, what it sends is not.
+        for it in &mut logs[1].arrival_ns[0] {
+            for (src, a) in it.iter_mut().enumerate() {
+                if src != 1 {
+                    *a *= 10;
+                }
+            }
+        }
+        assert_eq!(
+            slow_node(&pair_rates(&logs, 0, 1000, 1000), 4, &hosts),
+            SlowNode::default()
+        );
+    }
+
+    #[test]
+    fn late_arrivals_from_and_to_one_rank_name_it() {
+        let hosts: Vec<String> = (1..=4).map(|i| format!("node{i}")).collect();
+        let logs = four_ranks(Some(2));
+        for phase in [0, 1] {
+            let pairs = pair_rates(&logs, phase, 1000, 1000);
+            assert_eq!(pairs.len(), 12);
+            // 1 MB in 1 ms is 8 Gbps.
+            assert!(
+                pairs.iter().any(|p| (p.gbps - 8.0).abs() < 0.1),
+                "{pairs:?}"
+            );
+            let s = slow_node(&pairs, 4, &hosts);
+            assert_eq!(
+                (s.slow_rank, s.slow_host.as_deref()),
+                (Some(2), Some("node3"))
+            );
+            assert_eq!(s.slow_direction, Some("sending and receiving"));
+        }
+        let healthy = four_ranks(None);
+        assert_eq!(
+            slow_node(&pair_rates(&healthy, 0, 1000, 1000), 4, &hosts),
+            SlowNode::default()
+        );
+        // No traffic, no time: no pair, nobody named.
+        let mut silent = healthy;
+        for l in &mut silent {
+            l.dest_bytes = vec![0; 4];
+        }
+        assert!(pair_rates(&silent, 0, 1000, 1000).is_empty());
+    }
+
     fn t(ns: u64) -> PhaseTimes {
         PhaseTimes {
             total_ns: ns,
@@ -228,12 +399,12 @@ mod tests {
         let a = RankLog {
             dispatch: vec![t(10), t(50), t(10)],
             combine: vec![t(5), t(5), t(5)],
-            dest_bytes: vec![],
+            ..RankLog::default()
         };
         let b = RankLog {
             dispatch: vec![t(20), t(10), t(30)],
             combine: vec![t(1), t(1), t(1)],
-            dest_bytes: vec![],
+            ..RankLog::default()
         };
         let s = slowest_per_iter(&[a.clone(), b.clone()], Part::Dispatch);
         assert_eq!(

@@ -99,6 +99,9 @@ struct State {
     corrupt_dispatch: bool,
     corrupt_combine: bool,
     combined: Vec<f32>,
+    /// Per phase (dispatch, combine) of the last iteration: each source's arrival (ns after the
+    /// phase started).
+    arrival_ns: [Vec<u64>; 2],
 }
 
 /// `ep` on the shared harness.
@@ -202,8 +205,9 @@ impl State {
             world: ctx.world,
             timeout: ctx.opts.job.timeout(),
             health: &health,
+            arrival_ns: Vec::new(),
         };
-        match initiator {
+        let times = match initiator {
             Initiator::Cpu => ex.run_cpu(phase, iter, layout, writes),
             Initiator::Gpu => {
                 let ring = self
@@ -276,7 +280,9 @@ impl State {
                     }
                 }
             }
-        }
+        };
+        self.arrival_ns[k] = std::mem::take(&mut ex.arrival_ns);
+        times
     }
 
     /// The count blocks of a phase for an initiator (merged writes or one per message).
@@ -539,6 +545,7 @@ impl<'a> Benchmark for Ep<'a> {
             corrupt_dispatch: hook,
             corrupt_combine: hook,
             combined: Vec::new(),
+            arrival_ns: [Vec::new(), Vec::new()],
         });
         self.routing = Some(routing);
         Ok(facts)
@@ -577,6 +584,9 @@ impl<'a> Benchmark for Ep<'a> {
             if k >= warmup {
                 log.dispatch.push(d);
                 log.combine.push(c);
+                for (all, last) in log.arrival_ns.iter_mut().zip(&st.arrival_ns) {
+                    all.push(last.clone());
+                }
             }
         }
         let mut dest = vec![0u64; ctx.world as usize];
@@ -701,6 +711,27 @@ impl<'a> Benchmark for Ep<'a> {
                 })
                 .unwrap_or(0),
             rank_imbalance: imbalance(&dest_bytes),
+            slow_node: match part {
+                Part::Dispatch | Part::Combine => {
+                    let phase = (part == Part::Combine) as usize;
+                    let pairs = metrics::pair_rates(&logs, phase, plan_msg, out_msg);
+                    let bytes = logs.iter().enumerate().flat_map(|(s, l)| {
+                        l.dest_bytes
+                            .iter()
+                            .enumerate()
+                            .filter(move |&(d, _)| d != s)
+                            .map(|(_, &b)| b)
+                    });
+                    let iters = logs.iter().map(|l| l.dispatch.len()).min().unwrap_or(0);
+                    if iters >= metrics::JUDGE_FROM_ITERS && crate::locate::comparable_sizes(bytes)
+                    {
+                        metrics::slow_node(&pairs, logs.len(), &ctx.hosts)
+                    } else {
+                        metrics::SlowNode::default()
+                    }
+                }
+                Part::Total => metrics::SlowNode::default(),
+            },
             dest_bytes,
             expert_imbalance: routing.map_or(0.0, |r| imbalance(&r.pairs_per_expert())),
             lat_kind: "time of the slowest rank per iteration",
@@ -766,6 +797,17 @@ impl<'a> Benchmark for Ep<'a> {
                 s.get("merged").and_then(Value::as_u64).unwrap_or(0),
                 get(r, "slowest_rank")
             ));
+        }
+        for r in records {
+            if let Some(rank) = get(r, "slow_rank").as_u64() {
+                out.push(format!(
+                    "# slowest node in {}: rank {rank} on {} ({}): {}",
+                    r.variant,
+                    get(r, "slow_host").as_str().unwrap_or("?"),
+                    get(r, "slow_direction").as_str().unwrap_or("?"),
+                    get(r, "slow_evidence").as_str().unwrap_or("")
+                ));
+            }
         }
         // The GPU-initiated against the CPU-initiated run of the same job.
         for part in [Part::Dispatch, Part::Combine, Part::Total] {
