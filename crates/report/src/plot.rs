@@ -25,7 +25,7 @@ use std::sync::OnceLock;
 static FONT: &[u8] = include_bytes!("../assets/DejaVuSans.ttf");
 
 /// Registers the embedded font as plotters' `sans-serif` once per process.
-fn ensure_font() -> Result<(), Error> {
+pub(crate) fn ensure_font() -> Result<(), Error> {
     static DONE: OnceLock<bool> = OnceLock::new();
     let ok = *DONE.get_or_init(|| {
         plotters::style::register_font("sans-serif", FontStyle::Normal, FONT).is_ok()
@@ -505,10 +505,10 @@ impl Scale {
 /// tick positions we chose. plotters' own f64 axis picks decimal ticks (2.5, 7.5) that make no
 /// sense on a log2 size axis, and its key-point wrapper cannot take a label formatter for f64,
 /// so this small coordinate type does both.
-struct Axis {
-    lo: f64,
-    hi: f64,
-    ticks: Vec<f64>,
+pub(crate) struct Axis {
+    pub(crate) lo: f64,
+    pub(crate) hi: f64,
+    pub(crate) ticks: Vec<f64>,
 }
 
 impl Ranged for Axis {
@@ -535,7 +535,7 @@ impl Ranged for Axis {
 }
 
 /// 1, 2 or 5 × 10^k, at least `raw`.
-fn nice_step(raw: f64) -> f64 {
+pub(crate) fn nice_step(raw: f64) -> f64 {
     if raw <= 0.0 || !raw.is_finite() {
         return 1.0;
     }
@@ -547,7 +547,7 @@ fn nice_step(raw: f64) -> f64 {
         .unwrap_or(10.0 * mag)
 }
 
-fn ticks_between(lo: f64, hi: f64, step: f64) -> Vec<f64> {
+pub(crate) fn ticks_between(lo: f64, hi: f64, step: f64) -> Vec<f64> {
     let mut t = (lo / step).ceil() * step;
     let mut out = Vec::new();
     while t <= hi + step * 1e-9 && out.len() < 1000 {
@@ -559,7 +559,7 @@ fn ticks_between(lo: f64, hi: f64, step: f64) -> Vec<f64> {
 }
 
 /// A tick label: integers plainly, fractions with at most three decimals.
-fn fmt_num(v: f64) -> String {
+pub(crate) fn fmt_num(v: f64) -> String {
     if v != 0.0 && v.abs() < 0.001 {
         return format!("{v:.0e}");
     }
@@ -571,7 +571,7 @@ fn fmt_num(v: f64) -> String {
 }
 
 /// Ten colours that stay distinct on white (Tableau 10).
-const PALETTE: [RGBColor; 10] = [
+pub(crate) const PALETTE: [RGBColor; 10] = [
     RGBColor(31, 119, 180),
     RGBColor(255, 127, 14),
     RGBColor(44, 160, 44),
