@@ -1,6 +1,6 @@
 //! `efabench plot --stages` as users run it, on the committed H100 `ep` records: one stacked
-//! bar per configuration with the stage legend, one per run with --each-run, and the one-line
-//! refusal (exit 2) of records that have no `ep_stages`.
+//! bar per configuration with the stage legend, one per run with --each-run, the hint a plain
+//! `plot` of them prints, and the one-line refusal (exit 2) of records that have no `ep_stages`.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -101,6 +101,17 @@ fn stages_of_the_committed_ep_records_draw_one_bar_per_configuration() {
     assert_eq!(runs, 18, "one bar per record");
     let totals = lines.iter().filter(|l| l.ends_with(" µs")).count();
     assert_eq!(totals, 18, "one total per bar");
+
+    // Without --stages the records still plot against size, and the summary points to --stages.
+    let o = efabench(&["plot", &h100_records(), "-o", svg.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains(
+            "; 18 ep record(s) hold one message size each: --stages draws where their time goes"
+        ),
+        "{out}"
+    );
 }
 
 #[test]

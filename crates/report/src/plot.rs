@@ -267,6 +267,9 @@ pub struct PlotSummary {
     pub skipped: usize,
     /// Series drawn from records whose GPU was time-sliced between ranks (no MPS).
     pub time_sliced: usize,
+    /// Records drawn that hold `ep_stages` (`efabench ep`: one size per run), which
+    /// `plot --stages` draws as where their time goes instead.
+    pub stage_records: usize,
     pub format: ImageFormat,
 }
 
@@ -668,6 +671,15 @@ pub fn plot_files(
         points,
         skipped,
         time_sliced: series.iter().filter(|s| s.time_sliced).count(),
+        stage_records: inputs
+            .iter()
+            .flat_map(|(_, rs)| rs.iter())
+            .filter(|r| {
+                opts.bench.as_deref().is_none_or(|b| b == r.bench)
+                    && opts.variant.as_deref().is_none_or(|v| v == r.variant)
+                    && r.extra.get("ep_stages").is_some_and(|v| !v.is_null())
+            })
+            .count(),
         format,
     })
 }
@@ -970,6 +982,7 @@ mod tests {
         let png = dir.join("bw.png");
         let s = plot_files(&inputs, &PlotOptions::default(), &png).unwrap();
         assert_eq!((s.series, s.points, s.format), (2, 36, ImageFormat::Png));
+        assert_eq!(s.stage_records, 0);
         let bytes = std::fs::read(&png).unwrap();
         assert!(bytes.len() > 10_000, "{} bytes", bytes.len());
         assert_eq!(&bytes[1..4], b"PNG");

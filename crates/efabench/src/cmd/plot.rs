@@ -101,8 +101,16 @@ pub fn run(args: Args) -> Result<i32, CliError> {
     } else {
         String::new()
     };
+    let stages = if summary.stage_records > 0 {
+        format!(
+            "; {} ep record(s) hold one message size each: --stages draws where their time goes",
+            summary.stage_records
+        )
+    } else {
+        String::new()
+    };
     super::compare::print_stdout(&format!(
-        "wrote {}: {} series, {} points{skipped}{sliced}\n",
+        "wrote {}: {} series, {} points{skipped}{sliced}{stages}\n",
         args.output.display(),
         summary.series,
         summary.points
