@@ -4,12 +4,14 @@
 //! do not link plotting); everything there is re-exported here under the same names, so code
 //! written against `efabench_report::{Record, JsonlWriter, Sink, ...}` keeps compiling.
 //!
-//! The `plot` and `compare` commands are [`plot::plot_files`] and [`compare::compare`].
+//! The `plot` and `compare` commands are [`plot::plot_files`] (with `--stages`,
+//! [`stages::plot_stage_files`]) and [`compare::compare`].
 
 #![forbid(unsafe_code)]
 
 pub mod compare;
 pub mod plot;
+pub mod stages;
 
 pub use efabench_record::{error, jsonl, output, record, util};
 pub use efabench_record::{hostname, human_size, now_rfc3339, rfc3339_from_unix, write_atomically};

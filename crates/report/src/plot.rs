@@ -25,7 +25,7 @@ use std::sync::OnceLock;
 static FONT: &[u8] = include_bytes!("../assets/DejaVuSans.ttf");
 
 /// Registers the embedded font as plotters' `sans-serif` once per process.
-fn ensure_font() -> Result<(), Error> {
+pub(crate) fn ensure_font() -> Result<(), Error> {
     static DONE: OnceLock<bool> = OnceLock::new();
     let ok = *DONE.get_or_init(|| {
         plotters::style::register_font("sans-serif", FontStyle::Normal, FONT).is_ok()
@@ -267,6 +267,9 @@ pub struct PlotSummary {
     pub skipped: usize,
     /// Series drawn from records whose GPU was time-sliced between ranks (no MPS).
     pub time_sliced: usize,
+    /// Records drawn that hold `ep_stages` (`efabench ep`: one size per run), which
+    /// `plot --stages` draws as where their time goes instead.
+    pub stage_records: usize,
     pub format: ImageFormat,
 }
 
@@ -505,10 +508,10 @@ impl Scale {
 /// tick positions we chose. plotters' own f64 axis picks decimal ticks (2.5, 7.5) that make no
 /// sense on a log2 size axis, and its key-point wrapper cannot take a label formatter for f64,
 /// so this small coordinate type does both.
-struct Axis {
-    lo: f64,
-    hi: f64,
-    ticks: Vec<f64>,
+pub(crate) struct Axis {
+    pub(crate) lo: f64,
+    pub(crate) hi: f64,
+    pub(crate) ticks: Vec<f64>,
 }
 
 impl Ranged for Axis {
@@ -535,7 +538,7 @@ impl Ranged for Axis {
 }
 
 /// 1, 2 or 5 × 10^k, at least `raw`.
-fn nice_step(raw: f64) -> f64 {
+pub(crate) fn nice_step(raw: f64) -> f64 {
     if raw <= 0.0 || !raw.is_finite() {
         return 1.0;
     }
@@ -547,7 +550,7 @@ fn nice_step(raw: f64) -> f64 {
         .unwrap_or(10.0 * mag)
 }
 
-fn ticks_between(lo: f64, hi: f64, step: f64) -> Vec<f64> {
+pub(crate) fn ticks_between(lo: f64, hi: f64, step: f64) -> Vec<f64> {
     let mut t = (lo / step).ceil() * step;
     let mut out = Vec::new();
     while t <= hi + step * 1e-9 && out.len() < 1000 {
@@ -559,7 +562,7 @@ fn ticks_between(lo: f64, hi: f64, step: f64) -> Vec<f64> {
 }
 
 /// A tick label: integers plainly, fractions with at most three decimals.
-fn fmt_num(v: f64) -> String {
+pub(crate) fn fmt_num(v: f64) -> String {
     if v != 0.0 && v.abs() < 0.001 {
         return format!("{v:.0e}");
     }
@@ -571,7 +574,7 @@ fn fmt_num(v: f64) -> String {
 }
 
 /// Ten colours that stay distinct on white (Tableau 10).
-const PALETTE: [RGBColor; 10] = [
+pub(crate) const PALETTE: [RGBColor; 10] = [
     RGBColor(31, 119, 180),
     RGBColor(255, 127, 14),
     RGBColor(44, 160, 44),
@@ -668,6 +671,15 @@ pub fn plot_files(
         points,
         skipped,
         time_sliced: series.iter().filter(|s| s.time_sliced).count(),
+        stage_records: inputs
+            .iter()
+            .flat_map(|(_, rs)| rs.iter())
+            .filter(|r| {
+                opts.bench.as_deref().is_none_or(|b| b == r.bench)
+                    && opts.variant.as_deref().is_none_or(|v| v == r.variant)
+                    && r.extra.get("ep_stages").is_some_and(|v| !v.is_null())
+            })
+            .count(),
         format,
     })
 }
@@ -970,6 +982,7 @@ mod tests {
         let png = dir.join("bw.png");
         let s = plot_files(&inputs, &PlotOptions::default(), &png).unwrap();
         assert_eq!((s.series, s.points, s.format), (2, 36, ImageFormat::Png));
+        assert_eq!(s.stage_records, 0);
         let bytes = std::fs::read(&png).unwrap();
         assert!(bytes.len() > 10_000, "{} bytes", bytes.len());
         assert_eq!(&bytes[1..4], b"PNG");

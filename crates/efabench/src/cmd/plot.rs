@@ -1,9 +1,11 @@
 //! `efabench plot RESULTS.jsonl... -o FILE.(png|svg)`: draw records, e.g. bandwidth against
-//! message size, one line per configuration. The drawing lives in `efabench_report::plot`;
-//! this file maps options and errors (bad input exit 2, a failed draw exit 1).
+//! message size, one line per configuration; with `--stages`, `efabench ep` records as stacked
+//! bars of their stages. The drawing lives in `efabench_report::{plot, stages}`; this file maps
+//! options and errors (bad input exit 2, a failed draw exit 1).
 
 use crate::error::CliError;
 use efabench_report::plot::{plot_paths, Field, PlotOptions, FIELD_NAMES, TIME_SLICED_MARK};
+use efabench_report::stages::{plot_stage_paths, StagesOptions};
 use std::path::PathBuf;
 
 #[derive(clap::Args, Debug)]
@@ -14,6 +16,17 @@ pub struct Args {
     /// Image to write; the extension picks the format: .png or .svg.
     #[arg(short = 'o', long = "output", value_name = "FILE.png|FILE.svg")]
     pub output: PathBuf,
+    /// Draw `efabench ep` records as stacked bars of where the time goes: one horizontal bar per
+    /// configuration (variant, and dtype, layout, merging or input file where those differ),
+    /// split into the ep_stages launch, post, copy, feed, quiet, network, arrival, settle,
+    /// reduce, in µs. Several runs of one configuration draw one bar, the run with the median
+    /// total (so its stages still add up to it; see --each-run). Records without ep_stages are
+    /// refused.
+    #[arg(long, conflicts_with_all = ["x", "y", "log_y", "linear_x"])]
+    pub stages: bool,
+    /// With --stages: one bar per run ("run 1", "run 2", ...) instead of the median run.
+    #[arg(long, requires = "stages")]
+    pub each_run: bool,
     /// Field on the x axis (size is drawn on a log2 axis labelled 8, 1K, 1M, 1G).
     #[arg(long, default_value = "size", value_name = "FIELD")]
     pub x: String,
@@ -39,9 +52,9 @@ pub struct Args {
     /// Image width in pixels.
     #[arg(long, default_value_t = 1024, allow_hyphen_values = true)]
     pub width: u32,
-    /// Image height in pixels.
-    #[arg(long, default_value_t = 640, allow_hyphen_values = true)]
-    pub height: u32,
+    /// Image height in pixels [default: 640; with --stages, tall enough for the bars].
+    #[arg(long, allow_hyphen_values = true)]
+    pub height: Option<u32>,
 }
 
 fn field(s: &str, flag: &str) -> Result<Field, CliError> {
@@ -55,6 +68,9 @@ fn field(s: &str, flag: &str) -> Result<Field, CliError> {
 }
 
 pub fn run(args: Args) -> Result<i32, CliError> {
+    if args.stages {
+        return run_stages(args);
+    }
     let opts = PlotOptions {
         x: field(&args.x, "--x")?,
         y: field(&args.y, "--y")?,
@@ -62,7 +78,7 @@ pub fn run(args: Args) -> Result<i32, CliError> {
         log_y: args.log_y,
         title: args.title,
         width: args.width,
-        height: args.height,
+        height: args.height.unwrap_or(640),
         bench: args.bench,
         variant: args.variant,
     };
@@ -85,11 +101,43 @@ pub fn run(args: Args) -> Result<i32, CliError> {
     } else {
         String::new()
     };
+    let stages = if summary.stage_records > 0 {
+        format!(
+            "; {} ep record(s) hold one message size each: --stages draws where their time goes",
+            summary.stage_records
+        )
+    } else {
+        String::new()
+    };
     super::compare::print_stdout(&format!(
-        "wrote {}: {} series, {} points{skipped}{sliced}\n",
+        "wrote {}: {} series, {} points{skipped}{sliced}{stages}\n",
         args.output.display(),
         summary.series,
         summary.points
+    ))?;
+    Ok(0)
+}
+
+fn run_stages(args: Args) -> Result<i32, CliError> {
+    let opts = StagesOptions {
+        each_run: args.each_run,
+        title: args.title,
+        width: args.width,
+        height: args.height,
+        bench: args.bench,
+        variant: args.variant,
+    };
+    let summary = plot_stage_paths(&args.inputs, &opts, &args.output)?;
+    let median = if summary.records > summary.bars {
+        " (several runs of a configuration: the median run drawn; --each-run draws them all)"
+    } else {
+        ""
+    };
+    super::compare::print_stdout(&format!(
+        "wrote {}: {} bars from {} records{median}\n",
+        args.output.display(),
+        summary.bars,
+        summary.records
     ))?;
     Ok(0)
 }
