@@ -54,12 +54,17 @@ const CASES: &[(&str, &str, &str)] = &[
     (
         "typed",
         "proxy --ring spsc",
-        "pinned, managed, gdr or hybrid",
+        "possible values: pinned, managed, gdr, hybrid",
     ),
     (
         "typed",
         "proxy --ring libefaxx",
-        "cannot carry a 32-byte put",
+        "possible values: pinned, managed, gdr, hybrid",
+    ),
+    (
+        "typed",
+        "ipc --variant store",
+        "possible values: copy-engine, push, pull, tma",
     ),
     // options of groups a benchmark does not take are refused by clap, before any hardware probe
     ("refused", "ipc --rails 2", "unexpected argument '--rails'"),

@@ -16,10 +16,10 @@ pub struct IpcArgs {
     /// Timed batches per point; each is bracketed by CUDA events, none by a host sync.
     #[arg(long, default_value = "5", value_parser = samples_arg, allow_hyphen_values = true)]
     pub samples: u64,
-    /// Variants, comma-separated: copy-engine, push, pull, tma [default: all four, or none
-    /// when --nvbw is given].
-    #[arg(long, value_delimiter = ',')]
-    pub variant: Option<Vec<String>>,
+    /// Variants, comma-separated: copy-engine (or ce), push, pull, tma [default: all four, or
+    /// none when --nvbw is given].
+    #[arg(long, value_delimiter = ',', value_enum, ignore_case = true)]
+    pub variant: Option<Vec<Variant>>,
     /// Launch shapes of push and pull, GRIDxBLOCK; `smxB` means one block per SM.
     #[arg(
         long,
@@ -50,15 +50,56 @@ pub struct IpcArgs {
 
 crate::impl_options!(IpcArgs: sweep);
 
+/// A kind of copy `--variant` picks; each is measured with its own launch shapes (none for the
+/// copy engine).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Variant {
+    /// `cuMemcpyDtoDAsync`.
+    #[value(alias = "ce")]
+    CopyEngine,
+    /// SM stores into the peer's memory, one per `--shapes` entry.
+    Push,
+    /// SM loads from the peer's memory, one per `--shapes` entry.
+    Pull,
+    /// Bulk copies, one per `--tma-grids` entry.
+    Tma,
+}
+
+impl Variant {
+    pub const ALL: [Variant; 4] = [
+        Variant::CopyEngine,
+        Variant::Push,
+        Variant::Pull,
+        Variant::Tma,
+    ];
+
+    /// The option's name of the variant.
+    pub fn name(self) -> &'static str {
+        match self {
+            Variant::CopyEngine => "copy-engine",
+            Variant::Push => "push",
+            Variant::Pull => "pull",
+            Variant::Tma => "tma",
+        }
+    }
+}
+
 /// The variants `--variant` selects: the given list, else all four unless `--nvbw` is given.
-pub fn variants(args: &IpcArgs) -> Vec<String> {
+pub fn variants(args: &IpcArgs) -> Vec<Variant> {
     match &args.variant {
         Some(v) => v.clone(),
-        None if args.nvbw.is_empty() => ["copy-engine", "push", "pull", "tma"]
-            .map(String::from)
-            .to_vec(),
+        None if args.nvbw.is_empty() => Variant::ALL.to_vec(),
         None => Vec::new(),
     }
+}
+
+/// The variants as `--variant` writes them, comma-separated.
+pub fn variant_list(variants: &[Variant]) -> String {
+    variants
+        .iter()
+        .map(|v| v.name())
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 fn samples_arg(s: &str) -> Result<u64, String> {
@@ -172,7 +213,7 @@ impl Method {
 
 /// The methods of `--variant` × `--shapes` (`--tma-grids` for tma), in the order given.
 pub fn methods(
-    variants: &[String],
+    variants: &[Variant],
     shapes: &[String],
     tma_grids: &[String],
 ) -> Result<Vec<Method>, String> {
@@ -189,16 +230,11 @@ pub fn methods(
         })?;
     let mut out = Vec::new();
     for v in variants {
-        match v.trim().to_ascii_lowercase().as_str() {
-            "copy-engine" | "ce" => out.push(Method::CopyEngine),
-            "push" => out.extend(specs.iter().map(|s| Method::Push(*s))),
-            "pull" => out.extend(specs.iter().map(|s| Method::Pull(*s))),
-            "tma" => out.extend(tma.iter().map(|s| Method::Tma(*s))),
-            other => {
-                return Err(format!(
-                    "unknown ipc variant {other:?}: use copy-engine, push, pull or tma (--variant)"
-                ))
-            }
+        match v {
+            Variant::CopyEngine => out.push(Method::CopyEngine),
+            Variant::Push => out.extend(specs.iter().map(|s| Method::Push(*s))),
+            Variant::Pull => out.extend(specs.iter().map(|s| Method::Pull(*s))),
+            Variant::Tma => out.extend(tma.iter().map(|s| Method::Tma(*s))),
         }
     }
     out.dedup();
@@ -267,23 +303,37 @@ mod tests {
         assert_eq!(m.len(), 10);
         assert_eq!(m[0], Method::CopyEngine);
         assert_eq!(m[9].name(132), "tma-sm264x256");
-        assert!(methods(&["tma".into()], &a.shapes, &["sm3".into(), "64".into()]).is_ok());
-        let e = methods(&["tma".into()], &a.shapes, &["x".into()]).unwrap_err();
+        assert!(methods(&[Variant::Tma], &a.shapes, &["sm3".into(), "64".into()]).is_ok());
+        let e = methods(&[Variant::Tma], &a.shapes, &["x".into()]).unwrap_err();
         assert!(e.contains("--tma-grids"), "{e}");
         let names: Vec<String> = m.iter().map(|m| m.name(132)).collect();
         assert!(names.contains(&"push-1x256".to_string()));
         assert!(names.contains(&"push-16x256".to_string()));
         assert!(names.contains(&"push-128x256".to_string()));
         assert!(names.contains(&"pull-sm132x512".to_string()));
-        let e = methods(&["store".into()], &a.shapes, &a.tma_grids).unwrap_err();
-        assert!(e.contains("copy-engine, push, pull or tma"), "{e}");
+    }
+
+    #[test]
+    fn variants_are_parsed_by_clap() {
+        let parse = |v: &[&str]| IpcArgsParser::try_parse_from(v.iter().copied());
+        let a = parse(&["x", "--variant", "CE,pull"]).unwrap().a;
+        assert_eq!(variants(&a), [Variant::CopyEngine, Variant::Pull]);
+        assert_eq!(variant_list(&variants(&a)), "copy-engine,pull");
+        for bad in ["store", "push,", "push,x"] {
+            let e = parse(&["x", "--variant", bad]).unwrap_err();
+            assert_eq!(e.kind(), clap::error::ErrorKind::InvalidValue, "{bad}");
+            assert!(
+                e.to_string().contains("copy-engine, push, pull, tma"),
+                "{bad}: {e}"
+            );
+        }
     }
 
     #[test]
     fn nvbw_replaces_the_default_variants_unless_they_are_named() {
         let parse = |v: &[&str]| IpcArgsParser::parse_from(v.iter().copied()).a;
         let a = parse(&["x"]);
-        assert_eq!(variants(&a), ["copy-engine", "push", "pull", "tma"]);
+        assert_eq!(variants(&a), Variant::ALL);
         assert!(a.nvbw.is_empty());
         let a = parse(&["x", "--nvbw", "all"]);
         assert!(variants(&a).is_empty());
@@ -295,7 +345,7 @@ mod tests {
             "--variant",
             "copy-engine",
         ]);
-        assert_eq!(variants(&a), ["copy-engine"]);
+        assert_eq!(variants(&a), [Variant::CopyEngine]);
         assert_eq!(
             nvbw::parse_tests(&a.nvbw).unwrap(),
             [nvbw::Test::LocalCopy, nvbw::Test::Latency]

@@ -52,8 +52,8 @@ use crate::harness::{Benchmark, BuildInfo, Ctx, Measured, Needs, Point, RunFacts
 use crate::BenchError;
 
 pub use args::{
-    default_iters, ipc_sizes, methods, parse_shape, variants, Grid, IpcArgs, Method, ShapeSpec,
-    IPC_DEFAULTS,
+    default_iters, ipc_sizes, methods, parse_shape, variant_list, variants, Grid, IpcArgs, Method,
+    ShapeSpec, Variant, IPC_DEFAULTS,
 };
 pub use measure::batches;
 pub use report::{size_at_fraction, summary, IpcDetail};
@@ -155,7 +155,7 @@ impl Benchmark for Ipc<'_> {
         format!(
             "--samples {} --variant {} --shapes {} --tma-grids {} --matrix {} --nvbw {}",
             a.samples,
-            variants(a).join(","),
+            variant_list(&variants(a)),
             a.shapes.join(","),
             a.tma_grids.join(","),
             a.matrix,
@@ -386,7 +386,7 @@ impl Ipc<'_> {
             return Err(BenchError::usage(format!(
                 "ipc --variant {} needs two GPUs (one rank each): start them with `efabench launch -n 2 -- ipc ...`, \
                  or on one GPU run --nvbw device_local_copy,device_to_device_latency_sm",
-                variants(self.args).join(",")
+                variant_list(&variants(self.args))
             )));
         }
         for &m in &self.methods {
@@ -500,7 +500,7 @@ mod tests {
         }
     }
 
-    #[derive(clap::Parser)]
+    #[derive(clap::Parser, Debug)]
     pub(crate) struct IpcArgsParser {
         #[command(flatten)]
         pub(crate) a: IpcArgs,
