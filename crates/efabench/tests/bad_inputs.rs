@@ -66,6 +66,8 @@ const CASES: &[(&str, &str, &str)] = &[
         "ipc --variant store",
         "possible values: copy-engine, push, pull, tma",
     ),
+    ("typed", "ipc --shapes 128", "GRIDxBLOCK"),
+    ("typed", "ipc --tma-grids x", "--tma-grids"),
     // options of groups a benchmark does not take are refused by clap, before any hardware probe
     ("refused", "ipc --rails 2", "unexpected argument '--rails'"),
     (

@@ -24,12 +24,13 @@ pub struct IpcArgs {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "1x256,16x256,128x256,smx512"
+        default_value = "1x256,16x256,128x256,smx512",
+        value_parser = parse_shape
     )]
-    pub shapes: Vec<String>,
+    pub shapes: Vec<ShapeSpec>,
     /// Grids of the tma variant (256 threads a block): smK = K blocks per SM, or a block count.
-    #[arg(long, value_delimiter = ',', default_value = "sm2")]
-    pub tma_grids: Vec<String>,
+    #[arg(long, value_delimiter = ',', default_value = "sm2", value_parser = tma_grid_arg)]
+    pub tma_grids: Vec<Grid>,
     /// Also measure every ordered GPU pair at the largest size (automatic above 2 GPUs).
     #[arg(long)]
     pub matrix: bool,
@@ -102,6 +103,15 @@ pub fn variant_list(variants: &[Variant]) -> String {
         .join(",")
 }
 
+/// Values as an option writes them, comma-separated.
+pub fn comma_list<T: std::fmt::Display>(values: &[T]) -> String {
+    values
+        .iter()
+        .map(|v| v.to_string())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 fn samples_arg(s: &str) -> Result<u64, String> {
     crate::harness::bounded(s, "--samples", 1, 4096, "5")
 }
@@ -122,11 +132,32 @@ pub enum Grid {
     PerSm(u32),
 }
 
+/// The grid as `--tma-grids` writes it: `sm2`, `132`.
+impl std::fmt::Display for Grid {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Grid::Blocks(n) => write!(f, "{n}"),
+            Grid::PerSm(k) => write!(f, "sm{k}"),
+        }
+    }
+}
+
 /// A launch shape as the user wrote it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ShapeSpec {
     pub grid: Grid,
     pub block: u32,
+}
+
+/// The shape as `--shapes` writes it: `128x256`, `smx512`, `sm2x256`.
+impl std::fmt::Display for ShapeSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.grid {
+            Grid::Blocks(n) => write!(f, "{n}x{}", self.block),
+            Grid::PerSm(1) => write!(f, "smx{}", self.block),
+            Grid::PerSm(k) => write!(f, "sm{k}x{}", self.block),
+        }
+    }
 }
 
 impl ShapeSpec {
@@ -153,8 +184,9 @@ impl ShapeSpec {
 pub fn parse_shape(s: &str) -> Result<ShapeSpec, String> {
     let bad = || {
         format!(
-            "invalid launch shape {s:?}: write GRIDxBLOCK (128x256) or smxBLOCK (one block per SM), \
-             BLOCK a multiple of 32 up to 1024"
+            "invalid launch shape {:?}: write GRIDxBLOCK (128x256) or smxBLOCK (one block per SM), \
+             BLOCK a multiple of 32 up to 1024",
+            crate::size::clip(s)
         )
     };
     let t = s.trim().to_ascii_lowercase();
@@ -181,6 +213,19 @@ pub fn parse_shape(s: &str) -> Result<ShapeSpec, String> {
         Grid::Blocks(n)
     };
     Ok(ShapeSpec { grid, block })
+}
+
+/// Threads per block of the tma kernel.
+const TMA_BLOCK: u32 = 256;
+
+/// Parses one `--tma-grids` entry: `smK` or a block count (the kernel's blocks have 256 threads).
+fn tma_grid_arg(s: &str) -> Result<Grid, String> {
+    parse_shape(&format!("{}x{TMA_BLOCK}", s.trim())).map(|s| s.grid).map_err(|_| {
+        format!(
+            "invalid --tma-grids entry {:?}: use smK (K blocks per SM) or a block count, e.g. sm2,132",
+            crate::size::clip(s)
+        )
+    })
 }
 
 /// What one point runs.
@@ -212,33 +257,23 @@ impl Method {
 }
 
 /// The methods of `--variant` × `--shapes` (`--tma-grids` for tma), in the order given.
-pub fn methods(
-    variants: &[Variant],
-    shapes: &[String],
-    tma_grids: &[String],
-) -> Result<Vec<Method>, String> {
-    let specs = shapes
-        .iter()
-        .map(|s| parse_shape(s))
-        .collect::<Result<Vec<_>, _>>()?;
-    let tma = tma_grids
-        .iter()
-        .map(|g| parse_shape(&format!("{}x256", g.trim())))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|_| {
-            format!("invalid --tma-grids {tma_grids:?}: use smK (K blocks per SM) or a block count, e.g. sm2,132")
-        })?;
+pub fn methods(variants: &[Variant], shapes: &[ShapeSpec], tma_grids: &[Grid]) -> Vec<Method> {
     let mut out = Vec::new();
     for v in variants {
         match v {
             Variant::CopyEngine => out.push(Method::CopyEngine),
-            Variant::Push => out.extend(specs.iter().map(|s| Method::Push(*s))),
-            Variant::Pull => out.extend(specs.iter().map(|s| Method::Pull(*s))),
-            Variant::Tma => out.extend(tma.iter().map(|s| Method::Tma(*s))),
+            Variant::Push => out.extend(shapes.iter().map(|s| Method::Push(*s))),
+            Variant::Pull => out.extend(shapes.iter().map(|s| Method::Pull(*s))),
+            Variant::Tma => out.extend(tma_grids.iter().map(|&grid| {
+                Method::Tma(ShapeSpec {
+                    grid,
+                    block: TMA_BLOCK,
+                })
+            })),
         }
     }
     out.dedup();
-    Ok(out)
+    out
 }
 
 /// The sizes, each a positive multiple of 16 bytes (the kernels move 16-byte vectors).
@@ -299,18 +334,32 @@ mod tests {
     #[test]
     fn default_method_list_is_ce_four_pushes_four_pulls_and_tma() {
         let a = IpcArgsParser::parse_from(["x"]).a;
-        let m = methods(&variants(&a), &a.shapes, &a.tma_grids).unwrap();
+        let m = methods(&variants(&a), &a.shapes, &a.tma_grids);
         assert_eq!(m.len(), 10);
         assert_eq!(m[0], Method::CopyEngine);
         assert_eq!(m[9].name(132), "tma-sm264x256");
-        assert!(methods(&[Variant::Tma], &a.shapes, &["sm3".into(), "64".into()]).is_ok());
-        let e = methods(&[Variant::Tma], &a.shapes, &["x".into()]).unwrap_err();
-        assert!(e.contains("--tma-grids"), "{e}");
+        assert_eq!(comma_list(&a.shapes), "1x256,16x256,128x256,smx512");
+        assert_eq!(comma_list(&a.tma_grids), "sm2");
         let names: Vec<String> = m.iter().map(|m| m.name(132)).collect();
         assert!(names.contains(&"push-1x256".to_string()));
         assert!(names.contains(&"push-16x256".to_string()));
         assert!(names.contains(&"push-128x256".to_string()));
         assert!(names.contains(&"pull-sm132x512".to_string()));
+    }
+
+    #[test]
+    fn shapes_and_tma_grids_are_parsed_by_clap() {
+        let parse = |v: &[&str]| IpcArgsParser::try_parse_from(v.iter().copied());
+        let a = parse(&["x", "--shapes", "SM2x256,64x128", "--tma-grids", "sm3,64"])
+            .unwrap()
+            .a;
+        assert_eq!(comma_list(&a.shapes), "sm2x256,64x128");
+        assert_eq!(a.tma_grids, [Grid::PerSm(3), Grid::Blocks(64)]);
+        assert_eq!(comma_list(&a.tma_grids), "sm3,64");
+        let e = parse(&["x", "--shapes", "128"]).unwrap_err();
+        assert!(e.to_string().contains("GRIDxBLOCK"), "{e}");
+        let e = parse(&["x", "--tma-grids", "x"]).unwrap_err();
+        assert!(e.to_string().contains("--tma-grids"), "{e}");
     }
 
     #[test]
@@ -350,7 +399,7 @@ mod tests {
             nvbw::parse_tests(&a.nvbw).unwrap(),
             [nvbw::Test::LocalCopy, nvbw::Test::Latency]
         );
-        let m = methods(&variants(&a), &a.shapes, &a.tma_grids).unwrap();
+        let m = methods(&variants(&a), &a.shapes, &a.tma_grids);
         assert_eq!(m, [Method::CopyEngine]);
     }
 

@@ -52,8 +52,8 @@ use crate::harness::{Benchmark, BuildInfo, Ctx, Measured, Needs, Point, RunFacts
 use crate::BenchError;
 
 pub use args::{
-    default_iters, ipc_sizes, methods, parse_shape, variant_list, variants, Grid, IpcArgs, Method,
-    ShapeSpec, Variant, IPC_DEFAULTS,
+    comma_list, default_iters, ipc_sizes, methods, parse_shape, variant_list, variants, Grid,
+    IpcArgs, Method, ShapeSpec, Variant, IPC_DEFAULTS,
 };
 pub use measure::batches;
 pub use report::{size_at_fraction, summary, IpcDetail};
@@ -102,8 +102,7 @@ impl<'a> Ipc<'a> {
     pub fn new(args: &'a IpcArgs) -> Result<Self, BenchError> {
         let c = &args.sweep;
         let sizes = ipc_sizes(c.min_bytes, c.max_bytes, c.step_factor)?;
-        let methods =
-            methods(&variants(args), &args.shapes, &args.tma_grids).map_err(BenchError::usage)?;
+        let methods = methods(&variants(args), &args.shapes, &args.tma_grids);
         let tests = nvbw::parse_tests(&args.nvbw).map_err(BenchError::usage)?;
         if methods.is_empty() && tests.is_empty() {
             return Err(BenchError::usage(
@@ -156,8 +155,8 @@ impl Benchmark for Ipc<'_> {
             "--samples {} --variant {} --shapes {} --tma-grids {} --matrix {} --nvbw {}",
             a.samples,
             variant_list(&variants(a)),
-            a.shapes.join(","),
-            a.tma_grids.join(","),
+            comma_list(&a.shapes),
+            comma_list(&a.tma_grids),
             a.matrix,
             a.nvbw.join(",")
         )
