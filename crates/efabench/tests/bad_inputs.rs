@@ -82,7 +82,7 @@ const CASES: &[(&str, &str, &str)] = &[
     (
         "refused",
         "ipc --nvbw device_to_device_copy",
-        "unknown --nvbw testcase",
+        "is not an nvbandwidth testcase",
     ),
     ("refused", "ipc --variant push --nvbw all,x", "ipc --help"),
     ("refused", "sendrecv -b 1M -e 8", "-b/--min-bytes"),

@@ -4,6 +4,7 @@
 
 use efabench_gpu::{GpuChoice, Shape};
 
+use super::nvbw;
 use crate::harness::{gpu_arg, JobArgs, SweepArgs};
 use crate::size::sweep;
 use crate::BenchError;
@@ -38,8 +39,8 @@ pub struct IpcArgs {
     /// pair at every size (device_to_device_memcpy_{read,write}_{ce,sm},
     /// device_to_device_bidirectional_memcpy_{read,write}_{ce,sm}, device_local_copy,
     /// device_to_device_latency_sm).
-    #[arg(long, value_delimiter = ',')]
-    pub nvbw: Vec<String>,
+    #[arg(long, value_delimiter = ',', value_parser = nvbw::pick_arg)]
+    pub nvbw: Vec<nvbw::Pick>,
     /// This rank's GPU: an index, or auto (= local rank).
     #[arg(long, default_value = "auto", value_parser = gpu_arg)]
     pub gpu: GpuChoice,
@@ -295,7 +296,6 @@ pub fn default_iters(size: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ipc::nvbw;
     use crate::ipc::tests::IpcArgsParser;
     use clap::Parser;
 
@@ -386,7 +386,7 @@ mod tests {
         assert!(a.nvbw.is_empty());
         let a = parse(&["x", "--nvbw", "all"]);
         assert!(variants(&a).is_empty());
-        assert_eq!(nvbw::parse_tests(&a.nvbw).unwrap().len(), 10);
+        assert_eq!(nvbw::tests(&a.nvbw).len(), 10);
         let a = parse(&[
             "x",
             "--nvbw",
@@ -396,7 +396,7 @@ mod tests {
         ]);
         assert_eq!(variants(&a), [Variant::CopyEngine]);
         assert_eq!(
-            nvbw::parse_tests(&a.nvbw).unwrap(),
+            nvbw::tests(&a.nvbw),
             [nvbw::Test::LocalCopy, nvbw::Test::Latency]
         );
         let m = methods(&variants(&a), &a.shapes, &a.tma_grids);

@@ -103,7 +103,7 @@ impl<'a> Ipc<'a> {
         let c = &args.sweep;
         let sizes = ipc_sizes(c.min_bytes, c.max_bytes, c.step_factor)?;
         let methods = methods(&variants(args), &args.shapes, &args.tma_grids);
-        let tests = nvbw::parse_tests(&args.nvbw).map_err(BenchError::usage)?;
+        let tests = nvbw::tests(&args.nvbw);
         if methods.is_empty() && tests.is_empty() {
             return Err(BenchError::usage(
                 "nothing to measure: pass --variant copy-engine,push,pull,tma or --nvbw all",
@@ -158,7 +158,7 @@ impl Benchmark for Ipc<'_> {
             comma_list(&a.shapes),
             comma_list(&a.tma_grids),
             a.matrix,
-            a.nvbw.join(",")
+            comma_list(&a.nvbw)
         )
     }
 
