@@ -54,13 +54,20 @@ const CASES: &[(&str, &str, &str)] = &[
     (
         "typed",
         "proxy --ring spsc",
-        "pinned, managed, gdr or hybrid",
+        "possible values: pinned, managed, gdr, hybrid",
     ),
     (
         "typed",
         "proxy --ring libefaxx",
-        "cannot carry a 32-byte put",
+        "possible values: pinned, managed, gdr, hybrid",
     ),
+    (
+        "typed",
+        "ipc --variant store",
+        "possible values: copy-engine, push, pull, tma",
+    ),
+    ("typed", "ipc --shapes 128", "GRIDxBLOCK"),
+    ("typed", "ipc --tma-grids x", "--tma-grids"),
     // options of groups a benchmark does not take are refused by clap, before any hardware probe
     ("refused", "ipc --rails 2", "unexpected argument '--rails'"),
     (
@@ -75,7 +82,7 @@ const CASES: &[(&str, &str, &str)] = &[
     (
         "refused",
         "ipc --nvbw device_to_device_copy",
-        "unknown --nvbw testcase",
+        "is not an nvbandwidth testcase",
     ),
     ("refused", "ipc --variant push --nvbw all,x", "ipc --help"),
     ("refused", "sendrecv -b 1M -e 8", "-b/--min-bytes"),

@@ -31,6 +31,13 @@
 //! numbers within the budget instead of failing the job; every rank stops at the same iteration
 //! (see [`exchange`]). The record gives the iterations actually run and `stopped_by`.
 //!
+//! # Its own timed loop
+//! The iterations run in [`exchange::measure`], not in the harness's [`harness::time_loop`]
+//! (`measure` returns the samples it took): the loop ends after `-n` iterations *or* when the
+//! budget runs out on any rank, at the same iteration everywhere (a mark in band, see
+//! [`exchange`]), the warm-up is bounded by time too, a barrier separates it from the timed
+//! part, and one more verified iteration follows; `time_loop` runs a fixed count.
+//!
 //! # Transfers
 //! `--op write` (default): RDMA write with remote CQ data into the peer's receive buffer at the
 //! chunk's place. `--op sendrecv`: send with CQ data into receives posted in advance.

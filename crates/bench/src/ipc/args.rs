@@ -4,6 +4,7 @@
 
 use efabench_gpu::{GpuChoice, Shape};
 
+use super::nvbw;
 use crate::harness::{gpu_arg, JobArgs, SweepArgs};
 use crate::size::sweep;
 use crate::BenchError;
@@ -16,20 +17,21 @@ pub struct IpcArgs {
     /// Timed batches per point; each is bracketed by CUDA events, none by a host sync.
     #[arg(long, default_value = "5", value_parser = samples_arg, allow_hyphen_values = true)]
     pub samples: u64,
-    /// Variants, comma-separated: copy-engine, push, pull, tma [default: all four, or none
-    /// when --nvbw is given].
-    #[arg(long, value_delimiter = ',')]
-    pub variant: Option<Vec<String>>,
+    /// Variants, comma-separated: copy-engine (or ce), push, pull, tma [default: all four, or
+    /// none when --nvbw is given].
+    #[arg(long, value_delimiter = ',', value_enum, ignore_case = true)]
+    pub variant: Option<Vec<Variant>>,
     /// Launch shapes of push and pull, GRIDxBLOCK; `smxB` means one block per SM.
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "1x256,16x256,128x256,smx512"
+        default_value = "1x256,16x256,128x256,smx512",
+        value_parser = parse_shape
     )]
-    pub shapes: Vec<String>,
+    pub shapes: Vec<ShapeSpec>,
     /// Grids of the tma variant (256 threads a block): smK = K blocks per SM, or a block count.
-    #[arg(long, value_delimiter = ',', default_value = "sm2")]
-    pub tma_grids: Vec<String>,
+    #[arg(long, value_delimiter = ',', default_value = "sm2", value_parser = tma_grid_arg)]
+    pub tma_grids: Vec<Grid>,
     /// Also measure every ordered GPU pair at the largest size (automatic above 2 GPUs).
     #[arg(long)]
     pub matrix: bool,
@@ -37,8 +39,8 @@ pub struct IpcArgs {
     /// pair at every size (device_to_device_memcpy_{read,write}_{ce,sm},
     /// device_to_device_bidirectional_memcpy_{read,write}_{ce,sm}, device_local_copy,
     /// device_to_device_latency_sm).
-    #[arg(long, value_delimiter = ',')]
-    pub nvbw: Vec<String>,
+    #[arg(long, value_delimiter = ',', value_parser = nvbw::pick_arg)]
+    pub nvbw: Vec<nvbw::Pick>,
     /// This rank's GPU: an index, or auto (= local rank).
     #[arg(long, default_value = "auto", value_parser = gpu_arg)]
     pub gpu: GpuChoice,
@@ -50,15 +52,65 @@ pub struct IpcArgs {
 
 crate::impl_options!(IpcArgs: sweep);
 
+/// A kind of copy `--variant` picks; each is measured with its own launch shapes (none for the
+/// copy engine).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Variant {
+    /// `cuMemcpyDtoDAsync`.
+    #[value(alias = "ce")]
+    CopyEngine,
+    /// SM stores into the peer's memory, one per `--shapes` entry.
+    Push,
+    /// SM loads from the peer's memory, one per `--shapes` entry.
+    Pull,
+    /// Bulk copies, one per `--tma-grids` entry.
+    Tma,
+}
+
+impl Variant {
+    pub const ALL: [Variant; 4] = [
+        Variant::CopyEngine,
+        Variant::Push,
+        Variant::Pull,
+        Variant::Tma,
+    ];
+
+    /// The option's name of the variant.
+    pub fn name(self) -> &'static str {
+        match self {
+            Variant::CopyEngine => "copy-engine",
+            Variant::Push => "push",
+            Variant::Pull => "pull",
+            Variant::Tma => "tma",
+        }
+    }
+}
+
 /// The variants `--variant` selects: the given list, else all four unless `--nvbw` is given.
-pub fn variants(args: &IpcArgs) -> Vec<String> {
+pub fn variants(args: &IpcArgs) -> Vec<Variant> {
     match &args.variant {
         Some(v) => v.clone(),
-        None if args.nvbw.is_empty() => ["copy-engine", "push", "pull", "tma"]
-            .map(String::from)
-            .to_vec(),
+        None if args.nvbw.is_empty() => Variant::ALL.to_vec(),
         None => Vec::new(),
     }
+}
+
+/// The variants as `--variant` writes them, comma-separated.
+pub fn variant_list(variants: &[Variant]) -> String {
+    variants
+        .iter()
+        .map(|v| v.name())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Values as an option writes them, comma-separated.
+pub fn comma_list<T: std::fmt::Display>(values: &[T]) -> String {
+    values
+        .iter()
+        .map(|v| v.to_string())
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 fn samples_arg(s: &str) -> Result<u64, String> {
@@ -81,11 +133,32 @@ pub enum Grid {
     PerSm(u32),
 }
 
+/// The grid as `--tma-grids` writes it: `sm2`, `132`.
+impl std::fmt::Display for Grid {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Grid::Blocks(n) => write!(f, "{n}"),
+            Grid::PerSm(k) => write!(f, "sm{k}"),
+        }
+    }
+}
+
 /// A launch shape as the user wrote it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ShapeSpec {
     pub grid: Grid,
     pub block: u32,
+}
+
+/// The shape as `--shapes` writes it: `128x256`, `smx512`, `sm2x256`.
+impl std::fmt::Display for ShapeSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.grid {
+            Grid::Blocks(n) => write!(f, "{n}x{}", self.block),
+            Grid::PerSm(1) => write!(f, "smx{}", self.block),
+            Grid::PerSm(k) => write!(f, "sm{k}x{}", self.block),
+        }
+    }
 }
 
 impl ShapeSpec {
@@ -112,8 +185,9 @@ impl ShapeSpec {
 pub fn parse_shape(s: &str) -> Result<ShapeSpec, String> {
     let bad = || {
         format!(
-            "invalid launch shape {s:?}: write GRIDxBLOCK (128x256) or smxBLOCK (one block per SM), \
-             BLOCK a multiple of 32 up to 1024"
+            "invalid launch shape {:?}: write GRIDxBLOCK (128x256) or smxBLOCK (one block per SM), \
+             BLOCK a multiple of 32 up to 1024",
+            crate::size::clip(s)
         )
     };
     let t = s.trim().to_ascii_lowercase();
@@ -140,6 +214,19 @@ pub fn parse_shape(s: &str) -> Result<ShapeSpec, String> {
         Grid::Blocks(n)
     };
     Ok(ShapeSpec { grid, block })
+}
+
+/// Threads per block of the tma kernel.
+const TMA_BLOCK: u32 = 256;
+
+/// Parses one `--tma-grids` entry: `smK` or a block count (the kernel's blocks have 256 threads).
+fn tma_grid_arg(s: &str) -> Result<Grid, String> {
+    parse_shape(&format!("{}x{TMA_BLOCK}", s.trim())).map(|s| s.grid).map_err(|_| {
+        format!(
+            "invalid --tma-grids entry {:?}: use smK (K blocks per SM) or a block count, e.g. sm2,132",
+            crate::size::clip(s)
+        )
+    })
 }
 
 /// What one point runs.
@@ -171,38 +258,23 @@ impl Method {
 }
 
 /// The methods of `--variant` × `--shapes` (`--tma-grids` for tma), in the order given.
-pub fn methods(
-    variants: &[String],
-    shapes: &[String],
-    tma_grids: &[String],
-) -> Result<Vec<Method>, String> {
-    let specs = shapes
-        .iter()
-        .map(|s| parse_shape(s))
-        .collect::<Result<Vec<_>, _>>()?;
-    let tma = tma_grids
-        .iter()
-        .map(|g| parse_shape(&format!("{}x256", g.trim())))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|_| {
-            format!("invalid --tma-grids {tma_grids:?}: use smK (K blocks per SM) or a block count, e.g. sm2,132")
-        })?;
+pub fn methods(variants: &[Variant], shapes: &[ShapeSpec], tma_grids: &[Grid]) -> Vec<Method> {
     let mut out = Vec::new();
     for v in variants {
-        match v.trim().to_ascii_lowercase().as_str() {
-            "copy-engine" | "ce" => out.push(Method::CopyEngine),
-            "push" => out.extend(specs.iter().map(|s| Method::Push(*s))),
-            "pull" => out.extend(specs.iter().map(|s| Method::Pull(*s))),
-            "tma" => out.extend(tma.iter().map(|s| Method::Tma(*s))),
-            other => {
-                return Err(format!(
-                    "unknown ipc variant {other:?}: use copy-engine, push, pull or tma (--variant)"
-                ))
-            }
+        match v {
+            Variant::CopyEngine => out.push(Method::CopyEngine),
+            Variant::Push => out.extend(shapes.iter().map(|s| Method::Push(*s))),
+            Variant::Pull => out.extend(shapes.iter().map(|s| Method::Pull(*s))),
+            Variant::Tma => out.extend(tma_grids.iter().map(|&grid| {
+                Method::Tma(ShapeSpec {
+                    grid,
+                    block: TMA_BLOCK,
+                })
+            })),
         }
     }
     out.dedup();
-    Ok(out)
+    out
 }
 
 /// The sizes, each a positive multiple of 16 bytes (the kernels move 16-byte vectors).
@@ -224,7 +296,6 @@ pub fn default_iters(size: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ipc::nvbw;
     use crate::ipc::tests::IpcArgsParser;
     use clap::Parser;
 
@@ -263,31 +334,59 @@ mod tests {
     #[test]
     fn default_method_list_is_ce_four_pushes_four_pulls_and_tma() {
         let a = IpcArgsParser::parse_from(["x"]).a;
-        let m = methods(&variants(&a), &a.shapes, &a.tma_grids).unwrap();
+        let m = methods(&variants(&a), &a.shapes, &a.tma_grids);
         assert_eq!(m.len(), 10);
         assert_eq!(m[0], Method::CopyEngine);
         assert_eq!(m[9].name(132), "tma-sm264x256");
-        assert!(methods(&["tma".into()], &a.shapes, &["sm3".into(), "64".into()]).is_ok());
-        let e = methods(&["tma".into()], &a.shapes, &["x".into()]).unwrap_err();
-        assert!(e.contains("--tma-grids"), "{e}");
+        assert_eq!(comma_list(&a.shapes), "1x256,16x256,128x256,smx512");
+        assert_eq!(comma_list(&a.tma_grids), "sm2");
         let names: Vec<String> = m.iter().map(|m| m.name(132)).collect();
         assert!(names.contains(&"push-1x256".to_string()));
         assert!(names.contains(&"push-16x256".to_string()));
         assert!(names.contains(&"push-128x256".to_string()));
         assert!(names.contains(&"pull-sm132x512".to_string()));
-        let e = methods(&["store".into()], &a.shapes, &a.tma_grids).unwrap_err();
-        assert!(e.contains("copy-engine, push, pull or tma"), "{e}");
+    }
+
+    #[test]
+    fn shapes_and_tma_grids_are_parsed_by_clap() {
+        let parse = |v: &[&str]| IpcArgsParser::try_parse_from(v.iter().copied());
+        let a = parse(&["x", "--shapes", "SM2x256,64x128", "--tma-grids", "sm3,64"])
+            .unwrap()
+            .a;
+        assert_eq!(comma_list(&a.shapes), "sm2x256,64x128");
+        assert_eq!(a.tma_grids, [Grid::PerSm(3), Grid::Blocks(64)]);
+        assert_eq!(comma_list(&a.tma_grids), "sm3,64");
+        let e = parse(&["x", "--shapes", "128"]).unwrap_err();
+        assert!(e.to_string().contains("GRIDxBLOCK"), "{e}");
+        let e = parse(&["x", "--tma-grids", "x"]).unwrap_err();
+        assert!(e.to_string().contains("--tma-grids"), "{e}");
+    }
+
+    #[test]
+    fn variants_are_parsed_by_clap() {
+        let parse = |v: &[&str]| IpcArgsParser::try_parse_from(v.iter().copied());
+        let a = parse(&["x", "--variant", "CE,pull"]).unwrap().a;
+        assert_eq!(variants(&a), [Variant::CopyEngine, Variant::Pull]);
+        assert_eq!(variant_list(&variants(&a)), "copy-engine,pull");
+        for bad in ["store", "push,", "push,x"] {
+            let e = parse(&["x", "--variant", bad]).unwrap_err();
+            assert_eq!(e.kind(), clap::error::ErrorKind::InvalidValue, "{bad}");
+            assert!(
+                e.to_string().contains("copy-engine, push, pull, tma"),
+                "{bad}: {e}"
+            );
+        }
     }
 
     #[test]
     fn nvbw_replaces_the_default_variants_unless_they_are_named() {
         let parse = |v: &[&str]| IpcArgsParser::parse_from(v.iter().copied()).a;
         let a = parse(&["x"]);
-        assert_eq!(variants(&a), ["copy-engine", "push", "pull", "tma"]);
+        assert_eq!(variants(&a), Variant::ALL);
         assert!(a.nvbw.is_empty());
         let a = parse(&["x", "--nvbw", "all"]);
         assert!(variants(&a).is_empty());
-        assert_eq!(nvbw::parse_tests(&a.nvbw).unwrap().len(), 10);
+        assert_eq!(nvbw::tests(&a.nvbw).len(), 10);
         let a = parse(&[
             "x",
             "--nvbw",
@@ -295,12 +394,12 @@ mod tests {
             "--variant",
             "copy-engine",
         ]);
-        assert_eq!(variants(&a), ["copy-engine"]);
+        assert_eq!(variants(&a), [Variant::CopyEngine]);
         assert_eq!(
-            nvbw::parse_tests(&a.nvbw).unwrap(),
+            nvbw::tests(&a.nvbw),
             [nvbw::Test::LocalCopy, nvbw::Test::Latency]
         );
-        let m = methods(&variants(&a), &a.shapes, &a.tma_grids).unwrap();
+        let m = methods(&variants(&a), &a.shapes, &a.tma_grids);
         assert_eq!(m, [Method::CopyEngine]);
     }
 

@@ -52,8 +52,8 @@ use crate::harness::{Benchmark, BuildInfo, Ctx, Measured, Needs, Point, RunFacts
 use crate::BenchError;
 
 pub use args::{
-    default_iters, ipc_sizes, methods, parse_shape, variants, Grid, IpcArgs, Method, ShapeSpec,
-    IPC_DEFAULTS,
+    comma_list, default_iters, ipc_sizes, methods, parse_shape, variant_list, variants, Grid,
+    IpcArgs, Method, ShapeSpec, Variant, IPC_DEFAULTS,
 };
 pub use measure::batches;
 pub use report::{size_at_fraction, summary, IpcDetail};
@@ -102,9 +102,8 @@ impl<'a> Ipc<'a> {
     pub fn new(args: &'a IpcArgs) -> Result<Self, BenchError> {
         let c = &args.sweep;
         let sizes = ipc_sizes(c.min_bytes, c.max_bytes, c.step_factor)?;
-        let methods =
-            methods(&variants(args), &args.shapes, &args.tma_grids).map_err(BenchError::usage)?;
-        let tests = nvbw::parse_tests(&args.nvbw).map_err(BenchError::usage)?;
+        let methods = methods(&variants(args), &args.shapes, &args.tma_grids);
+        let tests = nvbw::tests(&args.nvbw);
         if methods.is_empty() && tests.is_empty() {
             return Err(BenchError::usage(
                 "nothing to measure: pass --variant copy-engine,push,pull,tma or --nvbw all",
@@ -155,11 +154,11 @@ impl Benchmark for Ipc<'_> {
         format!(
             "--samples {} --variant {} --shapes {} --tma-grids {} --matrix {} --nvbw {}",
             a.samples,
-            variants(a).join(","),
-            a.shapes.join(","),
-            a.tma_grids.join(","),
+            variant_list(&variants(a)),
+            comma_list(&a.shapes),
+            comma_list(&a.tma_grids),
             a.matrix,
-            a.nvbw.join(",")
+            comma_list(&a.nvbw)
         )
     }
 
@@ -386,7 +385,7 @@ impl Ipc<'_> {
             return Err(BenchError::usage(format!(
                 "ipc --variant {} needs two GPUs (one rank each): start them with `efabench launch -n 2 -- ipc ...`, \
                  or on one GPU run --nvbw device_local_copy,device_to_device_latency_sm",
-                variants(self.args).join(",")
+                variant_list(&variants(self.args))
             )));
         }
         for &m in &self.methods {
@@ -500,7 +499,7 @@ mod tests {
         }
     }
 
-    #[derive(clap::Parser)]
+    #[derive(clap::Parser, Debug)]
     pub(crate) struct IpcArgsParser {
         #[command(flatten)]
         pub(crate) a: IpcArgs,

@@ -31,6 +31,21 @@
 //! finds a completion counts as progress for the bootstrap, so `--timeout` means "nothing moved",
 //! never "slow".
 //!
+//! # Its own timed loop
+//! `pairs` times its windows in [`stream`], not in the harness's [`harness::time_loop`] (its
+//! `measure` returns the samples it took, as the GPU-timed benchmarks do), because a round does
+//! not fit that loop's fixed `-w` + `-n` iterations of one role:
+//! - every rank sends to one peer and receives from another at once, two streams whose windows
+//!   advance independently, driven by what arrives (READY, ACK, payload counts);
+//! - the sender ends its stream after `-n` windows *or* `--max-time` (warm-up: `-w` or a tenth
+//!   of it), and tells its receiver in band (STOP in place of a window), so the number of
+//!   iterations is known only at the end, and differs between the pairs of a round;
+//! - a receiver alone (`--one-at-a-time`) times nothing and runs until its sender's STOP.
+//!
+//! The job's health is still checked while it waits ([`Mesh::wait_progress`]), every poll that
+//! moves counts as progress, and each round is one point of the harness: it measures every pair
+//! of a ring shift at once and [`Benchmark::points_of`] turns it into a record per pair.
+//!
 //! # Output
 //! One record per pair (`peer` = destination, `src` in the record, `stopped_by` count or time),
 //! an n × n table of Gbps after the sweep, the pairs below `--outlier PCT` of the median of their
@@ -40,8 +55,9 @@
 //! exit 1 when any pair is below it.
 //!
 //! # Files
-//! - `mod.rs`: the benchmark on the harness — the points of a run (a pair per record, rounds of
-//!   a shift), one measured round per rank, and the record of each pair;
+//! - `mod.rs`: the benchmark on the harness — the points of a run (a round each: a ring shift,
+//!   a retest round or one pair alone), one measured round per rank, and the record of each
+//!   pair of the round;
 //! - `args.rs`: the options and their parsers;
 //! - `schedule.rs`: which shifts a run measures, the retest shifts chosen from the suspects, and
 //!   the header that states the schedule and the time budget;
@@ -77,7 +93,8 @@ use stream::{stream, RoundFacts};
 /// Most bytes a pair's window touches per buffer (slots beyond it are reused).
 const FOOTPRINT: u64 = 1 << 20;
 
-/// One point: a size and one pair (the record), measured in a round (ring shift) or alone.
+/// One point: a size and a round, measured at once: every pair of a ring shift (a record each),
+/// or one pair alone.
 #[derive(Clone, Debug)]
 pub struct PairsSpec {
     size: usize,
@@ -90,15 +107,15 @@ pub struct PairsSpec {
     window: u64,
     /// Ring shift k (every rank r → r + k), or the one pair measured alone.
     round: Round,
-    /// The pair this record is about.
-    src: u32,
-    dst: u32,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Round {
     Shift(u32),
-    Alone,
+    Alone {
+        src: u32,
+        dst: u32,
+    },
     /// Retest round j of a size: its shift is chosen by rank 0 from the first stage's suspects.
     Retest(u32),
 }
@@ -110,8 +127,6 @@ pub struct Pairs<'a> {
     mesh: Option<Mesh>,
     /// Every rank's NIC(s), for naming outliers.
     nics: Vec<String>,
-    /// This rank's outcome of the current round (returned for every record of the round).
-    cached: Option<Measured>,
     slow: Option<Duration>,
     /// Rank 0: the pairs measured so far (size, pair), for choosing retest shifts.
     seen: RefCell<Vec<(u64, PairBw)>>,
@@ -136,7 +151,6 @@ impl<'a> Pairs<'a> {
             sizes,
             mesh: None,
             nics: Vec::new(),
-            cached: None,
             slow: None,
             seen: RefCell::new(Vec::new()),
             used: Vec::new(),
@@ -222,70 +236,47 @@ impl<'a> Benchmark for Pairs<'a> {
         let mut out = Vec::new();
         for &size in &self.sizes {
             let (iters, warmup) = self.args.sweep.iterations(size, self.args.window);
-            let base = PairsSpec {
+            let spec = |round| PairsSpec {
                 size: size as usize,
                 iters,
                 warmup,
                 max_time: Duration::from_secs_f64(self.args.max_time),
                 slots: self.slots(size),
                 window: self.args.window,
-                round: Round::Alone,
-                src: 0,
-                dst: 0,
+                round,
             };
-            if self.args.one_at_a_time {
-                for src in 0..n {
-                    for dst in (0..n).filter(|&d| d != src) {
-                        out.push(PairsSpec {
-                            src,
-                            dst,
-                            ..base.clone()
-                        });
-                    }
-                }
+            let rounds: Vec<Round> = if self.args.one_at_a_time {
+                (0..n)
+                    .flat_map(|src| {
+                        (0..n)
+                            .filter(move |&dst| dst != src)
+                            .map(move |dst| Round::Alone { src, dst })
+                    })
+                    .collect()
             } else {
-                for k in self.args.schedule.shifts(n) {
-                    for src in 0..n {
-                        out.push(PairsSpec {
-                            round: Round::Shift(k),
-                            src,
-                            dst: (src + k) % n,
-                            ..base.clone()
-                        });
-                    }
-                }
+                let mut r: Vec<Round> = self
+                    .args
+                    .schedule
+                    .shifts(n)
+                    .into_iter()
+                    .map(Round::Shift)
+                    .collect();
                 if self.args.schedule.retests(n) {
-                    for j in 0..RETEST_ROUNDS {
-                        for src in 0..n {
-                            // The destination is known once rank 0 chose the round's shift.
-                            out.push(PairsSpec {
-                                round: Round::Retest(j),
-                                src,
-                                dst: src,
-                                ..base.clone()
-                            });
-                        }
-                    }
+                    r.extend((0..RETEST_ROUNDS).map(Round::Retest));
                 }
-            }
+                r
+            };
+            out.extend(rounds.into_iter().map(spec));
         }
         Ok(out)
     }
 
     fn label(&self, spec: &PairsSpec) -> String {
+        let size = crate::size::human(spec.size as u64);
         match spec.round {
-            Round::Retest(j) => format!(
-                "{} retest {} from {}",
-                crate::size::human(spec.size as u64),
-                j + 1,
-                spec.src
-            ),
-            _ => format!(
-                "{} {} -> {}",
-                crate::size::human(spec.size as u64),
-                spec.src,
-                spec.dst
-            ),
+            Round::Shift(k) => format!("{size} shift {k}"),
+            Round::Retest(j) => format!("{size} retest {}", j + 1),
+            Round::Alone { src, dst } => format!("{size} {src} -> {dst}"),
         }
     }
 
@@ -305,18 +296,10 @@ impl<'a> Benchmark for Pairs<'a> {
     }
 
     fn measure(&mut self, ctx: &Ctx, spec: &PairsSpec) -> Result<Measured, BenchError> {
-        // A round is measured once, at its first record; its other records reuse the outcome.
-        if let (Round::Shift(_) | Round::Retest(_), Some(m)) = (spec.round, &self.cached) {
-            if spec.src != 0 {
-                return Ok(m.clone());
-            }
-        }
         let (me, n) = (ctx.rank, ctx.world);
         let size = spec.size as u64;
         if let Round::Shift(k) = spec.round {
-            if spec.src == 0 {
-                self.used.push((size, k));
-            }
+            self.used.push((size, k));
         }
         if let Round::Retest(j) = spec.round {
             // Rank 0 chooses from what it has seen; every rank takes its word.
@@ -341,10 +324,7 @@ impl<'a> Benchmark for Pairs<'a> {
                 let k = self.retest_shift;
                 (Some((me + k) % n), Some((me + n - k) % n))
             }
-            Round::Alone => (
-                (me == spec.src).then_some(spec.dst),
-                (me == spec.dst).then_some(spec.src),
-            ),
+            Round::Alone { src, dst } => ((me == src).then_some(dst), (me == dst).then_some(src)),
         };
         let verify = ctx.opts.job.verify();
         let slow = self.slow;
@@ -381,18 +361,61 @@ impl<'a> Benchmark for Pairs<'a> {
             }
             facts.rail_gbps = Some(per);
         }
-        let m = m.detail(&facts);
-        self.cached = Some(m.clone());
-        Ok(m)
+        Ok(m.detail(&facts))
     }
 
+    /// The record of the round's first pair; the harness asks [`Benchmark::points_of`], which
+    /// gives one per pair (a pair alone: its only record, with every rank's errors summed).
     fn point(&self, ctx: &Ctx, spec: &PairsSpec, all: &[Measured]) -> Point {
-        let mut spec = spec.clone();
-        if let Round::Retest(_) = spec.round {
-            spec.dst = (spec.src + self.retest_shift) % ctx.world;
-        }
-        let spec = &spec;
-        let m = &all[spec.src as usize];
+        let (src, dst) = match spec.round {
+            Round::Alone { src, dst } => (src, dst),
+            Round::Shift(k) => (0, k % ctx.world),
+            Round::Retest(_) => (0, self.retest_shift % ctx.world),
+        };
+        self.pair_point(ctx, spec, all, src, dst)
+    }
+
+    /// A record per pair of the round: the sender's samples, the receiver's errors (it verified
+    /// what it got from this sender only).
+    fn points_of(&self, ctx: &Ctx, spec: &PairsSpec, all: &[Measured]) -> Vec<Point> {
+        let n = ctx.world;
+        let k = match spec.round {
+            Round::Alone { .. } => return vec![self.point(ctx, spec, all)],
+            Round::Shift(k) => k,
+            Round::Retest(_) => self.retest_shift,
+        };
+        (0..n)
+            .map(|src| {
+                let dst = (src + k) % n;
+                let mut p = self.pair_point(ctx, spec, all, src, dst);
+                p.errors = all.get(dst as usize).map_or(0, |m| m.errors);
+                p
+            })
+            .collect()
+    }
+
+    fn summary(&self, records: &[Record]) -> Vec<String> {
+        summarize(
+            records,
+            self.args.outlier,
+            self.args.suspect_below,
+            self.args.min_bw,
+        )
+    }
+}
+
+impl Pairs<'_> {
+    /// The record of pair `src` → `dst` of a round: what the sender timed and said.
+    fn pair_point(
+        &self,
+        ctx: &Ctx,
+        spec: &PairsSpec,
+        all: &[Measured],
+        src: u32,
+        dst: u32,
+    ) -> Point {
+        let empty = Measured::default();
+        let m = all.get(src as usize).unwrap_or(&empty);
         let facts: RoundFacts =
             serde_json::from_value(Value::Object(m.extra.clone())).unwrap_or_default();
         // Warm-up windows actually sent (fewer than -w when a tenth of --max-time ran out).
@@ -404,25 +427,25 @@ impl<'a> Benchmark for Pairs<'a> {
         self.seen.borrow_mut().push((
             spec.size as u64,
             PairBw {
-                src: spec.src as usize,
-                dst: spec.dst as usize,
+                src: src as usize,
+                dst: dst as usize,
                 gbps: bw,
             },
         ));
         let lat_us = s.summary_us(window as f64);
         let detail = PairsDetail {
-            src: spec.src,
-            src_host: ctx.hosts.get(spec.src as usize).cloned(),
-            dst_host: ctx.hosts.get(spec.dst as usize).cloned(),
-            src_nic: self.nics.get(spec.src as usize).cloned(),
-            dst_nic: self.nics.get(spec.dst as usize).cloned(),
+            src,
+            src_host: ctx.hosts.get(src as usize).cloned(),
+            dst_host: ctx.hosts.get(dst as usize).cloned(),
+            src_nic: self.nics.get(src as usize).cloned(),
+            dst_nic: self.nics.get(dst as usize).cloned(),
             window,
             stopped_by: facts.stopped_by.map(|w| w.name().to_string()),
             lat_kind: "per message (window time / window)".into(),
             round: match spec.round {
                 Round::Shift(k) => Some(k),
                 Round::Retest(_) => Some(self.retest_shift),
-                Round::Alone => None,
+                Round::Alone { .. } => None,
             },
             stage: match spec.round {
                 Round::Retest(_) => "retest",
@@ -438,28 +461,19 @@ impl<'a> Benchmark for Pairs<'a> {
             // Windows actually timed: fewer than -n when --max-time ran out first.
             iters: s.len() as u64,
             warmup,
-            peer: Some(spec.dst),
+            peer: Some(dst),
             lat_us,
             bw_gbps: bw,
             busbw_gbps: None,
             msg_rate_mops: crate::stats::mops(messages, s.total_ns()),
             gate: self.args.min_bw.map(|min| Gate {
-                what: format!("--min-bw {min} Gbps"),
+                what: format!("pair {src} -> {dst}, --min-bw {min} Gbps"),
                 value: bw,
                 min,
             }),
             ..Point::default()
         }
         .detail(&detail)
-    }
-
-    fn summary(&self, records: &[Record]) -> Vec<String> {
-        summarize(
-            records,
-            self.args.outlier,
-            self.args.suspect_below,
-            self.args.min_bw,
-        )
     }
 }
 

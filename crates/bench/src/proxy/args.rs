@@ -3,7 +3,7 @@
 
 use efabench_gpu::queue::RingKind;
 
-use crate::harness::{self, FabricArgs, JobArgs, MemArgs, SweepArgs};
+use crate::harness::{self, one_of, FabricArgs, JobArgs, MemArgs, SweepArgs};
 
 /// Options of `efabench proxy`.
 #[derive(clap::Args, Debug, Clone)]
@@ -23,8 +23,9 @@ pub struct ProxyArgs {
     pub footprint: u64,
     /// Where the GPU producer's command rings live: pinned (host memory, the default), managed,
     /// gdr (slots in device memory, read through GDRCopy), hybrid (tail and done counts in device
-    /// memory, written through GDRCopy, so the GPU polls its own memory). [default: pinned]
-    #[arg(long, value_parser = ring_arg)]
+    /// memory, written through GDRCopy, so the GPU polls its own memory). The queue's libefaxx
+    /// CAS ring is not offered: its slots cannot carry a 32-byte put. [default: pinned]
+    #[arg(long, value_parser = one_of::<RingKind>(RINGS))]
     pub ring: Option<RingKind>,
     /// Slots per ring (power of two, 16 to 65536).
     #[arg(long, default_value = "1024", value_parser = slots_arg, allow_hyphen_values = true)]
@@ -115,16 +116,8 @@ pub enum Producer {
     Host,
 }
 
-fn ring_arg(s: &str) -> Result<RingKind, String> {
-    const USE: &str = "use pinned, managed, gdr or hybrid";
-    match s.parse::<RingKind>() {
-        Ok(RingKind::Libefaxx) => Err(format!(
-            "libefaxx (the queue's CAS ring) cannot carry a 32-byte put: {USE}"
-        )),
-        Ok(k) => Ok(k),
-        Err(_) => Err(format!("unknown ring: {USE}")),
-    }
-}
+/// The rings `--ring` picks from (the names of [`RingKind`]'s own `FromStr`), all but libefaxx.
+const RINGS: &[&str] = &["pinned", "managed", "gdr", "hybrid"];
 
 fn puts_arg(s: &str) -> Result<u32, String> {
     harness::bounded(s, "--puts", 1, 4096, "64").map(|n| n as u32)
@@ -168,5 +161,33 @@ mod tests {
         assert_eq!(slots_arg("1024"), Ok(1024));
         assert!(batch_arg("0").is_err());
         assert!(footprint_arg("0").is_err());
+    }
+
+    #[derive(clap::Parser, Debug)]
+    struct P {
+        #[command(flatten)]
+        a: ProxyArgs,
+    }
+
+    #[test]
+    fn ring_is_one_of_the_four_that_carry_a_put() {
+        use clap::Parser;
+        assert_eq!(P::parse_from(["x"]).a.ring, None);
+        for k in [
+            RingKind::Pinned,
+            RingKind::Managed,
+            RingKind::Gdr,
+            RingKind::Hybrid,
+        ] {
+            assert_eq!(P::parse_from(["x", "--ring", k.name()]).a.ring, Some(k));
+        }
+        for bad in ["libefaxx", "spsc", ""] {
+            let e = P::try_parse_from(["x", "--ring", bad]).unwrap_err();
+            assert_eq!(e.kind(), clap::error::ErrorKind::InvalidValue, "{bad}");
+            assert!(
+                e.to_string().contains("pinned, managed, gdr, hybrid"),
+                "{bad}: {e}"
+            );
+        }
     }
 }

@@ -219,34 +219,57 @@ impl Test {
     }
 }
 
-/// Parses `--nvbw`: testcase names, or `all`.
-pub fn parse_tests(list: &[String]) -> Result<Vec<Test>, String> {
+/// One entry of `--nvbw`: a testcase, or all ten.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pick {
+    All,
+    One(Test),
+}
+
+/// The entry as `--nvbw` writes it.
+impl std::fmt::Display for Pick {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Pick::All => f.write_str("all"),
+            Pick::One(t) => f.write_str(t.name()),
+        }
+    }
+}
+
+/// Parses one `--nvbw` entry (clap's value parser): a testcase's name, or `all`.
+pub fn pick_arg(s: &str) -> Result<Pick, String> {
+    let v = s.trim().to_ascii_lowercase();
+    if v == "all" {
+        return Ok(Pick::All);
+    }
+    Test::ALL
+        .iter()
+        .find(|t| t.name() == v)
+        .map(|t| Pick::One(*t))
+        .ok_or_else(|| {
+            format!(
+                "--nvbw {:?} is not an nvbandwidth testcase: use all or names from `efabench ipc --help`, \
+                 e.g. device_to_device_memcpy_read_ce",
+                crate::size::clip(&v)
+            )
+        })
+}
+
+/// The testcases of `--nvbw`, each once, in the order given (`all`: nvbandwidth's order).
+pub fn tests(picks: &[Pick]) -> Vec<Test> {
     let mut out: Vec<Test> = Vec::new();
-    for v in list {
-        let v = v.trim().to_ascii_lowercase();
-        if v.is_empty() {
-            continue;
-        }
-        if v == "all" {
-            for t in Test::ALL {
-                if !out.contains(&t) {
-                    out.push(t);
-                }
-            }
-            continue;
-        }
-        match Test::ALL.iter().find(|t| t.name() == v) {
-            Some(t) if !out.contains(t) => out.push(*t),
-            Some(_) => {}
-            None => {
-                return Err(format!(
-                    "unknown --nvbw testcase {v:?}: use all or nvbandwidth's names, e.g. \
-                     device_to_device_memcpy_read_ce, device_local_copy (`efabench ipc --help` lists them)"
-                ));
+    for p in picks {
+        let more: &[Test] = match p {
+            Pick::All => &Test::ALL,
+            Pick::One(t) => std::slice::from_ref(t),
+        };
+        for t in more {
+            if !out.contains(t) {
+                out.push(*t);
             }
         }
     }
-    Ok(out)
+    out
 }
 
 /// One cell of one test at one size.
@@ -458,22 +481,26 @@ mod tests {
 
     #[test]
     fn names_parse_and_all_expands_in_order() {
-        let all = parse_tests(&["all".into()]).unwrap();
-        assert_eq!(all, Test::ALL.to_vec());
-        let two = parse_tests(&[
-            "device_to_device_latency_sm".into(),
-            " DEVICE_LOCAL_COPY ".into(),
-            "device_local_copy".into(),
-        ])
-        .unwrap();
-        assert_eq!(two, vec![Test::Latency, Test::LocalCopy]);
-        let e = parse_tests(&["device_to_device_memcpy_read".into()]).unwrap_err();
+        assert_eq!(tests(&[pick_arg("all").unwrap()]), Test::ALL.to_vec());
+        let picks: Vec<Pick> = [
+            "device_to_device_latency_sm",
+            " DEVICE_LOCAL_COPY ",
+            "device_local_copy",
+        ]
+        .iter()
+        .map(|s| pick_arg(s).unwrap())
+        .collect();
+        assert_eq!(tests(&picks), vec![Test::Latency, Test::LocalCopy]);
+        assert_eq!(picks[1].to_string(), "device_local_copy");
+        let e = pick_arg("device_to_device_memcpy_read").unwrap_err();
         assert!(e.contains("device_to_device_memcpy_read_ce"), "{e}");
         assert!(e.len() < 300, "{e}");
         assert!(e.contains("--nvbw"), "{e}");
-        assert!(parse_tests(&[]).unwrap().is_empty());
+        assert!(pick_arg("").is_err());
+        assert!(pick_arg(&"x".repeat(10_000)).unwrap_err().len() < 300);
+        assert!(tests(&[]).is_empty());
         for t in Test::ALL {
-            assert_eq!(parse_tests(&[t.name().into()]).unwrap(), vec![t]);
+            assert_eq!(tests(&[pick_arg(t.name()).unwrap()]), vec![t]);
         }
     }
 

@@ -1,0 +1,70 @@
+//! `pairs` records, one per pair of each round: a payload corrupted on one receiver is counted in
+//! the record of the pair that delivered it and in no other, and fails the run.
+//! (The slowed rank, `--min-bw` and `--one-at-a-time` are in `alltoall.rs`, the simulated nodes
+//! in `nodes.rs`.)
+
+mod common;
+use common::*;
+
+#[test]
+#[cfg_attr(
+    not(feature = "test-hooks"),
+    ignore = "needs the fault hooks: cargo test --features test-hooks"
+)]
+fn a_corrupted_payload_counts_in_its_pair_only() {
+    let dir = tmp("pairs-corrupt");
+    let out = dir.join("r.jsonl");
+    let outs = job_env(
+        3,
+        &[
+            "pairs",
+            "-p",
+            "shm",
+            "-b",
+            "4K",
+            "-e",
+            "8K",
+            "-n",
+            "3",
+            "-w",
+            "1",
+            "-o",
+            out.to_str().unwrap(),
+        ],
+        &[],
+        // Rank 1 flips a byte of the first payload it verifies: from rank 0, in round 1 at 4K.
+        &[("EFABENCH_TEST_CORRUPT_PAYLOAD", "1")],
+    );
+    let err = text(&outs[0].stderr);
+    assert_eq!(outs[0].status.code(), Some(1), "{err}");
+    assert!(err.contains("failed verification"), "{err}");
+    let recs = records(&out);
+    assert_eq!(recs.len(), 12, "2 sizes x 6 ordered pairs");
+    let bad: Vec<(u64, u64, u32)> = recs
+        .iter()
+        .filter(|r| r.errors > 0)
+        .map(|r| {
+            (
+                r.size_bytes,
+                r.extra["src"].as_u64().unwrap(),
+                r.peer.unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(bad, [(4096, 0, 1)], "only the corrupted pair has errors");
+    let r = recs
+        .iter()
+        .find(|r| r.errors > 0)
+        .expect("the corrupted pair's record");
+    assert_eq!(r.errors, 1, "exactly the corrupted word");
+    // Every pair of a round carries the round's wall time.
+    for round in recs.chunks(3) {
+        assert!(
+            round
+                .iter()
+                .all(|r| r.extra["wall_s"] == round[0].extra["wall_s"]),
+            "{:?}",
+            round.iter().map(|r| &r.extra["wall_s"]).collect::<Vec<_>>()
+        );
+    }
+}
