@@ -265,6 +265,41 @@ pub fn copy_between(
     }
 }
 
+/// As [`copy_between`], except that a copy between two device buffers is only queued (on the
+/// calling thread's stream): it has landed once [`GpuBuffer::settle`] of either buffer returns.
+/// A loop that copies many messages to itself pays one synchronisation instead of one per copy
+/// (about 14 µs each under MPS on an H100). Other kinds copy at once.
+pub fn queue_copy_between(
+    src: &dyn GpuBuffer,
+    src_off: usize,
+    dst: &dyn GpuBuffer,
+    dst_off: usize,
+    len: usize,
+) -> Result<(), GpuError> {
+    let (MemKind::Cuda, MemKind::Cuda) = (src.kind(), dst.kind()) else {
+        return copy_between(src, src_off, dst, dst_off, len);
+    };
+    check_range("cuda", src.len(), src_off, len)?;
+    check_range("cuda", dst.len(), dst_off, len)?;
+    let (Some(s), Some(d)) = (src.device_ptr(), dst.device_ptr()) else {
+        return Err(GpuError::Invalid(
+            "device buffer without a device address".into(),
+        ));
+    };
+    driver()?;
+    // SAFETY: both ranges lie inside live device allocations (checked above). The buffers
+    // outlive the copy: their settle (a context synchronisation) waits for it, and dropping a
+    // device buffer synchronises the context before freeing it.
+    check("cuMemcpyDtoDAsync", unsafe {
+        sys::cuMemcpyDtoDAsync_v2(
+            d + dst_off as u64,
+            s + src_off as u64,
+            len,
+            per_thread_stream(),
+        )
+    })
+}
+
 /// Copy out of host-accessible memory at `base + off` (same word rules as [`host_write`]).
 fn host_read(
     what: &str,

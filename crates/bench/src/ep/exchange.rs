@@ -397,7 +397,8 @@ impl<'a> Exchange<'a> {
 
     fn copy_local(&mut self, p: &Put, clock: &mut Clock) -> Result<(), BenchError> {
         let was = clock.enter(Stage::Copy);
-        let r = efabench_gpu::buffer::copy_between(
+        // Queued: the phase's settle waits for every one of them.
+        let r = efabench_gpu::buffer::queue_copy_between(
             &***self.send,
             p.local_off,
             &***self.recv,
