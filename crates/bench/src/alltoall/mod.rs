@@ -192,6 +192,11 @@ impl<'a> Benchmark for Alltoall<'a> {
         facts
             .header
             .push(setup::budget_line(self.args.max_time, self.sizes.len()));
+        facts.header.extend(setup::shm_lock_note(
+            &facts.provider,
+            facts.libfabric.as_deref(),
+            ctx.world,
+        ));
         self.mesh = Some(m);
         Ok(facts)
     }
