@@ -1,19 +1,27 @@
-//! Every rank connected to every other rank: the endpoints of the collective benchmarks
-//! (`alltoall`, `pairs`).
+//! One rank's endpoints: a rail group, the registered buffers and every peer. Every fabric
+//! benchmark on the CPU data path posts through a [`Mesh`]: the collectives (`alltoall`,
+//! `alltoallv`, `pairs`, `ep`) talk to several peers at once, the point-to-point benchmarks
+//! (`sendrecv`, `write`, `read`) use it as a pair ([`crate::p2p`] adds only their routing by
+//! message number and window slots).
 //!
-//! The point-to-point [`Link`](crate::p2p) talks to one peer at a time, from rank 0; a collective
-//! has every rank sending to and receiving from several peers at once. A [`Mesh`] owns one rail
-//! group (one rail per NIC, or virtual rails on loopback) and three regions registered on every
-//! rail with one call each: `send` (what this rank sends or writes), `recv` (where peers' writes
-//! and our receives land) and a small `ctrl` region that only carries remote CQ data for
-//! acknowledgements. Addresses and descriptors are exchanged once, with one all-gather, and every
-//! other rank is inserted on every rail.
+//! A [`Mesh`] owns one rail group (one rail per NIC, or virtual rails on loopback) and three
+//! regions registered on every rail with one call each: `send` (what this rank sends, writes or
+//! exposes for reads), `recv` (where peers' writes, our receives and our reads land) and a small
+//! `ctrl` region that only carries remote CQ data for control signals ([`Mesh::signal`]).
+//! Addresses and descriptors are exchanged once, with one all-gather, and every other rank is
+//! inserted on every rail.
 //!
 //! # Who sent what
 //! A completion never says which rank it came from, and EFA orders nothing across RMA writes, so
 //! every write and every send carries 32 bits of CQ data (EFA's width) naming its kind, a 14-bit
-//! iteration (or window) number and the 16-bit source rank ([`cq_data`]). Arrival is proved by
-//! counting those per source and iteration, stripe by stripe, never by "the last write arrived".
+//! iteration (or window) number and a 16-bit source ([`cq_data`]). Arrival is proved by counting
+//! those per source and iteration, stripe by stripe, never by "the last write arrived".
+//!
+//! # Accounting local completions
+//! Each posted stripe says how its completion is counted ([`Account`]): in the `outstanding`
+//! count (the collectives drain it), as one stripe of a tracked message (a message completes,
+//! into [`Mesh::take_done`], once every stripe has: the point-to-point protocols wait for single
+//! messages), or not at all (`fi_inject`, which completes nothing).
 //!
 //! # Routes
 //! A message to `peer` goes over the rails by `--strategy`: `round-robin` puts the whole message
@@ -22,11 +30,14 @@
 //! same rail. Sends (`--op sendrecv`) start every split at rail 0 instead, so that every source's
 //! stripe on a given rail has the same length and any posted receive of that rail fits it
 //! (receives are not directed at a source in this fabric layer, so they match in arrival order).
+//! (The point-to-point benchmarks route by message number instead: see [`crate::p2p`].)
 //!
 //! # Waiting
-//! [`Mesh::wait_until`] polls every rail's CQ, checks the bootstrap's health about every
-//! millisecond (a killed or frozen rank ends the wait with its rank named), and gives up after
-//! `--timeout` without any progress, naming what it still waits for.
+//! [`Mesh::wait_until`] polls every rail's CQ, checks the bootstrap's health (a killed or frozen
+//! rank ends the wait with its rank named), and gives up after `--timeout` without any progress,
+//! naming what it still waits for. A wait that completes within [`EMPTY_POLLS`] passes reads no
+//! clock: at 8 B a ping-pong's handful of clock reads (about 25 ns each on a VM) were a fifth of
+//! its latency.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -37,13 +48,16 @@ use efabench_fabric::{
     Completion as FiCompletion, Flags, GroupAddress, GroupPeer, GroupRegion, HostBuffer,
     MemoryBuffer, MrPath, Op, RailGroup, RegionDescriptor, Stripe,
 };
-use efabench_gpu::MemKind;
-use serde_json::{json, Value};
+use efabench_gpu::{GpuBuffer, MemKind};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use crate::error::BenchError;
 use crate::harness::Strategy;
-use crate::p2p::link::{pack_parts, unpack_parts, Payload};
 use crate::pattern;
+
+/// A payload buffer of any `--mem` kind, shared with the rails that registered it.
+pub type Payload = Arc<Box<dyn GpuBuffer>>;
 
 /// What a 32-bit CQ data word announces.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -91,7 +105,71 @@ const CTX_WRITE: u64 = 1 << 60;
 const CTX_SEND: u64 = 2 << 60;
 const CTX_RECV: u64 = 3 << 60;
 const CTX_CTRL: u64 = 4 << 60;
+const CTX_TRACK: u64 = 5 << 60;
 const CTX_MASK: u64 = 0xF << 60;
+
+/// How the local completion of a posted stripe is counted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Account {
+    /// In [`Mesh::outstanding`] (receives: in [`Mesh::received`]).
+    Outstanding,
+    /// As one stripe of tracked message `tag` (see [`Mesh::track`]).
+    Tag(u32),
+    /// Not at all: an `fi_inject` send, which completes nothing.
+    Inject,
+}
+
+/// One stripe to post: what, from and to which bytes of the registered buffers.
+#[derive(Clone, Copy, Debug)]
+pub enum Post {
+    /// `send[off..off+len]` into `peer`'s `recv` at `remote_off`.
+    Write {
+        peer: u32,
+        off: usize,
+        len: usize,
+        remote_off: usize,
+        data: Option<u64>,
+    },
+    /// `peer`'s `send` at `remote_off` into our `recv[off..off+len]`.
+    Read {
+        peer: u32,
+        off: usize,
+        len: usize,
+        remote_off: usize,
+    },
+    /// `send[off..off+len]` to `peer`.
+    Send {
+        peer: u32,
+        off: usize,
+        len: usize,
+        data: Option<u64>,
+    },
+    /// A receive into `recv[off..off+len]` (numbered `index` when accounted as outstanding).
+    Recv {
+        index: usize,
+        off: usize,
+        len: usize,
+    },
+}
+
+/// A tracked message whose every stripe completed: its tag and the bytes it moved.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Done {
+    pub tag: u32,
+    pub len: usize,
+}
+
+/// Bytes and operations one rail carried in the timed part (`per_rail` of the records).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct RailLoad {
+    pub rail: usize,
+    pub domain: Option<String>,
+    pub bytes: u64,
+    pub ops: u64,
+}
+
+/// Empty passes over the completion queues before a wait looks at the clock.
+pub const EMPTY_POLLS: u32 = 256;
 
 /// A receive that completed: which posted receive it was, and the sender's CQ data.
 #[derive(Clone, Copy, Debug)]
@@ -107,6 +185,7 @@ pub type MeshResult<T> = Result<T, BenchError>;
 /// What a peer needs from us.
 struct MeshPeer {
     peer: GroupPeer,
+    send: RegionDescriptor,
     recv: RegionDescriptor,
     ctrl: RegionDescriptor,
 }
@@ -137,6 +216,10 @@ pub struct Mesh {
     pub arrivals: VecDeque<u64>,
     /// Receives that completed.
     pub received: VecDeque<Received>,
+    /// Per tracked message: stripes still outstanding and bytes completed.
+    pending: Vec<(u32, usize)>,
+    /// Tracked messages whose every stripe completed, in completion order.
+    done: VecDeque<Done>,
     stats: Vec<RailStats>,
     counting: bool,
     timeout: Duration,
@@ -146,6 +229,11 @@ pub struct Mesh {
     progress_tick: Option<ProgressHandle>,
     /// How a rank that found nothing to do waits (see [`Mesh::set_ranks_on_host`]).
     idle_sleep: Option<Duration>,
+    /// Never yield the core while waiting (see [`Mesh::set_spin`]).
+    spin: bool,
+    /// Where a poll puts its completions (kept here: clearing 1 KiB per empty poll showed in
+    /// the 8-byte ping-pong).
+    cq: [FiCompletion; 32],
     scratch: Vec<u8>,
     stream: pattern::Stream,
     corrupt_once: bool,
@@ -171,8 +259,9 @@ impl Mesh {
             group.register(b.clone(), mr).map_err(|e| {
                 if gpu_mem {
                     BenchError::usage(format!(
-                        "--mem {}: provider {provider} could not register GPU memory ({e}); use \
-                         the EFA installer's libfabric or one built with CUDA, or --mem host|pinned",
+                        "--mem {}: provider {provider} could not register GPU memory ({e}); this \
+                         libfabric lacks CUDA support: use the EFA installer's libfabric \
+                         (/opt/amazon/efa) or one built with --with-cuda, or --mem host|pinned",
                         b.kind()
                     ))
                 } else {
@@ -199,12 +288,16 @@ impl Mesh {
             outstanding: 0,
             arrivals: VecDeque::new(),
             received: VecDeque::new(),
+            pending: Vec::new(),
+            done: VecDeque::new(),
             stats: vec![RailStats::default(); rails],
             counting: false,
             timeout,
             health,
             progress_tick: None,
             idle_sleep: None,
+            spin: false,
+            cq: [FiCompletion::default(); 32],
             scratch: Vec::new(),
             stream: pattern::Stream::default(),
             corrupt_once: crate::test_hooks::corrupt_payload(),
@@ -225,6 +318,12 @@ impl Mesh {
         self.idle_sleep = (ranks > cores).then(|| Duration::from_micros(IDLE_SLEEP_US));
     }
 
+    /// Waits never yield the core: a latency benchmark with a core per rank spins, as the
+    /// point-to-point ones do (a `sched_yield` per empty poll is a system call on its path).
+    pub fn set_spin(&mut self, on: bool) {
+        self.spin = on;
+    }
+
     pub fn rails(&self) -> usize {
         self.group.len()
     }
@@ -241,14 +340,25 @@ impl Mesh {
         self.world
     }
 
-    /// Which registration path the payload took.
     /// How a message is spread over the rails (`--strategy`).
     pub fn strategy(&self) -> Strategy {
         self.strategy
     }
 
+    /// Which registration path the payload took (`dmabuf`, `va` or `host`).
     pub fn mr_path(&self) -> &'static str {
         self.send_reg.path_taken()
+    }
+
+    /// [`Mesh::mr_path`], with `+device-only` when the payload was registered with
+    /// `FI_HMEM_DEVICE_ONLY` (device memory).
+    pub fn mr_path_detail(&self) -> String {
+        let path = self.mr_path();
+        if MemoryBuffer::device_only(&**self.send) {
+            format!("{path}+device-only")
+        } else {
+            path.to_string()
+        }
     }
 
     pub fn send_bytes(&self) -> usize {
@@ -259,10 +369,11 @@ impl Mesh {
         MemoryBuffer::len(&**self.recv)
     }
 
-    /// Our addresses and the descriptors of `recv` and `ctrl`, for the all-gather.
+    /// Our addresses and the descriptors of `send`, `recv` and `ctrl`, for the all-gather.
     pub fn local_blob(&self) -> MeshResult<Vec<u8>> {
         Ok(pack_parts([
             self.group.address()?.to_bytes(),
+            self.group.descriptor(&self.send_reg)?.to_bytes(),
             self.group.descriptor(&self.recv_reg)?.to_bytes(),
             self.group.descriptor(&self.ctrl_reg)?.to_bytes(),
         ]))
@@ -275,11 +386,12 @@ impl Mesh {
             if r as u32 == self.me {
                 continue;
             }
-            let parts: [&[u8]; 3] = unpack_parts(r, b)?;
+            let parts: [&[u8]; 4] = unpack_parts(r, b)?;
             let addr = GroupAddress::from_bytes(parts[0])?;
-            let recv = RegionDescriptor::from_bytes(parts[1])?;
-            let ctrl = RegionDescriptor::from_bytes(parts[2])?;
-            if recv.rails() != self.group.len() {
+            let send = RegionDescriptor::from_bytes(parts[1])?;
+            let recv = RegionDescriptor::from_bytes(parts[2])?;
+            let ctrl = RegionDescriptor::from_bytes(parts[3])?;
+            if recv.rails() != self.group.len() || send.rails() != self.group.len() {
                 return Err(BenchError::usage(format!(
                     "rank {r} has {} rails and this rank {}: give every rank the same --rails",
                     recv.rails(),
@@ -287,7 +399,12 @@ impl Mesh {
                 )));
             }
             let peer = self.group.insert_peer(&addr)?;
-            self.peers[r] = Some(MeshPeer { peer, recv, ctrl });
+            self.peers[r] = Some(MeshPeer {
+                peer,
+                send,
+                recv,
+                ctrl,
+            });
         }
         Ok(())
     }
@@ -334,18 +451,21 @@ impl Mesh {
         }
     }
 
+    /// Bytes and operations each rail carried in the timed part.
+    pub fn rail_loads(&self) -> Vec<RailLoad> {
+        let domains = self.group.domains();
+        let load = |(rail, s): (usize, &RailStats)| RailLoad {
+            rail,
+            domain: domains.get(rail).cloned(),
+            bytes: s.bytes,
+            ops: s.ops,
+        };
+        self.stats.iter().enumerate().map(load).collect()
+    }
+
     /// `per_rail`: `{rail, domain, bytes, ops}` of the timed part.
     pub fn per_rail(&self) -> Value {
-        let domains = self.group.domains();
-        Value::Array(
-            self.stats
-                .iter()
-                .enumerate()
-                .map(|(i, s)| {
-                    json!({"rail": i, "domain": domains.get(i), "bytes": s.bytes, "ops": s.ops})
-                })
-                .collect(),
-        )
+        serde_json::to_value(self.rail_loads()).unwrap_or(Value::Null)
     }
 
     // ------------------------------------------------------------------ payloads
@@ -372,6 +492,16 @@ impl Mesh {
         self.stream.mismatches(&self.scratch, seed)
     }
 
+    /// Waits until data that completions reported has really landed in `recv`. On shm's CUDA
+    /// IPC path the receiving process only *queues* a device-to-device copy and reports the
+    /// completion at once, so a clock stopped at the completion times the queueing (it once
+    /// read 1624 GB/s over a 450 GB/s NVLink). A no-op for host memory.
+    pub fn settle(&self) -> MeshResult<()> {
+        self.recv
+            .settle()
+            .map_err(|e| BenchError::failed(format!("waiting for the GPU copies to land: {e}")))
+    }
+
     /// Copies `len` bytes of `send` at `from` into `recv` at `to` (this rank's own chunk).
     pub fn copy_local(&mut self, from: usize, to: usize, len: usize) -> MeshResult<()> {
         efabench_gpu::buffer::copy_between(&**self.send, from, &**self.recv, to, len)
@@ -379,6 +509,89 @@ impl Mesh {
     }
 
     // ------------------------------------------------------------------ operations
+
+    /// Posts one stripe on `rail`; `acct` says how its local completion is counted. Every
+    /// operation but a receive counts towards the rail's bytes and operations.
+    #[inline]
+    pub fn post(&mut self, rail: usize, op: Post, acct: Account) -> MeshResult<()> {
+        let (ctx, flags) = match acct {
+            Account::Outstanding => (
+                match op {
+                    Post::Write { .. } | Post::Read { .. } => CTX_WRITE,
+                    Post::Send { .. } => CTX_SEND,
+                    Post::Recv { index, .. } => CTX_RECV | index as u64,
+                },
+                Flags::NONE,
+            ),
+            Account::Tag(tag) => (CTX_TRACK | u64::from(tag), Flags::NONE),
+            Account::Inject => (0, Flags::INJECT),
+        };
+        let counted = match op {
+            Post::Write {
+                peer,
+                off,
+                len,
+                remote_off,
+                data,
+            } => {
+                let p = self.peer(peer)?;
+                let (peer, remote) = (p.peer.rail(rail), *p.recv.rail(rail));
+                self.group.rail(rail).post(Op::Write {
+                    peer,
+                    local: self.send_reg.id(rail).range(off, len),
+                    remote: remote.at(remote_off as u64),
+                    data,
+                    flags,
+                    ctx,
+                })?;
+                len
+            }
+            Post::Read {
+                peer,
+                off,
+                len,
+                remote_off,
+            } => {
+                let p = self.peer(peer)?;
+                let (peer, remote) = (p.peer.rail(rail), *p.send.rail(rail));
+                self.group.rail(rail).post(Op::Read {
+                    peer,
+                    local: self.recv_reg.id(rail).range(off, len),
+                    remote: remote.at(remote_off as u64),
+                    ctx,
+                })?;
+                len
+            }
+            Post::Send {
+                peer,
+                off,
+                len,
+                data,
+            } => {
+                let peer = self.peer(peer)?.peer.rail(rail);
+                self.group.rail(rail).post(Op::Send {
+                    peer,
+                    local: self.send_reg.id(rail).range(off, len),
+                    data,
+                    flags,
+                    ctx,
+                })?;
+                len
+            }
+            Post::Recv { off, len, .. } => {
+                self.group.rail(rail).post(Op::Recv {
+                    local: self.recv_reg.id(rail).range(off, len),
+                    ctx,
+                })?;
+                return Ok(());
+            }
+        };
+        if acct == Account::Outstanding {
+            self.outstanding += 1;
+        }
+        self.count(rail, counted);
+        Ok(())
+    }
 
     /// RDMA-writes `send[off..off+len]` to `peer`'s `recv` at `remote_off`, with CQ data.
     pub fn write(
@@ -390,19 +603,15 @@ impl Mesh {
         remote_off: usize,
         data: u64,
     ) -> MeshResult<()> {
-        let p = self.peer(peer)?;
-        let (fi_peer, remote) = (p.peer.rail(rail), *p.recv.rail(rail));
-        self.group.rail(rail).post(Op::Write {
-            peer: fi_peer,
-            local: self.send_reg.id(rail).range(off, len),
-            remote: remote.at(remote_off as u64),
-            data: Some(data),
-            flags: Flags::NONE,
-            ctx: CTX_WRITE,
-        })?;
-        self.outstanding += 1;
-        self.count(rail, len);
-        Ok(())
+        let data = Some(data);
+        let op = Post::Write {
+            peer,
+            off,
+            len,
+            remote_off,
+            data,
+        };
+        self.post(rail, op, Account::Outstanding)
     }
 
     /// Sends `send[off..off+len]` to `peer` on `rail`, with CQ data.
@@ -414,17 +623,14 @@ impl Mesh {
         len: usize,
         data: u64,
     ) -> MeshResult<()> {
-        let fi_peer = self.peer(peer)?.peer.rail(rail);
-        self.group.rail(rail).post(Op::Send {
-            peer: fi_peer,
-            local: self.send_reg.id(rail).range(off, len),
-            data: Some(data),
-            flags: Flags::NONE,
-            ctx: CTX_SEND,
-        })?;
-        self.outstanding += 1;
-        self.count(rail, len);
-        Ok(())
+        let data = Some(data);
+        let op = Post::Send {
+            peer,
+            off,
+            len,
+            data,
+        };
+        self.post(rail, op, Account::Outstanding)
     }
 
     /// Posts receive number `index` into `recv[off..off+len]` on `rail`.
@@ -435,13 +641,34 @@ impl Mesh {
         off: usize,
         len: usize,
     ) -> MeshResult<()> {
-        self.group
-            .rail(rail)
-            .post(Op::Recv {
-                local: self.recv_reg.id(rail).range(off, len),
-                ctx: CTX_RECV | index as u64,
-            })
-            .map_err(Into::into)
+        let op = Post::Recv { index, off, len };
+        self.post(rail, op, Account::Outstanding)
+    }
+
+    /// Expects `stripes` more stripe completions of tracked message `tag` (call before posting
+    /// them with [`Account::Tag`]); the message is done, into [`Mesh::take_done`], once every
+    /// stripe has completed.
+    #[inline]
+    pub fn track(&mut self, tag: u32, stripes: usize) {
+        let i = tag as usize;
+        if i >= self.pending.len() {
+            self.pending.resize(i + 1, (0, 0));
+        }
+        self.pending[i].0 += stripes as u32;
+    }
+
+    /// The oldest tracked message done for which `is` holds, taken out.
+    #[inline]
+    pub fn take_done(&mut self, is: impl Fn(u32) -> bool) -> Option<Done> {
+        let i = self.done.iter().position(|d| is(d.tag))?;
+        self.done.remove(i)
+    }
+
+    /// The oldest remote CQ data for which `is` holds, taken out of [`Mesh::arrivals`].
+    #[inline]
+    pub fn take_arrival(&mut self, is: impl Fn(u64) -> bool) -> Option<u64> {
+        let i = self.arrivals.iter().position(|&d| is(d))?;
+        self.arrivals.remove(i)
     }
 
     /// An 8-byte write into `peer`'s control region carrying `data` (ACK/READY), on rail 0.
@@ -464,12 +691,12 @@ impl Mesh {
 
     /// Polls every rail once and sorts what completed; returns whether anything did.
     pub fn progress(&mut self) -> MeshResult<bool> {
-        let mut buf = [FiCompletion::default(); 32];
         let mut got = false;
         for r in 0..self.group.len() {
-            let n = self.group.rail(r).poll(&mut buf)?;
-            for c in &buf[..n] {
-                self.sort(c)?;
+            let n = self.group.rail(r).poll(&mut self.cq)?;
+            for i in 0..n {
+                let c = self.cq[i];
+                self.sort(&c)?;
             }
             got |= n > 0;
         }
@@ -500,6 +727,24 @@ impl Mesh {
                 data: c.remote_data().unwrap_or(u64::MAX),
                 len: c.len,
             }),
+            CTX_TRACK => {
+                let tag = (c.context & !CTX_MASK) as u32;
+                let p = match self.pending.get_mut(tag as usize) {
+                    Some(p) if p.0 > 0 => p,
+                    _ => {
+                        return Err(BenchError::failed(format!(
+                            "a completion of message {tag:#x} arrived that was never posted (or \
+                             arrived twice)"
+                        )))
+                    }
+                };
+                p.0 -= 1;
+                p.1 += c.len;
+                if p.0 == 0 {
+                    let len = std::mem::take(&mut p.1);
+                    self.done.push_back(Done { tag, len });
+                }
+            }
             _ => {
                 return Err(BenchError::failed(format!(
                     "completion with an unknown context {:#x}",
@@ -522,11 +767,13 @@ impl Mesh {
         if done(self)? {
             return Ok(());
         }
-        let mut last = Instant::now();
+        // The clock is read only once the wait has found nothing for a while: `since` is the
+        // first look at it after the last completion.
+        let mut since: Option<Instant> = None;
         let mut spins = 0u32;
         loop {
             if self.progress()? {
-                last = Instant::now();
+                since = None;
                 if done(self)? {
                     return Ok(());
                 }
@@ -539,15 +786,17 @@ impl Mesh {
             // `sched_yield` returns at once; with more ranks than cores on the host, a wait
             // that found nothing for IDLE_YIELD sleeps in short steps instead (a yield alone
             // leaves 8 spinning ranks on 2 cores competing with the ones copying data).
-            if spins > 16 {
+            if spins > 16 && !self.spin {
                 match self.idle_sleep {
-                    Some(d) if last.elapsed() >= IDLE_YIELD => std::thread::sleep(d),
+                    Some(d) if since.get_or_insert_with(Instant::now).elapsed() >= IDLE_YIELD => {
+                        std::thread::sleep(d)
+                    }
                     _ => std::thread::yield_now(),
                 }
             }
-            if spins % 256 == 0 {
+            if spins % EMPTY_POLLS == 0 {
                 self.health.check()?;
-                if last.elapsed() >= self.timeout {
+                if since.get_or_insert_with(Instant::now).elapsed() >= self.timeout {
                     return Err(BenchError::failed(format!(
                         "rank {} waited {:.1} s without progress for {}; that rank is stuck or \
                          the fabric dropped traffic (raise --timeout if this is expected)",
@@ -581,6 +830,40 @@ impl Mesh {
             |m| format!("{} local completions", m.outstanding),
         )
     }
+}
+
+/// Length-prefixed parts (addresses, region descriptors) as one all-gather blob.
+pub(crate) fn pack_parts<const N: usize>(parts: [Vec<u8>; N]) -> Vec<u8> {
+    let mut v = Vec::new();
+    for part in parts {
+        v.extend_from_slice(&(part.len() as u32).to_le_bytes());
+        v.extend_from_slice(&part);
+    }
+    v
+}
+
+/// The `N` parts of rank `rank`'s blob made by [`pack_parts`]; never trusts a length it reads.
+pub(crate) fn unpack_parts<const N: usize>(
+    rank: usize,
+    b: &[u8],
+) -> Result<[&[u8]; N], BenchError> {
+    let bad = || {
+        BenchError::failed(format!(
+            "rank {rank} sent a malformed endpoint description (same efabench version and options everywhere?)"
+        ))
+    };
+    let mut parts: [&[u8]; N] = [&[]; N];
+    let mut rest = b;
+    for part in &mut parts {
+        let n = rest
+            .get(..4)
+            .and_then(|x| x.try_into().ok())
+            .map(u32::from_le_bytes)
+            .ok_or_else(bad)? as usize;
+        *part = rest.get(4..4 + n).ok_or_else(bad)?;
+        rest = &rest[4 + n..];
+    }
+    Ok(parts)
 }
 
 /// The send and receive buffers of a mesh: `send` and `recv` bytes of the `--mem` kind.

@@ -32,16 +32,16 @@
 pub(crate) mod link;
 mod protocol;
 
-use efabench_fabric::RailConfig;
 use serde::{Deserialize, Serialize};
 
-use self::link::{alloc_payload, Link};
+use self::link::Link;
 use self::protocol::{Pingpong, ReadResponder, ReadSender, Step, Stream};
 use crate::error::BenchError;
 use crate::harness::{
     self, time_loop, Benchmark, Ctx, FabricArgs, JobArgs, Loop, Measured, MemArgs, Needs, Point,
     RunFacts, Strategy, SweepArgs,
 };
+use crate::mesh::{self, RailLoad};
 use crate::stats::{gbps, mops, Samples};
 use crate::P2pKind;
 
@@ -107,15 +107,6 @@ struct RunDetail {
     strategy: &'static str,
     virtual_rails: bool,
     mr: String,
-}
-
-/// Bytes and operations one rail carried in the timed part (`per_rail` of the record).
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-pub struct RailLoad {
-    pub rail: usize,
-    pub domain: Option<String>,
-    pub bytes: u64,
-    pub ops: u64,
 }
 
 /// What the sender measured besides its samples.
@@ -213,18 +204,19 @@ impl Benchmark for P2p<'_> {
     }
 
     fn setup(&mut self, ctx: &Ctx) -> Result<RunFacts, BenchError> {
-        let (f, job, mem) = (&self.args.fabric, &self.args.job, &self.args.mem);
+        let (f, mem) = (&self.args.fabric, &self.args.mem);
         let plan = ctx.plan()?;
-        let config = RailConfig {
-            post_timeout: job.timeout(),
-            max_in_flight: 8192,
-            ..RailConfig::default()
-        };
-        let group = plan.open(&config)?;
-        let max_msg = group.rail(0).info().max_msg_size;
+        let bufs = mesh::alloc(
+            mem.mem,
+            self.buf_bytes as usize,
+            self.buf_bytes as usize,
+            ctx.device,
+        )?;
+        let link = Link::new(crate::alltoall::connect_mesh(ctx, bufs)?);
+        let max_msg = link.mesh.group().rail(0).info().max_msg_size;
         let max = *self.sizes.iter().max().unwrap_or(&0);
         let per_message = match f.strategy {
-            Strategy::Split => max_msg.saturating_mul(group.len() as u64),
+            Strategy::Split => max_msg.saturating_mul(link.mesh.rails() as u64),
             Strategy::RoundRobin => max_msg,
         };
         if max > per_message {
@@ -233,19 +225,6 @@ impl Benchmark for P2p<'_> {
                 plan.provider
             )));
         }
-        let payload = alloc_payload(mem.mem, self.buf_bytes as usize, ctx.device)?;
-        let watch = (ctx.bs.health(), ctx.bs.progress());
-        let mut link = Link::new(
-            group,
-            f.strategy,
-            payload,
-            f.mr.path(),
-            job.timeout(),
-            watch,
-        )?;
-        let blobs = ctx.bs.all_gather(&link.local_blob()?)?;
-        link.connect(ctx.rank, &blobs)?;
-
         let rails = plan.rails.len() as u32;
         let domains = plan.domains();
         let header = vec![format!(
@@ -254,12 +233,12 @@ impl Benchmark for P2p<'_> {
             f.strategy.name(),
             crate::size::human(self.args.footprint),
             self.args.window,
-            link.mr_path()
+            link.mesh.mr_path_detail()
         )];
         let detail = RunDetail {
             strategy: f.strategy.name(),
             virtual_rails: plan.virtual_rails,
-            mr: link.mr_path(),
+            mr: link.mesh.mr_path_detail(),
         };
         let link_gbps = plan.link_gbps();
         self.link = Some(link);
@@ -332,8 +311,7 @@ impl Benchmark for P2p<'_> {
         if !sender && ctx.rank != s.responder {
             return Ok(Measured::default());
         }
-        link.set_peer(if sender { s.responder } else { s.sender });
-        link.begin_step(s.size, s.slots);
+        link.begin_step(if sender { s.responder } else { s.sender }, s.size, s.slots);
         let lp = Loop {
             warmup: s.warmup,
             iters: s.iters,
@@ -357,7 +335,7 @@ impl Benchmark for P2p<'_> {
         }?;
         Ok(match &self.link {
             Some(link) if sender => measured.detail(&SenderDetail {
-                per_rail: link.per_rail(),
+                per_rail: link.mesh.rail_loads(),
             }),
             _ => measured,
         })

@@ -3,9 +3,10 @@
 //! running the responder's side untimed. What each times and verifies is in the module docs of
 //! [`crate::p2p`]; `prepare` and `check` hold everything that must stay outside the clock.
 
-use super::link::{unexpected, Completion, Ctx as Op, Link};
+use super::link::{unexpected, write_data, Completion, Ctx as Op, Link};
 use crate::error::BenchError;
 use crate::harness::Rounds;
+use crate::mesh::{Kind, ITER_MOD};
 use crate::pattern;
 use crate::P2pKind;
 
@@ -54,28 +55,6 @@ impl Step {
     }
 }
 
-/// Control words: which window they belong to and what they say.
-const READY: u64 = 1 << 62;
-const ACK: u64 = 2 << 62;
-const DONE: u64 = 3 << 62;
-
-fn expect_ctrl(link: &mut Link, tag: u64, window: u64) -> Result<(), BenchError> {
-    let w = link.wait_ctrl()?;
-    if w != tag | window {
-        return Err(BenchError::failed(format!(
-            "expected control word {:#x} for window {window}, got {w:#x}; the peer is out of step \
-             (are both ranks running the same efabench version and options?)",
-            tag | window
-        )));
-    }
-    Ok(())
-}
-
-/// CQ data of a write: window and slot in 32 bits (EFA's CQ data is 4 bytes wide).
-fn write_data(window: u64, slot: usize) -> u64 {
-    ((window & 0xFFFF) << 16) | (slot as u64 & 0xFFFF)
-}
-
 /// Ping-pong of send/recv or write: one message each way per iteration, on two alternating
 /// slots, so each side verifies the message it just received while the next is on the wire.
 pub struct Pingpong<'a> {
@@ -96,10 +75,10 @@ impl<'a> Pingpong<'a> {
     ) -> Result<Self, BenchError> {
         let inject = kind == P2pKind::SendRecv && link.can_inject(s.size);
         if s.verify {
-            link.fill_out(0, s.size, s.seeds(sender, 0, 0).0);
+            link.fill_out(0, s.seeds(sender, 0, 0).0)?;
         }
         if kind == P2pKind::SendRecv && !sender {
-            link.post_recv(0, s.size, Op::Recv(0))?;
+            link.post(Op::Recv(0), s.size, None)?;
         }
         Ok(Pingpong {
             link,
@@ -113,23 +92,21 @@ impl<'a> Pingpong<'a> {
     /// Sends (or writes) slot `slot` of iteration `i` to the peer.
     fn send(&mut self, i: u64, slot: usize) -> Result<(), BenchError> {
         match self.kind {
-            P2pKind::Write => self.link.post_write(
-                slot,
-                self.s.size,
-                Some(write_data(i, slot)),
-                Op::Write(slot),
-            ),
+            P2pKind::Write => {
+                self.link
+                    .post(Op::Write(slot), self.s.size, Some(write_data(i, slot)))
+            }
             _ if self.inject => self.link.inject(slot, self.s.size),
-            _ => self.link.post_send(slot, self.s.size, Op::Send(slot)),
+            _ => self.link.post(Op::Send(slot), self.s.size, None),
         }
     }
 
     /// Reaps our own send's (or write's) completion.
     fn reap(&mut self, slot: usize) -> Result<(), BenchError> {
         match self.kind {
-            P2pKind::Write => self.link.wait_for(&[Op::Write(slot)]),
+            P2pKind::Write => self.link.wait_for(Op::Write(slot)),
             _ if self.inject => Ok(()),
-            _ => self.link.wait_for(&[Op::Send(slot)]),
+            _ => self.link.wait_for(Op::Send(slot)),
         }
     }
 
@@ -138,9 +115,9 @@ impl<'a> Pingpong<'a> {
         match self.kind {
             // Every stripe of a write carries the same CQ data: count them all.
             P2pKind::Write => self.link.wait_data(write_data(i, slot), self.s.size),
-            _ => self.link.wait_for(&[Op::Recv(slot)]),
+            _ => self.link.wait_for(Op::Recv(slot)),
         }?;
-        self.link.settle()
+        self.link.mesh.settle()
     }
 }
 
@@ -148,7 +125,7 @@ impl Rounds for Pingpong<'_> {
     fn prepare(&mut self, i: u64) -> Result<(), BenchError> {
         let slot = (i % 2) as usize;
         if self.sender && self.kind == P2pKind::SendRecv {
-            self.link.post_recv(slot, self.s.size, Op::Recv(slot))?;
+            self.link.post(Op::Recv(slot), self.s.size, None)?;
         }
         Ok(())
     }
@@ -167,7 +144,7 @@ impl Rounds for Pingpong<'_> {
         if self.kind == P2pKind::SendRecv && i + 1 < self.s.warmup + self.s.iters {
             // The next receive goes up before the reply, so the sender's next message never
             // arrives unexpected.
-            self.link.post_recv(next, self.s.size, Op::Recv(next))?;
+            self.link.post(Op::Recv(next), self.s.size, None)?;
         }
         self.send(i, slot)?;
         // Verify only once the reply has left (on shm: once the sender pulled it), so our
@@ -183,15 +160,14 @@ impl Rounds for Pingpong<'_> {
         if !self.s.verify {
             return Ok(0);
         }
-        let errors =
-            (self.link).check_inbox(slot, self.s.size, self.s.seeds(self.sender, i, slot).1);
+        let errors = (self.link).check_inbox(slot, self.s.seeds(self.sender, i, slot).1);
         let next = 1 - slot;
-        (self.link).fill_out(next, self.s.size, self.s.seeds(self.sender, i + 1, next).0);
+        (self.link).fill_out(next, self.s.seeds(self.sender, i + 1, next).0)?;
         Ok(errors)
     }
 
     fn timed_from_here(&mut self) {
-        self.link.mark_timed();
+        self.link.mesh.count_from_now(true);
     }
 }
 
@@ -244,8 +220,8 @@ impl<'a> Stream<'a> {
         let stripes = self.link.stripes(size);
         for _ in 0..window * stripes {
             let data = self.link.wait_remote_data()?;
-            let (w, pos) = (data >> 16, (data & 0xFFFF) as usize);
-            if w != win & 0xFFFF || pos >= window || self.seen[pos] == stripes {
+            let (w, pos) = ((data >> 16) % ITER_MOD, (data & 0xFFFF) as usize);
+            if w != win % ITER_MOD || pos >= window || self.seen[pos] == stripes {
                 return Err(BenchError::failed(format!(
                     "window {win}: unexpected remote CQ data {data:#x} (window {w}, position {pos}); \
                      a write was duplicated, lost or belongs to another window"
@@ -264,12 +240,10 @@ impl Rounds for Stream<'_> {
         }
         if self.s.verify {
             for slot in 0..self.s.slots {
-                (self.link).fill_out(slot, self.s.size, self.s.to_responder(win, slot));
+                (self.link).fill_out(slot, self.s.to_responder(win, slot))?;
             }
         }
-        self.link.post_ctrl_recv()?;
-        expect_ctrl(self.link, READY, win)?;
-        self.link.post_ctrl_recv()
+        self.link.expect_ctrl(Kind::Ready, win)
     }
 
     fn body(&mut self, win: u64) -> Result<(), BenchError> {
@@ -277,46 +251,43 @@ impl Rounds for Stream<'_> {
         if self.sender {
             for slot in 0..window {
                 match self.kind {
-                    P2pKind::Write => self.link.post_write(
-                        slot,
-                        size,
-                        Some(write_data(win, slot)),
-                        Op::Write(slot),
-                    ),
-                    _ => self.link.post_send(slot, size, Op::Send(slot)),
+                    P2pKind::Write => {
+                        self.link
+                            .post(Op::Write(slot), size, Some(write_data(win, slot)))
+                    }
+                    _ => self.link.post(Op::Send(slot), size, None),
                 }?;
             }
             match self.kind {
-                P2pKind::Write => self.link.wait_all_writes(window),
-                _ => self.link.wait_all_sends(window),
+                P2pKind::Write => self.link.wait_all(window, Op::Write(0)),
+                _ => self.link.wait_all(window, Op::Send(0)),
             }?;
-            return expect_ctrl(self.link, ACK, win);
+            return self.link.expect_ctrl(Kind::Ack, win);
         }
         if self.kind == P2pKind::SendRecv {
             for slot in 0..window {
-                self.link.post_recv(slot, size, Op::Recv(slot))?;
+                self.link.post(Op::Recv(slot), size, None)?;
             }
         }
-        self.link.send_ctrl(READY | win)?;
+        self.link.send_ctrl(Kind::Ready, win)?;
         self.collect(win)?;
         // The ACK ends the sender's clock: the data must be in place, not queued.
-        self.link.settle()?;
-        self.link.send_ctrl(ACK | win)
+        self.link.mesh.settle()?;
+        self.link.send_ctrl(Kind::Ack, win)
     }
 
     fn check(&mut self, win: u64) -> Result<u64, BenchError> {
         let mut errors = std::mem::take(&mut self.short);
         if self.s.verify && !self.sender {
             for slot in 0..self.s.slots {
-                errors +=
-                    (self.link).check_inbox(slot, self.s.size, self.s.to_responder(win, slot));
+                errors += (self.link).check_inbox(slot, self.s.to_responder(win, slot));
             }
         }
         Ok(errors)
     }
 
     fn timed_from_here(&mut self) {
-        self.link.mark_timed();
+        self.link.mesh.count_from_now(true);
     }
 }
 
@@ -346,10 +317,7 @@ impl ReadSender<'_> {
 impl Rounds for ReadSender<'_> {
     fn prepare(&mut self, i: u64) -> Result<(), BenchError> {
         match self.at(i) {
-            (round, 0) => {
-                self.link.post_ctrl_recv()?;
-                expect_ctrl(self.link, READY, round)
-            }
+            (round, 0) => self.link.expect_ctrl(Kind::Ready, round),
             _ => Ok(()),
         }
     }
@@ -358,15 +326,15 @@ impl Rounds for ReadSender<'_> {
         let size = self.s.size;
         if self.stream {
             for slot in 0..self.s.window {
-                self.link.post_read(slot, size, Op::Read(slot))?;
+                self.link.post(Op::Read(slot), size, None)?;
             }
-            self.link.wait_all_reads(self.s.window)?;
+            self.link.wait_all(self.s.window, Op::Read(0))?;
         } else {
             let slot = self.at(i).1;
-            self.link.post_read(slot, size, Op::Read(slot))?;
-            self.link.wait_for(&[Op::Read(slot)])?;
+            self.link.post(Op::Read(slot), size, None)?;
+            self.link.wait_for(Op::Read(slot))?;
         }
-        self.link.settle()
+        self.link.mesh.settle()
     }
 
     fn check(&mut self, i: u64) -> Result<u64, BenchError> {
@@ -380,15 +348,15 @@ impl Rounds for ReadSender<'_> {
         let mut errors = 0;
         if self.s.verify {
             for slot in 0..used.min(self.s.slots) {
-                errors += (self.link).check_inbox(slot, self.s.size, self.s.to_sender(round, slot));
+                errors += (self.link).check_inbox(slot, self.s.to_sender(round, slot));
             }
         }
-        self.link.send_ctrl(DONE | round)?;
+        self.link.send_ctrl(Kind::Ack, round)?;
         Ok(errors)
     }
 
     fn timed_from_here(&mut self) {
-        self.link.mark_timed();
+        self.link.mesh.count_from_now(true);
     }
 }
 
@@ -402,15 +370,14 @@ impl Rounds for ReadResponder<'_> {
     fn prepare(&mut self, round: u64) -> Result<(), BenchError> {
         if self.s.verify {
             for slot in 0..self.s.slots {
-                (self.link).fill_out(slot, self.s.size, self.s.to_sender(round, slot));
+                (self.link).fill_out(slot, self.s.to_sender(round, slot))?;
             }
         }
         Ok(())
     }
 
     fn body(&mut self, round: u64) -> Result<(), BenchError> {
-        self.link.post_ctrl_recv()?;
-        self.link.send_ctrl(READY | round)?;
-        expect_ctrl(self.link, DONE, round)
+        self.link.send_ctrl(Kind::Ready, round)?;
+        self.link.expect_ctrl(Kind::Ack, round)
     }
 }
