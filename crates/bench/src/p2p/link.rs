@@ -25,7 +25,6 @@
 //! with CQ data into the peer's control region), so they never meet a posted payload receive.
 
 use crate::error::BenchError;
-use crate::harness::Strategy;
 use crate::mesh::{cq_data, parse_cq_data, Account, Done, Kind, Mesh, Post};
 
 // `ep` and the collectives' setup name the payload type through this path.
@@ -87,44 +86,6 @@ pub fn write_data(window: u64, pos: usize) -> u64 {
     cq_data(Kind::Payload, window, pos as u32)
 }
 
-/// The stripes of one message: `(rail, offset in message, length)` each.
-enum Route {
-    One([(usize, usize, usize); 1]),
-    Many(Vec<(usize, usize, usize)>),
-}
-
-impl Route {
-    fn stripes(&self) -> &[(usize, usize, usize)] {
-        match self {
-            Route::One(s) => s,
-            Route::Many(v) => v,
-        }
-    }
-}
-
-/// Stripes of message number `n` of `size` bytes over `rails` rails. A message that goes whole
-/// to one rail (every message below the minimum stripe, and every round-robin message) needs no
-/// allocation: a ping-pong posts two or three of them per round trip, and a heap allocation each
-/// was a measurable part of an 8-byte round trip.
-fn route_of(strategy: Strategy, rails: usize, n: u64, size: usize) -> Route {
-    let first = (n % rails.max(1) as u64) as usize;
-    match strategy {
-        // What `split` gives a single stripe: the whole message on the first rail.
-        Strategy::Split if efabench_fabric::route::stripe_count(size, rails) == 1 => {
-            Route::One([(first, 0, size)])
-        }
-        Strategy::Split => Route::Many(
-            efabench_fabric::split(size, rails, first)
-                .into_iter()
-                .map(|s| (s.rail, s.off, s.len))
-                .collect(),
-        ),
-        Strategy::RoundRobin => {
-            Route::One([(efabench_fabric::round_robin_rail(n, rails), 0, size)])
-        }
-    }
-}
-
 /// The mesh, the peer of the current step, and the step's slots and message counters.
 pub struct Link {
     pub mesh: Mesh,
@@ -158,21 +119,6 @@ impl Link {
         (self.peer, self.size, self.slots) = (peer, size, slots.max(1));
         (self.sends, self.recvs, self.rmas) = (0, 0, 0);
         self.mesh.count_from_now(false);
-    }
-
-    /// Stripes a message of `size` bytes is cut into (1 for round-robin).
-    pub fn stripes(&self, size: usize) -> usize {
-        match self.mesh.strategy() {
-            Strategy::Split => efabench_fabric::route::stripe_count(size, self.mesh.rails()),
-            Strategy::RoundRobin => 1,
-        }
-    }
-
-    /// Whether a message of `size` bytes can go by `fi_inject` (no completion to reap; the buffer
-    /// is reusable as soon as the call returns), as fi_pingpong does for small messages.
-    pub fn can_inject(&self, size: usize) -> bool {
-        let g = self.mesh.group();
-        self.stripes(size) == 1 && (0..g.len()).all(|r| size as u64 <= g.rail(r).info().inject_size)
     }
 
     /// Byte offset of window position `pos` (slot `pos % slots`).
@@ -215,7 +161,7 @@ impl Link {
             Ctx::Write(_) | Ctx::Read(_) => &mut self.rmas,
         };
         let n = std::mem::replace(counter, *counter + 1);
-        let route = route_of(self.mesh.strategy(), self.mesh.rails(), n, size);
+        let route = self.mesh.route_nth(n, size);
         let acct = if inject {
             Account::Inject
         } else {
@@ -289,29 +235,13 @@ impl Link {
     // ----------------------------------------------------------------- waiting
 
     fn wait_done(&mut self, is: impl Fn(u32) -> bool, what: &str) -> Result<Done, BenchError> {
-        let mut got = None;
         let peer = self.peer;
-        self.mesh.wait_until(
-            |m| {
-                got = m.take_done(&is);
-                Ok(got.is_some())
-            },
-            |_| format!("{what} from rank {peer}"),
-        )?;
-        got.ok_or_else(|| BenchError::failed("a wait ended without its completion"))
+        (self.mesh).wait_done(is, |_| format!("{what} from rank {peer}"))
     }
 
     fn wait_arrival(&mut self, is: impl Fn(u64) -> bool, what: &str) -> Result<u64, BenchError> {
-        let mut got = None;
         let peer = self.peer;
-        self.mesh.wait_until(
-            |m| {
-                got = m.take_arrival(&is);
-                Ok(got.is_some())
-            },
-            |_| format!("{what} from rank {peer}"),
-        )?;
-        got.ok_or_else(|| BenchError::failed("a wait ended without its arrival"))
+        (self.mesh).wait_arrival(is, |_| format!("{what} from rank {peer}"))
     }
 
     /// The next local completion of a whole message.
@@ -346,7 +276,7 @@ impl Link {
     /// The peer's whole answer (every stripe of one message of `size` bytes) must carry `data`
     /// (write ping-pong).
     pub fn wait_data(&mut self, data: u64, size: usize) -> Result<(), BenchError> {
-        for _ in 0..self.stripes(size) {
+        for _ in 0..self.mesh.stripe_count(size) {
             let got = self.wait_remote_data()?;
             if got != data {
                 return Err(BenchError::failed(format!(
@@ -361,32 +291,6 @@ impl Link {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn routes_match_the_fabric_schedule() {
-        for rails in 1..=8 {
-            for size in [0, 8, 4096, 128 << 10, (128 << 10) + 1, 1 << 20, 16 << 20] {
-                for n in 0..10u64 {
-                    let split: Vec<_> =
-                        efabench_fabric::split(size, rails, (n % rails as u64) as usize)
-                            .into_iter()
-                            .map(|s| (s.rail, s.off, s.len))
-                            .collect();
-                    let r = route_of(Strategy::Split, rails, n, size);
-                    assert_eq!(
-                        r.stripes(),
-                        &split[..],
-                        "split {size} B over {rails} rails, message {n}"
-                    );
-                    let rr = route_of(Strategy::RoundRobin, rails, n, size);
-                    assert_eq!(
-                        rr.stripes(),
-                        &[(efabench_fabric::round_robin_rail(n, rails), 0, size)]
-                    );
-                }
-            }
-        }
-    }
 
     #[test]
     fn tags_round_trip() {
