@@ -11,18 +11,12 @@
 //! (`--footprint`): slots reused within a window carry the same pattern, so verification stays
 //! exact.
 //!
-//! # Routing over rails
-//! * `split`: every message is cut into stripes by [`efabench_fabric::split`] (a minimum stripe,
-//!   128-byte aligned boundaries, the first rail rotating with the message number), each stripe
-//!   posted on its rail. The message completes when every stripe has (the mesh tracks it).
-//! * `round-robin`: whole messages go to rail `n % rails`.
-//!
-//! Both sides derive the route of a message from its number: the k-th send a rank posts meets the
-//! k-th receive its peer posts (both count per step), a write's or read's route is the poster's
-//! own count. A write target learns that a message landed from the remote CQ data of *every*
-//! stripe — it knows from the size how many stripes each message has — never from ordering
-//! across rails, which no NIC guarantees. Control words are the mesh's signals (an 8-byte write
-//! with CQ data into the peer's control region), so they never meet a posted payload receive.
+//! # Routes and control words
+//! Both sides derive the route of a message from its number ([`Mesh::route_nth`]): the k-th
+//! send a rank posts meets the k-th receive its peer posts (both count per step), a write's or
+//! read's route is the poster's own count. A message completes once every stripe has (the mesh
+//! tracks it). Control words are the mesh's signals (an 8-byte write with CQ data into the
+//! peer's control region), so they never meet a posted payload receive.
 
 use crate::error::BenchError;
 use crate::mesh::{cq_data, parse_cq_data, Account, Done, Kind, Mesh, Post};

@@ -18,13 +18,13 @@
 //!   per-message time in `lat_us`.
 //! * Every payload carries the pattern of `(iteration, source, destination, slot)`; see
 //!   [`crate::pattern`]. A write's target learns that a message landed from the remote CQ data of
-//!   *that* message, never from the last one (see [`write`]).
+//!   *that* message, never from the last one (see [`Write`]).
 //!
 //! # One file per benchmark
-//! A benchmark is a [`Protocol`] in its own file ([`sendrecv`], [`write`], [`read`]) plus one
+//! A benchmark is a [`Protocol`] in its own file ([`SendRecv`], [`Write`], [`Read`]) plus one
 //! line in the crate's list of subcommands; this module is the driver they share (options,
-//! points, records), [`rounds`] the ping-pong and stream of the message-moving ones, and
-//! [`link`] the pair of endpoints they post through (a [`crate::mesh::Mesh`] of two).
+//! points, records), `rounds.rs` the ping-pong and stream of the message-moving ones, and
+//! `link.rs` the pair of endpoints they post through (a [`crate::mesh::Mesh`] of two).
 //!
 //! # Rails and footprint
 //! `--rails N|all` and `--strategy split|round-robin` come from the harness's rail plan; the
@@ -114,11 +114,11 @@ fn footprint_arg(s: &str) -> Result<u64, String> {
     Ok(n)
 }
 
-/// Fields every record of a run repeats.
+/// Fields every record of a run repeats besides the mesh's (`virtual_rails`): `mr` says
+/// `+device-only` too.
 #[derive(Serialize)]
 struct RunDetail {
     strategy: &'static str,
-    virtual_rails: bool,
     mr: String,
 }
 
@@ -275,14 +275,8 @@ impl<P: Protocol> Benchmark for P2p<'_, P> {
     }
 
     fn setup(&mut self, ctx: &Ctx) -> Result<RunFacts, BenchError> {
-        let (f, mem) = (&self.args.fabric, &self.args.mem);
-        let plan = ctx.plan()?;
-        let bufs = mesh::alloc(
-            mem.mem,
-            self.buf_bytes as usize,
-            self.buf_bytes as usize,
-            ctx.device,
-        )?;
+        let (f, plan, len) = (&self.args.fabric, ctx.plan()?, self.buf_bytes as usize);
+        let bufs = mesh::alloc(self.args.mem.mem, len, len, ctx.device)?;
         let link = Link::new(crate::alltoall::connect_mesh(ctx, bufs)?);
         let max_msg = link.mesh.group().rail(0).info().max_msg_size;
         let max = *self.sizes.iter().max().unwrap_or(&0);
@@ -296,35 +290,16 @@ impl<P: Protocol> Benchmark for P2p<'_, P> {
                 plan.provider
             )));
         }
-        let rails = plan.rails.len() as u32;
-        let domains = plan.domains();
-        let header = vec![format!(
-            "# rails: {} | strategy: {} | footprint: {} per buffer | window: {} | mr: {}",
+        let mut facts = crate::alltoall::mesh_facts(ctx, &link.mesh)?;
+        let (strategy, mr) = (f.strategy.name(), link.mesh.mr_path_detail());
+        facts.header = vec![format!(
+            "# rails: {} | strategy: {strategy} | footprint: {} per buffer | window: {} | mr: {mr}",
             plan.rails_line(),
-            f.strategy.name(),
             crate::size::human(self.args.footprint),
             self.args.window,
-            link.mesh.mr_path_detail()
         )];
-        let detail = RunDetail {
-            strategy: f.strategy.name(),
-            virtual_rails: plan.virtual_rails,
-            mr: link.mesh.mr_path_detail(),
-        };
-        let link_gbps = plan.link_gbps();
         self.link = Some(link);
-        Ok(RunFacts {
-            provider: plan.provider.clone(),
-            fabric: plan.rails[0].fabric.clone(),
-            domains,
-            libfabric: Some(plan.libfabric.clone()),
-            rails,
-            mem: mem.mem.to_string(),
-            link_gbps,
-            header,
-            ..RunFacts::default()
-        }
-        .detail(&detail))
+        Ok(facts.detail(&RunDetail { strategy, mr }))
     }
 
     fn points(&self, ctx: &Ctx) -> Result<Vec<P2pSpec>, BenchError> {
