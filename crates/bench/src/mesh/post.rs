@@ -69,7 +69,7 @@ impl Mesh {
 
     /// Posts one stripe on `rail`; `acct` says how its local completion is counted. Every
     /// operation but a receive counts towards the rail's bytes and operations.
-    #[inline]
+    #[inline(always)]
     pub fn post(&mut self, rail: usize, op: Post, acct: Account) -> MeshResult<()> {
         let (ctx, flags) = match acct {
             Account::Outstanding => (
@@ -237,6 +237,7 @@ impl Mesh {
     /// below the minimum stripe, and every round-robin message) needs no allocation: a ping-pong
     /// posts two or three of them per round trip, and a heap allocation each was a measurable
     /// part of an 8-byte round trip.
+    #[inline]
     pub fn route_nth(&self, n: u64, size: usize) -> Route {
         route_of(self.strategy, self.group.len(), n, size)
     }
@@ -273,6 +274,7 @@ impl Route {
     }
 }
 
+#[inline]
 fn route_of(strategy: Strategy, rails: usize, n: u64, size: usize) -> Route {
     let first = (n % rails.max(1) as u64) as usize;
     match strategy {

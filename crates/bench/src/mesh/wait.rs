@@ -40,6 +40,7 @@ impl Mesh {
     }
 
     /// Polls every rail once and sorts what completed; returns whether anything did.
+    #[inline]
     pub fn progress(&mut self) -> MeshResult<bool> {
         let mut got = false;
         for r in 0..self.group.len() {
