@@ -36,14 +36,6 @@ pub mod test_hooks;
 pub use error::BenchError;
 pub use harness::BuildInfo;
 
-/// Which point-to-point benchmark to run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum P2pKind {
-    SendRecv,
-    Write,
-    Read,
-}
-
 /// Declares the benchmark subcommands: one line each (`"name" Variant(Args) => runner`; the
 /// arguments are boxed, being large), so
 /// adding a benchmark is one file plus one line here. Generates [`BenchCommand`] (a clap
@@ -80,11 +72,11 @@ macro_rules! benchmarks {
 
 benchmarks! {
     /// Two-sided send/recv: ping-pong latency and streaming bandwidth, over 1..N rails.
-    "sendrecv" Sendrecv(p2p::P2pArgs) => |a, b| p2p::run_p2p(P2pKind::SendRecv, a, b);
+    "sendrecv" Sendrecv(p2p::P2pArgs) => p2p::run::<p2p::SendRecv>;
     /// RDMA write with remote CQ data: ping-pong latency and streaming bandwidth, over 1..N rails.
-    "write" Write(p2p::P2pArgs) => |a, b| p2p::run_p2p(P2pKind::Write, a, b);
+    "write" Write(p2p::P2pArgs) => p2p::run::<p2p::Write>;
     /// RDMA read: post-to-completion latency and streaming bandwidth, over 1..N rails.
-    "read" Read(p2p::P2pArgs) => |a, b| p2p::run_p2p(P2pKind::Read, a, b);
+    "read" Read(p2p::P2pArgs) => p2p::run::<p2p::Read>;
     /// NVLink through CUDA IPC: kernels and copy engine writing into a peer GPU.
     #[command(mut_arg("min_bytes", |a| a.default_value(ipc::IPC_DEFAULTS[0].1)),
               mut_arg("max_bytes", |a| a.default_value(ipc::IPC_DEFAULTS[1].1)),

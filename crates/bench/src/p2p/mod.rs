@@ -18,8 +18,13 @@
 //!   per-message time in `lat_us`.
 //! * Every payload carries the pattern of `(iteration, source, destination, slot)`; see
 //!   [`crate::pattern`]. A write's target learns that a message landed from the remote CQ data of
-//!   *that* message (window and slot in 32 bits, which EFA's 4-byte CQ data can carry), never from
-//!   the last one: EFA does not order RMA, so "the last write arrived" proves nothing about the
+//!   *that* message, never from the last one (see [`Write`]).
+//!
+//! # One file per benchmark
+//! A benchmark is a [`Protocol`] in its own file ([`SendRecv`], [`Write`], [`Read`]) plus one
+//! line in the crate's list of subcommands; this module is the driver they share (options,
+//! points, records), `rounds.rs` the ping-pong and stream of the message-moving ones, and
+//! `link.rs` the pair of endpoints they post through (a [`crate::mesh::Mesh`] of two).
 //!
 //! # Rails and footprint
 //! `--rails N|all` and `--strategy split|round-robin` come from the harness's rail plan; the
@@ -30,20 +35,28 @@
 //! `fi_rma_bw` gives each message of a window its own bytes (64 × size).
 
 pub(crate) mod link;
-mod protocol;
+mod read;
+mod rounds;
+mod sendrecv;
+mod write;
 
-use efabench_fabric::RailConfig;
+use std::marker::PhantomData;
+
 use serde::{Deserialize, Serialize};
 
-use self::link::{alloc_payload, Link};
-use self::protocol::{Pingpong, ReadResponder, ReadSender, Step, Stream};
+pub use self::read::Read;
+pub use self::sendrecv::SendRecv;
+pub use self::write::Write;
+
+use self::link::Link;
 use crate::error::BenchError;
 use crate::harness::{
-    self, time_loop, Benchmark, Ctx, FabricArgs, JobArgs, Loop, Measured, MemArgs, Needs, Point,
-    RunFacts, Strategy, SweepArgs,
+    self, Benchmark, Ctx, FabricArgs, JobArgs, Loop, Measured, MemArgs, Needs, Point, RunFacts,
+    Strategy, SweepArgs,
 };
+use crate::mesh::{self, RailLoad};
+use crate::pattern;
 use crate::stats::{gbps, mops, Samples};
-use crate::P2pKind;
 
 /// Options of the point-to-point benchmarks: their own, then the groups they honour (every one).
 #[derive(clap::Args, Debug, Clone)]
@@ -101,21 +114,12 @@ fn footprint_arg(s: &str) -> Result<u64, String> {
     Ok(n)
 }
 
-/// Fields every record of a run repeats.
+/// Fields every record of a run repeats besides the mesh's (`virtual_rails`): `mr` says
+/// `+device-only` too.
 #[derive(Serialize)]
 struct RunDetail {
     strategy: &'static str,
-    virtual_rails: bool,
     mr: String,
-}
-
-/// Bytes and operations one rail carried in the timed part (`per_rail` of the record).
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-pub struct RailLoad {
-    pub rail: usize,
-    pub domain: Option<String>,
-    pub bytes: u64,
-    pub ops: u64,
 }
 
 /// What the sender measured besides its samples.
@@ -136,6 +140,68 @@ struct PointDetail {
     per_rail: Option<Vec<RailLoad>>,
 }
 
+/// One point-to-point benchmark: its name, what its ping-pong times, and one step of it on
+/// this rank (the sender times; the responder answers).
+pub trait Protocol {
+    /// The subcommand, and the records' `bench`.
+    const NAME: &'static str;
+    /// A ping-pong iteration is a round trip (the latency is half of it, on two slots); `false`:
+    /// it is one operation timed from post to completion, over a window of slots (read).
+    const ROUND_TRIP: bool = true;
+
+    fn measure(
+        link: &mut Link,
+        ctx: &Ctx,
+        s: Step,
+        variant: Variant,
+        sender: bool,
+    ) -> Result<Measured, BenchError>;
+}
+
+/// The numbers that identify a measurement to both sides.
+#[derive(Clone, Copy, Debug)]
+pub struct Step {
+    pub size: usize,
+    pub iters: u64,
+    pub warmup: u64,
+    /// Messages per window (stream) or reads per round (read pingpong).
+    pub window: usize,
+    /// Buffer slots in use (≤ window): position `pos` of a window uses slot `pos % slots`, and
+    /// a slot carries the pattern of `(iteration, slot)` (the bounded footprint).
+    pub slots: usize,
+    pub verify: bool,
+    /// Ranks of the sender (rank 0) and the responder.
+    pub sender: u32,
+    pub responder: u32,
+}
+
+impl Step {
+    fn to_responder(self, iter: u64, slot: usize) -> u64 {
+        pattern::seed(iter, self.sender, self.responder, slot as u32)
+    }
+    fn to_sender(self, iter: u64, slot: usize) -> u64 {
+        pattern::seed(iter, self.responder, self.sender, slot as u32)
+    }
+    /// Seed of what this side sends, and of what it receives.
+    fn seeds(self, sender: bool, iter: u64, slot: usize) -> (u64, u64) {
+        let (a, b) = (self.to_responder(iter, slot), self.to_sender(iter, slot));
+        if sender {
+            (a, b)
+        } else {
+            (b, a)
+        }
+    }
+    /// The step's iterations, timed on the sender.
+    fn looped(self, timed: bool) -> Loop {
+        let (warmup, iters) = (self.warmup, self.iters);
+        Loop {
+            warmup,
+            iters,
+            timed,
+        }
+    }
+}
+
 /// One point: a variant at a size, measured against one peer.
 #[derive(Clone, Debug)]
 pub struct P2pSpec {
@@ -143,18 +209,18 @@ pub struct P2pSpec {
     step: Step,
 }
 
-/// `sendrecv`, `write` or `read` on the shared harness.
-pub struct P2p<'a> {
-    kind: P2pKind,
+/// A point-to-point benchmark on the shared harness.
+pub struct P2p<'a, P> {
     args: &'a P2pArgs,
     sizes: Vec<u64>,
     buf_bytes: u64,
     link: Option<Link>,
+    protocol: PhantomData<P>,
 }
 
-impl<'a> P2p<'a> {
+impl<'a, P: Protocol> P2p<'a, P> {
     /// Checks the options (before anything touches hardware).
-    pub fn new(kind: P2pKind, args: &'a P2pArgs) -> Result<Self, BenchError> {
+    pub fn new(args: &'a P2pArgs) -> Result<Self, BenchError> {
         let sizes = args.sweep.sizes()?;
         let max = *sizes.iter().max().expect("a sweep has at least one size");
         // Pingpong alternates two slots; a stream uses up to `window` slots within the footprint.
@@ -165,11 +231,11 @@ impl<'a> P2p<'a> {
             )));
         }
         Ok(P2p {
-            kind,
             args,
             sizes,
             buf_bytes,
             link: None,
+            protocol: PhantomData,
         })
     }
 
@@ -181,15 +247,11 @@ impl<'a> P2p<'a> {
     }
 }
 
-impl Benchmark for P2p<'_> {
+impl<P: Protocol> Benchmark for P2p<'_, P> {
     type Spec = P2pSpec;
 
     fn name(&self) -> &'static str {
-        match self.kind {
-            P2pKind::SendRecv => "sendrecv",
-            P2pKind::Write => "write",
-            P2pKind::Read => "read",
-        }
+        P::NAME
     }
 
     fn needs(&self) -> Needs {
@@ -213,18 +275,13 @@ impl Benchmark for P2p<'_> {
     }
 
     fn setup(&mut self, ctx: &Ctx) -> Result<RunFacts, BenchError> {
-        let (f, job, mem) = (&self.args.fabric, &self.args.job, &self.args.mem);
-        let plan = ctx.plan()?;
-        let config = RailConfig {
-            post_timeout: job.timeout(),
-            max_in_flight: 8192,
-            ..RailConfig::default()
-        };
-        let group = plan.open(&config)?;
-        let max_msg = group.rail(0).info().max_msg_size;
+        let (f, plan, len) = (&self.args.fabric, ctx.plan()?, self.buf_bytes as usize);
+        let bufs = mesh::alloc(self.args.mem.mem, len, len, ctx.device)?;
+        let link = Link::new(crate::alltoall::connect_mesh(ctx, bufs)?);
+        let max_msg = link.mesh.group().rail(0).info().max_msg_size;
         let max = *self.sizes.iter().max().unwrap_or(&0);
         let per_message = match f.strategy {
-            Strategy::Split => max_msg.saturating_mul(group.len() as u64),
+            Strategy::Split => max_msg.saturating_mul(link.mesh.rails() as u64),
             Strategy::RoundRobin => max_msg,
         };
         if max > per_message {
@@ -233,48 +290,16 @@ impl Benchmark for P2p<'_> {
                 plan.provider
             )));
         }
-        let payload = alloc_payload(mem.mem, self.buf_bytes as usize, ctx.device)?;
-        let watch = (ctx.bs.health(), ctx.bs.progress());
-        let mut link = Link::new(
-            group,
-            f.strategy,
-            payload,
-            f.mr.path(),
-            job.timeout(),
-            watch,
-        )?;
-        let blobs = ctx.bs.all_gather(&link.local_blob()?)?;
-        link.connect(ctx.rank, &blobs)?;
-
-        let rails = plan.rails.len() as u32;
-        let domains = plan.domains();
-        let header = vec![format!(
-            "# rails: {} | strategy: {} | footprint: {} per buffer | window: {} | mr: {}",
+        let mut facts = crate::alltoall::mesh_facts(ctx, &link.mesh)?;
+        let (strategy, mr) = (f.strategy.name(), link.mesh.mr_path_detail());
+        facts.header = vec![format!(
+            "# rails: {} | strategy: {strategy} | footprint: {} per buffer | window: {} | mr: {mr}",
             plan.rails_line(),
-            f.strategy.name(),
             crate::size::human(self.args.footprint),
             self.args.window,
-            link.mr_path()
         )];
-        let detail = RunDetail {
-            strategy: f.strategy.name(),
-            virtual_rails: plan.virtual_rails,
-            mr: link.mr_path(),
-        };
-        let link_gbps = plan.link_gbps();
         self.link = Some(link);
-        Ok(RunFacts {
-            provider: plan.provider.clone(),
-            fabric: plan.rails[0].fabric.clone(),
-            domains,
-            libfabric: Some(plan.libfabric.clone()),
-            rails,
-            mem: mem.mem.to_string(),
-            link_gbps,
-            header,
-            ..RunFacts::default()
-        }
-        .detail(&detail))
+        Ok(facts.detail(&RunDetail { strategy, mr }))
     }
 
     fn points(&self, ctx: &Ctx) -> Result<Vec<P2pSpec>, BenchError> {
@@ -282,16 +307,11 @@ impl Benchmark for P2p<'_> {
         let mut out = Vec::new();
         for &variant in &self.args.variant {
             for &size in &self.sizes {
-                let (window, slots, per_iter) = match (variant, self.kind) {
-                    (Variant::Pingpong, P2pKind::Read) => {
-                        (self.args.window, self.slots(size, self.args.window), 1)
-                    }
-                    (Variant::Pingpong, _) => (2, 2, 1),
-                    (Variant::Stream, _) => (
-                        self.args.window,
-                        self.slots(size, self.args.window),
-                        self.args.window,
-                    ),
+                let w = self.args.window;
+                let (window, slots, per_iter) = match (variant, P::ROUND_TRIP) {
+                    (Variant::Pingpong, true) => (2, 2, 1),
+                    (Variant::Pingpong, false) => (w, self.slots(size, w), 1),
+                    (Variant::Stream, _) => (w, self.slots(size, w), w),
                 };
                 let (iters, warmup) = sweep.iterations(size, per_iter as u64);
                 out.extend((1..ctx.world).map(|peer| P2pSpec {
@@ -332,32 +352,11 @@ impl Benchmark for P2p<'_> {
         if !sender && ctx.rank != s.responder {
             return Ok(Measured::default());
         }
-        link.set_peer(if sender { s.responder } else { s.sender });
-        link.begin_step(s.size, s.slots);
-        let lp = Loop {
-            warmup: s.warmup,
-            iters: s.iters,
-            timed: sender,
-        };
-        let stream = spec.variant == Variant::Stream;
-        let measured = match (self.kind, spec.variant) {
-            (P2pKind::Read, _) if sender => time_loop(ctx, lp, &mut ReadSender { link, s, stream }),
-            (P2pKind::Read, _) => {
-                let rounds = Loop {
-                    warmup: 0,
-                    iters: s.read_rounds(stream),
-                    timed: false,
-                };
-                time_loop(ctx, rounds, &mut ReadResponder { link, s })
-            }
-            (kind, Variant::Pingpong) => {
-                time_loop(ctx, lp, &mut Pingpong::new(link, s, kind, sender)?)
-            }
-            (kind, Variant::Stream) => time_loop(ctx, lp, &mut Stream::new(link, s, kind, sender)),
-        }?;
+        link.begin_step(if sender { s.responder } else { s.sender }, s.size, s.slots);
+        let measured = P::measure(link, ctx, s, spec.variant, sender)?;
         Ok(match &self.link {
             Some(link) if sender => measured.detail(&SenderDetail {
-                per_rail: link.per_rail(),
+                per_rail: link.mesh.rail_loads(),
             }),
             _ => measured,
         })
@@ -369,10 +368,10 @@ impl Benchmark for P2p<'_> {
         let mut samples = Samples::from_vec(timer.samples_ns.clone());
         let (size, n) = (s.size as u64, samples.len() as u64);
         let total_ns = samples.total_ns();
-        let (lat_kind, divisor, messages) = match (self.kind, spec.variant) {
-            (P2pKind::Read, Variant::Pingpong) => ("post-to-completion", 1.0, n),
-            (_, Variant::Pingpong) => ("one-way (round trip / 2)", 2.0, n),
-            (_, Variant::Stream) => (
+        let (lat_kind, divisor, messages) = match (spec.variant, P::ROUND_TRIP) {
+            (Variant::Pingpong, false) => ("post-to-completion", 1.0, n),
+            (Variant::Pingpong, true) => ("one-way (round trip / 2)", 2.0, n),
+            (Variant::Stream, _) => (
                 "per message (window time / window)",
                 s.window as f64,
                 n * s.window as u64,
@@ -412,13 +411,9 @@ impl Benchmark for P2p<'_> {
     }
 }
 
-/// Runs one rank of `sendrecv`, `write` or `read`.
-pub fn run_p2p(
-    kind: P2pKind,
-    args: &P2pArgs,
-    build: &harness::BuildInfo,
-) -> Result<i32, BenchError> {
-    harness::run(&mut P2p::new(kind, args)?, args, build)
+/// Runs one rank of point-to-point benchmark `P`.
+pub fn run<P: Protocol>(args: &P2pArgs, build: &harness::BuildInfo) -> Result<i32, BenchError> {
+    harness::run(&mut P2p::<P>::new(args)?, args, build)
 }
 
 #[cfg(test)]

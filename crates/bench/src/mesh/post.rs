@@ -1,0 +1,326 @@
+//! Posting: one stripe of any operation ([`Mesh::post`]), how its completion is counted
+//! ([`Account`]), the collectives' shorthands, control signals, and the routes of a message over
+//! the rails.
+
+use efabench_fabric::{Flags, Op, Stripe};
+
+use super::{Mesh, MeshResult, CTX_CTRL, CTX_RECV, CTX_SEND, CTX_TRACK, CTX_WRITE};
+use crate::harness::Strategy;
+
+/// How the local completion of a posted stripe is counted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Account {
+    /// In [`Mesh::outstanding`] (receives: in [`Mesh::received`]).
+    Outstanding,
+    /// As one stripe of tracked message `tag` (see [`Mesh::track`]).
+    Tag(u32),
+    /// Not at all: an `fi_inject` send, which completes nothing.
+    Inject,
+}
+
+/// One stripe to post: what, from and to which bytes of the registered buffers.
+#[derive(Clone, Copy, Debug)]
+pub enum Post {
+    /// `send[off..off+len]` into `peer`'s `recv` at `remote_off`.
+    Write {
+        peer: u32,
+        off: usize,
+        len: usize,
+        remote_off: usize,
+        data: Option<u64>,
+    },
+    /// `peer`'s `send` at `remote_off` into our `recv[off..off+len]`.
+    Read {
+        peer: u32,
+        off: usize,
+        len: usize,
+        remote_off: usize,
+    },
+    /// `send[off..off+len]` to `peer`.
+    Send {
+        peer: u32,
+        off: usize,
+        len: usize,
+        data: Option<u64>,
+    },
+    /// A receive into `recv[off..off+len]` (numbered `index` when accounted as outstanding).
+    Recv {
+        index: usize,
+        off: usize,
+        len: usize,
+    },
+}
+
+impl Mesh {
+    /// The stripes of a `len`-byte message between `a` and `b` (symmetric in the two ranks, so
+    /// the receiver computes the sender's route). `sends` starts every split at rail 0.
+    pub fn route(&self, a: u32, b: u32, len: usize, sends: bool) -> Vec<Stripe> {
+        let rails = self.group.len();
+        let first = ((a as usize) + (b as usize)) % rails;
+        match self.strategy {
+            Strategy::RoundRobin => vec![Stripe {
+                rail: first,
+                off: 0,
+                len,
+            }],
+            Strategy::Split => efabench_fabric::split(len, rails, if sends { 0 } else { first }),
+        }
+    }
+
+    /// Posts one stripe on `rail`; `acct` says how its local completion is counted. Every
+    /// operation but a receive counts towards the rail's bytes and operations.
+    #[inline(always)]
+    pub fn post(&mut self, rail: usize, op: Post, acct: Account) -> MeshResult<()> {
+        let (ctx, flags) = match acct {
+            Account::Outstanding => (
+                match op {
+                    Post::Write { .. } | Post::Read { .. } => CTX_WRITE,
+                    Post::Send { .. } => CTX_SEND,
+                    Post::Recv { index, .. } => CTX_RECV | index as u64,
+                },
+                Flags::NONE,
+            ),
+            Account::Tag(tag) => (CTX_TRACK | u64::from(tag), Flags::NONE),
+            Account::Inject => (0, Flags::INJECT),
+        };
+        let counted = match op {
+            Post::Write {
+                peer,
+                off,
+                len,
+                remote_off,
+                data,
+            } => {
+                let p = self.peer(peer)?;
+                let (peer, remote) = (p.peer.rail(rail), *p.recv.rail(rail));
+                self.group.rail(rail).post(Op::Write {
+                    peer,
+                    local: self.send_reg.id(rail).range(off, len),
+                    remote: remote.at(remote_off as u64),
+                    data,
+                    flags,
+                    ctx,
+                })?;
+                len
+            }
+            Post::Read {
+                peer,
+                off,
+                len,
+                remote_off,
+            } => {
+                let p = self.peer(peer)?;
+                let (peer, remote) = (p.peer.rail(rail), *p.send.rail(rail));
+                self.group.rail(rail).post(Op::Read {
+                    peer,
+                    local: self.recv_reg.id(rail).range(off, len),
+                    remote: remote.at(remote_off as u64),
+                    ctx,
+                })?;
+                len
+            }
+            Post::Send {
+                peer,
+                off,
+                len,
+                data,
+            } => {
+                let peer = self.peer(peer)?.peer.rail(rail);
+                self.group.rail(rail).post(Op::Send {
+                    peer,
+                    local: self.send_reg.id(rail).range(off, len),
+                    data,
+                    flags,
+                    ctx,
+                })?;
+                len
+            }
+            Post::Recv { off, len, .. } => {
+                self.group.rail(rail).post(Op::Recv {
+                    local: self.recv_reg.id(rail).range(off, len),
+                    ctx,
+                })?;
+                return Ok(());
+            }
+        };
+        if acct == Account::Outstanding {
+            self.outstanding += 1;
+        }
+        self.count(rail, counted);
+        Ok(())
+    }
+
+    /// RDMA-writes `send[off..off+len]` to `peer`'s `recv` at `remote_off`, with CQ data.
+    pub fn write(
+        &mut self,
+        peer: u32,
+        rail: usize,
+        off: usize,
+        len: usize,
+        remote_off: usize,
+        data: u64,
+    ) -> MeshResult<()> {
+        let data = Some(data);
+        let op = Post::Write {
+            peer,
+            off,
+            len,
+            remote_off,
+            data,
+        };
+        self.post(rail, op, Account::Outstanding)
+    }
+
+    /// Sends `send[off..off+len]` to `peer` on `rail`, with CQ data.
+    pub fn send(
+        &mut self,
+        peer: u32,
+        rail: usize,
+        off: usize,
+        len: usize,
+        data: u64,
+    ) -> MeshResult<()> {
+        let data = Some(data);
+        let op = Post::Send {
+            peer,
+            off,
+            len,
+            data,
+        };
+        self.post(rail, op, Account::Outstanding)
+    }
+
+    /// Posts receive number `index` into `recv[off..off+len]` on `rail`.
+    pub fn post_recv(
+        &mut self,
+        index: usize,
+        rail: usize,
+        off: usize,
+        len: usize,
+    ) -> MeshResult<()> {
+        let op = Post::Recv { index, off, len };
+        self.post(rail, op, Account::Outstanding)
+    }
+
+    /// Expects `stripes` more stripe completions of tracked message `tag` (call before posting
+    /// them with [`Account::Tag`]); the message is done, into [`Mesh::take_done`], once every
+    /// stripe has completed.
+    #[inline]
+    pub fn track(&mut self, tag: u32, stripes: usize) {
+        let i = tag as usize;
+        if i >= self.pending.len() {
+            self.pending.resize(i + 1, (0, 0));
+        }
+        self.pending[i].0 += stripes as u32;
+    }
+
+    /// An 8-byte write into `peer`'s control region carrying `data` (ACK/READY), on rail 0.
+    pub fn signal(&mut self, peer: u32, data: u64) -> MeshResult<()> {
+        let p = self.peer(peer)?;
+        let (fi_peer, remote) = (p.peer.rail(0), *p.ctrl.rail(0));
+        self.group.rail(0).post(Op::Write {
+            peer: fi_peer,
+            local: self.ctrl_reg.id(0).range(0, 8),
+            remote: remote.at(8),
+            data: Some(data),
+            flags: Flags::NONE,
+            ctx: CTX_CTRL,
+        })?;
+        self.outstanding += 1;
+        Ok(())
+    }
+
+    /// The stripes of message number `n` of `size` bytes in a stream of messages to one peer
+    /// (the point-to-point benchmarks): `split` cuts it with [`efabench_fabric::split`], the
+    /// first rail rotating with `n`; `round-robin` puts it whole on rail `n % rails`. Both ends
+    /// derive it from the message's number. A message that goes whole to one rail (every message
+    /// below the minimum stripe, and every round-robin message) needs no allocation: a ping-pong
+    /// posts two or three of them per round trip, and a heap allocation each was a measurable
+    /// part of an 8-byte round trip.
+    #[inline]
+    pub fn route_nth(&self, n: u64, size: usize) -> Route {
+        route_of(self.strategy, self.group.len(), n, size)
+    }
+
+    /// Stripes a message of `size` bytes is cut into by [`Mesh::route_nth`] (1 for round-robin).
+    pub fn stripe_count(&self, size: usize) -> usize {
+        match self.strategy {
+            Strategy::Split => efabench_fabric::route::stripe_count(size, self.group.len()),
+            Strategy::RoundRobin => 1,
+        }
+    }
+
+    /// Whether a message of `size` bytes can go by `fi_inject` ([`Account::Inject`]: no
+    /// completion to reap; the buffer is reusable as soon as the call returns).
+    pub fn can_inject(&self, size: usize) -> bool {
+        let g = &self.group;
+        self.stripe_count(size) == 1
+            && (0..g.len()).all(|r| size as u64 <= g.rail(r).info().inject_size)
+    }
+}
+
+/// The stripes of one message: `(rail, offset in message, length)` each.
+pub enum Route {
+    One([(usize, usize, usize); 1]),
+    Many(Vec<(usize, usize, usize)>),
+}
+
+impl Route {
+    pub fn stripes(&self) -> &[(usize, usize, usize)] {
+        match self {
+            Route::One(s) => s,
+            Route::Many(v) => v,
+        }
+    }
+}
+
+#[inline]
+fn route_of(strategy: Strategy, rails: usize, n: u64, size: usize) -> Route {
+    let first = (n % rails.max(1) as u64) as usize;
+    match strategy {
+        // What `split` gives a single stripe: the whole message on the first rail.
+        Strategy::Split if efabench_fabric::route::stripe_count(size, rails) == 1 => {
+            Route::One([(first, 0, size)])
+        }
+        Strategy::Split => Route::Many(
+            efabench_fabric::split(size, rails, first)
+                .into_iter()
+                .map(|s| (s.rail, s.off, s.len))
+                .collect(),
+        ),
+        Strategy::RoundRobin => {
+            Route::One([(efabench_fabric::round_robin_rail(n, rails), 0, size)])
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes_match_the_fabric_schedule() {
+        for rails in 1..=8 {
+            for size in [0, 8, 4096, 128 << 10, (128 << 10) + 1, 1 << 20, 16 << 20] {
+                for n in 0..10u64 {
+                    let split: Vec<_> =
+                        efabench_fabric::split(size, rails, (n % rails as u64) as usize)
+                            .into_iter()
+                            .map(|s| (s.rail, s.off, s.len))
+                            .collect();
+                    let r = route_of(Strategy::Split, rails, n, size);
+                    assert_eq!(
+                        r.stripes(),
+                        &split[..],
+                        "split {size} B over {rails} rails, message {n}"
+                    );
+                    let rr = route_of(Strategy::RoundRobin, rails, n, size);
+                    assert_eq!(
+                        rr.stripes(),
+                        &[(efabench_fabric::round_robin_rail(n, rails), 0, size)]
+                    );
+                }
+            }
+        }
+    }
+}

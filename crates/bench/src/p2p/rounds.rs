@@ -1,0 +1,226 @@
+//! The ping-pong and the stream that every message-moving point-to-point benchmark shares
+//! (`sendrecv`, `write`), one iteration at a time: the harness's timed loop
+//! ([`crate::harness::time_loop`]) runs them, timing `body` on the sender (rank 0) and running
+//! the responder's side untimed. A benchmark says only how one message moves ([`Message`]).
+//! What each times and verifies is in the module docs of [`crate::p2p`]; `prepare` and `check`
+//! hold everything that must stay outside the clock.
+
+use std::marker::PhantomData;
+
+use super::link::{Ctx as Op, Link};
+use super::{Step, Variant};
+use crate::error::BenchError;
+use crate::harness::{time_loop, Ctx, Measured, Rounds};
+use crate::mesh::Kind;
+
+/// How one message of a ping-pong or a stream moves between the two ranks.
+pub trait Message {
+    /// Small messages may go by `fi_inject` (no completion to reap), as fi_pingpong does.
+    const INJECT: bool = false;
+    /// Makes window position `pos` ready for the peer's next message (a receive, for send/recv).
+    fn expect(_link: &mut Link, _pos: usize, _size: usize) -> Result<(), BenchError> {
+        Ok(())
+    }
+    /// Posts the message of iteration (or window) `i` from window position `pos`.
+    fn post(
+        link: &mut Link,
+        i: u64,
+        pos: usize,
+        size: usize,
+        inject: bool,
+    ) -> Result<(), BenchError>;
+    /// The local operation `post` completes as.
+    fn own(pos: usize) -> Op;
+    /// Waits until the peer's message of iteration `i` landed in `slot` (a ping-pong's answer).
+    fn arrive(link: &mut Link, i: u64, slot: usize, size: usize) -> Result<(), BenchError>;
+    /// Waits until every message of window `win` landed, each position once (`seen`, zeroed,
+    /// counts per position); returns how many had the wrong length.
+    fn collect(
+        link: &mut Link,
+        win: u64,
+        size: usize,
+        seen: &mut [usize],
+    ) -> Result<u64, BenchError>;
+}
+
+/// Runs one step of `M` on this rank: the sender times, the responder answers.
+pub fn measure<M: Message>(
+    link: &mut Link,
+    ctx: &Ctx,
+    s: Step,
+    variant: Variant,
+    sender: bool,
+) -> Result<Measured, BenchError> {
+    let lp = s.looped(sender);
+    match variant {
+        Variant::Pingpong => time_loop(ctx, lp, &mut Pingpong::<M>::new(link, s, sender)?),
+        Variant::Stream => time_loop(ctx, lp, &mut Stream::<M>::new(link, s, sender)),
+    }
+}
+
+/// One message each way per iteration, on two alternating slots, so each side verifies the
+/// message it just received while the next is on the wire.
+struct Pingpong<'a, M> {
+    link: &'a mut Link,
+    s: Step,
+    sender: bool,
+    inject: bool,
+    message: PhantomData<M>,
+}
+
+impl<'a, M: Message> Pingpong<'a, M> {
+    fn new(link: &'a mut Link, s: Step, sender: bool) -> Result<Self, BenchError> {
+        let inject = M::INJECT && link.mesh.can_inject(s.size);
+        if s.verify {
+            link.fill_out(0, s.seeds(sender, 0, 0).0)?;
+        }
+        if !sender {
+            M::expect(link, 0, s.size)?;
+        }
+        let message = PhantomData;
+        Ok(Pingpong {
+            link,
+            s,
+            sender,
+            inject,
+            message,
+        })
+    }
+
+    /// Reaps our own message's completion (none for an inject).
+    fn reap(&mut self, slot: usize) -> Result<(), BenchError> {
+        match self.inject {
+            true => Ok(()),
+            false => self.link.wait_for(M::own(slot)),
+        }
+    }
+
+    fn receive(&mut self, i: u64, slot: usize) -> Result<(), BenchError> {
+        M::arrive(self.link, i, slot, self.s.size)?;
+        self.link.mesh.settle()
+    }
+}
+
+impl<M: Message> Rounds for Pingpong<'_, M> {
+    fn prepare(&mut self, i: u64) -> Result<(), BenchError> {
+        match self.sender {
+            true => M::expect(self.link, (i % 2) as usize, self.s.size),
+            false => Ok(()),
+        }
+    }
+
+    fn body(&mut self, i: u64) -> Result<(), BenchError> {
+        let (slot, size) = ((i % 2) as usize, self.s.size);
+        if self.sender {
+            // The reply proves the message arrived: the round trip ends there. Our own send
+            // completion is bookkeeping (on shm it can wait for the peer's next CQ poll, after
+            // the peer's verification), so `check` reaps it, outside the clock.
+            M::post(self.link, i, slot, size, self.inject)?;
+            return self.receive(i, slot);
+        }
+        self.receive(i, slot)?;
+        if i + 1 < self.s.warmup + self.s.iters {
+            // The next receive goes up before the reply, so the sender's next message never
+            // arrives unexpected.
+            M::expect(self.link, 1 - slot, size)?;
+        }
+        M::post(self.link, i, slot, size, self.inject)?;
+        // Verify only once the reply has left (on shm: once the sender pulled it), so our
+        // verification never competes with the reply's copy inside the sender's timing.
+        self.reap(slot)
+    }
+
+    fn check(&mut self, i: u64) -> Result<u64, BenchError> {
+        let (slot, s) = ((i % 2) as usize, self.s);
+        if self.sender {
+            self.reap(slot)?;
+        }
+        if !s.verify {
+            return Ok(0);
+        }
+        let errors = self.link.check_inbox(slot, s.seeds(self.sender, i, slot).1);
+        let next = 1 - slot;
+        self.link
+            .fill_out(next, s.seeds(self.sender, i + 1, next).0)?;
+        Ok(errors)
+    }
+
+    fn timed_from_here(&mut self) {
+        self.link.mesh.count_from_now(true);
+    }
+}
+
+/// The sender times a window from its first post until the responder's ACK says every message
+/// landed; filling, READY and verification are untimed.
+struct Stream<'a, M> {
+    link: &'a mut Link,
+    s: Step,
+    sender: bool,
+    /// Per window position: completions (stripes for writes) seen this window.
+    seen: Vec<usize>,
+    /// Messages of the wrong length this window.
+    short: u64,
+    message: PhantomData<M>,
+}
+
+impl<'a, M: Message> Stream<'a, M> {
+    fn new(link: &'a mut Link, s: Step, sender: bool) -> Self {
+        let (seen, short, message) = (vec![0; s.window], 0, PhantomData);
+        Stream {
+            link,
+            s,
+            sender,
+            seen,
+            short,
+            message,
+        }
+    }
+}
+
+impl<M: Message> Rounds for Stream<'_, M> {
+    fn prepare(&mut self, win: u64) -> Result<(), BenchError> {
+        if !self.sender {
+            return Ok(());
+        }
+        if self.s.verify {
+            for slot in 0..self.s.slots {
+                self.link.fill_out(slot, self.s.to_responder(win, slot))?;
+            }
+        }
+        self.link.expect_ctrl(Kind::Ready, win)
+    }
+
+    fn body(&mut self, win: u64) -> Result<(), BenchError> {
+        let (size, window) = (self.s.size, self.s.window);
+        if self.sender {
+            for pos in 0..window {
+                M::post(self.link, win, pos, size, false)?;
+            }
+            self.link.wait_all(window, M::own(0))?;
+            return self.link.expect_ctrl(Kind::Ack, win);
+        }
+        for pos in 0..window {
+            M::expect(self.link, pos, size)?;
+        }
+        self.link.send_ctrl(Kind::Ready, win)?;
+        self.seen.fill(0);
+        self.short += M::collect(self.link, win, size, &mut self.seen)?;
+        // The ACK ends the sender's clock: the data must be in place, not queued.
+        self.link.mesh.settle()?;
+        self.link.send_ctrl(Kind::Ack, win)
+    }
+
+    fn check(&mut self, win: u64) -> Result<u64, BenchError> {
+        let mut errors = std::mem::take(&mut self.short);
+        if self.s.verify && !self.sender {
+            for slot in 0..self.s.slots {
+                errors += self.link.check_inbox(slot, self.s.to_responder(win, slot));
+            }
+        }
+        Ok(errors)
+    }
+
+    fn timed_from_here(&mut self) {
+        self.link.mesh.count_from_now(true);
+    }
+}

@@ -1,0 +1,78 @@
+//! `sendrecv`: two-sided send/recv. A ping-pong's small messages go by `fi_inject`, as
+//! fi_pingpong's do; the receiver of a stream posts one receive per window position before it
+//! tells the sender to start, so no message of the window arrives unexpected.
+
+use super::link::{unexpected, Completion, Ctx as Op, Link};
+use super::rounds::{self, Message};
+use super::{Protocol, Step, Variant};
+use crate::error::BenchError;
+use crate::harness::{Ctx, Measured};
+
+/// Two-sided send/recv.
+pub struct SendRecv;
+
+impl Protocol for SendRecv {
+    const NAME: &'static str = "sendrecv";
+
+    fn measure(
+        link: &mut Link,
+        ctx: &Ctx,
+        s: Step,
+        variant: Variant,
+        sender: bool,
+    ) -> Result<Measured, BenchError> {
+        rounds::measure::<Self>(link, ctx, s, variant, sender)
+    }
+}
+
+impl Message for SendRecv {
+    const INJECT: bool = true;
+
+    fn expect(link: &mut Link, pos: usize, size: usize) -> Result<(), BenchError> {
+        link.post(Op::Recv(pos), size, None)
+    }
+
+    fn post(
+        link: &mut Link,
+        _i: u64,
+        pos: usize,
+        size: usize,
+        inject: bool,
+    ) -> Result<(), BenchError> {
+        match inject {
+            true => link.inject(pos, size),
+            false => link.post(Op::Send(pos), size, None),
+        }
+    }
+
+    fn own(pos: usize) -> Op {
+        Op::Send(pos)
+    }
+
+    fn arrive(link: &mut Link, _i: u64, slot: usize, _size: usize) -> Result<(), BenchError> {
+        link.wait_for(Op::Recv(slot))
+    }
+
+    /// Every receive of the window, in whatever order the rails deliver them.
+    fn collect(
+        link: &mut Link,
+        _win: u64,
+        size: usize,
+        seen: &mut [usize],
+    ) -> Result<u64, BenchError> {
+        let mut short = 0;
+        for _ in 0..seen.len() {
+            match link.wait()? {
+                Completion {
+                    ctx: Op::Recv(p),
+                    len,
+                } if p < seen.len() && seen[p] == 0 => {
+                    seen[p] = 1;
+                    short += u64::from(len != size);
+                }
+                other => return Err(unexpected(other, "a receive of the window")),
+            }
+        }
+        Ok(short)
+    }
+}
