@@ -32,7 +32,7 @@
 //! never "slow".
 //!
 //! # Its own timed loop
-//! `pairs` times its windows in [`stream`], not in the harness's [`harness::time_loop`] (its
+//! `pairs` times its windows in `stream.rs`, not in the harness's [`harness::time_loop`] (its
 //! `measure` returns the samples it took, as the GPU-timed benchmarks do), because a round does
 //! not fit that loop's fixed `-w` + `-n` iterations of one role:
 //! - every rank sends to one peer and receives from another at once, two streams whose windows
