@@ -107,6 +107,60 @@ fn sweep(bench: &str, provider: &str) {
     );
 }
 
+/// `--timing run` reads the clock around the whole timed loop, as fabtests: every latency
+/// figure is the mean, the records and the header say so; the default keeps percentiles.
+#[test]
+fn timing_run_times_the_loop_as_fabtests_do() {
+    for (timing, bench) in [("run", "sendrecv"), ("run", "read"), ("iteration", "write")] {
+        let dir = tmp(&format!("timing-{timing}-{bench}"));
+        let out = dir.join("r.jsonl");
+        let outs = job(
+            2,
+            &[
+                bench,
+                "-p",
+                "tcp",
+                "-b",
+                "8",
+                "-e",
+                "64",
+                "-f",
+                "8",
+                "-n",
+                "200",
+                "-w",
+                "5",
+                "--timing",
+                timing,
+                "--timeout",
+                "30",
+                "-o",
+                out.to_str().unwrap(),
+            ],
+        );
+        all_ok(&outs, bench);
+        let recs = records(&out);
+        assert_eq!(recs.len(), 4, "{recs:?}");
+        for r in &recs {
+            assert_eq!(r.extra["timing"], timing, "{r:?}");
+            assert_eq!(r.errors, 0);
+            let l = &r.lat_us;
+            assert!(l.mean > 0.0, "{r:?}");
+            if timing == "run" {
+                for x in [l.min, l.p50, l.p99, l.max] {
+                    assert!((x - l.mean).abs() <= 1e-3 * l.mean + 1e-3, "{r:?}");
+                }
+            }
+        }
+        let header = text(&outs[0].stdout);
+        assert_eq!(
+            header.contains("# timing: one clock read before and after the timed loop"),
+            timing == "run",
+            "{header}"
+        );
+    }
+}
+
 #[test]
 fn sendrecv_tcp() {
     sweep("sendrecv", "tcp");

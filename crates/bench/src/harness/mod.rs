@@ -60,7 +60,7 @@ pub use options::{
 };
 pub use point::{detail_map, Gate, Point, Progress, RunInfo};
 pub use select::{choose_provider, FabricPlan};
-pub use timed::{time_loop, Loop, Rounds, CHECK_EVERY};
+pub use timed::{time_loop, Clock, Loop, Rounds, CHECK_EVERY};
 
 use crate::error::BenchError;
 

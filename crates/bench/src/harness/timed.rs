@@ -11,6 +11,10 @@
 //! job's health (a peer that died or froze, an abort from another rank) and tells the bootstrap
 //! this rank still moves; the waits inside a body check the health themselves while they wait.
 //!
+//! With [`Clock::Run`] the timing rank reads the clock only around the whole timed loop, as
+//! fabtests do: two clock reads per iteration cost tens of nanoseconds, which is visible in an
+//! 8-byte round trip of half a microsecond, and this mode trades the percentiles for them.
+//!
 //! Benchmarks timed on the GPU (events, device clocks) do not use this loop: their
 //! [`super::Benchmark::measure`] returns the samples it took, in nanoseconds.
 
@@ -45,6 +49,29 @@ pub struct Loop {
     pub iters: u64,
     /// This rank times the body (the others only take part).
     pub timed: bool,
+    pub clock: Clock,
+}
+
+/// Where the timing rank reads the clock.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Clock {
+    /// Around each body: one sample per iteration, so percentiles (two clock reads per
+    /// iteration; prepare and check stay outside the clock).
+    #[default]
+    Iteration,
+    /// Once before the first timed iteration and once after the last, as fabtests do: the
+    /// whole loop is timed, prepare and check included, and every sample is the mean (no
+    /// percentiles). With `--no-check` this is fabtests' loop.
+    Run,
+}
+
+impl Clock {
+    pub fn name(self) -> &'static str {
+        match self {
+            Clock::Iteration => "iteration",
+            Clock::Run => "run",
+        }
+    }
 }
 
 /// Iterations between two checks of the job's health.
@@ -53,18 +80,21 @@ pub const CHECK_EVERY: u64 = 1024;
 /// Runs `lp.warmup + lp.iters` iterations of `r`; one sample per timed iteration when `lp.timed`.
 pub fn time_loop(ctx: &Ctx, lp: Loop, r: &mut impl Rounds) -> Result<Measured, BenchError> {
     let progress = ctx.bs.progress();
+    let per_iteration = lp.timed && lp.clock == Clock::Iteration;
     let mut samples = Vec::with_capacity(if lp.timed { lp.iters as usize } else { 0 });
     let mut errors = 0;
+    let mut run_start = None;
     for i in 0..lp.warmup + lp.iters {
         if i == lp.warmup {
             r.timed_from_here();
+            run_start = Some(Instant::now());
         }
         if i % CHECK_EVERY == CHECK_EVERY - 1 {
             ctx.bs.check()?;
             progress.tick();
         }
         r.prepare(i)?;
-        if lp.timed {
+        if per_iteration {
             let t0 = Instant::now();
             r.body(i)?;
             let dt = t0.elapsed().as_nanos() as u64;
@@ -75,6 +105,10 @@ pub fn time_loop(ctx: &Ctx, lp: Loop, r: &mut impl Rounds) -> Result<Measured, B
             r.body(i)?;
         }
         errors += r.check(i)?;
+    }
+    if lp.timed && lp.clock == Clock::Run && lp.iters > 0 {
+        let total = run_start.map_or(0, |t| t.elapsed().as_nanos() as u64);
+        samples.resize(lp.iters as usize, total / lp.iters);
     }
     Ok(Measured {
         samples_ns: samples,

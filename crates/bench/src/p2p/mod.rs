@@ -51,8 +51,8 @@ pub use self::write::Write;
 use self::link::Link;
 use crate::error::BenchError;
 use crate::harness::{
-    self, Benchmark, Ctx, FabricArgs, JobArgs, Loop, Measured, MemArgs, Needs, Point, RunFacts,
-    Strategy, SweepArgs,
+    self, Benchmark, Clock, Ctx, FabricArgs, JobArgs, Loop, Measured, MemArgs, Needs, Point,
+    RunFacts, Strategy, SweepArgs,
 };
 use crate::mesh::{self, RailLoad};
 use crate::pattern;
@@ -71,6 +71,12 @@ pub struct P2pArgs {
     /// Variants to run, comma-separated.
     #[arg(long, value_delimiter = ',', value_enum, default_values_t = [Variant::Pingpong, Variant::Stream])]
     pub variant: Vec<Variant>,
+    /// Where the sender reads the clock: `iteration` (around each iteration: percentiles) or
+    /// `run` (around the whole timed loop, as fabtests: no percentiles, every lat_us figure is
+    /// the mean, and the untimed fill/check of verification counts; add --no-check for
+    /// fabtests' loop).
+    #[arg(long, value_enum, default_value_t = Clock::Iteration)]
+    pub timing: Clock,
     #[command(flatten)]
     pub sweep: SweepArgs,
     #[command(flatten)]
@@ -120,6 +126,7 @@ fn footprint_arg(s: &str) -> Result<u64, String> {
 struct RunDetail {
     strategy: &'static str,
     mr: String,
+    timing: &'static str,
 }
 
 /// What the sender measured besides its samples.
@@ -170,6 +177,7 @@ pub struct Step {
     /// a slot carries the pattern of `(iteration, slot)` (the bounded footprint).
     pub slots: usize,
     pub verify: bool,
+    pub clock: Clock,
     /// Ranks of the sender (rank 0) and the responder.
     pub sender: u32,
     pub responder: u32,
@@ -198,6 +206,7 @@ impl Step {
             warmup,
             iters,
             timed,
+            clock: self.clock,
         }
     }
 }
@@ -298,8 +307,20 @@ impl<P: Protocol> Benchmark for P2p<'_, P> {
             crate::size::human(self.args.footprint),
             self.args.window,
         )];
+        if self.args.timing == Clock::Run {
+            facts.header.push(
+                "# timing: one clock read before and after the timed loop (--timing run, as fabtests): \
+                 lat_us min/p50/p99/max are the mean, and prepare/check work is inside it"
+                    .to_string(),
+            );
+        }
         self.link = Some(link);
-        Ok(facts.detail(&RunDetail { strategy, mr }))
+        let timing = self.args.timing.name();
+        Ok(facts.detail(&RunDetail {
+            strategy,
+            mr,
+            timing,
+        }))
     }
 
     fn points(&self, ctx: &Ctx) -> Result<Vec<P2pSpec>, BenchError> {
@@ -323,6 +344,7 @@ impl<P: Protocol> Benchmark for P2p<'_, P> {
                         window,
                         slots,
                         verify: job.verify(),
+                        clock: self.args.timing,
                         sender: 0,
                         responder: peer,
                     },

@@ -42,6 +42,7 @@ impl Protocol for Read {
             warmup: 0,
             iters,
             timed: false,
+            clock: s.clock,
         };
         time_loop(ctx, rounds, &mut Exposer { link, s })
     }
