@@ -376,13 +376,7 @@ impl<'a> Benchmark for Alltoallv<'a> {
             || records.iter().all(|r| {
                 let rows = r.extra.get("counts_bytes").cloned().unwrap_or_default();
                 let rows: Vec<Vec<u64>> = serde_json::from_value(rows).unwrap_or_default();
-                let cells = rows.iter().enumerate().flat_map(|(s, row)| {
-                    row.iter()
-                        .enumerate()
-                        .filter(move |&(d, _)| d != s)
-                        .map(|(_, &b)| b)
-                });
-                crate::locate::comparable_sizes(cells)
+                crate::locate::comparable_sizes(&rows)
             });
         let mut out = report::summary(records, comparable, self.args.matrix);
         for r in records {

@@ -26,12 +26,22 @@
 //! acceptance section for measured spreads). A median over at least two pairs per direction
 //! means a single noisy pair cannot name a rank.
 
-/// Whether rates of pairs carrying these byte counts (zeros left out) can be judged against
-/// each other: every one within half and twice their median. A rate measured as bytes over
-/// arrival time favours large transfers (a fixed latency weighs more on a small one), so pairs
-/// of very different sizes would name the senders of small ones.
-pub fn comparable_sizes(bytes: impl IntoIterator<Item = u64>) -> bool {
-    let mut b: Vec<u64> = bytes.into_iter().filter(|&x| x > 0).collect();
+/// Whether rates of the pairs of a byte matrix (`rows[src][dst]`; the diagonal and zeros left
+/// out) can be judged against each other: every one within half and twice their median. A rate
+/// measured as bytes over arrival time favours large transfers (a fixed latency weighs more on a
+/// small one), so pairs of very different sizes would name the senders of small ones.
+pub fn comparable_sizes<R: AsRef<[u64]>>(rows: &[R]) -> bool {
+    let mut b: Vec<u64> = rows
+        .iter()
+        .enumerate()
+        .flat_map(|(s, row)| {
+            row.as_ref()
+                .iter()
+                .enumerate()
+                .filter(move |&(d, &x)| d != s && x > 0)
+                .map(|(_, &x)| x)
+        })
+        .collect();
     if b.is_empty() {
         return false;
     }
@@ -237,10 +247,23 @@ mod tests {
 
     #[test]
     fn pairs_within_half_and_twice_the_median_are_comparable() {
-        assert!(comparable_sizes([100, 150, 0, 200, 80]));
-        assert!(!comparable_sizes([100, 100, 100, 300]));
-        assert!(!comparable_sizes([100, 100, 100, 40]));
-        assert!(!comparable_sizes([0, 0]));
+        // The diagonal (a rank's own bytes) and empty cells do not count.
+        assert!(comparable_sizes(&[
+            [900, 100, 150],
+            [0, 1, 200],
+            [80, 100, 5]
+        ]));
+        assert!(!comparable_sizes(&[
+            [0, 100, 100],
+            [100, 0, 300],
+            [100, 100, 0]
+        ]));
+        assert!(!comparable_sizes(&[
+            [0, 100, 100],
+            [100, 0, 40],
+            [100, 100, 0]
+        ]));
+        assert!(!comparable_sizes(&[[7, 0], [0, 7]]));
     }
 
     /// Every ordered pair of `n` at `healthy` Gbps times a deterministic noise in

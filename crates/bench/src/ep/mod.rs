@@ -715,15 +715,9 @@ impl<'a> Benchmark for Ep<'a> {
                 Part::Dispatch | Part::Combine => {
                     let phase = (part == Part::Combine) as usize;
                     let pairs = metrics::pair_rates(&logs, phase, plan_msg, out_msg);
-                    let bytes = logs.iter().enumerate().flat_map(|(s, l)| {
-                        l.dest_bytes
-                            .iter()
-                            .enumerate()
-                            .filter(move |&(d, _)| d != s)
-                            .map(|(_, &b)| b)
-                    });
+                    let bytes: Vec<&[u64]> = logs.iter().map(|l| &l.dest_bytes[..]).collect();
                     let iters = logs.iter().map(|l| l.dispatch.len()).min().unwrap_or(0);
-                    if iters >= metrics::JUDGE_FROM_ITERS && crate::locate::comparable_sizes(bytes)
+                    if iters >= metrics::JUDGE_FROM_ITERS && crate::locate::comparable_sizes(&bytes)
                     {
                         metrics::slow_node(&pairs, logs.len(), &ctx.hosts)
                     } else {
