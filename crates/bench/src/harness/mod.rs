@@ -54,11 +54,11 @@ use serde_json::{Map, Value};
 
 pub(crate) use options::one_of;
 pub use options::{
-    bounded, default_iters, defaults, gpu_arg, iters_arg, warmup_arg, FabricArgs, Groups, JobArgs,
-    LaunchArgs, MemArgs, MrChoice, Options, Rails, Strategy, SweepArgs, MAX_ITERS, MAX_RAILS,
-    MAX_SIZE,
+    bounded, bounded_size, default_iters, defaults, gpu_arg, iters_arg, name_of, warmup_arg,
+    FabricArgs, Groups, JobArgs, LaunchArgs, MemArgs, MrChoice, Options, Rails, Strategy,
+    SweepArgs, MAX_ITERS, MAX_RAILS, MAX_SIZE,
 };
-pub use point::{detail_map, Gate, Point, Progress, RunInfo};
+pub use point::{detail_from, detail_map, Gate, Point, Progress, RunInfo};
 pub use select::{choose_provider, FabricPlan};
 pub use timed::{time_loop, Clock, Loop, Rounds, CHECK_EVERY};
 

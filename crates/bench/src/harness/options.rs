@@ -61,6 +61,24 @@ fn size_arg(s: &str) -> Result<u64, String> {
     Ok(n)
 }
 
+/// Parses a size (8, 4K, 1M, as `-b`) in `lo` to 64G; `what` names the option in the message.
+pub fn bounded_size(s: &str, what: &str, lo: u64, example: &str) -> Result<u64, String> {
+    let n = parse_size(s)?;
+    if n < lo || n > MAX_SIZE {
+        return Err(format!(
+            "{what} {} is out of range: use {lo} to 64G, e.g. {what} {example}",
+            crate::size::clip(s)
+        ));
+    }
+    Ok(n)
+}
+
+/// The command-line spelling of a value of an option that picks from a set (`pingpong`).
+pub fn name_of(v: &impl clap::ValueEnum) -> String {
+    v.to_possible_value()
+        .map_or_else(String::new, |p| p.get_name().to_string())
+}
+
 fn factor_arg(s: &str) -> Result<u64, String> {
     bounded(s, "-f/--step-factor", 2, 1024, "2")
 }
@@ -607,6 +625,15 @@ mod tests {
         assert!(e.len() < 200, "{} bytes", e.len());
         let e = size_arg(&format!("{long}X")).unwrap_err();
         assert!(e.len() < 200, "{} bytes", e.len());
+    }
+
+    #[test]
+    fn bounded_sizes_and_set_names() {
+        assert!(bounded_size("0", "--footprint", 1, "1M").is_err());
+        assert!(bounded_size("65G", "--footprint", 1, "1M").is_err());
+        assert!(bounded_size("1x", "--footprint", 1, "1M").is_err());
+        assert_eq!(bounded_size("1M", "--footprint", 1, "1M"), Ok(1 << 20));
+        assert_eq!(name_of(&Strategy::RoundRobin), Strategy::RoundRobin.name());
     }
 
     #[test]

@@ -14,7 +14,7 @@
 use efabench_fabric::{get_info, Hints, ProviderInfo, RailConfig, RailCount, RailGroup};
 use efabench_gpu::{GpuChoice, MemKind};
 
-use super::{Ctx, Rails};
+use super::{Ctx, Rails, Strategy};
 use crate::error::BenchError;
 
 /// The fabric side of a run, the same on every rank.
@@ -77,6 +77,26 @@ impl FabricPlan {
             .iter()
             .map(|i| i.link_speed_bps.filter(|b| *b > 0).map(|b| b as f64 / 1e9))
             .sum()
+    }
+
+    /// Fails (bad input) when one message of `len` bytes is more than the provider sends: by
+    /// `split` a message is cut over every rail, so it may be that many times one message.
+    pub fn check_message(&self, len: u64, strategy: Strategy) -> Result<(), BenchError> {
+        let max_msg = self.rails.first().map_or(u64::MAX, |i| i.max_msg_size);
+        let most = match strategy {
+            Strategy::Split => max_msg.saturating_mul(self.rails.len() as u64),
+            Strategy::RoundRobin => max_msg,
+        };
+        if len > most {
+            return Err(BenchError::usage(format!(
+                "messages of {len} bytes exceed what provider {} can send ({most} bytes with \
+                 --rails {} --strategy {}); lower -e",
+                self.provider,
+                self.rails.len(),
+                strategy.name()
+            )));
+        }
+        Ok(())
     }
 
     /// Opens the rails of this plan (one endpoint, CQ and AV each).
