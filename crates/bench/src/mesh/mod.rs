@@ -41,6 +41,8 @@
 
 mod buffers;
 mod post;
+mod signal;
+mod track;
 mod wait;
 
 use std::collections::VecDeque;
@@ -62,44 +64,9 @@ use crate::pattern;
 
 pub use self::buffers::{alloc, Payload};
 pub use self::post::{Account, Post, Route};
+pub use self::signal::{cq_data, parse_cq_data, Kind, ITER_MOD};
+pub use self::track::{Op, OpDone, MAX_INDEX};
 pub use self::wait::{Done, EMPTY_POLLS};
-
-/// What a 32-bit CQ data word announces.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
-    /// A stripe of payload.
-    Payload = 0,
-    /// "Every stripe of your window arrived" (pairs).
-    Ack = 1,
-    /// "You may start the next window" (pairs).
-    Ready = 2,
-    /// "No more windows: the count or the time budget of this pair is spent" (pairs; sent by
-    /// the sender in place of the window the READY asked for).
-    Stop = 3,
-}
-
-/// Iterations are carried modulo this (14 bits); a peer is never more than one ahead.
-pub const ITER_MOD: u64 = 1 << 14;
-
-/// The CQ data of a message: kind, iteration (mod 2^14) and source rank, in 32 bits.
-pub fn cq_data(kind: Kind, iter: u64, src: u32) -> u64 {
-    ((kind as u64) << 30) | ((iter % ITER_MOD) << 16) | (src as u64 & 0xFFFF)
-}
-
-/// Splits CQ data into (kind, iteration mod 2^14, source).
-pub fn parse_cq_data(d: u64) -> Option<(Kind, u64, u32)> {
-    if d >> 32 != 0 {
-        return None;
-    }
-    let kind = match d >> 30 {
-        0 => Kind::Payload,
-        1 => Kind::Ack,
-        2 => Kind::Ready,
-        3 => Kind::Stop,
-        _ => return None,
-    };
-    Some((kind, (d >> 16) & (ITER_MOD - 1), (d & 0xFFFF) as u32))
-}
 
 /// Local operation contexts: bits 63..60 the kind, the rest an index.
 const CTX_WRITE: u64 = 1 << 60;
@@ -431,25 +398,4 @@ pub(crate) fn unpack_parts<const N: usize>(
         rest = &rest[4 + n..];
     }
     Ok(parts)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn cq_data_round_trips_in_32_bits() {
-        for (k, it, src) in [
-            (Kind::Payload, 0u64, 0u32),
-            (Kind::Ack, 16_383, 65_535),
-            (Kind::Ready, 16_384 + 5, 7),
-            (Kind::Stop, 9, 3),
-        ] {
-            let d = cq_data(k, it, src);
-            assert!(d < 1 << 32);
-            assert_eq!(parse_cq_data(d), Some((k, it % ITER_MOD, src)));
-        }
-        assert_eq!(parse_cq_data(1 << 32), None);
-        assert_eq!(parse_cq_data(u64::MAX), None);
-    }
 }

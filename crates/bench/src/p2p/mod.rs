@@ -22,9 +22,10 @@
 //!
 //! # One file per benchmark
 //! A benchmark is a [`Protocol`] in its own file ([`SendRecv`], [`Write`], [`Read`]) plus one
-//! line in the crate's list of subcommands; this module is the driver they share (options,
-//! points, records), `rounds.rs` the ping-pong and stream of the message-moving ones, and
-//! `link.rs` the pair of endpoints they post through (a [`crate::mesh::Mesh`] of two).
+//! line in the crate's list of subcommands. A message-moving one only says how one message
+//! moves (`rounds::Message`); `rounds.rs` runs its ping-pong and stream. This module is the
+//! driver they share (options, points, records) on the harness, and `link.rs` the pair of
+//! endpoints they post through (a [`crate::mesh::Mesh`] of two).
 //!
 //! # Rails and footprint
 //! `--rails N|all` and `--strategy split|round-robin` come from the harness's rail plan; the
@@ -51,8 +52,8 @@ pub use self::write::Write;
 use self::link::Link;
 use crate::error::BenchError;
 use crate::harness::{
-    self, Benchmark, Clock, Ctx, FabricArgs, JobArgs, Loop, Measured, MemArgs, Needs, Point,
-    RunFacts, Strategy, SweepArgs,
+    self, name_of, Benchmark, Clock, Ctx, FabricArgs, JobArgs, Loop, Measured, MemArgs, Needs,
+    Point, RunFacts, SweepArgs,
 };
 use crate::mesh::{self, RailLoad};
 use crate::pattern;
@@ -96,40 +97,23 @@ pub enum Variant {
     Stream,
 }
 
-impl Variant {
-    fn name(self) -> &'static str {
-        match self {
-            Variant::Pingpong => "pingpong",
-            Variant::Stream => "stream",
-        }
-    }
-}
-
 fn window_arg(s: &str) -> Result<usize, String> {
-    harness::bounded(s, "--window", 1, link::MAX_POS as u64, "64").map(|n| n as usize)
+    harness::bounded(s, "--window", 1, mesh::MAX_INDEX as u64, "64").map(|n| n as usize)
 }
 
 fn footprint_arg(s: &str) -> Result<u64, String> {
-    let n = crate::size::parse_size(s)?;
-    if n == 0 || n > harness::MAX_SIZE {
-        return Err(format!(
-            "--footprint {} is out of range: use 1 to 64G, e.g. --footprint 1M",
-            crate::size::clip(s)
-        ));
-    }
-    Ok(n)
+    harness::bounded_size(s, "--footprint", 1, "1M")
 }
 
-/// Fields every record of a run repeats besides the mesh's (`virtual_rails`): `mr` says
-/// `+device-only` too.
+/// Fields every record of a run repeats besides the mesh's (`virtual_rails`, `strategy`): `mr`
+/// says `+device-only` too.
 #[derive(Serialize)]
 struct RunDetail {
-    strategy: &'static str,
     mr: String,
     timing: &'static str,
 }
 
-/// What the sender measured besides its samples.
+/// What the sender measured besides its samples (the record carries it as it is).
 #[derive(Serialize, Deserialize)]
 struct SenderDetail {
     per_rail: Vec<RailLoad>,
@@ -143,8 +127,8 @@ struct PointDetail {
     footprint_bytes: u64,
     #[serde(rename = "bw_GBps")]
     bw_gbytes: f64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    per_rail: Option<Vec<RailLoad>>,
+    #[serde(flatten)]
+    sender: Option<SenderDetail>,
 }
 
 /// One point-to-point benchmark: its name, what its ping-pong times, and one step of it on
@@ -156,18 +140,13 @@ pub trait Protocol {
     /// it is one operation timed from post to completion, over a window of slots (read).
     const ROUND_TRIP: bool = true;
 
-    fn measure(
-        link: &mut Link,
-        ctx: &Ctx,
-        s: Step,
-        variant: Variant,
-        sender: bool,
-    ) -> Result<Measured, BenchError>;
+    fn measure(link: &mut Link, ctx: &Ctx, s: Step) -> Result<Measured, BenchError>;
 }
 
-/// The numbers that identify a measurement to both sides.
+/// One point, the same on both sides: a variant at a size, measured against one peer.
 #[derive(Clone, Copy, Debug)]
 pub struct Step {
+    pub variant: Variant,
     pub size: usize,
     pub iters: u64,
     pub warmup: u64,
@@ -184,6 +163,10 @@ pub struct Step {
 }
 
 impl Step {
+    /// Whether this rank is the sender (the side that times).
+    fn sends(self, ctx: &Ctx) -> bool {
+        ctx.rank == self.sender
+    }
     fn to_responder(self, iter: u64, slot: usize) -> u64 {
         pattern::seed(iter, self.sender, self.responder, slot as u32)
     }
@@ -209,13 +192,6 @@ impl Step {
             clock: self.clock,
         }
     }
-}
-
-/// One point: a variant at a size, measured against one peer.
-#[derive(Clone, Debug)]
-pub struct P2pSpec {
-    variant: Variant,
-    step: Step,
 }
 
 /// A point-to-point benchmark on the shared harness.
@@ -257,7 +233,7 @@ impl<'a, P: Protocol> P2p<'a, P> {
 }
 
 impl<P: Protocol> Benchmark for P2p<'_, P> {
-    type Spec = P2pSpec;
+    type Spec = Step;
 
     fn name(&self) -> &'static str {
         P::NAME
@@ -273,7 +249,7 @@ impl<P: Protocol> Benchmark for P2p<'_, P> {
     }
 
     fn fingerprint(&self) -> String {
-        let variants: Vec<&str> = self.args.variant.iter().map(|v| v.name()).collect();
+        let variants: Vec<String> = self.args.variant.iter().map(name_of).collect();
         let a = self.args;
         format!(
             "--window {} --footprint {} --variant {}",
@@ -284,26 +260,16 @@ impl<P: Protocol> Benchmark for P2p<'_, P> {
     }
 
     fn setup(&mut self, ctx: &Ctx) -> Result<RunFacts, BenchError> {
-        let (f, plan, len) = (&self.args.fabric, ctx.plan()?, self.buf_bytes as usize);
-        let bufs = mesh::alloc(self.args.mem.mem, len, len, ctx.device)?;
-        let link = Link::new(crate::alltoall::connect_mesh(ctx, bufs)?);
-        let max_msg = link.mesh.group().rail(0).info().max_msg_size;
-        let max = *self.sizes.iter().max().unwrap_or(&0);
-        let per_message = match f.strategy {
-            Strategy::Split => max_msg.saturating_mul(link.mesh.rails() as u64),
-            Strategy::RoundRobin => max_msg,
-        };
-        if max > per_message {
-            return Err(BenchError::usage(format!(
-                "messages of {max} bytes exceed what provider {} can send ({max_msg} bytes); lower -e",
-                plan.provider
-            )));
-        }
-        let mut facts = crate::alltoall::mesh_facts(ctx, &link.mesh)?;
-        let (strategy, mr) = (f.strategy.name(), link.mesh.mr_path_detail());
+        let (plan, strategy) = (ctx.plan()?, self.args.fabric.strategy);
+        plan.check_message(*self.sizes.iter().max().unwrap_or(&0), strategy)?;
+        let len = self.buf_bytes as usize;
+        let (m, mut facts) = crate::alltoall::open_mesh(ctx, len, len)?;
+        let link = Link::new(m);
+        let mr = link.mesh.mr_path_detail();
         facts.header = vec![format!(
-            "# rails: {} | strategy: {strategy} | footprint: {} per buffer | window: {} | mr: {mr}",
+            "# rails: {} | strategy: {} | footprint: {} per buffer | window: {} | mr: {mr}",
             plan.rails_line(),
+            strategy.name(),
             crate::size::human(self.args.footprint),
             self.args.window,
         )];
@@ -316,14 +282,10 @@ impl<P: Protocol> Benchmark for P2p<'_, P> {
         }
         self.link = Some(link);
         let timing = self.args.timing.name();
-        Ok(facts.detail(&RunDetail {
-            strategy,
-            mr,
-            timing,
-        }))
+        Ok(facts.detail(&RunDetail { mr, timing }))
     }
 
-    fn points(&self, ctx: &Ctx) -> Result<Vec<P2pSpec>, BenchError> {
+    fn points(&self, ctx: &Ctx) -> Result<Vec<Step>, BenchError> {
         let (sweep, job) = (&self.args.sweep, &self.args.job);
         let mut out = Vec::new();
         for &variant in &self.args.variant {
@@ -335,62 +297,56 @@ impl<P: Protocol> Benchmark for P2p<'_, P> {
                     (Variant::Stream, _) => (w, self.slots(size, w), w),
                 };
                 let (iters, warmup) = sweep.iterations(size, per_iter as u64);
-                out.extend((1..ctx.world).map(|peer| P2pSpec {
+                out.extend((1..ctx.world).map(|peer| Step {
                     variant,
-                    step: Step {
-                        size: size as usize,
-                        iters,
-                        warmup,
-                        window,
-                        slots,
-                        verify: job.verify(),
-                        clock: self.args.timing,
-                        sender: 0,
-                        responder: peer,
-                    },
+                    size: size as usize,
+                    iters,
+                    warmup,
+                    window,
+                    slots,
+                    verify: job.verify(),
+                    clock: self.args.timing,
+                    sender: 0,
+                    responder: peer,
                 }));
             }
         }
         Ok(out)
     }
 
-    fn label(&self, spec: &P2pSpec) -> String {
-        let s = &spec.step;
+    fn label(&self, s: &Step) -> String {
         format!(
             "{} {} peer {}",
-            spec.variant.name(),
+            name_of(&s.variant),
             crate::size::human(s.size as u64),
             s.responder
         )
     }
 
-    fn measure(&mut self, ctx: &Ctx, spec: &P2pSpec) -> Result<Measured, BenchError> {
+    fn measure(&mut self, ctx: &Ctx, s: &Step) -> Result<Measured, BenchError> {
         let link = self
             .link
             .as_mut()
             .ok_or_else(|| BenchError::failed("measure before setup"))?;
-        let s = spec.step;
-        let sender = ctx.rank == s.sender;
+        let (s, sender) = (*s, s.sends(ctx));
         if !sender && ctx.rank != s.responder {
             return Ok(Measured::default());
         }
         link.begin_step(if sender { s.responder } else { s.sender }, s.size, s.slots);
-        let measured = P::measure(link, ctx, s, spec.variant, sender)?;
-        Ok(match &self.link {
-            Some(link) if sender => measured.detail(&SenderDetail {
-                per_rail: link.mesh.rail_loads(),
-            }),
-            _ => measured,
+        let measured = P::measure(link, ctx, s)?;
+        let per_rail = link.mesh.rail_loads();
+        Ok(match sender {
+            true => measured.detail(&SenderDetail { per_rail }),
+            false => measured,
         })
     }
 
-    fn point(&self, _ctx: &Ctx, spec: &P2pSpec, all: &[Measured]) -> Point {
-        let s = &spec.step;
+    fn point(&self, _ctx: &Ctx, s: &Step, all: &[Measured]) -> Point {
         let timer = &all[s.sender as usize];
         let mut samples = Samples::from_vec(timer.samples_ns.clone());
         let (size, n) = (s.size as u64, samples.len() as u64);
         let total_ns = samples.total_ns();
-        let (lat_kind, divisor, messages) = match (spec.variant, P::ROUND_TRIP) {
+        let (lat_kind, divisor, messages) = match (s.variant, P::ROUND_TRIP) {
             (Variant::Pingpong, false) => ("post-to-completion", 1.0, n),
             (Variant::Pingpong, true) => ("one-way (round trip / 2)", 2.0, n),
             (Variant::Stream, _) => (
@@ -401,25 +357,20 @@ impl<P: Protocol> Benchmark for P2p<'_, P> {
         };
         let lat_us = samples.summary_us(divisor);
         // Stream: the windows' total time; pingpong: the messages' own (one-way or read) time.
-        let busy_ns = match spec.variant {
+        let busy_ns = match s.variant {
             Variant::Stream => total_ns,
             Variant::Pingpong => (total_ns as f64 / divisor) as u64,
         };
         let bw = gbps(size * messages, busy_ns);
-        let per_rail = timer
-            .extra
-            .get("per_rail")
-            .cloned()
-            .and_then(|v| serde_json::from_value(v).ok());
         let detail = PointDetail {
             lat_kind,
             window: s.window,
             footprint_bytes: s.slots as u64 * size,
             bw_gbytes: bw / 8.0,
-            per_rail,
+            sender: harness::detail_from(&timer.extra),
         };
         Point {
-            variant: spec.variant.name().to_string(),
+            variant: name_of(&s.variant),
             size_bytes: size,
             iters: s.iters,
             warmup: s.warmup,
@@ -443,12 +394,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn window_and_footprint_are_bounded() {
+    fn window_is_bounded() {
         assert!(window_arg("0").is_err());
         assert!(window_arg("x").is_err());
         assert!(window_arg("-1").unwrap_err().contains("negative"));
         assert_eq!(window_arg("64"), Ok(64));
-        assert!(footprint_arg("0").is_err());
-        assert_eq!(footprint_arg("1M"), Ok(1 << 20));
     }
 }

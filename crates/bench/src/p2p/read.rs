@@ -3,11 +3,11 @@
 //! from post to completion, as a read is a round trip by nature) or all at once (stream: an
 //! iteration is a round), verifies what it read, and says DONE (untimed).
 
-use super::link::{Ctx as Op, Link};
+use super::link::Link;
 use super::{Protocol, Step, Variant};
 use crate::error::BenchError;
 use crate::harness::{time_loop, Ctx, Loop, Measured, Rounds};
-use crate::mesh::Kind;
+use crate::mesh::{Kind, Op};
 
 /// RDMA read.
 pub struct Read;
@@ -19,15 +19,9 @@ impl Protocol for Read {
     const NAME: &'static str = "read";
     const ROUND_TRIP: bool = false;
 
-    fn measure(
-        link: &mut Link,
-        ctx: &Ctx,
-        s: Step,
-        variant: Variant,
-        sender: bool,
-    ) -> Result<Measured, BenchError> {
-        let stream = variant == Variant::Stream;
-        if sender {
+    fn measure(link: &mut Link, ctx: &Ctx, s: Step) -> Result<Measured, BenchError> {
+        let stream = s.variant == Variant::Stream;
+        if s.sends(ctx) {
             return time_loop(ctx, s.looped(true), &mut Reader { link, s, stream });
         }
         // Rounds of `window` slots: one per iteration for a stream, the reads of a pingpong
@@ -41,8 +35,7 @@ impl Protocol for Read {
         let rounds = Loop {
             warmup: 0,
             iters,
-            timed: false,
-            clock: s.clock,
+            ..s.looped(false)
         };
         time_loop(ctx, rounds, &mut Exposer { link, s })
     }

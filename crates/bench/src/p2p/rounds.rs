@@ -7,14 +7,17 @@
 
 use std::marker::PhantomData;
 
-use super::link::{Ctx as Op, Link};
-use super::{Step, Variant};
+use super::link::Link;
+use super::{Protocol, Step, Variant};
 use crate::error::BenchError;
 use crate::harness::{time_loop, Ctx, Measured, Rounds};
-use crate::mesh::Kind;
+use crate::mesh::{Kind, Op};
 
-/// How one message of a ping-pong or a stream moves between the two ranks.
+/// How one message of a ping-pong or a stream moves between the two ranks; such a benchmark
+/// is a [`Protocol`] run by this module.
 pub trait Message {
+    /// The subcommand, and the records' `bench`.
+    const NAME: &'static str;
     /// Small messages may go by `fi_inject` (no completion to reap), as fi_pingpong does.
     const INJECT: bool = false;
     /// Makes window position `pos` ready for the peer's next message (a receive, for send/recv).
@@ -43,18 +46,17 @@ pub trait Message {
     ) -> Result<u64, BenchError>;
 }
 
-/// Runs one step of `M` on this rank: the sender times, the responder answers.
-pub fn measure<M: Message>(
-    link: &mut Link,
-    ctx: &Ctx,
-    s: Step,
-    variant: Variant,
-    sender: bool,
-) -> Result<Measured, BenchError> {
-    let lp = s.looped(sender);
-    match variant {
-        Variant::Pingpong => time_loop(ctx, lp, &mut Pingpong::<M>::new(link, s, sender)?),
-        Variant::Stream => time_loop(ctx, lp, &mut Stream::<M>::new(link, s, sender)),
+/// One step of `M` on this rank: the sender times, the responder answers.
+impl<M: Message> Protocol for M {
+    const NAME: &'static str = <M as Message>::NAME;
+
+    fn measure(link: &mut Link, ctx: &Ctx, s: Step) -> Result<Measured, BenchError> {
+        let sender = s.sends(ctx);
+        let lp = s.looped(sender);
+        match s.variant {
+            Variant::Pingpong => time_loop(ctx, lp, &mut Pingpong::<M>::new(link, s, sender)?),
+            Variant::Stream => time_loop(ctx, lp, &mut Stream::<M>::new(link, s, sender)),
+        }
     }
 }
 

@@ -2,30 +2,16 @@
 //! fi_pingpong's do; the receiver of a stream posts one receive per window position before it
 //! tells the sender to start, so no message of the window arrives unexpected.
 
-use super::link::{unexpected, Completion, Ctx as Op, Link};
-use super::rounds::{self, Message};
-use super::{Protocol, Step, Variant};
+use super::link::Link;
+use super::rounds::Message;
 use crate::error::BenchError;
-use crate::harness::{Ctx, Measured};
+use crate::mesh::{Op, OpDone};
 
 /// Two-sided send/recv.
 pub struct SendRecv;
 
-impl Protocol for SendRecv {
-    const NAME: &'static str = "sendrecv";
-
-    fn measure(
-        link: &mut Link,
-        ctx: &Ctx,
-        s: Step,
-        variant: Variant,
-        sender: bool,
-    ) -> Result<Measured, BenchError> {
-        rounds::measure::<Self>(link, ctx, s, variant, sender)
-    }
-}
-
 impl Message for SendRecv {
+    const NAME: &'static str = "sendrecv";
     const INJECT: bool = true;
 
     fn expect(link: &mut Link, pos: usize, size: usize) -> Result<(), BenchError> {
@@ -63,14 +49,14 @@ impl Message for SendRecv {
         let mut short = 0;
         for _ in 0..seen.len() {
             match link.wait()? {
-                Completion {
-                    ctx: Op::Recv(p),
+                OpDone {
+                    op: Op::Recv(p),
                     len,
                 } if p < seen.len() && seen[p] == 0 => {
                     seen[p] = 1;
                     short += u64::from(len != size);
                 }
-                other => return Err(unexpected(other, "a receive of the window")),
+                other => return Err(other.unexpected("a receive of the window")),
             }
         }
         Ok(short)

@@ -3,33 +3,24 @@
 //! is 4 bytes), counted stripe by stripe; never from the last write, since EFA does not order
 //! RMA, so "the last write arrived" proves nothing about the others.
 
-use super::link::{write_data, Ctx as Op, Link};
-use super::rounds::{self, Message};
-use super::{Protocol, Step, Variant};
+use super::link::Link;
+use super::rounds::Message;
 use crate::error::BenchError;
-use crate::harness::{Ctx, Measured};
-use crate::mesh::ITER_MOD;
+use crate::mesh::{cq_data, parse_cq_data, Kind, Op, ITER_MOD};
 
 /// RDMA write with remote CQ data.
 pub struct Write;
 
-impl Protocol for Write {
-    const NAME: &'static str = "write";
-
-    fn measure(
-        link: &mut Link,
-        ctx: &Ctx,
-        s: Step,
-        variant: Variant,
-        sender: bool,
-    ) -> Result<Measured, BenchError> {
-        rounds::measure::<Self>(link, ctx, s, variant, sender)
-    }
+/// The CQ data of a write of window position `pos` in window (or iteration) `i`.
+fn data(i: u64, pos: usize) -> u64 {
+    cq_data(Kind::Payload, i, pos as u32)
 }
 
 impl Message for Write {
+    const NAME: &'static str = "write";
+
     fn post(link: &mut Link, i: u64, pos: usize, size: usize, _: bool) -> Result<(), BenchError> {
-        link.post(Op::Write(pos), size, Some(write_data(i, pos)))
+        link.post(Op::Write(pos), size, Some(data(i, pos)))
     }
 
     fn own(pos: usize) -> Op {
@@ -38,7 +29,7 @@ impl Message for Write {
 
     /// Every stripe of the answer carries the same CQ data: count them all.
     fn arrive(link: &mut Link, i: u64, slot: usize, size: usize) -> Result<(), BenchError> {
-        link.wait_data(write_data(i, slot), size)
+        link.wait_data(data(i, slot), size)
     }
 
     /// Every stripe's CQ data of every write of the window, each position exactly once.
@@ -50,11 +41,11 @@ impl Message for Write {
     ) -> Result<u64, BenchError> {
         let stripes = link.mesh.stripe_count(size);
         for _ in 0..seen.len() * stripes {
-            let data = link.wait_remote_data()?;
-            let (w, pos) = ((data >> 16) % ITER_MOD, (data & 0xFFFF) as usize);
+            let d = link.wait_remote_data()?;
+            let (w, pos) = parse_cq_data(d).map_or((u64::MAX, 0), |(_, w, p)| (w, p as usize));
             if w != win % ITER_MOD || pos >= seen.len() || seen[pos] == stripes {
                 return Err(BenchError::failed(format!(
-                    "window {win}: unexpected remote CQ data {data:#x} (window {w}, position \
+                    "window {win}: unexpected remote CQ data {d:#x} (window {w}, position \
                      {pos}); a write was duplicated, lost or belongs to another window"
                 )));
             }
