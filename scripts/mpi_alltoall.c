@@ -6,11 +6,14 @@
  * Per size: WARMUP untimed calls, a barrier, ITERS timed calls back to back; each rank's time is
  * its loop time / ITERS; time = the largest over ranks (MPI_Reduce MAX); algbw = size / time;
  * busbw = algbw x (n-1)/n. One line per size on rank 0: size_bytes time_us algbw_gbps busbw_gbps.
- * The buffers are allocated once (the largest size) and touched before timing. */
+ * The buffers are allocated once (the largest size) and touched before timing. With
+ * A2A_HUGE_PAGES=1 in the environment they are 2 MiB-aligned and advised as transparent huge
+ * pages (madvise MADV_HUGEPAGE), as efabench's host buffers with --huge-pages. */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
@@ -23,7 +26,18 @@ int main(int argc, char **argv) {
     }
     long min = atol(argv[1]), max = atol(argv[2]);
     int iters = atoi(argv[3]), warmup = atoi(argv[4]);
-    char *send = malloc(max), *recv = malloc(max);
+    char *send = NULL, *recv = NULL;
+    const char *huge = getenv("A2A_HUGE_PAGES");
+    if (huge && strcmp(huge, "1") == 0) {
+        size_t len = ((size_t)max + (2 << 20) - 1) / (2 << 20) * (2 << 20);
+        if (posix_memalign((void **)&send, 2 << 20, len) || posix_memalign((void **)&recv, 2 << 20, len))
+            MPI_Abort(MPI_COMM_WORLD, 1);
+        madvise(send, len, MADV_HUGEPAGE);
+        madvise(recv, len, MADV_HUGEPAGE);
+    } else {
+        send = malloc(max);
+        recv = malloc(max);
+    }
     memset(send, rank + 1, max);
     memset(recv, 0, max);
     for (long size = min; size <= max; size *= 2) {

@@ -145,7 +145,7 @@ pub struct ClusterArgs {
     /// NICs (rails) per rank in the benchmark stages: a number or all.
     #[arg(long, default_value = "1")]
     pub rails: String,
-    /// Buffer memory of the benchmark stages: host, pinned, cuda or managed.
+    /// Buffer memory of the benchmark stages: host, huge, pinned, cuda or managed.
     #[arg(long, default_value = "host")]
     pub mem: String,
     /// Do not verify payloads.

@@ -419,3 +419,46 @@ fn pairs_one_at_a_time_covers_every_pair() {
     assert!(recs.iter().all(|r| r.extra["round"].is_null()));
     assert!(text(&outs[0].stderr).contains("every pair passed"));
 }
+
+#[test]
+fn alltoall_on_huge_pages() {
+    let thp =
+        std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").unwrap_or_default();
+    let dir = tmp("shm-huge");
+    let out = dir.join("r.jsonl");
+    let args = [
+        "alltoall",
+        "-p",
+        "shm",
+        "--mem",
+        "huge",
+        "-b",
+        "64K",
+        "-e",
+        "1M",
+        "-f",
+        "16",
+        "-n",
+        "6",
+        "-w",
+        "2",
+        "--timeout",
+        "60",
+        "-o",
+        out.to_str().unwrap(),
+    ];
+    let outs = job(3, &args);
+    if thp.contains("[never]") {
+        // Refused up front, with the way out.
+        assert!(outs.iter().any(|o| o.status.code() == Some(2)));
+        assert!(text(&outs[0].stderr).contains("echo madvise"));
+        return;
+    }
+    all_ok(&outs, "alltoall --mem huge");
+    let recs = records(&out);
+    assert_eq!(recs.len(), 2, "64K and 1M");
+    for r in &recs {
+        assert_eq!(r.mem, "huge");
+        assert!(r.verified && r.errors == 0, "{}", r.describe());
+    }
+}

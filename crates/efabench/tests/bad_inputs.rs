@@ -38,7 +38,11 @@ const CASES: &[(&str, &str, &str)] = &[
     ("negative", "sendrecv -f -3", "negative"),
     ("negative", "counters --watch -1", "--watch"),
     // typed values: the valid ones are listed
-    ("typed", "sendrecv --mem gpu", "host, pinned, cuda, managed"),
+    (
+        "typed",
+        "sendrecv --mem gpu",
+        "host, huge, pinned, cuda, managed",
+    ),
     (
         "typed",
         "sendrecv --format xml",

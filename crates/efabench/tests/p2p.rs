@@ -308,7 +308,7 @@ fn bad_inputs_exit_2_with_one_line() {
     assert!(bad(&["sendrecv", "-b", "1X"]).contains("K, M or G"));
     assert!(bad(&["sendrecv", "-b", "1M", "-e", "8"]).contains("-b/--min-bytes"));
     assert!(bad(&["sendrecv", "-n", "0"]).contains("1 to 10000000"));
-    assert!(bad(&["write", "--mem", "gpu"]).contains("host, pinned, cuda, managed"));
+    assert!(bad(&["write", "--mem", "gpu"]).contains("host, huge, pinned, cuda, managed"));
     assert!(bad(&["read", "--window", "0"]).contains("--window"));
     assert!(bad(&["sendrecv", "-p", "nosuchprovider"]).contains("available:"));
     assert!(

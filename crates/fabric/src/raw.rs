@@ -804,6 +804,9 @@ unsafe impl Send for PageAlloc {}
 // (see `word`), so concurrent copies from several threads are not data races.
 unsafe impl Sync for PageAlloc {}
 
+/// The transparent huge page size on x86-64 and aarch64 with 4 KiB base pages.
+pub const HUGE_PAGE: usize = 2 << 20;
+
 impl PageAlloc {
     pub fn new(len: usize) -> Result<Self> {
         // SAFETY: sysconf has no preconditions.
@@ -819,6 +822,34 @@ impl PageAlloc {
             )));
         }
         Ok(PageAlloc { ptr, layout, len })
+    }
+
+    /// As [`PageAlloc::new`], on transparent huge pages: whole 2 MiB pages, 2 MiB-aligned,
+    /// advised with `MADV_HUGEPAGE` before the first touch (so the kernel backs them with huge
+    /// pages at the first fault where it has them; it falls back to small pages silently).
+    pub fn new_huge(len: usize) -> Result<Self> {
+        let size = len.max(1).next_multiple_of(HUGE_PAGE);
+        let layout = std::alloc::Layout::from_size_align(size, HUGE_PAGE)
+            .map_err(|_| Error::Usage(format!("cannot allocate a host buffer of {len} bytes")))?;
+        // SAFETY: layout has non-zero size.
+        let ptr = unsafe { std::alloc::alloc(layout) };
+        if ptr.is_null() {
+            return Err(Error::Usage(format!(
+                "out of memory allocating a huge-page host buffer of {len} bytes"
+            )));
+        }
+        // SAFETY: ptr..ptr+size is the allocation just made, 2 MiB-aligned; madvise only sets
+        // a paging hint on it. A failure (THP compiled out) leaves small pages, which is what
+        // the header reports from the system's THP setting.
+        unsafe { libc::madvise(ptr as *mut libc::c_void, size, libc::MADV_HUGEPAGE) };
+        // SAFETY: the allocation is `size` writable bytes, not yet shared with anyone.
+        unsafe { std::ptr::write_bytes(ptr, 0, size) };
+        Ok(PageAlloc { ptr, layout, len })
+    }
+
+    /// Whether the allocation was made on huge pages ([`PageAlloc::new_huge`]).
+    pub fn is_huge(&self) -> bool {
+        self.layout.align() == HUGE_PAGE
     }
     pub fn ptr(&self) -> *mut u8 {
         self.ptr

@@ -56,14 +56,17 @@ use std::sync::Arc;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum MemKind {
     Host,
+    /// Host memory on transparent huge pages.
+    Huge,
     Pinned,
     Cuda,
     Managed,
 }
 
 impl MemKind {
-    pub const ALL: [MemKind; 4] = [
+    pub const ALL: [MemKind; 5] = [
         MemKind::Host,
+        MemKind::Huge,
         MemKind::Pinned,
         MemKind::Cuda,
         MemKind::Managed,
@@ -71,6 +74,7 @@ impl MemKind {
     pub fn name(self) -> &'static str {
         match self {
             MemKind::Host => "host",
+            MemKind::Huge => "huge",
             MemKind::Pinned => "pinned",
             MemKind::Cuda => "cuda",
             MemKind::Managed => "managed",
@@ -78,7 +82,11 @@ impl MemKind {
     }
     /// Whether the kind needs a CUDA driver.
     pub fn needs_gpu(self) -> bool {
-        self != MemKind::Host
+        !self.is_host()
+    }
+    /// Plain host memory, on small or huge pages (no CUDA involved).
+    pub fn is_host(self) -> bool {
+        matches!(self, MemKind::Host | MemKind::Huge)
     }
 }
 
@@ -96,7 +104,7 @@ impl FromStr for MemKind {
             .into_iter()
             .find(|k| k.name() == l)
             .ok_or_else(|| {
-                format!("unknown memory kind {s:?}: use one of host, pinned, cuda, managed (--mem)")
+                format!("unknown memory kind {s:?}: use one of host, huge, pinned, cuda, managed (--mem)")
             })
     }
 }
@@ -395,7 +403,11 @@ pub use efabench_fabric::HostBuffer;
 
 impl GpuBuffer for HostBuffer {
     fn kind(&self) -> MemKind {
-        MemKind::Host
+        if self.is_huge() {
+            MemKind::Huge
+        } else {
+            MemKind::Host
+        }
     }
     fn fill_pattern(&mut self, seed: u64) -> Result<(), GpuError> {
         pattern::fill(self.as_mut_slice(), seed);
@@ -1084,6 +1096,10 @@ pub fn alloc(kind: MemKind, len: usize, device: i32) -> Result<Box<dyn GpuBuffer
         MemKind::Host => {
             nonzero(len)?;
             Box::new(HostBuffer::new(len).map_err(|e| GpuError::Invalid(e.to_string()))?)
+        }
+        MemKind::Huge => {
+            nonzero(len)?;
+            Box::new(HostBuffer::new_huge(len).map_err(|e| GpuError::Invalid(e.to_string()))?)
         }
         MemKind::Pinned => Box::new(PinnedBuffer::new(&gpu()?, len)?),
         MemKind::Cuda => Box::new(DeviceBuffer::new(&gpu()?, len)?),

@@ -205,7 +205,7 @@ where
     .try_map(|s| s.parse::<T>())
 }
 
-const MEM_KINDS: &[&str] = &["host", "pinned", "cuda", "managed"];
+const MEM_KINDS: &[&str] = &["host", "huge", "pinned", "cuda", "managed"];
 const FORMATS: &[&str] = &["table", "json", "csv"];
 
 /// The size sweep: `-b -e -f -n -w`, as nccl-tests and fabtests name them.
@@ -586,7 +586,7 @@ mod tests {
         assert!(parse(&["-n", "0"]).unwrap_err().contains("1 to 10000000"));
         assert!(parse(&["--mem", "gpu"])
             .unwrap_err()
-            .contains("host, pinned, cuda, managed"));
+            .contains("host, huge, pinned, cuda, managed"));
         assert!(parse(&["--format", "xml"]).unwrap_err().contains("table"));
         assert!(parse(&["--timeout", "0"]).unwrap_err().contains("above 0"));
         assert!(parse(&["--rails", "0"])

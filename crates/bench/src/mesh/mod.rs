@@ -167,7 +167,7 @@ impl Mesh {
         health: Health,
     ) -> MeshResult<Self> {
         let ctrl = HostBuffer::new(64).map(Arc::new)?;
-        let gpu_mem = send.kind() != MemKind::Host && send.kind() != MemKind::Pinned;
+        let gpu_mem = !send.kind().is_host() && send.kind() != MemKind::Pinned;
         let provider = group.rail(0).info().provider.clone();
         let register = |b: &Payload| {
             group.register(b.clone(), mr).map_err(|e| {
@@ -175,7 +175,7 @@ impl Mesh {
                     BenchError::usage(format!(
                         "--mem {}: provider {provider} could not register GPU memory ({e}); this \
                          libfabric lacks CUDA support: use the EFA installer's libfabric \
-                         (/opt/amazon/efa) or one built with --with-cuda, or --mem host|pinned",
+                         (/opt/amazon/efa) or one built with --with-cuda, or --mem host|huge|pinned",
                         b.kind()
                     ))
                 } else {

@@ -384,6 +384,7 @@ impl<'a> Benchmark for Proxy<'a> {
                 MemKind::Pinned => "FI_HMEM_SYSTEM (pinned host memory)",
                 MemKind::Managed => "FI_HMEM_CUDA (managed memory)",
                 MemKind::Host => "FI_HMEM_SYSTEM (pageable host memory)",
+                MemKind::Huge => "FI_HMEM_SYSTEM (host memory on huge pages)",
             }
             .into(),
         };
