@@ -141,6 +141,8 @@ pub struct ProviderInfo {
     pub hmem: bool,
     /// `FI_MR_DMABUF` registration is usable: HMEM offered and the negotiated API ≥ 1.20.
     pub dmabuf: bool,
+    /// `addr_format` (`FI_ADDR_*`).
+    pub addr_format: u32,
 }
 
 impl std::fmt::Debug for ProviderInfo {
@@ -186,8 +188,15 @@ impl ProviderInfo {
             rx_size: f.rx_size,
             hmem,
             dmabuf: hmem && api >= sys::DMABUF_API_VERSION,
+            addr_format: f.addr_format,
             raw,
         }
+    }
+
+    /// True when endpoint addresses are strings (`FI_ADDR_STR`, e.g. shm's `fi_shm://<pid>...`),
+    /// whose length varies from one endpoint to the next.
+    pub fn string_addresses(&self) -> bool {
+        self.addr_format == sys::FI_ADDR_STR as u32
     }
 
     /// True when RMA addresses are virtual addresses (`FI_MR_VIRT_ADDR`), false when they are

@@ -62,6 +62,7 @@ pub(crate) struct InfoFields {
     pub cq_data_size: u64,
     pub tx_size: u64,
     pub rx_size: u64,
+    pub addr_format: u32,
 }
 
 /// An `fi_info` owned by us (freed with `fi_freeinfo`), one entry, `next` = NULL.
@@ -125,6 +126,7 @@ impl OwnedInfo {
                 cq_data_size: dom.map(|d| d.cq_data_size).unwrap_or(0),
                 tx_size: tx.map(|t| t.size).unwrap_or(0),
                 rx_size: rx.map(|r| r.size).unwrap_or(0),
+                addr_format: i.addr_format,
             }
         }
     }

@@ -174,6 +174,23 @@ impl Rail {
 
     /// Inserts a peer's address (from its [`Rail::address`]) into the address vector.
     pub fn insert_peer(&self, addr: &[u8]) -> Result<Peer> {
+        if self.info.string_addresses() {
+            // A string address is as long as its text (shm's name holds a process id, so two
+            // ranks' addresses differ in length once their pids do): it only has to be one
+            // NUL-terminated string.
+            if addr.is_empty() || addr.iter().take(addr.len() - 1).any(|&b| b == 0) {
+                return Err(Error::Usage(format!(
+                    "peer address {addr:?} is not one {} address string (peer on another provider?)",
+                    self.info.provider
+                )));
+            }
+            if addr.last() == Some(&0) {
+                return Ok(Peer(self.raw.av_insert(addr)?));
+            }
+            let mut z = addr.to_vec();
+            z.push(0);
+            return Ok(Peer(self.raw.av_insert(&z)?));
+        }
         let own = self.raw.name()?;
         if addr.len() != own.len() {
             return Err(Error::Usage(format!(
