@@ -196,7 +196,7 @@ impl ProviderInfo {
     /// True when endpoint addresses are strings (`FI_ADDR_STR`, e.g. shm's `fi_shm://<pid>...`),
     /// whose length varies from one endpoint to the next.
     pub fn string_addresses(&self) -> bool {
-        self.addr_format == sys::FI_ADDR_STR as u32
+        self.addr_format == sys::FI_ADDR_STR
     }
 
     /// True when RMA addresses are virtual addresses (`FI_MR_VIRT_ADDR`), false when they are
