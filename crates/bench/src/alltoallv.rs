@@ -26,11 +26,12 @@ use serde::Serialize;
 use crate::alltoall::counts::{self, Counts, CountsSpec};
 use crate::alltoall::exchange::{self, Budget, Op, Plan};
 use crate::alltoall::report::{self, Outcome, RailBytes, RankTime};
-use crate::alltoall::{open_mesh, setup};
+use crate::alltoall::setup;
 use crate::error::BenchError;
 use crate::harness::{
     self, Benchmark, Ctx, FabricArgs, JobArgs, Measured, MemArgs, Needs, Point, RunFacts, SweepArgs,
 };
+use crate::mesh::open_mesh;
 use crate::mesh::Mesh;
 
 /// Options of `alltoallv`.

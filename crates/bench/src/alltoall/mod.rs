@@ -66,11 +66,10 @@ use crate::error::BenchError;
 use crate::harness::{
     self, Benchmark, Ctx, FabricArgs, JobArgs, Measured, MemArgs, Needs, Point, RunFacts, SweepArgs,
 };
-use crate::mesh::Mesh;
+use crate::mesh::{open_mesh, Mesh};
 pub use exchange::Op;
 use exchange::{Budget, Plan};
 use report::{Outcome, RailBytes, RankTime};
-pub(crate) use setup::{connect_mesh, mesh_facts, open_mesh};
 
 /// Options of `alltoall`.
 #[derive(clap::Args, Debug, Clone)]

@@ -40,6 +40,7 @@
 //! its latency.
 
 mod buffers;
+mod connect;
 mod post;
 mod wait;
 
@@ -61,6 +62,7 @@ use crate::harness::Strategy;
 use crate::pattern;
 
 pub use self::buffers::{alloc, Payload};
+pub(crate) use self::connect::{connect_mesh, mesh_facts, open_mesh};
 pub use self::post::{Account, Post, Route};
 pub use self::wait::{Done, EMPTY_POLLS};
 

@@ -286,7 +286,7 @@ impl<P: Protocol> Benchmark for P2p<'_, P> {
     fn setup(&mut self, ctx: &Ctx) -> Result<RunFacts, BenchError> {
         let (f, plan, len) = (&self.args.fabric, ctx.plan()?, self.buf_bytes as usize);
         let bufs = mesh::alloc(self.args.mem.mem, len, len, ctx.device)?;
-        let link = Link::new(crate::alltoall::connect_mesh(ctx, bufs)?);
+        let link = Link::new(crate::mesh::connect_mesh(ctx, bufs)?);
         let max_msg = link.mesh.group().rail(0).info().max_msg_size;
         let max = *self.sizes.iter().max().unwrap_or(&0);
         let per_message = match f.strategy {
@@ -299,7 +299,7 @@ impl<P: Protocol> Benchmark for P2p<'_, P> {
                 plan.provider
             )));
         }
-        let mut facts = crate::alltoall::mesh_facts(ctx, &link.mesh)?;
+        let mut facts = crate::mesh::mesh_facts(ctx, &link.mesh)?;
         let (strategy, mr) = (f.strategy.name(), link.mesh.mr_path_detail());
         facts.header = vec![format!(
             "# rails: {} | strategy: {strategy} | footprint: {} per buffer | window: {} | mr: {mr}",

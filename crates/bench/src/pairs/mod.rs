@@ -75,11 +75,10 @@ use std::time::Duration;
 use efabench_record::Record;
 use serde_json::Value;
 
-use crate::alltoall::open_mesh;
 use crate::error::BenchError;
 use crate::harness::{self, Benchmark, Ctx, Gate, Measured, Needs, Point, RunFacts};
 use crate::locate::PairBw;
-use crate::mesh::Mesh;
+use crate::mesh::{open_mesh, Mesh};
 use crate::stats::{gbps, Samples};
 
 pub(crate) use args::max_time_arg;
