@@ -24,10 +24,11 @@ use efabench_record::Record;
 use serde::Serialize;
 
 use crate::alltoall::counts::{self, Counts, CountsSpec};
-use crate::alltoall::exchange::{self, Budget, Op, Plan};
+use crate::alltoall::exchange::{self, Op, Plan};
 use crate::alltoall::report::{self, Outcome, RailBytes, RankTime};
 use crate::alltoall::setup;
 use crate::error::BenchError;
+use crate::harness::Budget;
 use crate::harness::{
     self, Benchmark, Ctx, FabricArgs, JobArgs, Measured, MemArgs, Needs, Point, RunFacts, SweepArgs,
 };

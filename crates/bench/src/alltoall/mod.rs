@@ -31,12 +31,12 @@
 //! numbers within the budget instead of failing the job; every rank stops at the same iteration
 //! (see [`exchange`]). The record gives the iterations actually run and `stopped_by`.
 //!
-//! # Its own timed loop
-//! The iterations run in [`exchange::measure`], not in the harness's [`harness::time_loop`]
-//! (`measure` returns the samples it took): the loop ends after `-n` iterations *or* when the
-//! budget runs out on any rank, at the same iteration everywhere (a mark in band, see
-//! [`exchange`]), the warm-up is bounded by time too, a barrier separates it from the timed
-//! part, and one more verified iteration follows; `time_loop` runs a fixed count.
+//! # The loop
+//! The harness's budgeted loop ([`harness::budget_loop`]) runs the warm-up and the timed part:
+//! it decides when this rank's budget ran out, and the exchange marks that iteration's chunks so
+//! every rank ends on it (see [`exchange`]). A sample spans the end of one timed iteration to the
+//! end of the next (one clock read per iteration). The exchange adds the barriers around the
+//! warm-up and the final verified iteration.
 //!
 //! # Transfers
 //! `--op write` (default): RDMA write with remote CQ data into the peer's receive buffer at the
@@ -64,11 +64,12 @@ use serde::Serialize;
 
 use crate::error::BenchError;
 use crate::harness::{
-    self, Benchmark, Ctx, FabricArgs, JobArgs, Measured, MemArgs, Needs, Point, RunFacts, SweepArgs,
+    self, Benchmark, Budget, Ctx, FabricArgs, JobArgs, Measured, MemArgs, Needs, Point, RunFacts,
+    SweepArgs,
 };
 use crate::mesh::{open_mesh, Mesh};
 pub use exchange::Op;
-use exchange::{Budget, Plan};
+use exchange::Plan;
 use report::{Outcome, RailBytes, RankTime};
 
 /// Options of `alltoall`.

@@ -31,16 +31,17 @@
 //! finds a completion counts as progress for the bootstrap, so `--timeout` means "nothing moved",
 //! never "slow".
 //!
-//! # Its own timed loop
-//! `pairs` times its windows in `stream.rs`, not in the harness's [`harness::time_loop`] (its
-//! `measure` returns the samples it took, as the GPU-timed benchmarks do), because a round does
-//! not fit that loop's fixed `-w` + `-n` iterations of one role:
-//! - every rank sends to one peer and receives from another at once, two streams whose windows
-//!   advance independently, driven by what arrives (READY, ACK, payload counts);
-//! - the sender ends its stream after `-n` windows *or* `--max-time` (warm-up: `-w` or a tenth
-//!   of it), and tells its receiver in band (STOP in place of a window), so the number of
-//!   iterations is known only at the end, and differs between the pairs of a round;
-//! - a receiver alone (`--one-at-a-time`) times nothing and runs until its sender's STOP.
+//! # The loop
+//! The sender's windows run in the harness's budgeted loop ([`harness::budget_loop`]): it owns
+//! the warm-up, the clock (one sample per window, from its post to the receiver's
+//! acknowledgement) and the stop decision; `stream.rs` says what one window is (fill and wait for
+//! READY, untimed; post and wait for ACK, timed). The receiver learns of the stop in band: the
+//! sender's last timed window carries `Stop` in its CQ data in place of `Payload`, and the
+//! receiver sends no READY after it, so the number of windows is known only at the end and
+//! differs between the pairs of a round. Every rank of a ring shift sends and receives at once:
+//! while its sender waits, its receiver side moves (count, ACK, check, READY), and after its
+//! sender's last window it runs until its own source's last window; a receiver alone
+//! (`--one-at-a-time`) times nothing and only does that.
 //!
 //! The job's health is still checked while it waits ([`Mesh::wait_progress`]), every poll that
 //! moves counts as progress, and each round is one point of the harness: it measures every pair
