@@ -1,5 +1,5 @@
 //! One all-to-all exchange on a [`Mesh`], with any per-(source, destination) byte counts: the
-//! engine of `alltoall` and `alltoallv`.
+//! engine of `alltoall` and `alltoallv`, run in the harness's budgeted loop ([`budget_loop`]).
 //!
 //! # One iteration
 //! Every rank writes (or sends) its chunk to every peer and copies its own chunk locally; the
@@ -17,8 +17,9 @@
 //! half 1, where no late write of the timed loop lands (EFA orders no writes).
 //!
 //! # Stopping together
-//! A rank whose time budget ran out marks the chunks of its next iteration (CQ data kind `Stop`
-//! in place of `Payload`); since every rank receives from every rank in every iteration, all of
+//! A rank whose time budget ran out (the budgeted loop decides) marks the chunks of its next
+//! iteration (CQ data kind `Stop` in place of `Payload`), and so does every rank on the last
+//! iteration by count; since every rank receives from every rank in every iteration, all of
 //! them see the mark at the end of the same iteration and leave the loop there, without a
 //! round trip.
 //!
@@ -80,7 +81,8 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// Equal chunks of `chunk` bytes, in rank order (`alltoall`).
+    /// Equal chunks of `chunk` bytes, in rank order (`alltoall`; `alltoallv` builds its plans
+    /// from a counts matrix).
     pub fn uniform(me: u32, n: u32, chunk: usize) -> Plan {
         let cells: Vec<Chunk> = (0..n as usize)
             .map(|r| Chunk {
@@ -93,28 +95,6 @@ impl Plan {
             inc: cells,
             remote: vec![me as usize * chunk; n as usize],
             half: chunk * n as usize,
-        }
-    }
-
-    /// Rank `me`'s cells of a counts matrix (send cells packed in destination order, receive
-    /// cells in source order), with receive halves of `half` bytes.
-    pub fn from_counts(c: &super::counts::Counts, me: usize, half: usize) -> Plan {
-        let n = c.n();
-        Plan {
-            out: (0..n)
-                .map(|d| Chunk {
-                    off: c.send_offset(me, d) as usize,
-                    len: c.get(me, d) as usize,
-                })
-                .collect(),
-            inc: (0..n)
-                .map(|s| Chunk {
-                    off: c.recv_offset(s, me) as usize,
-                    len: c.get(s, me) as usize,
-                })
-                .collect(),
-            remote: (0..n).map(|d| c.recv_offset(me, d) as usize).collect(),
-            half,
         }
     }
 }
@@ -587,47 +567,5 @@ impl<'m> Run<'m> {
             }
         }
         Ok(errors)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::super::counts::{self, CountsSpec};
-    use super::*;
-
-    #[test]
-    fn uniform_counts_give_alltoall_plans() {
-        let c = counts::shape(&CountsSpec::Uniform, 4, 4096);
-        for me in 0..4u32 {
-            let (a, b) = (
-                Plan::uniform(me, 4, 1024),
-                Plan::from_counts(&c, me as usize, 4096),
-            );
-            assert_eq!(
-                (a.out, a.inc, a.remote, a.half),
-                (b.out, b.inc, b.remote, b.half)
-            );
-        }
-    }
-
-    #[test]
-    fn every_chunk_lands_where_its_receiver_expects_it() {
-        let c =
-            counts::parse_matrix("0 992 64 0\n32 96 0 4096\n0 0 0 16\n160 16 0 16\n", 4).unwrap();
-        let half = c.max_sent_received().1 as usize;
-        let plans: Vec<Plan> = (0..4).map(|r| Plan::from_counts(&c, r, half)).collect();
-        for (me, p) in plans.iter().enumerate() {
-            let mut end = 0;
-            for (dst, out) in p.out.iter().enumerate() {
-                // Sender and receiver agree on the length and on the place.
-                assert_eq!(out.len, plans[dst].inc[me].len);
-                assert_eq!(p.remote[dst], plans[dst].inc[me].off);
-                // Send cells are packed in destination order, inside the buffer.
-                assert_eq!(out.off, end);
-                end += out.len;
-            }
-            let last = p.inc.last().unwrap();
-            assert!(last.off + last.len <= half, "receive cells fit one half");
-        }
     }
 }

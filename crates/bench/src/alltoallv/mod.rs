@@ -13,27 +13,25 @@
 //!   `counts_bytes[src][dst]` the matrix; `matrix_gbps[src][dst]` each cell over its mean arrival
 //!   time at `dst`; `slowest_rank`, `rank_lat_us` and `rank_bytes` every rank's share.
 //!
-//! The exchange is `alltoall`'s ([`exchange`]): RDMA writes with remote CQ data, every chunk
+//! The exchange is `alltoall`'s ([`collective::exchange`]): RDMA writes with remote CQ data, every chunk
 //! (stripe) filled with the pattern of (iteration, source, destination, stripe) and checked in
 //! every warm-up iteration and once after the timed loop; a cell of 0 bytes is announced by an
 //! 8-byte signal, so every rank still hears from every rank in every iteration.
 
-use std::time::Duration;
+pub mod counts;
 
 use efabench_record::Record;
 use serde::Serialize;
 
-use crate::alltoall::counts::{self, Counts, CountsSpec};
-use crate::alltoall::exchange::{self, Op, Plan};
-use crate::alltoall::report::{self, Outcome, RailBytes, RankTime};
-use crate::alltoall::setup;
+use crate::collective::exchange::Op;
+use crate::collective::report::{self, Outcome, RailBytes, RankTime};
+use crate::collective::{self, setup};
 use crate::error::BenchError;
-use crate::harness::Budget;
 use crate::harness::{
     self, Benchmark, Ctx, FabricArgs, JobArgs, Measured, MemArgs, Needs, Point, RunFacts, SweepArgs,
 };
-use crate::mesh::open_mesh;
-use crate::mesh::Mesh;
+use crate::mesh::{open_mesh, Mesh};
+use counts::{Counts, CountsSpec};
 
 /// Options of `alltoallv`.
 #[derive(clap::Args, Debug, Clone)]
@@ -307,17 +305,14 @@ impl<'a> Benchmark for Alltoallv<'a> {
             .map(|(_, c)| c.max_sent_received().1)
             .max()
             .unwrap_or(0) as usize;
-        let mesh = self
-            .mesh
-            .as_mut()
-            .ok_or_else(|| BenchError::failed("measure before setup"))?;
-        let plan = Plan::from_counts(&spec.counts, ctx.rank as usize, half);
-        let budget = Budget {
-            iters: spec.iters,
-            warmup: spec.warmup,
-            max_time: Duration::from_secs_f64(self.args.max_time),
-        };
-        exchange::measure(ctx, mesh, &plan, Op::Write, budget)
+        collective::measure(
+            ctx,
+            self.mesh.as_mut(),
+            &spec.counts.plan(ctx.rank as usize, half),
+            Op::Write,
+            (spec.iters, spec.warmup),
+            self.args.max_time,
+        )
     }
 
     fn point(&self, ctx: &Ctx, spec: &AlltoallvSpec, all: &[Measured]) -> Point {

@@ -23,18 +23,20 @@
 //! verified iteration checks that the buffers still carry correct data after the timed loop. As
 //! in nccl-tests, the payload of each *timed* iteration is not checked (that would put a fill and
 //! a check of the whole buffer inside the loop); its arrival is, stripe by stripe. The exchange
-//! itself (and why back to back is safe) is [`exchange`].
+//! itself (and why back to back is safe) is the all-to-all engine `alltoall` shares with
+//! `alltoallv`, [`collective::exchange`]; this file holds what is `alltoall`'s own: equal chunks,
+//! `--op`, the record.
 //!
 //! # Time budget
 //! Each size stops after `-n` timed iterations or `--max-time` seconds, whichever comes first
 //! (warm-up: `-w` or a tenth of it), so a node 100 times slower than the others yields its
 //! numbers within the budget instead of failing the job; every rank stops at the same iteration
-//! (see [`exchange`]). The record gives the iterations actually run and `stopped_by`.
+//! (see [`collective::exchange`]). The record gives the iterations actually run and `stopped_by`.
 //!
 //! # The loop
 //! The harness's budgeted loop ([`harness::budget_loop`]) runs the warm-up and the timed part:
 //! it decides when this rank's budget ran out, and the exchange marks that iteration's chunks so
-//! every rank ends on it (see [`exchange`]). A sample spans the end of one timed iteration to the
+//! every rank ends on it. A sample spans the end of one timed iteration to the
 //! end of the next (one clock read per iteration). The exchange adds the barriers around the
 //! warm-up and the final verified iteration.
 //!
@@ -52,25 +54,18 @@
 //! * SinglePin: `alltoall --mem pinned --rails 1`
 //! * MultiPin: `alltoall --mem pinned --rails all --strategy split`
 
-pub mod counts;
-pub mod exchange;
-pub mod report;
-pub(crate) mod setup;
-
-use std::time::Duration;
-
 use efabench_record::Record;
 use serde::Serialize;
 
+use crate::collective::report::{self, Outcome, RailBytes, RankTime};
+use crate::collective::{self, exchange, setup};
 use crate::error::BenchError;
 use crate::harness::{
-    self, Benchmark, Budget, Ctx, FabricArgs, JobArgs, Measured, MemArgs, Needs, Point, RunFacts,
-    SweepArgs,
+    self, Benchmark, Ctx, FabricArgs, JobArgs, Measured, MemArgs, Needs, Point, RunFacts, SweepArgs,
 };
 use crate::mesh::{open_mesh, Mesh};
 pub use exchange::Op;
 use exchange::Plan;
-use report::{Outcome, RailBytes, RankTime};
 
 /// Options of `alltoall`.
 #[derive(clap::Args, Debug, Clone)]
@@ -236,17 +231,14 @@ impl<'a> Benchmark for Alltoall<'a> {
     }
 
     fn measure(&mut self, ctx: &Ctx, spec: &AlltoallSpec) -> Result<Measured, BenchError> {
-        let mesh = self
-            .mesh
-            .as_mut()
-            .ok_or_else(|| BenchError::failed("measure before setup"))?;
-        let plan = Plan::uniform(ctx.rank, ctx.world, spec.chunk);
-        let budget = Budget {
-            iters: spec.iters,
-            warmup: spec.warmup,
-            max_time: Duration::from_secs_f64(self.args.max_time),
-        };
-        exchange::measure(ctx, mesh, &plan, self.args.op, budget)
+        collective::measure(
+            ctx,
+            self.mesh.as_mut(),
+            &Plan::uniform(ctx.rank, ctx.world, spec.chunk),
+            self.args.op,
+            (spec.iters, spec.warmup),
+            self.args.max_time,
+        )
     }
 
     fn point(&self, ctx: &Ctx, spec: &AlltoallSpec, all: &[Measured]) -> Point {
