@@ -63,7 +63,7 @@ use crate::error::BenchError;
 use crate::harness::{
     self, Benchmark, Ctx, FabricArgs, JobArgs, Measured, MemArgs, Needs, Point, RunFacts, SweepArgs,
 };
-use crate::mesh::{open_mesh, Mesh};
+use crate::mesh::{mesh_needs, open_mesh, run_on_mesh, Mesh};
 pub use exchange::Op;
 use exchange::Plan;
 
@@ -79,7 +79,7 @@ pub struct AlltoallArgs {
     pub matrix: bool,
     /// Longest timed part of one size, in seconds: it stops after -n iterations or this,
     /// whichever comes first, on every rank at the same iteration (warm-up: a tenth of it).
-    #[arg(long, default_value = "1", value_parser = crate::pairs::max_time_arg, allow_hyphen_values = true)]
+    #[arg(long, default_value = "1", value_parser = harness::max_time_arg, allow_hyphen_values = true)]
     pub max_time: f64,
     #[command(flatten)]
     pub sweep: SweepArgs,
@@ -152,12 +152,10 @@ impl<'a> Benchmark for Alltoall<'a> {
     }
 
     fn needs(&self) -> Needs {
-        Needs {
-            fabric: true,
-            min_world: 2,
-            how_to_launch: "run `efabench launch -n 4 -- alltoall ...`, or start it under \
-                            srun/mpirun, or by hand with --rank/--world/--rdzv",
-        }
+        mesh_needs(
+            "run `efabench launch -n 4 -- alltoall ...`, or start it under \
+             srun/mpirun, or by hand with --rank/--world/--rdzv",
+        )
     }
 
     fn fingerprint(&self) -> String {
@@ -286,12 +284,5 @@ impl<'a> Benchmark for Alltoall<'a> {
 
 /// Runs one rank of `alltoall`.
 pub fn run_alltoall(args: &AlltoallArgs, build: &harness::BuildInfo) -> Result<i32, BenchError> {
-    let mut b = Alltoall::new(args)?;
-    let run = harness::run(&mut b, args, build);
-    if run.is_err() {
-        // As in `pairs`: no fabric teardown with operations possibly still posted (libfabric
-        // 1.17's tcp provider crashes closing such endpoints); the process exits next.
-        std::mem::forget(b.mesh.take());
-    }
-    run
+    run_on_mesh(&mut Alltoall::new(args)?, args, build, |b| b.mesh.take())
 }

@@ -30,7 +30,7 @@ use crate::error::BenchError;
 use crate::harness::{
     self, Benchmark, Ctx, FabricArgs, JobArgs, Measured, MemArgs, Needs, Point, RunFacts, SweepArgs,
 };
-use crate::mesh::{open_mesh, Mesh};
+use crate::mesh::{mesh_needs, open_mesh, run_on_mesh, Mesh};
 use counts::{Counts, CountsSpec};
 
 /// Options of `alltoallv`.
@@ -51,7 +51,7 @@ pub struct AlltoallvArgs {
     pub matrix: bool,
     /// Longest timed part of one size, in seconds: it stops after -n iterations or this,
     /// whichever comes first, on every rank at the same iteration (warm-up: a tenth of it).
-    #[arg(long, default_value = "1", value_parser = crate::pairs::max_time_arg, allow_hyphen_values = true)]
+    #[arg(long, default_value = "1", value_parser = harness::max_time_arg, allow_hyphen_values = true)]
     pub max_time: f64,
     #[command(flatten)]
     pub sweep: SweepArgs,
@@ -224,12 +224,10 @@ impl<'a> Benchmark for Alltoallv<'a> {
     }
 
     fn needs(&self) -> Needs {
-        Needs {
-            fabric: true,
-            min_world: 2,
-            how_to_launch: "run `efabench launch -n 4 -- alltoallv ...`, or start it under \
-                            srun/mpirun, or by hand with --rank/--world/--rdzv",
-        }
+        mesh_needs(
+            "run `efabench launch -n 4 -- alltoallv ...`, or start it under \
+             srun/mpirun, or by hand with --rank/--world/--rdzv",
+        )
     }
 
     fn fingerprint(&self) -> String {
@@ -407,11 +405,5 @@ fn variant(c: &CountsSpec) -> String {
 
 /// Runs one rank of `alltoallv`.
 pub fn run_alltoallv(args: &AlltoallvArgs, build: &harness::BuildInfo) -> Result<i32, BenchError> {
-    let mut b = Alltoallv::new(args)?;
-    let run = harness::run(&mut b, args, build);
-    if run.is_err() {
-        // As `alltoall`: no fabric teardown with operations possibly still posted.
-        std::mem::forget(b.mesh.take());
-    }
-    run
+    run_on_mesh(&mut Alltoallv::new(args)?, args, build, |b| b.mesh.take())
 }

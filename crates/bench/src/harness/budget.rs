@@ -118,6 +118,20 @@ pub struct Spent {
     pub stopped_by: Stop,
 }
 
+/// Longest `--max-time`, seconds (an hour per point).
+const MAX_TIME_S: f64 = 3600.0;
+
+/// `--max-time` of a budgeted benchmark, bounded.
+pub fn max_time_arg(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if (0.001..=MAX_TIME_S).contains(&v) => Ok(v),
+        _ => Err(format!(
+            "--max-time '{}' is not a number of seconds from 0.001 to {MAX_TIME_S}; pass e.g. --max-time 1",
+            crate::size::clip(s)
+        )),
+    }
+}
+
 /// Runs the warm-up and the timed part of `r` within `b`, taking samples of `span`.
 pub fn budget_loop(b: Budget, span: Span, r: &mut impl Budgeted) -> Result<Spent, BenchError> {
     let mut errors = 0;

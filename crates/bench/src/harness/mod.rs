@@ -56,7 +56,7 @@ use efabench_record::{JsonlWriter, Record, Sink};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-pub use budget::{budget_loop, Budget, Budgeted, Phase, Span, Spent, Stop};
+pub use budget::{budget_loop, max_time_arg, Budget, Budgeted, Phase, Span, Spent, Stop};
 pub(crate) use options::one_of;
 pub use options::{
     bounded, default_iters, defaults, gpu_arg, iters_arg, warmup_arg, FabricArgs, Groups, JobArgs,

@@ -2,14 +2,15 @@
 //! every rank connected with one all-gather, and the record fields and header line every run on
 //! a mesh repeats. Every benchmark that posts through a mesh starts here: `pairs`, `alltoall`,
 //! `alltoallv` and `ep` through [`open_mesh`] or [`connect_mesh`], the point-to-point ones
-//! through [`connect_mesh`] and [`mesh_facts`].
+//! through [`connect_mesh`] and [`mesh_facts`]. [`run_on_mesh`] runs such a benchmark and keeps
+//! a failed run from tearing its mesh down.
 
 use efabench_fabric::RailConfig;
 use serde::Serialize;
 
 use super::{Mesh, Payload};
 use crate::error::BenchError;
-use crate::harness::{Ctx, RunFacts};
+use crate::harness::{self, Benchmark, BuildInfo, Ctx, Needs, Options, RunFacts};
 
 /// The record fields every point of a mesh run repeats.
 #[derive(Serialize)]
@@ -22,6 +23,15 @@ struct MeshFacts {
 #[derive(Serialize)]
 struct StrategyFact {
     strategy: &'static str,
+}
+
+/// What a benchmark on a mesh of every rank needs: the fabric and two ranks at least.
+pub(crate) fn mesh_needs(how_to_launch: &'static str) -> Needs {
+    Needs {
+        fabric: true,
+        min_world: 2,
+        how_to_launch,
+    }
 }
 
 /// Allocates `send` and `recv` bytes of `--mem` memory, opens the rails of the plan and
@@ -97,4 +107,22 @@ pub(crate) fn mesh_facts(ctx: &Ctx, m: &Mesh) -> Result<RunFacts, BenchError> {
         virtual_rails: plan.virtual_rails,
         mr: m.mr_path(),
     }))
+}
+
+/// Runs `bench` on the harness; when the run fails, the mesh `mesh` takes out of it is leaked
+/// instead of closed. A failed run can leave writes posted to a peer that stopped reading (or
+/// reads too slowly); libfabric 1.17's tcp provider (ofi_rxm) crashes with SIGSEGV when such an
+/// endpoint and its registrations are closed. The process exits next and the kernel releases
+/// the sockets and memory, so the fabric is not torn down here.
+pub(crate) fn run_on_mesh<B: Benchmark>(
+    bench: &mut B,
+    opts: &(impl Options + ?Sized),
+    build: &BuildInfo,
+    mesh: impl FnOnce(&mut B) -> Option<Mesh>,
+) -> Result<i32, BenchError> {
+    let run = harness::run(bench, opts, build);
+    if run.is_err() {
+        std::mem::forget(mesh(bench));
+    }
+    run
 }

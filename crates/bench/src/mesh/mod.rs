@@ -62,7 +62,7 @@ use crate::harness::Strategy;
 use crate::pattern;
 
 pub use self::buffers::{alloc, Payload};
-pub(crate) use self::connect::{connect_mesh, mesh_facts, open_mesh};
+pub(crate) use self::connect::{connect_mesh, mesh_facts, mesh_needs, open_mesh, run_on_mesh};
 pub use self::post::{Account, Post, Route};
 pub use self::wait::{Done, EMPTY_POLLS};
 

@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use super::PairsSpec;
 use crate::error::BenchError;
-use crate::harness::{budget_loop, Budget, Budgeted, Measured, Phase, Span, Stop};
+use crate::harness::{budget_loop, Budgeted, Measured, Phase, Span, Stop};
 use crate::mesh::{cq_data, parse_cq_data, Kind, Mesh, ITER_MOD};
 use crate::pattern;
 
@@ -91,12 +91,7 @@ pub(super) fn stream(
     }
     let spent = match to {
         Some(_) => {
-            let budget = Budget {
-                iters: spec.iters,
-                warmup: spec.warmup,
-                max_time: spec.max_time,
-            };
-            let spent = budget_loop(budget, Span::Body, &mut st)?;
+            let spent = budget_loop(spec.budget, Span::Body, &mut st)?;
             st.mesh.count_from_now(false);
             st.sending = false;
             Some(spent)
