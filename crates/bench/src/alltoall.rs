@@ -57,7 +57,7 @@
 use efabench_record::Record;
 use serde::Serialize;
 
-use crate::collective::report::{self, Outcome, RailBytes, RankTime};
+use crate::collective::report::{self, Outcome};
 use crate::collective::{self, exchange, setup};
 use crate::error::BenchError;
 use crate::harness::{
@@ -111,21 +111,11 @@ pub struct Alltoall<'a> {
     mesh: Option<Mesh>,
 }
 
-/// The record fields of `alltoall` beyond the common ones.
+/// The record fields of `alltoall` beyond the common ones and those of every all-to-all.
 #[derive(Serialize)]
 struct AlltoallDetail {
     op: &'static str,
     chunk_bytes: usize,
-    lat_kind: &'static str,
-    busbw_def: String,
-    stopped_by: String,
-    slowest_rank: usize,
-    slowest_host: Option<String>,
-    rank_lat_us: Vec<RankTime>,
-    matrix_gbps: Vec<Vec<f64>>,
-    per_rail: Vec<RailBytes>,
-    #[serde(rename = "bw_GBps")]
-    bw_gbytes_per_s: f64,
 }
 
 /// The record fields every point of a run repeats.
@@ -240,41 +230,23 @@ impl<'a> Benchmark for Alltoall<'a> {
     }
 
     fn point(&self, ctx: &Ctx, spec: &AlltoallSpec, all: &[Measured]) -> Point {
-        let n = ctx.world;
-        let size = (spec.chunk * n as usize) as u64;
-        let o = Outcome::of(ctx, all, spec.warmup);
-        let algbw = o.gbps(size);
+        let n = ctx.world as usize;
+        let size = (spec.chunk * n) as u64;
         let detail = AlltoallDetail {
             op: self.args.op.name(),
             chunk_bytes: spec.chunk,
-            lat_kind: "time per iteration of the slowest rank",
-            busbw_def: format!(
-                "algbw x (n-1)/n with n = {n}; algbw = size / time of the slowest rank (nccl-tests all-to-all), Gbps"
-            ),
-            stopped_by: o.stopped_by.clone(),
-            slowest_rank: o.slowest,
-            slowest_host: o.slowest_host.clone(),
-            matrix_gbps: o.matrix(|_, _| spec.chunk as u64),
-            rank_lat_us: o.ranks.clone(),
-            per_rail: o.per_rail.clone(),
-            bw_gbytes_per_s: algbw / 8.0,
         };
-        Point {
-            variant: self.args.op.name().to_string(),
-            size_bytes: size,
-            iters: o.timed,
-            warmup: o.warm,
-            peer: None,
-            lat_us: o.lat_us,
-            bw_gbps: algbw,
-            busbw_gbps: Some(algbw * (n as f64 - 1.0) / n as f64),
-            msg_rate_mops: if o.time_ns > 0.0 {
-                (n as f64 - 1.0) * 1000.0 / o.time_ns
-            } else {
-                0.0
-            },
-            ..Point::with_extra(harness::detail_map(&detail))
-        }
+        Outcome::of(ctx, all, spec.warmup).point(
+            n,
+            (self.args.op.name().to_string(), size),
+            (
+                size,
+                "size / time of the slowest rank (nccl-tests all-to-all)",
+            ),
+            |_, _| spec.chunk as u64,
+            n as f64 - 1.0,
+            &detail,
+        )
     }
 
     fn summary(&self, records: &[Record]) -> Vec<String> {

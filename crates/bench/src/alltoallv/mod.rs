@@ -24,7 +24,7 @@ use efabench_record::Record;
 use serde::Serialize;
 
 use crate::collective::exchange::Op;
-use crate::collective::report::{self, Outcome, RailBytes, RankTime};
+use crate::collective::report::{self, Outcome};
 use crate::collective::{self, setup};
 use crate::error::BenchError;
 use crate::harness::{
@@ -108,16 +108,6 @@ struct AlltoallvDetail {
     busiest_bytes: u64,
     rank_bytes: Vec<RankBytes>,
     recv_imbalance: f64,
-    lat_kind: &'static str,
-    busbw_def: String,
-    stopped_by: String,
-    slowest_rank: usize,
-    slowest_host: Option<String>,
-    rank_lat_us: Vec<RankTime>,
-    matrix_gbps: Vec<Vec<f64>>,
-    per_rail: Vec<RailBytes>,
-    #[serde(rename = "bw_GBps")]
-    bw_gbytes_per_s: f64,
 }
 
 /// The record fields every point of a run repeats.
@@ -316,9 +306,7 @@ impl<'a> Benchmark for Alltoallv<'a> {
     fn point(&self, ctx: &Ctx, spec: &AlltoallvSpec, all: &[Measured]) -> Point {
         let n = ctx.world as usize;
         let c = &spec.counts;
-        let o = Outcome::of(ctx, all, spec.warmup);
         let busiest = c.busiest();
-        let algbw = o.gbps(busiest);
         let detail = AlltoallvDetail {
             counts_bytes: c.rows(),
             busiest_bytes: busiest,
@@ -330,39 +318,23 @@ impl<'a> Benchmark for Alltoallv<'a> {
                 })
                 .collect(),
             recv_imbalance: (c.recv_imbalance() * 1e4).round() / 1e4,
-            lat_kind: "time per iteration of the slowest rank",
-            busbw_def: format!(
-                "algbw x (n-1)/n with n = {n}; algbw = the busiest rank's bytes sent or received / time of the slowest rank (nccl-tests alltoallv), Gbps"
-            ),
-            stopped_by: o.stopped_by.clone(),
-            slowest_rank: o.slowest,
-            slowest_host: o.slowest_host.clone(),
-            matrix_gbps: o.matrix(|s, d| c.get(s, d)),
-            rank_lat_us: o.ranks.clone(),
-            per_rail: o.per_rail.clone(),
-            bw_gbytes_per_s: algbw / 8.0,
         };
         let messages = (0..n)
             .flat_map(|s| (0..n).map(move |d| (s, d)))
             .filter(|&(s, d)| s != d && c.get(s, d) > 0)
             .count() as f64;
-        Point {
-            variant: variant(&self.args.counts),
-            size_bytes: spec.size,
-            iters: o.timed,
-            warmup: o.warm,
-            peer: None,
-            lat_us: o.lat_us,
-            bw_gbps: algbw,
-            busbw_gbps: Some(algbw * (n as f64 - 1.0) / n as f64),
+        Outcome::of(ctx, all, spec.warmup).point(
+            n,
+            (variant(&self.args.counts), spec.size),
+            (
+                busiest,
+                "the busiest rank's bytes sent or received / time of the slowest rank (nccl-tests alltoallv)",
+            ),
+            |s, d| c.get(s, d),
             // Chunks with bytes per rank per µs, as alltoall's (n-1) per iteration.
-            msg_rate_mops: if o.time_ns > 0.0 {
-                messages / n as f64 * 1000.0 / o.time_ns
-            } else {
-                0.0
-            },
-            ..Point::with_extra(harness::detail_map(&detail))
-        }
+            messages / n as f64,
+            &detail,
+        )
     }
 
     fn summary(&self, records: &[Record]) -> Vec<String> {
