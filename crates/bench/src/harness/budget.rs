@@ -236,6 +236,14 @@ mod tests {
         }
     }
 
+    fn budget(iters: u64, warmup: u64, max_time_ms: u64) -> Budget {
+        Budget {
+            iters,
+            warmup,
+            max_time: Duration::from_millis(max_time_ms),
+        }
+    }
+
     fn fake(peer_marks_at: Option<usize>, sleep_ms: u64) -> Fake {
         Fake {
             calls: Vec::new(),
@@ -248,11 +256,7 @@ mod tests {
     #[test]
     fn counts_end_both_phases_and_the_last_iteration_is_told() {
         let mut f = fake(None, 0);
-        let b = Budget {
-            iters: 5,
-            warmup: 2,
-            max_time: Duration::from_secs(60),
-        };
+        let b = budget(5, 2, 60_000);
         let s = budget_loop(b, Span::Between, &mut f).unwrap();
         assert_eq!(s.samples_ns.len(), 5);
         assert_eq!((s.warmup_done, s.stopped_by, s.errors), (2, Stop::Count, 7));
@@ -264,11 +268,7 @@ mod tests {
     #[test]
     fn the_budget_ends_a_phase_after_at_least_one_iteration() {
         let mut f = fake(None, 3);
-        let b = Budget {
-            iters: 1000,
-            warmup: 1000,
-            max_time: Duration::from_millis(20),
-        };
+        let b = budget(1000, 1000, 20);
         let s = budget_loop(b, Span::Body, &mut f).unwrap();
         assert_eq!(s.stopped_by, Stop::Time);
         assert!(
@@ -286,11 +286,7 @@ mod tests {
     fn a_peers_mark_ends_the_phase_on_the_same_iteration() {
         // Iteration 4 overall is the third timed one (warm-up 2).
         let mut f = fake(Some(4), 0);
-        let b = Budget {
-            iters: 10,
-            warmup: 2,
-            max_time: Duration::from_secs(60),
-        };
+        let b = budget(10, 2, 60_000);
         let s = budget_loop(b, Span::Between, &mut f).unwrap();
         assert_eq!(s.samples_ns.len(), 3);
         assert_eq!(s.stopped_by, Stop::Time);
