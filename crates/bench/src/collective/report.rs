@@ -153,7 +153,8 @@ impl Outcome {
     /// says so in words, for `busbw_def`) over the slowest rank's time, busbw = algbw × (n−1)/n,
     /// `cell(src, dst)` the bytes of each chunk for the arrival matrix, `messages` the chunks
     /// one rank sends per iteration; `own` the benchmark's own fields, beside the fields every
-    /// all-to-all record has ([`ExchangeFields`]).
+    /// all-to-all record has (`lat_kind`, `busbw_def`, `stopped_by`, the slowest rank, `rank_lat_us`,
+    /// `matrix_gbps`, `per_rail`, `bw_GBps`).
     pub fn point(
         &self,
         n: usize,
