@@ -14,6 +14,7 @@
 
 pub mod alltoall;
 pub mod alltoallv;
+pub mod collective;
 pub mod ep;
 pub mod error;
 // Shared with the integration tests, which use the parts the unit tests do not.

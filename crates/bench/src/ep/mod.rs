@@ -42,10 +42,10 @@ use efabench_record::Record;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::alltoall::{connect_mesh, mesh_facts};
 use crate::error::BenchError;
 use crate::harness::{self, Benchmark, Ctx, Measured, Needs, Point, RunFacts};
 use crate::mesh::{self, Mesh};
+use crate::mesh::{connect_mesh, mesh_facts};
 use crate::p2p::link::Payload;
 use crate::pattern::Stream;
 use crate::stats::Samples;

@@ -28,8 +28,11 @@
 //! A CPU-timed benchmark's `measure` hands [`time_loop`] a [`Rounds`] value: `prepare(i)`
 //! (untimed), `body(i)` (timed with [`std::time::Instant`] on the rank that times), `check(i)`
 //! (untimed; payload words that failed). The loop does warm-up, the samples, the job's health
-//! and progress (see [`timed`]'s docs for what it keeps out of the hot path). Benchmarks timed
-//! on the GPU return their own samples from `measure`.
+//! and progress (see [`timed`]'s docs for what it keeps out of the hot path). A benchmark that
+//! stops on `-n` *or* a `--max-time` budget (`alltoall`, `alltoallv`, `pairs`) hands
+//! [`budget_loop`] a [`Budgeted`] value instead: the same three parts, with the body told when
+//! this rank ends a phase and saying when a peer did, so every rank stops on the same iteration
+//! (see [`budget`]'s docs). Benchmarks timed on the GPU return their own samples from `measure`.
 //!
 //! # Typed records
 //! The common fields are [`Point`]'s; a benchmark's own fields are a `#[derive(Serialize)]`
@@ -39,6 +42,7 @@
 //! Any error on any rank after the bootstrap connected is broadcast as an abort, so every rank
 //! stops with the same one-line reason instead of waiting for a rank that already gave up.
 
+pub mod budget;
 mod options;
 mod placement;
 mod point;
@@ -52,6 +56,7 @@ use efabench_record::{JsonlWriter, Record, Sink};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+pub use budget::{budget_loop, max_time_arg, Budget, Budgeted, Phase, Span, Spent, Stop};
 pub(crate) use options::one_of;
 pub use options::{
     bounded, bounded_size, default_iters, defaults, gpu_arg, iters_arg, name_of, warmup_arg,

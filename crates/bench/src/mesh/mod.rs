@@ -40,6 +40,7 @@
 //! its latency.
 
 mod buffers;
+mod connect;
 mod post;
 mod signal;
 mod track;
@@ -63,6 +64,7 @@ use crate::harness::Strategy;
 use crate::pattern;
 
 pub use self::buffers::{alloc, Payload};
+pub(crate) use self::connect::{connect_mesh, mesh_facts, mesh_needs, open_mesh, run_on_mesh};
 pub use self::post::{Account, Post, Route};
 pub use self::signal::{cq_data, parse_cq_data, Kind, ITER_MOD};
 pub use self::track::{Op, OpDone, MAX_INDEX};

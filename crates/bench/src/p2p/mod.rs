@@ -263,7 +263,7 @@ impl<P: Protocol> Benchmark for P2p<'_, P> {
         let (plan, strategy) = (ctx.plan()?, self.args.fabric.strategy);
         plan.check_message(*self.sizes.iter().max().unwrap_or(&0), strategy)?;
         let len = self.buf_bytes as usize;
-        let (m, mut facts) = crate::alltoall::open_mesh(ctx, len, len)?;
+        let (m, mut facts) = crate::mesh::open_mesh(ctx, len, len)?;
         let link = Link::new(m);
         let mr = link.mesh.mr_path_detail();
         facts.header = vec![format!(

@@ -23,7 +23,7 @@ pub struct PairsArgs {
     pub suspect_below: f64,
     /// Longest timed part of one pair's measurement, in seconds: it stops after -n windows or
     /// this, whichever comes first (warm-up is bounded by a tenth of it).
-    #[arg(long, default_value = "1", value_parser = max_time_arg, allow_hyphen_values = true)]
+    #[arg(long, default_value = "1", value_parser = harness::max_time_arg, allow_hyphen_values = true)]
     pub max_time: f64,
     /// Which pairs: all (every ordered pair, n-1 rounds), ring (each rank with its two
     /// neighbours), or `random:K[:SEED]` (K partners each way per rank from a shared seed); ring and
@@ -65,19 +65,6 @@ fn pct_arg(s: &str) -> Result<f64, String> {
 
 fn suspect_arg(s: &str) -> Result<f64, String> {
     pct(s, "--suspect-below", "60")
-}
-
-/// Longest `--max-time`, seconds (an hour per pair).
-const MAX_PAIR_TIME_S: f64 = 3600.0;
-
-pub(crate) fn max_time_arg(s: &str) -> Result<f64, String> {
-    match s.trim().parse::<f64>() {
-        Ok(v) if (0.001..=MAX_PAIR_TIME_S).contains(&v) => Ok(v),
-        _ => Err(format!(
-            "--max-time '{}' is not a number of seconds from 0.001 to {MAX_PAIR_TIME_S}; pass e.g. --max-time 1",
-            crate::size::clip(s)
-        )),
-    }
 }
 
 fn schedule_arg(s: &str) -> Result<Schedule, String> {

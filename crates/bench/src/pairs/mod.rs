@@ -31,16 +31,17 @@
 //! finds a completion counts as progress for the bootstrap, so `--timeout` means "nothing moved",
 //! never "slow".
 //!
-//! # Its own timed loop
-//! `pairs` times its windows in `stream.rs`, not in the harness's [`harness::time_loop`] (its
-//! `measure` returns the samples it took, as the GPU-timed benchmarks do), because a round does
-//! not fit that loop's fixed `-w` + `-n` iterations of one role:
-//! - every rank sends to one peer and receives from another at once, two streams whose windows
-//!   advance independently, driven by what arrives (READY, ACK, payload counts);
-//! - the sender ends its stream after `-n` windows *or* `--max-time` (warm-up: `-w` or a tenth
-//!   of it), and tells its receiver in band (STOP in place of a window), so the number of
-//!   iterations is known only at the end, and differs between the pairs of a round;
-//! - a receiver alone (`--one-at-a-time`) times nothing and runs until its sender's STOP.
+//! # The loop
+//! The sender's windows run in the harness's budgeted loop ([`harness::budget_loop`]): it owns
+//! the warm-up, the clock (one sample per window, from its post to the receiver's
+//! acknowledgement) and the stop decision; `stream.rs` says what one window is (fill and wait for
+//! READY, untimed; post and wait for ACK, timed). The receiver learns of the stop in band: the
+//! sender's last timed window carries `Stop` in its CQ data in place of `Payload`, and the
+//! receiver sends no READY after it, so the number of windows is known only at the end and
+//! differs between the pairs of a round. Every rank of a ring shift sends and receives at once:
+//! while its sender waits, its receiver side moves (count, ACK, check, READY), and after its
+//! sender's last window it runs until its own source's last window; a receiver alone
+//! (`--one-at-a-time`) times nothing and only does that.
 //!
 //! The job's health is still checked while it waits ([`Mesh::wait_progress`]), every poll that
 //! moves counts as progress, and each round is one point of the harness: it measures every pair
@@ -75,14 +76,12 @@ use std::time::Duration;
 use efabench_record::Record;
 use serde_json::Value;
 
-use crate::alltoall::open_mesh;
 use crate::error::BenchError;
-use crate::harness::{self, Benchmark, Ctx, Gate, Measured, Needs, Point, RunFacts};
+use crate::harness::{self, Benchmark, Budget, Ctx, Gate, Measured, Needs, Point, RunFacts};
 use crate::locate::PairBw;
-use crate::mesh::Mesh;
+use crate::mesh::{mesh_needs, open_mesh, run_on_mesh, Mesh};
 use crate::stats::{gbps, Samples};
 
-pub(crate) use args::max_time_arg;
 pub use args::PairsArgs;
 pub use schedule::{Plan, Schedule, RETEST_ROUNDS};
 pub use summary::summarize;
@@ -98,10 +97,8 @@ const FOOTPRINT: u64 = 1 << 20;
 #[derive(Clone, Debug)]
 pub struct PairsSpec {
     size: usize,
-    iters: u64,
-    warmup: u64,
-    /// Time bound of the timed part (warm-up: a tenth of it).
-    max_time: Duration,
+    /// Windows and time of the sender's warm-up and timed part.
+    budget: Budget,
     slots: usize,
     /// Messages per window.
     window: u64,
@@ -171,12 +168,10 @@ impl<'a> Benchmark for Pairs<'a> {
     }
 
     fn needs(&self) -> Needs {
-        Needs {
-            fabric: true,
-            min_world: 2,
-            how_to_launch: "run `efabench launch -n 4 -- pairs ...`, or start it under \
-                            srun/mpirun, or by hand with --rank/--world/--rdzv",
-        }
+        mesh_needs(
+            "run `efabench launch -n 4 -- pairs ...`, or start it under \
+             srun/mpirun, or by hand with --rank/--world/--rdzv",
+        )
     }
 
     fn setup(&mut self, ctx: &Ctx) -> Result<RunFacts, BenchError> {
@@ -238,9 +233,11 @@ impl<'a> Benchmark for Pairs<'a> {
             let (iters, warmup) = self.args.sweep.iterations(size, self.args.window);
             let spec = |round| PairsSpec {
                 size: size as usize,
-                iters,
-                warmup,
-                max_time: Duration::from_secs_f64(self.args.max_time),
+                budget: Budget {
+                    iters,
+                    warmup,
+                    max_time: Duration::from_secs_f64(self.args.max_time),
+                },
                 slots: self.slots(size),
                 window: self.args.window,
                 round,
@@ -342,10 +339,13 @@ impl<'a> Benchmark for Pairs<'a> {
         if rails > 1 {
             // Each rail alone, for a share of the pair's budget: a slow NIC of a node shows as
             // its rail's column, where the striped stream only shows the node.
+            let b = spec.budget;
             let share = PairsSpec {
-                max_time: spec.max_time / rails as u32,
-                iters: spec.iters.div_ceil(rails as u64).max(1),
-                warmup: spec.warmup.div_ceil(rails as u64),
+                budget: Budget {
+                    max_time: b.max_time / rails as u32,
+                    iters: b.iters.div_ceil(rails as u64).max(1),
+                    warmup: b.warmup.div_ceil(rails as u64),
+                },
                 ..spec.clone()
             };
             let mut per = Vec::with_capacity(rails);
@@ -419,7 +419,7 @@ impl Pairs<'_> {
         let facts: RoundFacts =
             serde_json::from_value(Value::Object(m.extra.clone())).unwrap_or_default();
         // Warm-up windows actually sent (fewer than -w when a tenth of --max-time ran out).
-        let warmup = facts.warmup_done.unwrap_or(spec.warmup);
+        let warmup = facts.warmup_done.unwrap_or(spec.budget.warmup);
         let mut s = Samples::from_vec(m.samples_ns.clone());
         let window = self.args.window;
         let messages = s.len() as u64 * window;
@@ -520,14 +520,5 @@ impl PairsDetail {
 /// Runs one rank of `pairs`; exit 1 (on rank 0) when a pair is below `--min-bw` (each such
 /// pair's record carries a [`Gate`], which the harness checks and names).
 pub fn run_pairs(args: &PairsArgs, build: &harness::BuildInfo) -> Result<i32, BenchError> {
-    let mut b = Pairs::new(args)?;
-    let run = harness::run(&mut b, args, build);
-    if run.is_err() {
-        // A failed run can leave writes posted to a peer that stopped reading (or reads too
-        // slowly); libfabric 1.17's tcp provider (ofi_rxm) crashes with SIGSEGV when such an
-        // endpoint and its registrations are closed. The process exits next and the kernel
-        // releases the sockets and memory, so the fabric is not torn down here.
-        std::mem::forget(b.mesh.take());
-    }
-    run
+    run_on_mesh(&mut Pairs::new(args)?, args, build, |b| b.mesh.take())
 }

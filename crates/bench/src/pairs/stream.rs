@@ -1,37 +1,19 @@
 //! The measured round: the write stream one rank runs to its destination and from its source
-//! at once, with READY/ACK/STOP signals in CQ data, verification of every window (untimed) and
-//! the time budget of `--max-time`.
+//! at once, with READY/ACK signals in CQ data and the last window marked, verification of every
+//! window (untimed), and the time budget of `--max-time` kept by the harness's budgeted loop.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use efabench_fabric::Stripe;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::PairsSpec;
 use crate::error::BenchError;
-use crate::harness::Measured;
+use crate::harness::{budget_loop, Budgeted, Measured, Phase, Span, Stop};
 use crate::mesh::{cq_data, parse_cq_data, Kind, Mesh, ITER_MOD};
 use crate::pattern;
-use crate::stats::Samples;
-
-/// How the sender ended a pair's stream.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub(super) enum StopReason {
-    /// `-n` timed windows were sent.
-    Count,
-    /// `--max-time` ran out first.
-    Time,
-}
-
-impl StopReason {
-    pub(super) fn name(self) -> &'static str {
-        match self {
-            StopReason::Count => "count",
-            StopReason::Time => "time",
-        }
-    }
-}
 
 /// What a rank's round says beyond its samples and errors; it travels to rank 0 with them
 /// ([`Measured::detail`]).
@@ -42,7 +24,7 @@ pub(super) struct RoundFacts {
     pub per_rail: Option<Value>,
     /// Why the sender stopped (absent on a rank that sent nothing).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub stopped_by: Option<StopReason>,
+    pub stopped_by: Option<Stop>,
     /// Warm-up windows actually sent (fewer than `-w` when a tenth of `--max-time` ran out).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub warmup_done: Option<u64>,
@@ -53,11 +35,13 @@ pub(super) struct RoundFacts {
 
 /// This rank's part of one round: a write stream to `to` and/or from `from`, at once.
 ///
-/// The sender decides how long its pair runs: warm-up ends after `-w` windows or a tenth of
-/// `--max-time`, and the timed part after `-n` windows or `--max-time`, whichever comes first
-/// (at least one timed window). It says so with a STOP in place of the window the receiver's
-/// READY asked for, so both ends finish with nothing in flight and a link 100 times slower than
-/// the others still yields its number within the budget.
+/// The sender decides how long its pair runs, through the harness's [`budget_loop`]: warm-up
+/// ends after `-w` windows or a tenth of `--max-time`, and the timed part after `-n` windows or
+/// `--max-time`, whichever comes first (at least one timed window). The last window's CQ data
+/// says so (`Stop` in place of `Payload`), so the receiver sends no READY after it and both ends
+/// finish with nothing in flight; a link 100 times slower than the others still yields its
+/// number within the budget. While the sender waits for a READY or an ACK, this rank's receiver
+/// side moves too (a rank of a ring shift sends and receives at once).
 pub(super) fn stream(
     mesh: &mut Mesh,
     spec: &PairsSpec,
@@ -68,192 +52,242 @@ pub(super) fn stream(
     only_rail: Option<usize>,
 ) -> Result<(Measured, RoundFacts), BenchError> {
     let me = mesh.me();
-    let size = spec.size;
-    let win = spec.slots.max(1);
-    let per_window = spec.window;
-    let warm_budget = spec.max_time / 10;
-    // Sender state.
-    let mut samples = Samples::with_capacity(spec.iters.min(1 << 16) as usize);
-    let mut sw = 0u64; // window being sent
-    let mut in_flight: Option<Instant> = None;
-    let mut readies = 0u64; // READY words received (the next one expected is for window `readies`)
-    let mut acks = 0u64;
-    let mut started: Option<Instant> = None; // first window posted
-    let mut timed: Option<(u64, Instant)> = None; // first timed window and when it started
-    let mut stopped: Option<StopReason> = None;
     // One rail alone carries whole messages when a rail is measured by itself.
     let routes = |mesh: &Mesh, a: u32, b: u32| match only_rail {
-        Some(rail) => vec![efabench_fabric::Stripe {
+        Some(rail) => vec![Stripe {
             rail,
             off: 0,
-            len: size,
+            len: spec.size,
         }],
-        None => mesh.route(a, b, size, false),
+        None => mesh.route(a, b, spec.size, false),
     };
-    let send_routes = to.map(|d| routes(mesh, me, d));
-    let recv_routes = from.map(|s| routes(mesh, s, me));
-    // Receiver state.
-    let mut rw = 0u64;
-    let mut got = 0u64;
-    let mut rstopped = false;
-    let expect = recv_routes
-        .as_ref()
-        .map(|r| r.len() as u64 * per_window)
-        .unwrap_or(0);
-    let mut errors = 0u64;
+    let send_routes = to.map(|d| routes(mesh, me, d)).unwrap_or_default();
+    let recv_routes = from.map(|s| routes(mesh, s, me)).unwrap_or_default();
+    let mut st = Streams {
+        expect: recv_routes.len() as u64 * spec.window,
+        mesh,
+        me,
+        size: spec.size,
+        win: spec.slots.max(1),
+        per_window: spec.window,
+        verify,
+        slow,
+        to,
+        from,
+        send_routes,
+        recv_routes,
+        sw: 0,
+        readies: 0,
+        acks: 0,
+        sending: to.is_some(),
+        rw: 0,
+        got: 0,
+        rlast: false,
+        rstopped: from.is_none(),
+        errors: 0,
+    };
     if let Some(s) = from {
-        mesh.signal(s, cq_data(Kind::Ready, 0, me))?;
+        st.mesh.signal(s, cq_data(Kind::Ready, 0, me))?;
     }
-    let mut filled = u64::MAX;
-    loop {
-        // Sort what arrived.
-        while let Some(d) = mesh.arrivals.pop_front() {
+    let spent = match to {
+        Some(_) => {
+            let spent = budget_loop(spec.budget, Span::Body, &mut st)?;
+            st.mesh.count_from_now(false);
+            st.sending = false;
+            Some(spent)
+        }
+        None => None,
+    };
+    // The receiver side runs until its sender's last window.
+    while !st.rstopped {
+        if !st.pump()? {
+            st.idle()?;
+        }
+    }
+    st.mesh.drain_local()?;
+    let facts = RoundFacts {
+        per_rail: Some(st.mesh.per_rail()),
+        stopped_by: spent.as_ref().map(|s| s.stopped_by),
+        warmup_done: spent.as_ref().map(|s| s.warmup_done),
+        rail_gbps: None,
+    };
+    let (samples_ns, sent_errors) = spent.map_or((Vec::new(), 0), |s| (s.samples_ns, s.errors));
+    let m = Measured {
+        samples_ns,
+        errors: st.errors + sent_errors,
+        ..Measured::default()
+    };
+    Ok((m, facts))
+}
+
+/// One rank's two streams of a round: the windows it sends to `to` and those it receives from
+/// `from`, each numbered from 0 (the number travels in the CQ data, modulo [`ITER_MOD`]).
+struct Streams<'m> {
+    mesh: &'m mut Mesh,
+    me: u32,
+    size: usize,
+    /// Buffer slots a window cycles through, and messages per window.
+    win: usize,
+    per_window: u64,
+    verify: bool,
+    /// Test hook: a slow rank sleeps this long in each window it sends.
+    slow: Option<Duration>,
+    to: Option<u32>,
+    from: Option<u32>,
+    send_routes: Vec<Stripe>,
+    recv_routes: Vec<Stripe>,
+    /// Sender: the window being sent, the READY and ACK words received (READY `w` lets window
+    /// `w` go; ACK `w` says every stripe of it arrived), and whether the sender still runs.
+    sw: u64,
+    readies: u64,
+    acks: u64,
+    sending: bool,
+    /// Receiver: the window being received, its stripes so far, whether it is the sender's last,
+    /// whether the last one was received, and the payload words that failed.
+    rw: u64,
+    got: u64,
+    rlast: bool,
+    rstopped: bool,
+    expect: u64,
+    errors: u64,
+}
+
+impl Streams<'_> {
+    /// Sorts what arrived and moves the receiver on (ACK, check, READY) when its window is
+    /// complete; returns whether anything moved.
+    fn pump(&mut self) -> Result<bool, BenchError> {
+        let (me, from, to) = (self.me, self.from, self.to);
+        let mut moved = false;
+        while let Some(d) = self.mesh.arrivals.pop_front() {
             let (kind, it, src) = parse_cq_data(d).ok_or_else(|| {
                 BenchError::failed(format!("rank {me} got CQ data {d:#x} no pairs peer sends"))
             })?;
+            let window = it == self.rw % ITER_MOD && !self.rstopped;
             match kind {
-                Kind::Payload if Some(src) == from && it == rw % ITER_MOD && !rstopped => got += 1,
-                Kind::Stop if Some(src) == from && it == rw % ITER_MOD && got == 0 => {
-                    rstopped = true
+                Kind::Payload if Some(src) == from && window => self.got += 1,
+                Kind::Stop if Some(src) == from && window => {
+                    self.got += 1;
+                    self.rlast = true;
                 }
-                Kind::Ready if Some(src) == to && it == readies % ITER_MOD => readies += 1,
-                Kind::Ack if Some(src) == to && it == acks % ITER_MOD => acks += 1,
+                Kind::Ready if Some(src) == to && it == self.readies % ITER_MOD => {
+                    self.readies += 1
+                }
+                Kind::Ack if Some(src) == to && it == self.acks % ITER_MOD => self.acks += 1,
                 _ => {
                     return Err(BenchError::failed(format!(
                         "rank {me} got {kind:?} for window {it} from rank {src}, out of step \
-                         (expected payload of window {rw} from {from:?}, ready {readies} / ack {acks} from {to:?})"
+                         (expected payload of window {} from {from:?}, ready {} / ack {} from {to:?})",
+                        self.rw, self.readies, self.acks
                     )))
                 }
             }
+            moved = true;
         }
-        let mut moved = false;
-        // Sender: fill, wait for READY, post the window (or STOP), wait for the ACK.
-        if let (Some(dst), Some(routes)) = (to, send_routes.as_ref()) {
-            if stopped.is_none() {
-                if in_flight.is_none() && filled != sw && verify {
-                    mesh.drain_local()?;
-                    for slot in 0..win {
-                        for (i, st) in routes.iter().enumerate() {
-                            mesh.fill_send(
-                                slot * size + st.off,
-                                st.len,
-                                pattern::seed(sw, me, dst, (slot as u32) << 8 | i as u32),
-                            )?;
-                        }
-                    }
-                    filled = sw;
-                    moved = true;
-                }
-                if in_flight.is_none() && readies > sw {
-                    let now = Instant::now();
-                    let began = *started.get_or_insert(now);
-                    if timed.is_none()
-                        && (sw >= spec.warmup || now.duration_since(began) >= warm_budget)
-                    {
-                        timed = Some((sw, now));
-                        mesh.count_from_now(true);
-                    }
-                    let stop = timed.and_then(|(first, at)| {
-                        if sw >= first + spec.iters {
-                            Some(StopReason::Count)
-                        } else if sw > first && now.duration_since(at) >= spec.max_time {
-                            Some(StopReason::Time)
-                        } else {
-                            None
-                        }
-                    });
-                    if let Some(why) = stop {
-                        mesh.count_from_now(false);
-                        mesh.signal(dst, cq_data(Kind::Stop, sw, me))?;
-                        stopped = Some(why);
-                    } else {
-                        let t0 = Instant::now();
-                        if let Some(d) = slow {
-                            std::thread::sleep(d);
-                        }
-                        let data = cq_data(Kind::Payload, sw, me);
-                        for pos in 0..per_window as usize {
-                            let slot = pos % win;
-                            for st in routes {
-                                let off = slot * size + st.off;
-                                mesh.write(dst, st.rail, off, st.len, off, data)?;
-                            }
-                        }
-                        in_flight = Some(t0);
-                    }
-                    moved = true;
-                }
-                if let Some(t0) = in_flight {
-                    if acks > sw {
-                        let dt = t0.elapsed().as_nanos() as u64;
-                        if timed.is_some() {
-                            samples.push(dt);
-                        }
-                        in_flight = None;
-                        sw += 1;
-                        moved = true;
-                    }
-                }
-            }
-        }
-        // Receiver: count, ACK, check, READY.
-        if let (Some(src), Some(routes)) = (from, recv_routes.as_ref()) {
-            if !rstopped && got >= expect {
-                if got > expect {
+        if let (Some(src), false) = (from, self.rstopped) {
+            if self.got >= self.expect {
+                if self.got > self.expect {
                     return Err(BenchError::failed(format!(
-                        "rank {me} got {got} stripes from rank {src} in window {rw}, expected {expect}"
+                        "rank {me} got {} stripes from rank {src} in window {}, expected {}",
+                        self.got, self.rw, self.expect
                     )));
                 }
-                mesh.signal(src, cq_data(Kind::Ack, rw, me))?;
-                if verify {
-                    for slot in 0..win.min(per_window as usize) {
-                        for (i, st) in routes.iter().enumerate() {
-                            errors += mesh.check_recv(
-                                slot * size + st.off,
+                self.mesh.signal(src, cq_data(Kind::Ack, self.rw, me))?;
+                if self.verify {
+                    for slot in 0..self.win.min(self.per_window as usize) {
+                        for (i, st) in self.recv_routes.iter().enumerate() {
+                            self.errors += self.mesh.check_recv(
+                                slot * self.size + st.off,
                                 st.len,
-                                pattern::seed(rw, src, me, (slot as u32) << 8 | i as u32),
+                                pattern::seed(self.rw, src, me, (slot as u32) << 8 | i as u32),
                             );
                         }
                     }
                 }
-                rw += 1;
-                got = 0;
-                mesh.signal(src, cq_data(Kind::Ready, rw, me))?;
+                self.rw += 1;
+                self.got = 0;
+                if self.rlast {
+                    self.rstopped = true;
+                } else {
+                    self.mesh.signal(src, cq_data(Kind::Ready, self.rw, me))?;
+                }
                 moved = true;
             }
         }
-        if (to.is_none() || stopped.is_some()) && (from.is_none() || rstopped) {
-            break;
-        }
-        if !moved {
-            let (rw_, sw_, rdone, sdone) = (rw, sw, rstopped, stopped.is_some());
-            mesh.wait_progress(move |_| {
-                let mut parts = Vec::new();
-                if let Some(s) = from {
-                    if !rdone {
-                        parts.push(format!("window {rw_} from rank {s}"));
-                    }
-                }
-                if let Some(d) = to {
-                    if !sdone {
-                        parts.push(format!("rank {d} to acknowledge window {sw_}"));
-                    }
-                }
-                parts.join(" and ")
-            })?;
-        }
+        Ok(moved)
     }
-    mesh.drain_local()?;
-    let facts = RoundFacts {
-        per_rail: Some(mesh.per_rail()),
-        stopped_by: stopped,
-        warmup_done: timed.map(|(first, _)| first),
-        rail_gbps: None,
-    };
-    let m = Measured {
-        samples_ns: samples.into_vec(),
-        errors,
-        ..Measured::default()
-    };
-    Ok((m, facts))
+
+    /// Waits for the fabric to move, naming what this rank still waits for.
+    fn idle(&mut self) -> Result<(), BenchError> {
+        let (from, to, rw, sw) = (self.from, self.to, self.rw, self.sw);
+        let (rdone, sdone) = (self.rstopped, !self.sending);
+        self.mesh.wait_progress(move |_| {
+            let mut parts = Vec::new();
+            if let (Some(s), false) = (from, rdone) {
+                parts.push(format!("window {rw} from rank {s}"));
+            }
+            if let (Some(d), false) = (to, sdone) {
+                parts.push(format!("rank {d} to acknowledge window {sw}"));
+            }
+            parts.join(" and ")
+        })
+    }
+
+    /// Moves both streams until the sender's counter `which` passes the window being sent.
+    fn wait_for(&mut self, which: fn(&Self) -> u64) -> Result<(), BenchError> {
+        while which(self) <= self.sw {
+            if !self.pump()? {
+                self.idle()?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Budgeted for Streams<'_> {
+    /// Fills the window (when verifying) and waits for the receiver's READY.
+    fn prepare(&mut self, _: Phase) -> Result<(), BenchError> {
+        let (me, sw) = (self.me, self.sw);
+        let dst = self.to.expect("only a sender runs the loop");
+        if self.verify {
+            self.mesh.drain_local()?;
+            for slot in 0..self.win {
+                for (i, st) in self.send_routes.iter().enumerate() {
+                    self.mesh.fill_send(
+                        slot * self.size + st.off,
+                        st.len,
+                        pattern::seed(sw, me, dst, (slot as u32) << 8 | i as u32),
+                    )?;
+                }
+            }
+        }
+        self.wait_for(|s| s.readies)
+    }
+
+    /// Posts the window (the last one of the timed part marked) and waits for its ACK.
+    fn body(&mut self, phase: Phase, last: Option<Stop>) -> Result<bool, BenchError> {
+        let dst = self.to.expect("only a sender runs the loop");
+        if let Some(d) = self.slow {
+            std::thread::sleep(d);
+        }
+        let kind = match (phase, last) {
+            (Phase::Timed, Some(_)) => Kind::Stop,
+            _ => Kind::Payload,
+        };
+        let data = cq_data(kind, self.sw, self.me);
+        for pos in 0..self.per_window as usize {
+            let slot = pos % self.win;
+            for st in &self.send_routes {
+                let off = slot * self.size + st.off;
+                self.mesh.write(dst, st.rail, off, st.len, off, data)?;
+            }
+        }
+        self.wait_for(|s| s.acks)?;
+        self.sw += 1;
+        Ok(last.is_some())
+    }
+
+    fn timed_from_here(&mut self) -> Result<(), BenchError> {
+        self.mesh.count_from_now(true);
+        Ok(())
+    }
 }

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::error::BenchError;
-use crate::harness::{Ctx, Measured};
+use crate::harness::{detail_map, Ctx, Measured, Point};
 use crate::stats::Samples;
 
 /// One rank's outcome of a point beyond its samples (travels in [`Measured::extra`]).
@@ -148,6 +148,68 @@ impl Outcome {
         }
         m
     }
+
+    /// The record of a point of `n` ranks: algbw = `bytes` (what the benchmark counts; `algbw`
+    /// says so in words, for `busbw_def`) over the slowest rank's time, busbw = algbw × (n−1)/n,
+    /// `cell(src, dst)` the bytes of each chunk for the arrival matrix, `messages` the chunks
+    /// one rank sends per iteration; `own` the benchmark's own fields, beside the fields every
+    /// all-to-all record has (`lat_kind`, `busbw_def`, `stopped_by`, the slowest rank, `rank_lat_us`,
+    /// `matrix_gbps`, `per_rail`, `bw_GBps`).
+    pub fn point(
+        &self,
+        n: usize,
+        (variant, size_bytes): (String, u64),
+        (bytes, algbw): (u64, &str),
+        cell: impl Fn(usize, usize) -> u64,
+        messages: f64,
+        own: &impl Serialize,
+    ) -> Point {
+        let bw = self.gbps(bytes);
+        let fields = ExchangeFields {
+            lat_kind: "time per iteration of the slowest rank",
+            busbw_def: format!("algbw x (n-1)/n with n = {n}; algbw = {algbw}, Gbps"),
+            stopped_by: self.stopped_by.clone(),
+            slowest_rank: self.slowest,
+            slowest_host: self.slowest_host.clone(),
+            rank_lat_us: self.ranks.clone(),
+            matrix_gbps: self.matrix(cell),
+            per_rail: self.per_rail.clone(),
+            bw_gbytes_per_s: bw / 8.0,
+        };
+        let mut extra = detail_map(own);
+        extra.extend(detail_map(&fields));
+        Point {
+            variant,
+            size_bytes,
+            iters: self.timed,
+            warmup: self.warm,
+            peer: None,
+            lat_us: self.lat_us,
+            bw_gbps: bw,
+            busbw_gbps: Some(bw * (n as f64 - 1.0) / n as f64),
+            msg_rate_mops: if self.time_ns > 0.0 {
+                messages * 1000.0 / self.time_ns
+            } else {
+                0.0
+            },
+            ..Point::with_extra(extra)
+        }
+    }
+}
+
+/// The record fields every all-to-all point has, beyond the common ones and the benchmark's own.
+#[derive(Serialize)]
+struct ExchangeFields {
+    lat_kind: &'static str,
+    busbw_def: String,
+    stopped_by: String,
+    slowest_rank: usize,
+    slowest_host: Option<String>,
+    rank_lat_us: Vec<RankTime>,
+    matrix_gbps: Vec<Vec<f64>>,
+    per_rail: Vec<RailBytes>,
+    #[serde(rename = "bw_GBps")]
+    bw_gbytes_per_s: f64,
 }
 
 /// The fields of a record these summaries read.

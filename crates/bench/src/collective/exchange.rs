@@ -1,5 +1,5 @@
 //! One all-to-all exchange on a [`Mesh`], with any per-(source, destination) byte counts: the
-//! engine of `alltoall` and `alltoallv`.
+//! engine of `alltoall` and `alltoallv`, run in the harness's budgeted loop ([`budget_loop`]).
 //!
 //! # One iteration
 //! Every rank writes (or sends) its chunk to every peer and copies its own chunk locally; the
@@ -17,8 +17,9 @@
 //! half 1, where no late write of the timed loop lands (EFA orders no writes).
 //!
 //! # Stopping together
-//! A rank whose time budget ran out marks the chunks of its next iteration (CQ data kind `Stop`
-//! in place of `Payload`); since every rank receives from every rank in every iteration, all of
+//! A rank whose time budget ran out (the budgeted loop decides) marks the chunks of its next
+//! iteration (CQ data kind `Stop` in place of `Payload`), and so does every rank on the last
+//! iteration by count; since every rank receives from every rank in every iteration, all of
 //! them see the mark at the end of the same iteration and leave the loop there, without a
 //! round trip.
 //!
@@ -28,15 +29,16 @@
 //! receive slots of its rail and its CQ data names its source, which the check uses. Every
 //! source's chunk must then have the same length (`alltoall`'s equal chunks).
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
+
+use efabench_bootstrap::Bootstrap;
 
 use efabench_fabric::Stripe;
 
 use crate::error::BenchError;
-use crate::harness::{Ctx, Measured};
+use crate::harness::{budget_loop, Budget, Budgeted, Ctx, Measured, Phase, Span, Stop};
 use crate::mesh::{cq_data, parse_cq_data, Kind, Mesh, ITER_MOD};
 use crate::pattern;
-use crate::stats::Samples;
 
 use super::report::RankOutcome;
 
@@ -79,7 +81,8 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// Equal chunks of `chunk` bytes, in rank order (`alltoall`).
+    /// Equal chunks of `chunk` bytes, in rank order (`alltoall`; `alltoallv` builds its plans
+    /// from a counts matrix).
     pub fn uniform(me: u32, n: u32, chunk: usize) -> Plan {
         let cells: Vec<Chunk> = (0..n as usize)
             .map(|r| Chunk {
@@ -94,41 +97,12 @@ impl Plan {
             half: chunk * n as usize,
         }
     }
-
-    /// Rank `me`'s cells of a counts matrix (send cells packed in destination order, receive
-    /// cells in source order), with receive halves of `half` bytes.
-    pub fn from_counts(c: &super::counts::Counts, me: usize, half: usize) -> Plan {
-        let n = c.n();
-        Plan {
-            out: (0..n)
-                .map(|d| Chunk {
-                    off: c.send_offset(me, d) as usize,
-                    len: c.get(me, d) as usize,
-                })
-                .collect(),
-            inc: (0..n)
-                .map(|s| Chunk {
-                    off: c.recv_offset(s, me) as usize,
-                    len: c.get(s, me) as usize,
-                })
-                .collect(),
-            remote: (0..n).map(|d| c.recv_offset(me, d) as usize).collect(),
-            half,
-        }
-    }
 }
 
-/// Iterations, warm-up and time budget of one point.
-#[derive(Clone, Copy, Debug)]
-pub struct Budget {
-    pub iters: u64,
-    pub warmup: u64,
-    pub max_time: Duration,
-}
-
-/// One measured point on this rank: barrier, checked warm-up, barrier, the timed loop back to
-/// back, one more checked iteration. `extra` carries `per_rail`, `warmup_done`, `stopped_by`
-/// and `src_delay_ns` (mean arrival time of each source's chunk after the iteration started).
+/// One measured point on this rank: barrier, the checked warm-up, barrier, the timed loop back
+/// to back, one more checked iteration; the harness's [`budget_loop`] runs the two phases.
+/// `extra` carries `per_rail`, `warmup_done`, `stopped_by` and `src_delay_ns` (mean arrival time
+/// of each source's chunk after the iteration started).
 pub fn measure(
     ctx: &Ctx,
     mesh: &mut Mesh,
@@ -141,53 +115,88 @@ pub fn measure(
     // Nobody writes the new layout while a peer still checks the previous point.
     ctx.bs.barrier()?;
     run.start()?;
-    let mut errors = 0;
-    let began = Instant::now();
-    let mut warm = 0;
-    while warm < b.warmup {
-        let ask = warm > 0 && began.elapsed() >= b.max_time / 10;
-        // After the warm-up: the timed iterations and the final check.
-        let (e, stop) = run.iteration(verify, (warm % 2) as usize, None, ask, b.iters + 1)?;
-        errors += e;
-        warm += 1;
-        if stop {
-            break;
-        }
-    }
-    ctx.bs.barrier()?;
-    run.mesh.count_from_now(true);
-    let mut samples = Samples::with_capacity(b.iters.min(1 << 16) as usize);
-    let mut delays = vec![0u128; ctx.world as usize];
-    let mut last = Instant::now();
-    let first = last;
-    let mut stopped_by = "count";
-    for i in 0..b.iters {
-        let ask = i > 0 && first.elapsed() >= b.max_time;
-        let (_, stop) = run.iteration(false, 0, Some(&mut delays), ask, 1)?;
-        let now = Instant::now();
-        samples.push((now - last).as_nanos() as u64);
-        last = now;
-        if stop && i + 1 < b.iters {
-            stopped_by = "time";
-            break;
-        }
-    }
+    let mut phases = Phases {
+        run,
+        bs: ctx.bs,
+        verify,
+        iters: b.iters,
+        warm: 0,
+    };
+    let spent = budget_loop(b, Span::Between, &mut phases)?;
+    let mut run = phases.run;
+    run.timing = false;
     run.mesh.count_from_now(false);
     let per_rail = serde_json::from_value(run.mesh.per_rail()).unwrap_or_default();
-    errors += run.iteration(verify, 1, None, false, 0)?.0;
+    // After the timed loop: half 1, where none of its late writes lands.
+    run.fill_if(verify)?;
+    run.exchange(1, false, 0)?;
+    let errors = spent.errors + run.finish(verify, 1)?;
     run.mesh.drain_local()?;
-    let iters = samples.len().max(1) as u128;
+    let iters = spent.samples_ns.len().max(1) as u128;
     let outcome = RankOutcome {
         per_rail,
-        warmup_done: warm,
-        stopped_by: stopped_by.to_string(),
-        src_delay_ns: delays.iter().map(|d| (d / iters) as u64).collect(),
+        warmup_done: spent.warmup_done,
+        stopped_by: spent.stopped_by.name().to_string(),
+        src_delay_ns: run.delays.iter().map(|d| (d / iters) as u64).collect(),
     };
     Ok(Measured {
-        samples_ns: samples.into_vec(),
+        samples_ns: spent.samples_ns,
         errors,
         extra: outcome.into_extra(),
     })
+}
+
+/// The two phases of a point as the budgeted loop sees them: warm-up iterations are checked
+/// (when verifying) and alternate receive halves; timed ones land in half 0, unchecked, and
+/// time each source's arrival.
+struct Phases<'c, 'm> {
+    run: Run<'m>,
+    bs: &'c Bootstrap,
+    verify: bool,
+    iters: u64,
+    /// Warm-up iterations run so far.
+    warm: u64,
+}
+
+impl Phases<'_, '_> {
+    fn half(&self, phase: Phase) -> usize {
+        match phase {
+            Phase::Warmup => (self.warm % 2) as usize,
+            Phase::Timed => 0,
+        }
+    }
+}
+
+impl Budgeted for Phases<'_, '_> {
+    fn prepare(&mut self, phase: Phase) -> Result<(), BenchError> {
+        self.run.fill_if(self.verify && phase == Phase::Warmup)
+    }
+
+    fn body(&mut self, phase: Phase, last: Option<Stop>) -> Result<bool, BenchError> {
+        // When the loop stops here: after the warm-up come the timed iterations and the final
+        // check, after the timed part only the final check.
+        let after = match phase {
+            Phase::Warmup => self.iters + 1,
+            Phase::Timed => 1,
+        };
+        self.run.timing = phase == Phase::Timed;
+        let half = self.half(phase);
+        self.run.exchange(half, last.is_some(), after)
+    }
+
+    fn check(&mut self, phase: Phase) -> Result<u64, BenchError> {
+        let half = self.half(phase);
+        if phase == Phase::Warmup {
+            self.warm += 1;
+        }
+        self.run.finish(self.verify && phase == Phase::Warmup, half)
+    }
+
+    fn timed_from_here(&mut self) -> Result<(), BenchError> {
+        self.bs.barrier()?;
+        self.run.mesh.count_from_now(true);
+        Ok(())
+    }
 }
 
 /// A receive posted for `Op::Sendrecv`: where it lands and which stripe of a chunk it takes.
@@ -234,6 +243,10 @@ struct Run<'m> {
     slots: Vec<RecvSlot>,
     landed: Vec<(usize, u64, u32)>,
     to_post: u64,
+    /// Timed iterations: the summed arrival time of each source's chunk after the iteration
+    /// started, ns.
+    timing: bool,
+    delays: Vec<u128>,
 }
 
 impl<'m> Run<'m> {
@@ -300,6 +313,8 @@ impl<'m> Run<'m> {
             slots,
             landed: Vec::new(),
             to_post: expected * total_iters,
+            timing: false,
+            delays: vec![0; n as usize],
         })
     }
 
@@ -322,8 +337,10 @@ impl<'m> Run<'m> {
         self.mesh.post_recv(i, s.rail, s.off, s.len)
     }
 
-    /// Counts one arrival of `data` (kind, iteration, source); returns its iteration.
-    fn count(&mut self, data: u64, at: Option<(&mut [u128], Instant)>) -> Result<u64, BenchError> {
+    /// Counts one arrival of `data` (kind, iteration, source); returns its iteration. While
+    /// timing, the arrival that completes a source's chunk of this iteration adds the time since
+    /// `t0` (the iteration's start) to that source's delay.
+    fn count(&mut self, data: u64, t0: Instant) -> Result<u64, BenchError> {
         let (kind, it, src) = parse_cq_data(data)
             .filter(|(k, _, s)| {
                 matches!(k, Kind::Payload | Kind::Stop) && *s < self.n && *s != self.me
@@ -348,17 +365,22 @@ impl<'m> Run<'m> {
         self.got[p] += 1;
         self.stop[p] |= kind == Kind::Stop;
         self.got_from[p][src as usize] += 1;
-        if g == self.g && self.got_from[p][src as usize] == self.want_from[src as usize] {
-            if let Some((delays, t0)) = at {
-                delays[src as usize] += t0.elapsed().as_nanos();
-            }
+        if self.timing
+            && g == self.g
+            && self.got_from[p][src as usize] == self.want_from[src as usize]
+        {
+            self.delays[src as usize] += t0.elapsed().as_nanos();
         }
         Ok(g)
     }
 
-    /// Fills every chunk we send with the pattern of (iteration, source, destination, stripe).
-    fn fill(&mut self, g: u64) -> Result<(), BenchError> {
-        let me = self.me;
+    /// Fills every chunk we send with the pattern of (this iteration, source, destination,
+    /// stripe), when `verify`.
+    fn fill_if(&mut self, verify: bool) -> Result<(), BenchError> {
+        if !verify {
+            return Ok(());
+        }
+        let (me, g) = (self.me, self.g);
         for p in 0..self.n {
             let c = self.plan.out[p as usize];
             if p == me {
@@ -404,25 +426,15 @@ impl<'m> Run<'m> {
         Ok(())
     }
 
-    /// One iteration: fill (when checking), post every chunk, wait for every arrival of this
-    /// iteration and every local completion, check (when checking). Returns the errors found
-    /// and whether any rank (this one when `ask`) marked the iteration as its last of the loop.
-    /// `half` is the receive half the chunks land in; `after` is how many iterations this
-    /// point runs after this one when the loop stops here.
-    fn iteration(
-        &mut self,
-        check: bool,
-        half: usize,
-        mut delays: Option<&mut Vec<u128>>,
-        ask: bool,
-        after: u64,
-    ) -> Result<(u64, bool), BenchError> {
+    /// The timed part of one iteration: post every chunk, wait for every arrival of this
+    /// iteration and every local completion. Returns whether any rank (this one when `ask`)
+    /// marked the iteration as its last of the loop. `half` is the receive half the chunks land
+    /// in; `after` is how many iterations this point runs after this one when the loop stops
+    /// here.
+    fn exchange(&mut self, half: usize, ask: bool, after: u64) -> Result<bool, BenchError> {
         let g = self.g;
         let p = (g % 2) as usize;
         let (n, me) = (self.n, self.me);
-        if check {
-            self.fill(g)?;
-        }
         let t0 = Instant::now();
         self.post(
             half,
@@ -431,7 +443,7 @@ impl<'m> Run<'m> {
         // Wait for this iteration's arrivals and our completions.
         loop {
             while let Some(d) = self.mesh.arrivals.pop_front() {
-                self.count(d, delays.as_deref_mut().map(|v| (v.as_mut_slice(), t0)))?;
+                self.count(d, t0)?;
             }
             while let Some(r) = self.mesh.received.pop_front() {
                 let slot = self.slots.get(r.index).copied().ok_or_else(|| {
@@ -443,10 +455,7 @@ impl<'m> Run<'m> {
                         r.len, slot.len
                     )));
                 }
-                let it = self.count(
-                    r.data,
-                    delays.as_deref_mut().map(|v| (v.as_mut_slice(), t0)),
-                )?;
+                let it = self.count(r.data, t0)?;
                 // Reposted once its iteration is over (and checked), so a later message cannot
                 // overwrite it first.
                 self.landed.push((r.index, it, (r.data & 0xFFFF) as u32));
@@ -485,6 +494,14 @@ impl<'m> Run<'m> {
             // iterations still need, so none is left posted into the next point.
             self.to_post = after.saturating_sub(1) * self.expected;
         }
+        Ok(stop)
+    }
+
+    /// The untimed end of an iteration: checks it (when `check`; else frees its receive slots)
+    /// and moves on to the next. Returns the payload words that failed.
+    fn finish(&mut self, check: bool, half: usize) -> Result<u64, BenchError> {
+        let g = self.g;
+        let p = (g % 2) as usize;
         let errors = if check { self.check(g, half)? } else { 0 };
         if !check && self.op == Op::Sendrecv {
             // This iteration's receive slots are free again.
@@ -500,7 +517,7 @@ impl<'m> Run<'m> {
         self.stop[p] = false;
         self.got_from[p].iter_mut().for_each(|c| *c = 0);
         self.g += 1;
-        Ok((errors, stop))
+        Ok(errors)
     }
 
     /// Checks every chunk of iteration `g` in receive half `half`, ours and every peer's,
@@ -550,47 +567,5 @@ impl<'m> Run<'m> {
             }
         }
         Ok(errors)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::super::counts::{self, CountsSpec};
-    use super::*;
-
-    #[test]
-    fn uniform_counts_give_alltoall_plans() {
-        let c = counts::shape(&CountsSpec::Uniform, 4, 4096);
-        for me in 0..4u32 {
-            let (a, b) = (
-                Plan::uniform(me, 4, 1024),
-                Plan::from_counts(&c, me as usize, 4096),
-            );
-            assert_eq!(
-                (a.out, a.inc, a.remote, a.half),
-                (b.out, b.inc, b.remote, b.half)
-            );
-        }
-    }
-
-    #[test]
-    fn every_chunk_lands_where_its_receiver_expects_it() {
-        let c =
-            counts::parse_matrix("0 992 64 0\n32 96 0 4096\n0 0 0 16\n160 16 0 16\n", 4).unwrap();
-        let half = c.max_sent_received().1 as usize;
-        let plans: Vec<Plan> = (0..4).map(|r| Plan::from_counts(&c, r, half)).collect();
-        for (me, p) in plans.iter().enumerate() {
-            let mut end = 0;
-            for (dst, out) in p.out.iter().enumerate() {
-                // Sender and receiver agree on the length and on the place.
-                assert_eq!(out.len, plans[dst].inc[me].len);
-                assert_eq!(p.remote[dst], plans[dst].inc[me].off);
-                // Send cells are packed in destination order, inside the buffer.
-                assert_eq!(out.off, end);
-                end += out.len;
-            }
-            let last = p.inc.last().unwrap();
-            assert!(last.off + last.len <= half, "receive cells fit one half");
-        }
     }
 }

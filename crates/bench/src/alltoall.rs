@@ -23,20 +23,22 @@
 //! verified iteration checks that the buffers still carry correct data after the timed loop. As
 //! in nccl-tests, the payload of each *timed* iteration is not checked (that would put a fill and
 //! a check of the whole buffer inside the loop); its arrival is, stripe by stripe. The exchange
-//! itself (and why back to back is safe) is [`exchange`].
+//! itself (and why back to back is safe) is the all-to-all engine `alltoall` shares with
+//! `alltoallv`, [`collective::exchange`]; this file holds what is `alltoall`'s own: equal chunks,
+//! `--op`, the record.
 //!
 //! # Time budget
 //! Each size stops after `-n` timed iterations or `--max-time` seconds, whichever comes first
 //! (warm-up: `-w` or a tenth of it), so a node 100 times slower than the others yields its
 //! numbers within the budget instead of failing the job; every rank stops at the same iteration
-//! (see [`exchange`]). The record gives the iterations actually run and `stopped_by`.
+//! (see [`collective::exchange`]). The record gives the iterations actually run and `stopped_by`.
 //!
-//! # Its own timed loop
-//! The iterations run in [`exchange::measure`], not in the harness's [`harness::time_loop`]
-//! (`measure` returns the samples it took): the loop ends after `-n` iterations *or* when the
-//! budget runs out on any rank, at the same iteration everywhere (a mark in band, see
-//! [`exchange`]), the warm-up is bounded by time too, a barrier separates it from the timed
-//! part, and one more verified iteration follows; `time_loop` runs a fixed count.
+//! # The loop
+//! The harness's budgeted loop ([`harness::budget_loop`]) runs the warm-up and the timed part:
+//! it decides when this rank's budget ran out, and the exchange marks that iteration's chunks so
+//! every rank ends on it. A sample spans the end of one timed iteration to the
+//! end of the next (one clock read per iteration). The exchange adds the barriers around the
+//! warm-up and the final verified iteration.
 //!
 //! # Transfers
 //! `--op write` (default): RDMA write with remote CQ data into the peer's receive buffer at the
@@ -52,25 +54,18 @@
 //! * SinglePin: `alltoall --mem pinned --rails 1`
 //! * MultiPin: `alltoall --mem pinned --rails all --strategy split`
 
-pub mod counts;
-pub mod exchange;
-pub mod report;
-pub(crate) mod setup;
-
-use std::time::Duration;
-
 use efabench_record::Record;
 use serde::Serialize;
 
+use crate::collective::report::{self, Outcome};
+use crate::collective::{self, exchange, setup};
 use crate::error::BenchError;
 use crate::harness::{
     self, Benchmark, Ctx, FabricArgs, JobArgs, Measured, MemArgs, Needs, Point, RunFacts, SweepArgs,
 };
-use crate::mesh::Mesh;
+use crate::mesh::{mesh_needs, open_mesh, run_on_mesh, Mesh};
 pub use exchange::Op;
-use exchange::{Budget, Plan};
-use report::{Outcome, RailBytes, RankTime};
-pub(crate) use setup::{connect_mesh, mesh_facts, open_mesh};
+use exchange::Plan;
 
 /// Options of `alltoall`.
 #[derive(clap::Args, Debug, Clone)]
@@ -84,7 +79,7 @@ pub struct AlltoallArgs {
     pub matrix: bool,
     /// Longest timed part of one size, in seconds: it stops after -n iterations or this,
     /// whichever comes first, on every rank at the same iteration (warm-up: a tenth of it).
-    #[arg(long, default_value = "1", value_parser = crate::pairs::max_time_arg, allow_hyphen_values = true)]
+    #[arg(long, default_value = "1", value_parser = harness::max_time_arg, allow_hyphen_values = true)]
     pub max_time: f64,
     #[command(flatten)]
     pub sweep: SweepArgs,
@@ -116,21 +111,11 @@ pub struct Alltoall<'a> {
     mesh: Option<Mesh>,
 }
 
-/// The record fields of `alltoall` beyond the common ones.
+/// The record fields of `alltoall` beyond the common ones and those of every all-to-all.
 #[derive(Serialize)]
 struct AlltoallDetail {
     op: &'static str,
     chunk_bytes: usize,
-    lat_kind: &'static str,
-    busbw_def: String,
-    stopped_by: String,
-    slowest_rank: usize,
-    slowest_host: Option<String>,
-    rank_lat_us: Vec<RankTime>,
-    matrix_gbps: Vec<Vec<f64>>,
-    per_rail: Vec<RailBytes>,
-    #[serde(rename = "bw_GBps")]
-    bw_gbytes_per_s: f64,
 }
 
 /// The record fields every point of a run repeats.
@@ -157,12 +142,10 @@ impl<'a> Benchmark for Alltoall<'a> {
     }
 
     fn needs(&self) -> Needs {
-        Needs {
-            fabric: true,
-            min_world: 2,
-            how_to_launch: "run `efabench launch -n 4 -- alltoall ...`, or start it under \
-                            srun/mpirun, or by hand with --rank/--world/--rdzv",
-        }
+        mesh_needs(
+            "run `efabench launch -n 4 -- alltoall ...`, or start it under \
+             srun/mpirun, or by hand with --rank/--world/--rdzv",
+        )
     }
 
     fn fingerprint(&self) -> String {
@@ -236,55 +219,34 @@ impl<'a> Benchmark for Alltoall<'a> {
     }
 
     fn measure(&mut self, ctx: &Ctx, spec: &AlltoallSpec) -> Result<Measured, BenchError> {
-        let mesh = self
-            .mesh
-            .as_mut()
-            .ok_or_else(|| BenchError::failed("measure before setup"))?;
-        let plan = Plan::uniform(ctx.rank, ctx.world, spec.chunk);
-        let budget = Budget {
-            iters: spec.iters,
-            warmup: spec.warmup,
-            max_time: Duration::from_secs_f64(self.args.max_time),
-        };
-        exchange::measure(ctx, mesh, &plan, self.args.op, budget)
+        collective::measure(
+            ctx,
+            self.mesh.as_mut(),
+            &Plan::uniform(ctx.rank, ctx.world, spec.chunk),
+            self.args.op,
+            (spec.iters, spec.warmup),
+            self.args.max_time,
+        )
     }
 
     fn point(&self, ctx: &Ctx, spec: &AlltoallSpec, all: &[Measured]) -> Point {
-        let n = ctx.world;
-        let size = (spec.chunk * n as usize) as u64;
-        let o = Outcome::of(ctx, all, spec.warmup);
-        let algbw = o.gbps(size);
+        let n = ctx.world as usize;
+        let size = (spec.chunk * n) as u64;
         let detail = AlltoallDetail {
             op: self.args.op.name(),
             chunk_bytes: spec.chunk,
-            lat_kind: "time per iteration of the slowest rank",
-            busbw_def: format!(
-                "algbw x (n-1)/n with n = {n}; algbw = size / time of the slowest rank (nccl-tests all-to-all), Gbps"
-            ),
-            stopped_by: o.stopped_by.clone(),
-            slowest_rank: o.slowest,
-            slowest_host: o.slowest_host.clone(),
-            matrix_gbps: o.matrix(|_, _| spec.chunk as u64),
-            rank_lat_us: o.ranks.clone(),
-            per_rail: o.per_rail.clone(),
-            bw_gbytes_per_s: algbw / 8.0,
         };
-        Point {
-            variant: self.args.op.name().to_string(),
-            size_bytes: size,
-            iters: o.timed,
-            warmup: o.warm,
-            peer: None,
-            lat_us: o.lat_us,
-            bw_gbps: algbw,
-            busbw_gbps: Some(algbw * (n as f64 - 1.0) / n as f64),
-            msg_rate_mops: if o.time_ns > 0.0 {
-                (n as f64 - 1.0) * 1000.0 / o.time_ns
-            } else {
-                0.0
-            },
-            ..Point::with_extra(harness::detail_map(&detail))
-        }
+        Outcome::of(ctx, all, spec.warmup).point(
+            n,
+            (self.args.op.name().to_string(), size),
+            (
+                size,
+                "size / time of the slowest rank (nccl-tests all-to-all)",
+            ),
+            |_, _| spec.chunk as u64,
+            n as f64 - 1.0,
+            &detail,
+        )
     }
 
     fn summary(&self, records: &[Record]) -> Vec<String> {
@@ -294,12 +256,5 @@ impl<'a> Benchmark for Alltoall<'a> {
 
 /// Runs one rank of `alltoall`.
 pub fn run_alltoall(args: &AlltoallArgs, build: &harness::BuildInfo) -> Result<i32, BenchError> {
-    let mut b = Alltoall::new(args)?;
-    let run = harness::run(&mut b, args, build);
-    if run.is_err() {
-        // As in `pairs`: no fabric teardown with operations possibly still posted (libfabric
-        // 1.17's tcp provider crashes closing such endpoints); the process exits next.
-        std::mem::forget(b.mesh.take());
-    }
-    run
+    run_on_mesh(&mut Alltoall::new(args)?, args, build, |b| b.mesh.take())
 }

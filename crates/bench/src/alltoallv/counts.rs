@@ -28,6 +28,7 @@
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
+use crate::collective::exchange::{Chunk, Plan};
 use crate::error::BenchError;
 use crate::pattern::mix;
 
@@ -147,6 +148,28 @@ pub struct Counts {
 }
 
 impl Counts {
+    /// Rank `me`'s cells of a counts matrix (send cells packed in destination order, receive
+    /// cells in source order), with receive halves of `half` bytes.
+    pub fn plan(&self, me: usize, half: usize) -> Plan {
+        let (c, n) = (self, self.n());
+        Plan {
+            out: (0..n)
+                .map(|d| Chunk {
+                    off: c.send_offset(me, d) as usize,
+                    len: c.get(me, d) as usize,
+                })
+                .collect(),
+            inc: (0..n)
+                .map(|s| Chunk {
+                    off: c.recv_offset(s, me) as usize,
+                    len: c.get(s, me) as usize,
+                })
+                .collect(),
+            remote: (0..n).map(|d| c.recv_offset(me, d) as usize).collect(),
+            half,
+        }
+    }
+
     /// A matrix from rows (each `n` long).
     pub fn from_rows(rows: &[Vec<u64>]) -> Self {
         let n = rows.len();
@@ -455,5 +478,37 @@ mod tests {
             .unwrap_err()
             .contains("not a number"));
         assert!(parse_matrix(" \n", 2).unwrap_err().contains("empty"));
+    }
+
+    #[test]
+    fn uniform_counts_give_alltoall_plans() {
+        let c = shape(&CountsSpec::Uniform, 4, 4096);
+        for me in 0..4u32 {
+            let (a, b) = (Plan::uniform(me, 4, 1024), c.plan(me as usize, 4096));
+            assert_eq!(
+                (a.out, a.inc, a.remote, a.half),
+                (b.out, b.inc, b.remote, b.half)
+            );
+        }
+    }
+
+    #[test]
+    fn every_chunk_lands_where_its_receiver_expects_it() {
+        let c = parse_matrix("0 992 64 0\n32 96 0 4096\n0 0 0 16\n160 16 0 16\n", 4).unwrap();
+        let half = c.max_sent_received().1 as usize;
+        let plans: Vec<Plan> = (0..4).map(|r| c.plan(r, half)).collect();
+        for (me, p) in plans.iter().enumerate() {
+            let mut end = 0;
+            for (dst, out) in p.out.iter().enumerate() {
+                // Sender and receiver agree on the length and on the place.
+                assert_eq!(out.len, plans[dst].inc[me].len);
+                assert_eq!(p.remote[dst], plans[dst].inc[me].off);
+                // Send cells are packed in destination order, inside the buffer.
+                assert_eq!(out.off, end);
+                end += out.len;
+            }
+            let last = p.inc.last().unwrap();
+            assert!(last.off + last.len <= half, "receive cells fit one half");
+        }
     }
 }

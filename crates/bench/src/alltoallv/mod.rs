@@ -13,25 +13,25 @@
 //!   `counts_bytes[src][dst]` the matrix; `matrix_gbps[src][dst]` each cell over its mean arrival
 //!   time at `dst`; `slowest_rank`, `rank_lat_us` and `rank_bytes` every rank's share.
 //!
-//! The exchange is `alltoall`'s ([`exchange`]): RDMA writes with remote CQ data, every chunk
+//! The exchange is `alltoall`'s ([`collective::exchange`]): RDMA writes with remote CQ data, every chunk
 //! (stripe) filled with the pattern of (iteration, source, destination, stripe) and checked in
 //! every warm-up iteration and once after the timed loop; a cell of 0 bytes is announced by an
 //! 8-byte signal, so every rank still hears from every rank in every iteration.
 
-use std::time::Duration;
+pub mod counts;
 
 use efabench_record::Record;
 use serde::Serialize;
 
-use crate::alltoall::counts::{self, Counts, CountsSpec};
-use crate::alltoall::exchange::{self, Budget, Op, Plan};
-use crate::alltoall::report::{self, Outcome, RailBytes, RankTime};
-use crate::alltoall::{open_mesh, setup};
+use crate::collective::exchange::Op;
+use crate::collective::report::{self, Outcome};
+use crate::collective::{self, setup};
 use crate::error::BenchError;
 use crate::harness::{
     self, Benchmark, Ctx, FabricArgs, JobArgs, Measured, MemArgs, Needs, Point, RunFacts, SweepArgs,
 };
-use crate::mesh::Mesh;
+use crate::mesh::{mesh_needs, open_mesh, run_on_mesh, Mesh};
+use counts::{Counts, CountsSpec};
 
 /// Options of `alltoallv`.
 #[derive(clap::Args, Debug, Clone)]
@@ -51,7 +51,7 @@ pub struct AlltoallvArgs {
     pub matrix: bool,
     /// Longest timed part of one size, in seconds: it stops after -n iterations or this,
     /// whichever comes first, on every rank at the same iteration (warm-up: a tenth of it).
-    #[arg(long, default_value = "1", value_parser = crate::pairs::max_time_arg, allow_hyphen_values = true)]
+    #[arg(long, default_value = "1", value_parser = harness::max_time_arg, allow_hyphen_values = true)]
     pub max_time: f64,
     #[command(flatten)]
     pub sweep: SweepArgs,
@@ -108,16 +108,6 @@ struct AlltoallvDetail {
     busiest_bytes: u64,
     rank_bytes: Vec<RankBytes>,
     recv_imbalance: f64,
-    lat_kind: &'static str,
-    busbw_def: String,
-    stopped_by: String,
-    slowest_rank: usize,
-    slowest_host: Option<String>,
-    rank_lat_us: Vec<RankTime>,
-    matrix_gbps: Vec<Vec<f64>>,
-    per_rail: Vec<RailBytes>,
-    #[serde(rename = "bw_GBps")]
-    bw_gbytes_per_s: f64,
 }
 
 /// The record fields every point of a run repeats.
@@ -224,12 +214,10 @@ impl<'a> Benchmark for Alltoallv<'a> {
     }
 
     fn needs(&self) -> Needs {
-        Needs {
-            fabric: true,
-            min_world: 2,
-            how_to_launch: "run `efabench launch -n 4 -- alltoallv ...`, or start it under \
-                            srun/mpirun, or by hand with --rank/--world/--rdzv",
-        }
+        mesh_needs(
+            "run `efabench launch -n 4 -- alltoallv ...`, or start it under \
+             srun/mpirun, or by hand with --rank/--world/--rdzv",
+        )
     }
 
     fn fingerprint(&self) -> String {
@@ -305,25 +293,20 @@ impl<'a> Benchmark for Alltoallv<'a> {
             .map(|(_, c)| c.max_sent_received().1)
             .max()
             .unwrap_or(0) as usize;
-        let mesh = self
-            .mesh
-            .as_mut()
-            .ok_or_else(|| BenchError::failed("measure before setup"))?;
-        let plan = Plan::from_counts(&spec.counts, ctx.rank as usize, half);
-        let budget = Budget {
-            iters: spec.iters,
-            warmup: spec.warmup,
-            max_time: Duration::from_secs_f64(self.args.max_time),
-        };
-        exchange::measure(ctx, mesh, &plan, Op::Write, budget)
+        collective::measure(
+            ctx,
+            self.mesh.as_mut(),
+            &spec.counts.plan(ctx.rank as usize, half),
+            Op::Write,
+            (spec.iters, spec.warmup),
+            self.args.max_time,
+        )
     }
 
     fn point(&self, ctx: &Ctx, spec: &AlltoallvSpec, all: &[Measured]) -> Point {
         let n = ctx.world as usize;
         let c = &spec.counts;
-        let o = Outcome::of(ctx, all, spec.warmup);
         let busiest = c.busiest();
-        let algbw = o.gbps(busiest);
         let detail = AlltoallvDetail {
             counts_bytes: c.rows(),
             busiest_bytes: busiest,
@@ -335,39 +318,23 @@ impl<'a> Benchmark for Alltoallv<'a> {
                 })
                 .collect(),
             recv_imbalance: (c.recv_imbalance() * 1e4).round() / 1e4,
-            lat_kind: "time per iteration of the slowest rank",
-            busbw_def: format!(
-                "algbw x (n-1)/n with n = {n}; algbw = the busiest rank's bytes sent or received / time of the slowest rank (nccl-tests alltoallv), Gbps"
-            ),
-            stopped_by: o.stopped_by.clone(),
-            slowest_rank: o.slowest,
-            slowest_host: o.slowest_host.clone(),
-            matrix_gbps: o.matrix(|s, d| c.get(s, d)),
-            rank_lat_us: o.ranks.clone(),
-            per_rail: o.per_rail.clone(),
-            bw_gbytes_per_s: algbw / 8.0,
         };
         let messages = (0..n)
             .flat_map(|s| (0..n).map(move |d| (s, d)))
             .filter(|&(s, d)| s != d && c.get(s, d) > 0)
             .count() as f64;
-        Point {
-            variant: variant(&self.args.counts),
-            size_bytes: spec.size,
-            iters: o.timed,
-            warmup: o.warm,
-            peer: None,
-            lat_us: o.lat_us,
-            bw_gbps: algbw,
-            busbw_gbps: Some(algbw * (n as f64 - 1.0) / n as f64),
+        Outcome::of(ctx, all, spec.warmup).point(
+            n,
+            (variant(&self.args.counts), spec.size),
+            (
+                busiest,
+                "the busiest rank's bytes sent or received / time of the slowest rank (nccl-tests alltoallv)",
+            ),
+            |s, d| c.get(s, d),
             // Chunks with bytes per rank per µs, as alltoall's (n-1) per iteration.
-            msg_rate_mops: if o.time_ns > 0.0 {
-                messages / n as f64 * 1000.0 / o.time_ns
-            } else {
-                0.0
-            },
-            ..Point::with_extra(harness::detail_map(&detail))
-        }
+            messages / n as f64,
+            &detail,
+        )
     }
 
     fn summary(&self, records: &[Record]) -> Vec<String> {
@@ -410,11 +377,5 @@ fn variant(c: &CountsSpec) -> String {
 
 /// Runs one rank of `alltoallv`.
 pub fn run_alltoallv(args: &AlltoallvArgs, build: &harness::BuildInfo) -> Result<i32, BenchError> {
-    let mut b = Alltoallv::new(args)?;
-    let run = harness::run(&mut b, args, build);
-    if run.is_err() {
-        // As `alltoall`: no fabric teardown with operations possibly still posted.
-        std::mem::forget(b.mesh.take());
-    }
-    run
+    run_on_mesh(&mut Alltoallv::new(args)?, args, build, |b| b.mesh.take())
 }
