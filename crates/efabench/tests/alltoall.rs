@@ -110,6 +110,9 @@ fn alltoall_shm_2_3_4_8_ranks() {
         alltoall("shm", n, "write", &[]);
     }
     alltoall("shm", 3, "sendrecv", &[]);
+    // One or two chunks in flight, the rest posted as they complete.
+    alltoall("shm", 4, "write", &["--window", "1"]);
+    alltoall("shm", 4, "sendrecv", &["--window", "2"]);
     alltoall(
         "shm",
         4,

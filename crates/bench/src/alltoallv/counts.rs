@@ -167,6 +167,7 @@ impl Counts {
                 .collect(),
             remote: (0..n).map(|d| c.recv_offset(me, d) as usize).collect(),
             half,
+            window: usize::MAX,
         }
     }
 

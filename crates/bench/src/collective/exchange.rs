@@ -78,6 +78,9 @@ pub struct Plan {
     pub remote: Vec<usize>,
     /// Bytes of one receive half (the receive buffer holds two).
     pub half: usize,
+    /// Most of our chunks in flight at once (`usize::MAX`: all posted at once). The next is
+    /// posted, in the same peer order, as an earlier one completes.
+    pub window: usize,
 }
 
 impl Plan {
@@ -95,6 +98,7 @@ impl Plan {
             inc: cells,
             remote: vec![me as usize * chunk; n as usize],
             half: chunk * n as usize,
+            window: usize::MAX,
         }
     }
 }
@@ -247,6 +251,11 @@ struct Run<'m> {
     /// started, ns.
     timing: bool,
     delays: Vec<u128>,
+    /// The iteration being posted: the next peer (as an offset from this rank), the receive
+    /// half and the CQ data of its chunks.
+    next: u32,
+    post_half: usize,
+    post_data: u64,
 }
 
 impl<'m> Run<'m> {
@@ -315,6 +324,9 @@ impl<'m> Run<'m> {
             to_post: expected * total_iters,
             timing: false,
             delays: vec![0; n as usize],
+            next: 0,
+            post_half: 0,
+            post_data: 0,
         })
     }
 
@@ -396,12 +408,30 @@ impl<'m> Run<'m> {
         Ok(())
     }
 
-    /// Posts our chunk (or its signal) to every peer and copies our own chunk.
+    /// Posts our chunks (or their signals) to the first peers, up to the plan's window, and
+    /// copies our own chunk; [`Run::post_more`] posts the rest as earlier ones complete.
     fn post(&mut self, half: usize, data: u64) -> Result<(), BenchError> {
+        let me = self.me as usize;
+        (self.next, self.post_half, self.post_data) = (1, half, data);
+        self.post_more()?;
+        let own = self.plan.out[me];
+        if own.len > 0 {
+            let to = half * self.plan.half + self.plan.inc[me].off;
+            self.mesh.copy_local(own.off, to, own.len)?;
+        }
+        Ok(())
+    }
+
+    /// Posts the next peers' chunks, in the order rank + 1, rank + 2, ..., while fewer than the
+    /// window are in flight.
+    #[inline]
+    fn post_more(&mut self) -> Result<(), BenchError> {
         let (n, me) = (self.n, self.me);
-        let base = half * self.plan.half;
-        for k in 1..n {
-            let p = (me + k) % n;
+        let base = self.post_half * self.plan.half;
+        let data = self.post_data;
+        while self.next < n && (self.mesh.outstanding as usize) < self.plan.window {
+            let p = (me + self.next) % n;
+            self.next += 1;
             let c = self.plan.out[p as usize];
             let at = base + self.plan.remote[p as usize];
             if self.stripes_out[p as usize].is_empty() {
@@ -417,11 +447,6 @@ impl<'m> Run<'m> {
                     Op::Sendrecv => self.mesh.send(p, st.rail, c.off + st.off, st.len, data)?,
                 }
             }
-        }
-        let own = self.plan.out[me as usize];
-        if own.len > 0 {
-            self.mesh
-                .copy_local(own.off, base + self.plan.inc[me as usize].off, own.len)?;
         }
         Ok(())
     }
@@ -460,7 +485,10 @@ impl<'m> Run<'m> {
                 // overwrite it first.
                 self.landed.push((r.index, it, (r.data & 0xFFFF) as u32));
             }
-            if self.got[p] >= self.expected && self.mesh.outstanding == 0 {
+            if self.next < n {
+                self.post_more()?;
+            }
+            if self.got[p] >= self.expected && self.mesh.outstanding == 0 && self.next >= n {
                 break;
             }
             let want = self.expected;
