@@ -52,7 +52,13 @@ run_efabench() { # ranks round
             --rank "$r" --world "$n" --rdzv "127.0.0.1:$port" >"$work/efa-$n-$2.$r.log" 2>&1 &
         pids+=($!)
     done
-    for p in "${pids[@]}"; do wait "$p"; done
+    local failed=0
+    for p in "${pids[@]}"; do wait "$p" || failed=1; done
+    if [ $failed = 1 ]; then
+        echo "efabench failed at $n ranks (round $2); its ranks' last lines:" >&2
+        tail -n 3 "$work/efa-$n-$2".*.log >&2
+        exit 1
+    fi
 }
 
 run_mpi() { # ranks round
