@@ -45,11 +45,14 @@ impl Mesh {
         let mut got = false;
         for r in 0..self.group.len() {
             let n = self.group.rail(r).poll(&mut self.cq)?;
+            if n == 0 {
+                continue;
+            }
             for i in 0..n {
                 let c = self.cq[i];
                 self.sort(&c)?;
             }
-            got |= n > 0;
+            got = true;
         }
         if got {
             if let Some(p) = &self.progress_tick {
