@@ -9,9 +9,15 @@
 # like-for-like ratio) and as by default (verified). On a small shared VM one run of either tool
 # varies by ±30%, so each runs REPEATS times, alternating, and the table shows medians.
 #
+# With BASELINE set to another efabench binary (e.g. a build of the previous commit), every repeat
+# also runs it, alternating with the others, and the table gets its two columns (before/after of
+# a change, measured under the same load). A run that fails is retried once (a port taken by
+# another job); a second failure stops the script with the efabench error.
+#
 # Usage: scripts/compare-fi-pingpong.sh [providers...]        (default: shm tcp)
 # Environment: ITERS (10000), REPEATS (5), SIZES ("8 64 512 4096 32768 65536"),
-#              EFABENCH (target/release/efabench), OUT (results/fi_pingpong-compare.jsonl)
+#              EFABENCH (target/release/efabench), OUT (results/fi_pingpong-compare.jsonl),
+#              BASELINE (unset), BASELINE_OUT (OUT with -baseline before .jsonl)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 EFABENCH=${EFABENCH:-target/release/efabench}
@@ -19,24 +25,33 @@ ITERS=${ITERS:-10000}
 REPEATS=${REPEATS:-5}
 SIZES=${SIZES:-"8 64 512 4096 32768 65536"}
 OUT=${OUT:-results/fi_pingpong-compare.jsonl}
+BASELINE=${BASELINE:-}
+BASELINE_OUT=${BASELINE_OUT:-${OUT%.jsonl}-baseline.jsonl}
 command -v fi_pingpong >/dev/null || { echo "fi_pingpong not found: apt-get install libfabric-bin" >&2; exit 2; }
 [ -x "$EFABENCH" ] || cargo build --release -q -p efabench
 mkdir -p "$(dirname "$OUT")"
 providers=("$@"); [ ${#providers[@]} -gt 0 ] || providers=(shm tcp)
 port=$((20000 + RANDOM % 20000))
+trap 'rm -f /tmp/compare-fi-pingpong.$$.err' EXIT
 
 median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 
 echo "# libfabric $(fi_info --version | sed -n 's/^libfabric: //p'), $ITERS iterations, median of $REPEATS alternating runs, $(nproc) cores, $(date -u +%F)"
-printf "%-5s %8s | %11s | %16s %6s | %16s %6s\n" provider "size(B)" "fi_pingpong" "efa --no-check" ratio "efa verified" ratio
-run_efabench() { # prints the mean one-way latency
-  "$EFABENCH" launch -n 2 -- sendrecv -p "$1" -b "$2" -e "$2" -n "$ITERS" --variant pingpong \
-      --format json -o "$OUT" $3 2>/dev/null \
-    | python3 -c 'import json,sys; print(json.loads(sys.stdin.read())["lat_us"]["mean"])'
+header=$(printf "%-5s %8s | %11s | %16s %6s | %16s %6s" provider "size(B)" "fi_pingpong" "efa --no-check" ratio "efa verified" ratio)
+[ -z "$BASELINE" ] || header+=$(printf " | %16s %6s | %16s %6s" "base --no-check" ratio "base verified" ratio)
+echo "$header"
+run_once() { # BINARY OUT provider size extra: prints the mean one-way latency
+  local json
+  json=$("$1" launch -n 2 -- sendrecv -p "$3" -b "$4" -e "$4" -n "$ITERS" --variant pingpong \
+      --format json -o "$2" $5 2>/tmp/compare-fi-pingpong.$$.err) || return 1
+  python3 -c 'import json,sys; print(json.loads(sys.stdin.read())["lat_us"]["mean"])' <<<"$json"
+}
+run_efabench() { # BINARY OUT provider size extra
+  run_once "$@" || run_once "$@" || { cat /tmp/compare-fi-pingpong.$$.err >&2; exit 1; }
 }
 for p in "${providers[@]}"; do
   for s in $SIZES; do
-    refs=""; raw=""; ver=""
+    refs=""; raw=""; ver=""; braw=""; bver=""
     for _ in $(seq "$REPEATS"); do
       port=$((port + 1))
       fi_pingpong -p "$p" -e rdm -I "$ITERS" -S "$s" -B "$port" >/dev/null 2>&1 &
@@ -44,12 +59,22 @@ for p in "${providers[@]}"; do
       sleep 0.3
       refs+=" $(fi_pingpong -p "$p" -e rdm -I "$ITERS" -S "$s" -P "$port" 127.0.0.1 2>/dev/null | awk 'NR==2 {print $7}')"
       wait "$server" || true
-      raw+=" $(run_efabench "$p" "$s" --no-check)"
-      ver+=" $(run_efabench "$p" "$s" "")"
+      raw+=" $(run_efabench "$EFABENCH" "$OUT" "$p" "$s" --no-check)"
+      ver+=" $(run_efabench "$EFABENCH" "$OUT" "$p" "$s" "")"
+      if [ -n "$BASELINE" ]; then
+        braw+=" $(run_efabench "$BASELINE" "$BASELINE_OUT" "$p" "$s" --no-check)"
+        bver+=" $(run_efabench "$BASELINE" "$BASELINE_OUT" "$p" "$s" "")"
+      fi
     done
     ref=$(echo "$refs" | median); r=$(echo "$raw" | median); v=$(echo "$ver" | median)
-    printf "%-5s %8s | %11.2f | %16.2f %6.2f | %16.2f %6.2f\n" "$p" "$s" "$ref" "$r" \
-      "$(python3 -c "print($r/$ref)")" "$v" "$(python3 -c "print($v/$ref)")"
+    row=$(printf "%-5s %8s | %11.2f | %16.2f %6.2f | %16.2f %6.2f" "$p" "$s" "$ref" "$r" \
+      "$(python3 -c "print($r/$ref)")" "$v" "$(python3 -c "print($v/$ref)")")
+    if [ -n "$BASELINE" ]; then
+      br=$(echo "$braw" | median); bv=$(echo "$bver" | median)
+      row+=$(printf " | %16.2f %6.2f | %16.2f %6.2f" "$br" "$(python3 -c "print($br/$ref)")" \
+        "$bv" "$(python3 -c "print($bv/$ref)")")
+    fi
+    echo "$row"
   done
 done
 echo "# one-way latency in us (mean); ratio = efabench / fi_pingpong (below 1: efabench is faster); records appended to $OUT"

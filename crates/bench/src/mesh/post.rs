@@ -276,6 +276,10 @@ impl Route {
 
 #[inline]
 fn route_of(strategy: Strategy, rails: usize, n: u64, size: usize) -> Route {
+    // One rail: every strategy puts the whole message on it (no division on the hot path).
+    if rails <= 1 {
+        return Route::One([(0, 0, size)]);
+    }
     let first = (n % rails.max(1) as u64) as usize;
     match strategy {
         // What `split` gives a single stripe: the whole message on the first rail.

@@ -109,6 +109,14 @@ struct State {
     next_key: u64,
 }
 
+impl State {
+    /// Completions and errors waiting for [`Rail::poll`] outside the CQ.
+    #[inline(always)]
+    fn queued(&self) -> usize {
+        self.errors.len() + self.ready.len() + self.remote.len()
+    }
+}
+
 static NEXT_RAIL: AtomicU32 = AtomicU32::new(1);
 
 /// One NIC's endpoint with its CQ, AV and registered memory. Not `Sync`: drive a rail from one
