@@ -48,8 +48,9 @@
 //! 4 KiB page; with every chunk posted at once, up to n − 1 receivers take the same sender's
 //! lock together, and on a 16-core host that lock's wait was the largest kernel cost (profiled
 //! against `MPI_Alltoall` on 8 and 16 ranks). Two in flight keep it to about two readers per
-//! sender. On huge pages (`--mem huge`) the lock is taken once per 2 MiB. With more ranks than
-//! cores, or 2 ranks, or another provider, auto posts everything at once. `--window all` or
+//! sender. On huge pages (`--mem huge`) the lock is taken once per 2 MiB and posting everything
+//! at once is faster; device memory does not use CMA. So auto posts everything at once there,
+//! and with more ranks than cores, with 2 ranks, or on another provider. `--window all` or
 //! `--window N` sets it; the record's `window` is the number in flight at that point.
 //!
 //! # Transfers
@@ -66,6 +67,7 @@
 //! * SinglePin: `alltoall --mem pinned --rails 1`
 //! * MultiPin: `alltoall --mem pinned --rails all --strategy split`
 
+use efabench_gpu::MemKind;
 use efabench_record::Record;
 use serde::Serialize;
 
@@ -90,7 +92,7 @@ pub struct AlltoallArgs {
     #[arg(long)]
     pub matrix: bool,
     /// Chunks in flight per rank: auto (2 over shm with a core per rank for chunks of 16 KiB or
-    /// more, else all), all, or a number (1-65536).
+    /// more on small host pages, else all), all, or a number (1-65536).
     #[arg(long, default_value = "auto", value_parser = window_arg)]
     pub window: Window,
     /// Longest timed part of one size, in seconds: it stops after -n iterations or this,
@@ -244,7 +246,10 @@ impl<'a> Benchmark for Alltoall<'a> {
             .push(setup::budget_line(self.args.max_time, self.sizes.len()));
         let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
         let on_host = ctx.hosts.iter().filter(|h| **h == ctx.host).count();
-        self.contended_copies = facts.provider == "shm" && ctx.world > 2 && on_host <= cores;
+        // Device memory goes through CUDA IPC, huge pages take the lock once per 2 MiB.
+        let small_pages = matches!(self.args.mem.mem, MemKind::Host | MemKind::Pinned);
+        self.contended_copies =
+            facts.provider == "shm" && small_pages && ctx.world > 2 && on_host <= cores;
         if self.args.window == Window::Auto && self.contended_copies {
             facts.header.push(format!(
                 "# window: 2 chunks in flight per rank from {} chunks up (--window auto: shm with a \
