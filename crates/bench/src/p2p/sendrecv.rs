@@ -15,11 +15,14 @@ impl Message for SendRecv {
     const INJECT: bool = true;
 
     fn expect(link: &mut Link, pos: usize) -> Result<(), BenchError> {
-        link.post(Op::Recv(pos), None, false)
+        link.post(Op::Recv(pos), None)
     }
 
     fn post(link: &mut Link, _i: u64, pos: usize, inject: bool) -> Result<(), BenchError> {
-        link.post(Op::Send(pos), None, inject)
+        match inject {
+            true => link.inject(pos),
+            false => link.post(Op::Send(pos), None),
+        }
     }
 
     fn own(pos: usize) -> Op {

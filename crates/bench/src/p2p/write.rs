@@ -20,7 +20,7 @@ impl Message for Write {
     const NAME: &'static str = "write";
 
     fn post(link: &mut Link, i: u64, pos: usize, _: bool) -> Result<(), BenchError> {
-        link.post(Op::Write(pos), Some(data(i, pos)), false)
+        link.post(Op::Write(pos), Some(data(i, pos)))
     }
 
     fn own(pos: usize) -> Op {
