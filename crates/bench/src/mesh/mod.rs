@@ -18,10 +18,10 @@
 //! those per source and iteration, stripe by stripe, never by "the last write arrived".
 //!
 //! # Accounting local completions
-//! Each posted stripe says how its completion is counted ([`Account`]): in the `outstanding`
-//! count (the collectives drain it), as one stripe of a tracked message (a message completes,
-//! into [`Mesh::take_done`], once every stripe has: the point-to-point protocols wait for single
-//! messages), or not at all (`fi_inject`, which completes nothing).
+//! A stripe posted with [`Mesh::post`] counts in the `outstanding` count (the collectives drain
+//! it); one of a tracked message ([`Mesh::post_op`]) counts towards that message (a message
+//! completes, into [`Mesh::take_done`], once every stripe has: the point-to-point protocols wait
+//! for single messages); an `fi_inject` counts nowhere (it completes nothing).
 //!
 //! # Routes
 //! A message to `peer` goes over the rails by `--strategy`: `round-robin` puts the whole message
@@ -41,6 +41,7 @@
 
 mod buffers;
 mod connect;
+mod lane;
 mod post;
 mod signal;
 mod track;
@@ -65,7 +66,8 @@ use crate::pattern;
 
 pub use self::buffers::{alloc, Payload};
 pub(crate) use self::connect::{connect_mesh, mesh_facts, mesh_needs, open_mesh, run_on_mesh};
-pub use self::post::{Account, Post, Route};
+pub use self::lane::{Lane, LaneRail};
+pub use self::post::{Post, Route};
 pub use self::signal::{cq_data, parse_cq_data, Kind, ITER_MOD};
 pub use self::track::{Op, OpDone, MAX_INDEX};
 pub use self::wait::{Done, EMPTY_POLLS};

@@ -1,22 +1,10 @@
-//! Posting: one stripe of any operation ([`Mesh::post`]), how its completion is counted
-//! ([`Account`]), the collectives' shorthands, control signals, and the routes of a message over
-//! the rails.
+//! Posting: one stripe of any operation, counted in [`Mesh::outstanding`] ([`Mesh::post`]), the
+//! collectives' shorthands, control signals, and the routes of a message over the rails.
 
 use efabench_fabric::{Flags, Op, Stripe};
 
-use super::{Mesh, MeshResult, CTX_CTRL, CTX_RECV, CTX_SEND, CTX_TRACK, CTX_WRITE};
+use super::{Mesh, MeshResult, CTX_CTRL, CTX_RECV, CTX_SEND, CTX_WRITE};
 use crate::harness::Strategy;
-
-/// How the local completion of a posted stripe is counted.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Account {
-    /// In [`Mesh::outstanding`] (receives: in [`Mesh::received`]).
-    Outstanding,
-    /// As one stripe of tracked message `tag` (see [`Mesh::track`]).
-    Tag(u32),
-    /// Not at all: an `fi_inject` send, which completes nothing.
-    Inject,
-}
 
 /// One stripe to post: what, from and to which bytes of the registered buffers.
 #[derive(Clone, Copy, Debug)]
@@ -67,21 +55,15 @@ impl Mesh {
         }
     }
 
-    /// Posts one stripe on `rail`; `acct` says how its local completion is counted. Every
-    /// operation but a receive counts towards the rail's bytes and operations.
+    /// Posts one stripe on `rail`; its local completion counts in [`Mesh::outstanding`] (a
+    /// receive's in [`Mesh::received`]). Every operation but a receive counts towards the rail's
+    /// bytes and operations.
     #[inline(always)]
-    pub fn post(&mut self, rail: usize, op: Post, acct: Account) -> MeshResult<()> {
-        let (ctx, flags) = match acct {
-            Account::Outstanding => (
-                match op {
-                    Post::Write { .. } | Post::Read { .. } => CTX_WRITE,
-                    Post::Send { .. } => CTX_SEND,
-                    Post::Recv { index, .. } => CTX_RECV | index as u64,
-                },
-                Flags::NONE,
-            ),
-            Account::Tag(tag) => (CTX_TRACK | u64::from(tag), Flags::NONE),
-            Account::Inject => (0, Flags::INJECT),
+    pub fn post(&mut self, rail: usize, op: Post) -> MeshResult<()> {
+        let (ctx, flags) = match op {
+            Post::Write { .. } | Post::Read { .. } => (CTX_WRITE, Flags::NONE),
+            Post::Send { .. } => (CTX_SEND, Flags::NONE),
+            Post::Recv { index, .. } => (CTX_RECV | index as u64, Flags::NONE),
         };
         let counted = match op {
             Post::Write {
@@ -143,9 +125,7 @@ impl Mesh {
                 return Ok(());
             }
         };
-        if acct == Account::Outstanding {
-            self.outstanding += 1;
-        }
+        self.outstanding += 1;
         self.count(rail, counted);
         Ok(())
     }
@@ -168,7 +148,7 @@ impl Mesh {
             remote_off,
             data,
         };
-        self.post(rail, op, Account::Outstanding)
+        self.post(rail, op)
     }
 
     /// Sends `send[off..off+len]` to `peer` on `rail`, with CQ data.
@@ -187,7 +167,7 @@ impl Mesh {
             len,
             data,
         };
-        self.post(rail, op, Account::Outstanding)
+        self.post(rail, op)
     }
 
     /// Posts receive number `index` into `recv[off..off+len]` on `rail`.
@@ -199,11 +179,11 @@ impl Mesh {
         len: usize,
     ) -> MeshResult<()> {
         let op = Post::Recv { index, off, len };
-        self.post(rail, op, Account::Outstanding)
+        self.post(rail, op)
     }
 
     /// Expects `stripes` more stripe completions of tracked message `tag` (call before posting
-    /// them with [`Account::Tag`]); the message is done, into [`Mesh::take_done`], once every
+    /// them with context `CTX_TRACK | tag`, as [`Mesh::post_op`] does); the message is done, into [`Mesh::take_done`], once every
     /// stripe has completed.
     #[inline]
     pub fn track(&mut self, tag: u32, stripes: usize) {
@@ -250,8 +230,7 @@ impl Mesh {
         }
     }
 
-    /// Whether a message of `size` bytes can go by `fi_inject` ([`Account::Inject`]: no
-    /// completion to reap; the buffer is reusable as soon as the call returns).
+    /// Whether a message of `size` bytes can go by `fi_inject` (no completion to reap; the buffer is reusable as soon as the call returns).
     pub fn can_inject(&self, size: usize) -> bool {
         let g = &self.group;
         self.stripe_count(size) == 1

@@ -3,7 +3,9 @@
 //! ([`Mesh::track`]), so that a protocol that keeps several messages in flight to one peer
 //! posts whole messages and waits for a given one, or for any of a kind, without raw tags.
 
-use super::{Account, Mesh, MeshResult, Post, Route};
+use efabench_fabric::{Flags, Op as FiOp};
+
+use super::{Lane, Mesh, MeshResult, Route, CTX_TRACK};
 use crate::error::BenchError;
 
 /// A tracked operation and its index, below [`MAX_INDEX`].
@@ -61,54 +63,64 @@ impl OpDone {
 }
 
 impl Mesh {
-    /// Posts message `op` to or from `peer` over `route`, every stripe at byte `base` of the
-    /// stripe's offset on both sides (a write lands at the same place of the peer's `recv`, a
-    /// read reads the same place of its `send`); every stripe of a write carries `data` as
-    /// remote CQ data. With `inject` (a send that fits `fi_inject`) nothing is tracked: no
-    /// completion follows.
+    /// Posts message `op` to or from the peer of `lane` over `route`, every stripe at byte
+    /// `base` of the stripe's offset on both sides (a write lands at the same place of the
+    /// peer's `recv`, a read reads the same place of its `send`); every stripe of a write
+    /// carries `data` as remote CQ data. With `inject` (a send that fits `fi_inject`) nothing is
+    /// tracked: no completion follows. Every operation but a receive counts towards its rail's
+    /// bytes and operations.
     // Inlined into each call site, where the operation is known: the matches on it fold away
-    // (a run-time dispatch per post showed in the 8-byte ping-pong).
+    // (a run-time dispatch per post showed in the 8-byte ping-pong). The peer and the regions
+    // come from the lane, resolved when the step began.
     #[inline(always)]
     pub fn post_op(
         &mut self,
-        peer: u32,
+        lane: &Lane,
         op: Op,
         base: usize,
         route: &Route,
         data: Option<u64>,
         inject: bool,
     ) -> MeshResult<()> {
-        let acct = if inject {
-            Account::Inject
+        let (ctx, flags) = if inject {
+            (0, Flags::INJECT)
         } else {
             self.track(op.tag(), route.stripes().len());
-            Account::Tag(op.tag())
+            (CTX_TRACK | u64::from(op.tag()), Flags::NONE)
         };
         for &(rail, o, len) in route.stripes() {
-            let (off, remote_off) = (base + o, base + o);
+            let (l, off) = (lane.rail(rail)?, base + o);
             let post = match op {
-                Op::Send(_) => Post::Send {
-                    peer,
-                    off,
-                    len,
+                Op::Send(_) => FiOp::Send {
+                    peer: l.addr,
+                    local: l.send.range(off, len),
                     data: None,
+                    flags,
+                    ctx,
                 },
-                Op::Recv(_) => Post::Recv { index: 0, off, len },
-                Op::Write(_) => Post::Write {
-                    peer,
-                    off,
-                    len,
-                    remote_off,
+                Op::Recv(_) => FiOp::Recv {
+                    local: l.recv.range(off, len),
+                    ctx,
+                },
+                Op::Write(_) => FiOp::Write {
+                    peer: l.addr,
+                    local: l.send.range(off, len),
+                    remote: l.peer_recv.at(off as u64),
                     data,
+                    flags,
+                    ctx,
                 },
-                Op::Read(_) => Post::Read {
-                    peer,
-                    off,
-                    len,
-                    remote_off,
+                Op::Read(_) => FiOp::Read {
+                    peer: l.addr,
+                    local: l.recv.range(off, len),
+                    remote: l.peer_send.at(off as u64),
+                    ctx,
                 },
             };
-            self.post(rail, post, acct)?;
+            self.group.rail(rail).post(post)?;
+            if !matches!(op, Op::Recv(_)) {
+                self.count(rail, len);
+            }
         }
         Ok(())
     }

@@ -13,7 +13,7 @@
 //! write's or read's route is the poster's own count.
 
 use crate::error::BenchError;
-use crate::mesh::{Kind, Mesh, Op, OpDone, MAX_INDEX};
+use crate::mesh::{Kind, Lane, Mesh, Op, OpDone, Route, MAX_INDEX};
 
 // `ep` and the collectives' setup name the payload type through this path.
 pub use crate::mesh::Payload;
@@ -21,7 +21,11 @@ pub use crate::mesh::Payload;
 /// The mesh, the peer of the current step, and the step's slots and message counters.
 pub struct Link {
     pub mesh: Mesh,
-    peer: u32,
+    /// The step's peer, resolved once per step.
+    lane: Lane,
+    /// The route of every message of the step when it does not depend on the message's number
+    /// (one rail), built once per step.
+    fixed: Option<Route>,
     /// Current message size and the number of buffer slots in use.
     size: usize,
     slots: usize,
@@ -37,7 +41,8 @@ impl Link {
         mesh.set_spin(true);
         Link {
             mesh,
-            peer: 0,
+            lane: Lane::default(),
+            fixed: None,
             size: 0,
             slots: 1,
             sends: 0,
@@ -47,57 +52,68 @@ impl Link {
     }
 
     /// Starts a step against `peer`: message size, buffer slots in use, fresh route counters.
-    pub fn begin_step(&mut self, peer: u32, size: usize, slots: usize) {
-        (self.peer, self.size, self.slots) = (peer, size, slots.max(1));
-        (self.sends, self.recvs, self.rmas) = (0, 0, 0);
-        self.mesh.count_from_now(false);
-    }
-
-    /// Byte offset of window position `pos` (slot `pos % slots`).
-    #[inline]
-    fn offset(&self, pos: usize, size: usize) -> Result<usize, BenchError> {
-        let off = (pos % self.slots) * size;
-        if off + size > self.mesh.send_bytes() || pos >= MAX_INDEX {
+    /// What stays the same for every post of the step is checked here, once: the peer is
+    /// connected (its addresses and regions on every rail), and every slot fits both buffers.
+    pub fn begin_step(&mut self, peer: u32, size: usize, slots: usize) -> Result<(), BenchError> {
+        let slots = slots.max(1);
+        let room = self.mesh.send_bytes().min(self.mesh.recv_bytes());
+        if slots.checked_mul(size).is_none_or(|b| b > room) {
             return Err(BenchError::failed(format!(
-                "position {pos} (slot {} of {size} bytes) is outside the {}-byte buffer or \
-                 beyond window {MAX_INDEX}",
-                pos % self.slots,
-                self.mesh.send_bytes()
+                "{slots} slots of {size} bytes do not fit the {room}-byte buffers"
             )));
         }
-        Ok(off)
+        self.lane = self.mesh.lane(peer)?;
+        self.fixed = (self.mesh.rails() == 1).then(|| self.mesh.route_nth(0, size));
+        (self.size, self.slots) = (size, slots);
+        (self.sends, self.recvs, self.rmas) = (0, 0, 0);
+        self.mesh.count_from_now(false);
+        Ok(())
     }
 
-    /// Posts operation `op` of `size` bytes at its position's slot, on both sides; every stripe
-    /// of a write carries `data` as remote CQ data when given.
+    /// The step's peer.
+    fn peer(&self) -> u32 {
+        self.lane.rank()
+    }
+
+    /// Posts operation `op` of the step's size at its position's slot, on both sides; every
+    /// stripe of a write carries `data` as remote CQ data when given.
     #[inline(always)]
-    pub fn post(&mut self, op: Op, size: usize, data: Option<u64>) -> Result<(), BenchError> {
-        self.post_as(op, size, data, false)
+    pub fn post(&mut self, op: Op, data: Option<u64>) -> Result<(), BenchError> {
+        self.post_as(op, data, false)
     }
 
     /// Sends position `pos` of `send` by `fi_inject`: no completion follows.
+    // Apart from `post`, so that each call site knows at compile time whether it injects (a
+    // run-time flag cost about 30 instructions per 8-byte inject: the tracking and the flags no
+    // longer folded away).
     #[inline(always)]
-    pub fn inject(&mut self, pos: usize, size: usize) -> Result<(), BenchError> {
-        self.post_as(Op::Send(pos), size, None, true)
+    pub fn inject(&mut self, pos: usize) -> Result<(), BenchError> {
+        self.post_as(Op::Send(pos), None, true)
     }
 
     #[inline(always)]
-    fn post_as(
-        &mut self,
-        op: Op,
-        size: usize,
-        data: Option<u64>,
-        inject: bool,
-    ) -> Result<(), BenchError> {
-        let base = self.offset(op.index(), size)?;
+    fn post_as(&mut self, op: Op, data: Option<u64>, inject: bool) -> Result<(), BenchError> {
+        let pos = op.index();
+        if pos >= MAX_INDEX {
+            return Err(beyond(pos));
+        }
+        // In both buffers for any position: `begin_step` checked that every slot fits.
+        let base = (pos % self.slots) * self.size;
         let counter = match op {
             Op::Send(_) => &mut self.sends,
             Op::Recv(_) => &mut self.recvs,
             Op::Write(_) | Op::Read(_) => &mut self.rmas,
         };
         let n = std::mem::replace(counter, *counter + 1);
-        let route = self.mesh.route_nth(n, size);
-        self.mesh.post_op(self.peer, op, base, &route, data, inject)
+        let numbered;
+        let route = match &self.fixed {
+            Some(r) => r,
+            None => {
+                numbered = self.mesh.route_nth(n, self.size);
+                &numbered
+            }
+        };
+        self.mesh.post_op(&self.lane, op, base, route, data, inject)
     }
 
     /// Writes the pattern of `seed` into buffer slot `slot` of `send`.
@@ -110,35 +126,50 @@ impl Link {
         self.mesh.check_recv(slot * self.size, self.size, seed)
     }
 
+    /// The step's message size.
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    /// Stripes a message of the step is cut into.
+    pub fn stripes(&self) -> usize {
+        self.mesh.stripe_count(self.size)
+    }
+
     // The mesh's control words and waits, with the step's peer.
 
     pub fn send_ctrl(&mut self, kind: Kind, window: u64) -> Result<(), BenchError> {
-        self.mesh.send_signal(self.peer, kind, window)
+        self.mesh.send_signal(self.peer(), kind, window)
     }
 
     pub fn expect_ctrl(&mut self, kind: Kind, window: u64) -> Result<(), BenchError> {
-        self.mesh.expect_signal(self.peer, kind, window)
+        self.mesh.expect_signal(self.peer(), kind, window)
     }
 
     pub fn wait(&mut self) -> Result<OpDone, BenchError> {
-        self.mesh.next_op(self.peer)
+        self.mesh.next_op(self.peer())
     }
 
     pub fn wait_for(&mut self, op: Op) -> Result<(), BenchError> {
-        self.mesh.wait_op(op, self.peer)
+        self.mesh.wait_op(op, self.peer())
     }
 
     pub fn wait_all(&mut self, n: usize, op: Op) -> Result<(), BenchError> {
-        self.mesh.wait_ops(n, op, self.peer)
+        self.mesh.wait_ops(n, op, self.peer())
     }
 
     pub fn wait_remote_data(&mut self) -> Result<u64, BenchError> {
-        self.mesh.wait_payload(self.peer)
+        self.mesh.wait_payload(self.peer())
     }
 
-    /// The peer's whole answer of `size` bytes (every stripe) must carry `data`.
-    pub fn wait_data(&mut self, data: u64, size: usize) -> Result<(), BenchError> {
-        let stripes = self.mesh.stripe_count(size);
-        self.mesh.expect_payload(self.peer, data, stripes)
+    /// The peer's whole answer (every stripe) must carry `data`.
+    pub fn wait_data(&mut self, data: u64) -> Result<(), BenchError> {
+        let stripes = self.stripes();
+        self.mesh.expect_payload(self.peer(), data, stripes)
     }
+}
+
+#[cold]
+fn beyond(pos: usize) -> BenchError {
+    BenchError::failed(format!("window position {pos} is beyond {MAX_INDEX}"))
 }

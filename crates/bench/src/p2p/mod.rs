@@ -332,7 +332,7 @@ impl<P: Protocol> Benchmark for P2p<'_, P> {
         if !sender && ctx.rank != s.responder {
             return Ok(Measured::default());
         }
-        link.begin_step(if sender { s.responder } else { s.sender }, s.size, s.slots);
+        link.begin_step(if sender { s.responder } else { s.sender }, s.size, s.slots)?;
         let measured = P::measure(link, ctx, s)?;
         let per_rail = link.mesh.rail_loads();
         Ok(match sender {

@@ -68,15 +68,14 @@ impl Rounds for Reader<'_> {
     }
 
     fn body(&mut self, i: u64) -> Result<(), BenchError> {
-        let size = self.s.size;
         if self.stream {
             for slot in 0..self.s.window {
-                self.link.post(Op::Read(slot), size, None)?;
+                self.link.post(Op::Read(slot), None)?;
             }
             self.link.wait_all(self.s.window, Op::Read(0))?;
         } else {
             let slot = self.at(i).1;
-            self.link.post(Op::Read(slot), size, None)?;
+            self.link.post(Op::Read(slot), None)?;
             self.link.wait_for(Op::Read(slot))?;
         }
         self.link.mesh.settle()

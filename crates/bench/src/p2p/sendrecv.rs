@@ -14,20 +14,14 @@ impl Message for SendRecv {
     const NAME: &'static str = "sendrecv";
     const INJECT: bool = true;
 
-    fn expect(link: &mut Link, pos: usize, size: usize) -> Result<(), BenchError> {
-        link.post(Op::Recv(pos), size, None)
+    fn expect(link: &mut Link, pos: usize) -> Result<(), BenchError> {
+        link.post(Op::Recv(pos), None)
     }
 
-    fn post(
-        link: &mut Link,
-        _i: u64,
-        pos: usize,
-        size: usize,
-        inject: bool,
-    ) -> Result<(), BenchError> {
+    fn post(link: &mut Link, _i: u64, pos: usize, inject: bool) -> Result<(), BenchError> {
         match inject {
-            true => link.inject(pos, size),
-            false => link.post(Op::Send(pos), size, None),
+            true => link.inject(pos),
+            false => link.post(Op::Send(pos), None),
         }
     }
 
@@ -35,18 +29,13 @@ impl Message for SendRecv {
         Op::Send(pos)
     }
 
-    fn arrive(link: &mut Link, _i: u64, slot: usize, _size: usize) -> Result<(), BenchError> {
+    fn arrive(link: &mut Link, _i: u64, slot: usize) -> Result<(), BenchError> {
         link.wait_for(Op::Recv(slot))
     }
 
     /// Every receive of the window, in whatever order the rails deliver them.
-    fn collect(
-        link: &mut Link,
-        _win: u64,
-        size: usize,
-        seen: &mut [usize],
-    ) -> Result<u64, BenchError> {
-        let mut short = 0;
+    fn collect(link: &mut Link, _win: u64, seen: &mut [usize]) -> Result<u64, BenchError> {
+        let (mut short, size) = (0, link.size());
         for _ in 0..seen.len() {
             match link.wait()? {
                 OpDone {

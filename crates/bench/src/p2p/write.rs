@@ -19,8 +19,8 @@ fn data(i: u64, pos: usize) -> u64 {
 impl Message for Write {
     const NAME: &'static str = "write";
 
-    fn post(link: &mut Link, i: u64, pos: usize, size: usize, _: bool) -> Result<(), BenchError> {
-        link.post(Op::Write(pos), size, Some(data(i, pos)))
+    fn post(link: &mut Link, i: u64, pos: usize, _: bool) -> Result<(), BenchError> {
+        link.post(Op::Write(pos), Some(data(i, pos)))
     }
 
     fn own(pos: usize) -> Op {
@@ -28,18 +28,13 @@ impl Message for Write {
     }
 
     /// Every stripe of the answer carries the same CQ data: count them all.
-    fn arrive(link: &mut Link, i: u64, slot: usize, size: usize) -> Result<(), BenchError> {
-        link.wait_data(data(i, slot), size)
+    fn arrive(link: &mut Link, i: u64, slot: usize) -> Result<(), BenchError> {
+        link.wait_data(data(i, slot))
     }
 
     /// Every stripe's CQ data of every write of the window, each position exactly once.
-    fn collect(
-        link: &mut Link,
-        win: u64,
-        size: usize,
-        seen: &mut [usize],
-    ) -> Result<u64, BenchError> {
-        let stripes = link.mesh.stripe_count(size);
+    fn collect(link: &mut Link, win: u64, seen: &mut [usize]) -> Result<u64, BenchError> {
+        let stripes = link.stripes();
         for _ in 0..seen.len() * stripes {
             let d = link.wait_remote_data()?;
             let (w, pos) = parse_cq_data(d).map_or((u64::MAX, 0), |(_, w, p)| (w, p as usize));
