@@ -12,7 +12,8 @@
 # With BASELINE set to another efabench binary (e.g. a build of the previous commit), every repeat
 # also runs it, alternating with the others, and the table gets its two columns (before/after of
 # a change, measured under the same load). A run that fails is retried once (a port taken by
-# another job); a second failure stops the script with the efabench error.
+# another job, or fi_pingpong's server not listening yet); a second failure stops the script with
+# the error.
 #
 # Usage: scripts/compare-fi-pingpong.sh [providers...]        (default: shm tcp)
 # Environment: ITERS (10000), REPEATS (5), SIZES ("8 64 512 4096 32768 65536"),
@@ -46,6 +47,15 @@ run_once() { # BINARY OUT provider size extra: prints the mean one-way latency
       --format json -o "$2" $5 2>/tmp/compare-fi-pingpong.$$.err) || return 1
   python3 -c 'import json,sys; print(json.loads(sys.stdin.read())["lat_us"]["mean"])' <<<"$json"
 }
+run_fabtests() { # provider size: prints fi_pingpong's usec/xfer (fails when the client could not connect)
+  port=$((port + 1))
+  fi_pingpong -p "$1" -e rdm -I "$ITERS" -S "$2" -B "$port" >/dev/null 2>&1 &
+  local server=$! out
+  sleep 0.3
+  out=$(fi_pingpong -p "$1" -e rdm -I "$ITERS" -S "$2" -P "$port" 127.0.0.1 2>/dev/null | awk 'NR==2 {print $7}') || true
+  kill "$server" 2>/dev/null; wait "$server" 2>/dev/null || true
+  [ -n "$out" ] && echo "$out"
+}
 run_efabench() { # BINARY OUT provider size extra
   run_once "$@" || run_once "$@" || { cat /tmp/compare-fi-pingpong.$$.err >&2; exit 1; }
 }
@@ -53,12 +63,7 @@ for p in "${providers[@]}"; do
   for s in $SIZES; do
     refs=""; raw=""; ver=""; braw=""; bver=""
     for _ in $(seq "$REPEATS"); do
-      port=$((port + 1))
-      fi_pingpong -p "$p" -e rdm -I "$ITERS" -S "$s" -B "$port" >/dev/null 2>&1 &
-      server=$!
-      sleep 0.3
-      refs+=" $(fi_pingpong -p "$p" -e rdm -I "$ITERS" -S "$s" -P "$port" 127.0.0.1 2>/dev/null | awk 'NR==2 {print $7}')"
-      wait "$server" || true
+      refs+=" $(run_fabtests "$p" "$s" || run_fabtests "$p" "$s" || { echo "fi_pingpong failed twice" >&2; exit 1; })"
       raw+=" $(run_efabench "$EFABENCH" "$OUT" "$p" "$s" --no-check)"
       ver+=" $(run_efabench "$EFABENCH" "$OUT" "$p" "$s" "")"
       if [ -n "$BASELINE" ]; then
