@@ -159,10 +159,18 @@ fn a_lossy_node_is_named() {
         eprintln!("skipped: packet loss needs the netem qdisc or nftables ({e})");
         return;
     }
-    let err = pairs(&mut c, "256K", &[]);
-    let s = suspects(&err);
-    assert_eq!(s.len(), 1, "{err}");
-    assert!(s[0].contains("rank 0 on node1"), "{}", s[0]);
+    // With 10% loss a tcp pair's rate swings between retransmission timeouts, and on a loaded
+    // 2-core host a 0.3 s budget holds only a few windows per pair: give each pair a second and
+    // the verdict three attempts.
+    within_three(|| {
+        let err = pairs(&mut c, "256K", &["--max-time", "1"]);
+        let s = suspects(&err);
+        if s.len() == 1 && s[0].contains("rank 0 on node1") {
+            Ok(())
+        } else {
+            Err(err)
+        }
+    });
 }
 
 /// Sixteen nodes with the cheap schedule: a ring (each rank with its two neighbours), then two
