@@ -244,12 +244,10 @@ impl<'a> Benchmark for Alltoall<'a> {
         facts
             .header
             .push(setup::budget_line(self.args.max_time, self.sizes.len()));
-        let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
-        let on_host = ctx.hosts.iter().filter(|h| **h == ctx.host).count();
         // Device memory goes through CUDA IPC, huge pages take the lock once per 2 MiB.
         let small_pages = matches!(self.args.mem.mem, MemKind::Host | MemKind::Pinned);
         self.contended_copies =
-            facts.provider == "shm" && small_pages && ctx.world > 2 && on_host <= cores;
+            facts.provider == "shm" && small_pages && ctx.world > 2 && m.core_per_rank();
         if self.args.window == Window::Auto && self.contended_copies {
             facts.header.push(format!(
                 "# window: 2 chunks in flight per rank from {} chunks up (--window auto: shm with a \

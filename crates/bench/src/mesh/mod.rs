@@ -236,6 +236,12 @@ impl Mesh {
         self.idle_sleep = (ranks > cores).then(|| Duration::from_micros(wait::IDLE_SLEEP_US));
     }
 
+    /// Whether this host has a core for each of its ranks (as [`Mesh::set_ranks_on_host`] was
+    /// told; true until then).
+    pub fn core_per_rank(&self) -> bool {
+        self.idle_sleep.is_none()
+    }
+
     /// Waits never yield the core: a latency benchmark with a core per rank spins, as the
     /// point-to-point ones do (a `sched_yield` per empty poll is a system call on its path).
     pub fn set_spin(&mut self, on: bool) {
