@@ -24,6 +24,7 @@
 #        posts under the receiving process's lock, which that process holds while it copies)
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
+. "$here/scripts/lib/free-port.sh"
 out=${1:-$here/results/alltoall-vs-mpi-$(hostname)-$(date -u +%F).tsv}
 RANKS=${RANKS:-"4 8"}
 MIN=${MIN:-65536}
@@ -45,7 +46,7 @@ export PATH=$MPI_VENV/bin:$PATH
 mpicc -O2 -o "$work/mpi_alltoall" "$here/scripts/mpi_alltoall.c"
 
 run_efabench() { # ranks round
-    local n=$1 port=$((20000 + RANDOM % 30000)) r pids=()
+    local n=$1 port=$(free_port) r pids=()
     for r in $(seq 0 $((n - 1))); do
         EFABENCH_JOB_TOKEN="cmp-$port" "$EFABENCH" alltoall -p "$PROVIDER" --mem "$MEM" -b "$MIN" -e "$MAX" \
             -n "$ITERS" -w "$WARMUP" --max-time 600 --timeout 120 --format csv -o "$work/efa-$n-$2.jsonl" \

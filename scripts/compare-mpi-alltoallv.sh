@@ -17,6 +17,7 @@
 #        EFABENCH_LIBFABRIC (which libfabric.so.1 efabench loads)
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
+. "$here/scripts/lib/free-port.sh"
 COUNTS=${COUNTS:-zipf:1.1}
 out=${1:-$here/results/alltoallv-vs-mpi-$(hostname)-$(date -u +%F).tsv}
 RANKS=${RANKS:-"4 8"}
@@ -37,7 +38,7 @@ export PATH=$MPI_VENV/bin:$PATH
 mpicc -O2 -o "$work/mpi_alltoallv" "$here/scripts/mpi_alltoallv.c"
 
 run_efabench() { # ranks tag iters warmup
-    local n=$1 port=$((20000 + RANDOM % 30000)) r pids=()
+    local n=$1 port=$(free_port) r pids=()
     for r in $(seq 0 $((n - 1))); do
         EFABENCH_JOB_TOKEN="cmp-$port" "$EFABENCH" alltoallv -p "$PROVIDER" --counts "$COUNTS" \
             -b "$MIN" -e "$MAX" -n "$3" -w "$4" --max-time 600 --timeout 120 --format csv \
