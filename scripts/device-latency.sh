@@ -29,6 +29,8 @@
 #   LF_PREFIX  libfabric + fabtests install (default .dev/lf-cuda; needs bin/fi_rdm_pingpong,
 #              bin/fi_rdm_bw, lib/libfabric.so.1)
 #   BASE, NEW  efabench binaries (default .dev/bin/efabench-base and .dev/bin/efabench)
+#   NEW_LAT_ARGS extra options for the new binary's latency runs (e.g. "--loop lean"; BASE=NEW
+#              then compares one binary's two loops)
 #   ROUNDS     alternating rounds (7), ITERS latency iterations per run (20000)
 #   PROVIDERS  latency providers ("shm tcp"); BW_SIZES ("1048576 4194304 16777216")
 #   RUN_TIMEOUT seconds before one run is killed (60)
@@ -39,6 +41,7 @@ cd "$(dirname "$0")/.."
 LF_PREFIX=${LF_PREFIX:-.dev/lf-cuda}
 BASE=${BASE:-.dev/bin/efabench-base}
 NEW=${NEW:-.dev/bin/efabench}
+NEW_LAT_ARGS=${NEW_LAT_ARGS:-}
 ROUNDS=${ROUNDS:-7}
 ITERS=${ITERS:-20000}
 PROVIDERS=${PROVIDERS:-"shm tcp"}
@@ -82,7 +85,7 @@ set -- $BW_SIZES; bw_factor=1; [ $# -gt 1 ] && bw_factor=$(( $2 / $1 ))
 {
   echo "# $(date -u +%FT%TZ) $(hostname), $(nproc) cores, libfabric $("$LF_PREFIX/bin/fi_info" --version 2>/dev/null | sed -n 's/^libfabric: //p') at $LF_PREFIX"
   echo "# base: $BASE ($("$BASE" --version 2>/dev/null)); new: $NEW ($("$NEW" --version 2>/dev/null))"
-  echo "# ROUNDS=$ROUNDS ITERS=$ITERS PROVIDERS='$PROVIDERS' BW_SIZES='$BW_SIZES'"
+  echo "# ROUNDS=$ROUNDS ITERS=$ITERS PROVIDERS='$PROVIDERS' BW_SIZES='$BW_SIZES' NEW_LAT_ARGS='$NEW_LAT_ARGS'"
   nvidia-smi -L 2>/dev/null | head -2 | sed 's/^/# /'
 } | tee "$summary" >>"$log"
 
@@ -136,7 +139,8 @@ for r in $(seq "$ROUNDS"); do
     for check in no yes; do
       opt=(); [ $check = no ] && opt=(--no-check)
       for t in "${tools[@]}"; do
-        efabench "${t#*:}" lat sendrecv -p "$p" --variant pingpong -b 8 -e 8 -n "$ITERS" "${opt[@]}" \
+        extra=(); [ "${t%%:*}" = new ] && extra=($NEW_LAT_ARGS)
+        efabench "${t#*:}" lat sendrecv -p "$p" --variant pingpong -b 8 -e 8 -n "$ITERS" "${opt[@]}" "${extra[@]}" \
           | while read -r s v e; do printf "%s\t%s\t%s\t%s\t%s\n" "$r" "$p" "${t%%:*}" "$check" "$v"; done >>"$lat"
       done
     done
