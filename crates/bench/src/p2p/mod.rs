@@ -57,7 +57,6 @@ use crate::harness::{
 };
 use crate::mesh::{self, RailLoad};
 use crate::pattern;
-use crate::stats::{gbps, mops, Samples};
 
 /// Options of the point-to-point benchmarks: their own, then the groups they honour (every one).
 #[derive(clap::Args, Debug, Clone)]
@@ -343,42 +342,25 @@ impl<P: Protocol> Benchmark for P2p<'_, P> {
 
     fn point(&self, _ctx: &Ctx, s: &Step, all: &[Measured]) -> Point {
         let timer = &all[s.sender as usize];
-        let mut samples = Samples::from_vec(timer.samples_ns.clone());
-        let (size, n) = (s.size as u64, samples.len() as u64);
-        let total_ns = samples.total_ns();
-        let (lat_kind, divisor, messages) = match (s.variant, P::ROUND_TRIP) {
-            (Variant::Pingpong, false) => ("post-to-completion", 1.0, n),
-            (Variant::Pingpong, true) => ("one-way (round trip / 2)", 2.0, n),
-            (Variant::Stream, _) => (
-                "per message (window time / window)",
-                s.window as f64,
-                n * s.window as u64,
-            ),
+        let (lat_kind, ops, divisor) = match (s.variant, P::ROUND_TRIP) {
+            (Variant::Pingpong, false) => ("post-to-completion", 1, 1),
+            (Variant::Pingpong, true) => ("one-way (round trip / 2)", 1, 2),
+            (Variant::Stream, _) => ("per message (window time / window)", s.window, s.window),
         };
-        let lat_us = samples.summary_us(divisor);
-        // Stream: the windows' total time; pingpong: the messages' own (one-way or read) time.
-        let busy_ns = match s.variant {
-            Variant::Stream => total_ns,
-            Variant::Pingpong => (total_ns as f64 / divisor) as u64,
-        };
-        let bw = gbps(size * messages, busy_ns);
+        let p = Point::timed(&timer.samples_ns, s.size as u64, ops as u64, divisor as u64);
         let detail = PointDetail {
             lat_kind,
             window: s.window,
-            footprint_bytes: s.slots as u64 * size,
-            bw_gbytes: bw / 8.0,
+            footprint_bytes: (s.slots * s.size) as u64,
+            bw_gbytes: p.bw_gbps / 8.0,
             sender: harness::detail_from(&timer.extra),
         };
         Point {
             variant: name_of(&s.variant),
-            size_bytes: size,
             iters: s.iters,
             warmup: s.warmup,
             peer: Some(s.responder),
-            lat_us,
-            bw_gbps: bw,
-            msg_rate_mops: mops(messages, busy_ns),
-            ..Point::default()
+            ..p
         }
         .detail(&detail)
     }

@@ -420,10 +420,9 @@ impl Pairs<'_> {
             serde_json::from_value(Value::Object(m.extra.clone())).unwrap_or_default();
         // Warm-up windows actually sent (fewer than -w when a tenth of --max-time ran out).
         let warmup = facts.warmup_done.unwrap_or(spec.budget.warmup);
-        let mut s = Samples::from_vec(m.samples_ns.clone());
         let window = self.args.window;
-        let messages = s.len() as u64 * window;
-        let bw = gbps(spec.size as u64 * messages, s.total_ns());
+        let p = Point::timed(&m.samples_ns, spec.size as u64, window, window);
+        let bw = p.bw_gbps;
         self.seen.borrow_mut().push((
             spec.size as u64,
             PairBw {
@@ -432,7 +431,6 @@ impl Pairs<'_> {
                 gbps: bw,
             },
         ));
-        let lat_us = s.summary_us(window as f64);
         let detail = PairsDetail {
             src,
             src_host: ctx.hosts.get(src as usize).cloned(),
@@ -457,21 +455,16 @@ impl Pairs<'_> {
         };
         Point {
             variant: "write-stream".into(),
-            size_bytes: spec.size as u64,
             // Windows actually timed: fewer than -n when --max-time ran out first.
-            iters: s.len() as u64,
+            iters: m.samples_ns.len() as u64,
             warmup,
             peer: Some(dst),
-            lat_us,
-            bw_gbps: bw,
-            busbw_gbps: None,
-            msg_rate_mops: crate::stats::mops(messages, s.total_ns()),
             gate: self.args.min_bw.map(|min| Gate {
                 what: format!("pair {src} -> {dst}, --min-bw {min} Gbps"),
                 value: bw,
                 min,
             }),
-            ..Point::default()
+            ..p
         }
         .detail(&detail)
     }
