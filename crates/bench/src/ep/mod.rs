@@ -44,9 +44,7 @@ use serde_json::Value;
 
 use crate::error::BenchError;
 use crate::harness::{self, Benchmark, Ctx, Measured, Needs, Point, RunFacts};
-use crate::mesh::{self, Mesh};
-use crate::mesh::{connect_mesh, mesh_facts};
-use crate::p2p::link::Payload;
+use crate::mesh::{self, connect_mesh, mesh_facts, Mesh, Payload};
 use crate::pattern::Stream;
 use crate::stats::Samples;
 
