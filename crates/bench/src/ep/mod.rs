@@ -355,12 +355,7 @@ impl<'a> Benchmark for Ep<'a> {
     }
 
     fn needs(&self) -> Needs {
-        Needs {
-            fabric: true,
-            min_world: 2,
-            how_to_launch: "run `efabench launch -n 2 -- ep ...`, or start it under srun/mpirun, \
-                            or by hand with --rank/--world/--rdzv",
-        }
+        Needs::fabric(2)
     }
 
     fn fingerprint(&self) -> String {

@@ -52,8 +52,7 @@ pub use self::write::Write;
 use self::link::Link;
 use crate::error::BenchError;
 use crate::harness::{
-    self, name_of, Benchmark, Clock, Ctx, FabricArgs, JobArgs, Loop, Measured, MemArgs, Needs,
-    Point, RunFacts, SweepArgs,
+    self, name_of, AllGroups, Benchmark, Clock, Ctx, Loop, Measured, Needs, Point, RunFacts,
 };
 use crate::mesh::{self, RailLoad};
 use crate::pattern;
@@ -78,16 +77,10 @@ pub struct P2pArgs {
     #[arg(long, value_enum, default_value_t = Clock::Iteration)]
     pub timing: Clock,
     #[command(flatten)]
-    pub sweep: SweepArgs,
-    #[command(flatten)]
-    pub fabric: FabricArgs,
-    #[command(flatten)]
-    pub mem: MemArgs,
-    #[command(flatten)]
-    pub job: JobArgs,
+    pub groups: AllGroups,
 }
 
-crate::impl_options!(P2pArgs: sweep, fabric, mem);
+crate::impl_options!(P2pArgs => groups);
 
 /// `pingpong` (latency) or `stream` (bandwidth).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -205,7 +198,7 @@ pub struct P2p<'a, P> {
 impl<'a, P: Protocol> P2p<'a, P> {
     /// Checks the options (before anything touches hardware).
     pub fn new(args: &'a P2pArgs) -> Result<Self, BenchError> {
-        let sizes = args.sweep.sizes()?;
+        let sizes = args.groups.sweep.sizes()?;
         let max = *sizes.iter().max().expect("a sweep has at least one size");
         // Pingpong alternates two slots; a stream uses up to `window` slots within the footprint.
         let buf_bytes = (2 * max).max(args.footprint.min((args.window as u64).saturating_mul(max)));
@@ -239,12 +232,7 @@ impl<P: Protocol> Benchmark for P2p<'_, P> {
     }
 
     fn needs(&self) -> Needs {
-        Needs {
-            fabric: true,
-            min_world: 2,
-            how_to_launch: "run `efabench launch -n 2 -- <benchmark> ...`, or start it under \
-                            srun/mpirun, or by hand with --rank/--world/--rdzv",
-        }
+        Needs::fabric(2)
     }
 
     fn fingerprint(&self) -> String {
@@ -259,7 +247,7 @@ impl<P: Protocol> Benchmark for P2p<'_, P> {
     }
 
     fn setup(&mut self, ctx: &Ctx) -> Result<RunFacts, BenchError> {
-        let (plan, strategy) = (ctx.plan()?, self.args.fabric.strategy);
+        let (plan, strategy) = (ctx.plan()?, self.args.groups.fabric.strategy);
         plan.check_message(*self.sizes.iter().max().unwrap_or(&0), strategy)?;
         let len = self.buf_bytes as usize;
         let (m, mut facts) = crate::mesh::open_mesh(ctx, len, len)?;
@@ -285,7 +273,7 @@ impl<P: Protocol> Benchmark for P2p<'_, P> {
     }
 
     fn points(&self, ctx: &Ctx) -> Result<Vec<Step>, BenchError> {
-        let (sweep, job) = (&self.args.sweep, &self.args.job);
+        let (sweep, job) = (&self.args.groups.sweep, &self.args.groups.job);
         let mut out = Vec::new();
         for &variant in &self.args.variant {
             for &size in &self.sizes {

@@ -79,7 +79,7 @@ use serde_json::Value;
 use crate::error::BenchError;
 use crate::harness::{self, Benchmark, Budget, Ctx, Gate, Measured, Needs, Point, RunFacts};
 use crate::locate::PairBw;
-use crate::mesh::{mesh_needs, open_mesh, run_on_mesh, Mesh};
+use crate::mesh::{open_mesh, run_on_mesh, Mesh};
 use crate::stats::{gbps, Samples};
 
 pub use args::PairsArgs;
@@ -135,7 +135,7 @@ pub struct Pairs<'a> {
 
 impl<'a> Pairs<'a> {
     pub fn new(args: &'a PairsArgs) -> Result<Self, BenchError> {
-        let sizes = args.sweep.sizes()?;
+        let sizes = args.groups.sweep.sizes()?;
         if args.one_at_a_time && args.schedule != Schedule::All {
             return Err(BenchError::usage(format!(
                 "--one-at-a-time measures every ordered pair, so it goes with --pairs all, not \
@@ -168,10 +168,7 @@ impl<'a> Benchmark for Pairs<'a> {
     }
 
     fn needs(&self) -> Needs {
-        mesh_needs(
-            "run `efabench launch -n 4 -- pairs ...`, or start it under \
-             srun/mpirun, or by hand with --rank/--world/--rdzv",
-        )
+        Needs::fabric(2).launch_with(4)
     }
 
     fn setup(&mut self, ctx: &Ctx) -> Result<RunFacts, BenchError> {
@@ -211,7 +208,7 @@ impl<'a> Benchmark for Pairs<'a> {
                 Plan::Rounds(self.args.schedule)
             },
             self.args.max_time,
-            |size| self.args.sweep.iterations(size, self.args.window),
+            |size| self.args.groups.sweep.iterations(size, self.args.window),
         ));
         if m.rails() > 1 {
             facts.header.push(format!(
@@ -230,7 +227,7 @@ impl<'a> Benchmark for Pairs<'a> {
         let n = ctx.world;
         let mut out = Vec::new();
         for &size in &self.sizes {
-            let (iters, warmup) = self.args.sweep.iterations(size, self.args.window);
+            let (iters, warmup) = self.args.groups.sweep.iterations(size, self.args.window);
             let spec = |round| PairsSpec {
                 size: size as usize,
                 budget: Budget {
