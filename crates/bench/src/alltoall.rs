@@ -74,10 +74,8 @@ use serde::Serialize;
 use crate::collective::report::{self, Outcome};
 use crate::collective::{self, exchange, setup};
 use crate::error::BenchError;
-use crate::harness::{
-    self, Benchmark, Ctx, FabricArgs, JobArgs, Measured, MemArgs, Needs, Point, RunFacts, SweepArgs,
-};
-use crate::mesh::{mesh_needs, open_mesh, run_on_mesh, Mesh};
+use crate::harness::{self, AllGroups, Benchmark, Ctx, Measured, Needs, Point, RunFacts};
+use crate::mesh::{open_mesh, run_on_mesh, Mesh};
 pub use exchange::Op;
 use exchange::Plan;
 
@@ -100,16 +98,10 @@ pub struct AlltoallArgs {
     #[arg(long, default_value = "1", value_parser = harness::max_time_arg, allow_hyphen_values = true)]
     pub max_time: f64,
     #[command(flatten)]
-    pub sweep: SweepArgs,
-    #[command(flatten)]
-    pub fabric: FabricArgs,
-    #[command(flatten)]
-    pub mem: MemArgs,
-    #[command(flatten)]
-    pub job: JobArgs,
+    pub groups: AllGroups,
 }
 
-crate::impl_options!(AlltoallArgs: sweep, fabric, mem);
+crate::impl_options!(AlltoallArgs => groups);
 
 /// `--window`: how many of its chunks a rank keeps in flight.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -184,7 +176,7 @@ impl<'a> Alltoall<'a> {
     pub fn new(args: &'a AlltoallArgs) -> Result<Self, BenchError> {
         Ok(Alltoall {
             args,
-            sizes: args.sweep.sizes()?,
+            sizes: args.groups.sweep.sizes()?,
             mesh: None,
             contended_copies: false,
         })
@@ -210,10 +202,7 @@ impl<'a> Benchmark for Alltoall<'a> {
     }
 
     fn needs(&self) -> Needs {
-        mesh_needs(
-            "run `efabench launch -n 4 -- alltoall ...`, or start it under \
-             srun/mpirun, or by hand with --rank/--world/--rdzv",
-        )
+        Needs::fabric(2).launch_with(4)
     }
 
     fn fingerprint(&self) -> String {
@@ -245,7 +234,7 @@ impl<'a> Benchmark for Alltoall<'a> {
             .header
             .push(setup::budget_line(self.args.max_time, self.sizes.len()));
         // Device memory goes through CUDA IPC, huge pages take the lock once per 2 MiB.
-        let small_pages = matches!(self.args.mem.mem, MemKind::Host | MemKind::Pinned);
+        let small_pages = matches!(self.args.groups.mem.mem, MemKind::Host | MemKind::Pinned);
         self.contended_copies =
             facts.provider == "shm" && small_pages && ctx.world > 2 && m.core_per_rank();
         if self.args.window == Window::Auto && self.contended_copies {
@@ -266,7 +255,7 @@ impl<'a> Benchmark for Alltoall<'a> {
     }
 
     fn points(&self, ctx: &Ctx) -> Result<Vec<AlltoallSpec>, BenchError> {
-        let n = ctx.world as u64;
+        let (n, sweep) = (ctx.world as u64, &self.args.groups.sweep);
         let mut out = Vec::new();
         for &size in &self.sizes {
             let chunk = size / n / CHUNK_ALIGN * CHUNK_ALIGN;
@@ -279,7 +268,7 @@ impl<'a> Benchmark for Alltoall<'a> {
                 }
                 continue;
             }
-            let (iters, warmup) = self.args.sweep.iterations(size, n.saturating_sub(1).max(1));
+            let (iters, warmup) = sweep.iterations(size, n.saturating_sub(1).max(1));
             out.push(AlltoallSpec {
                 chunk: chunk as usize,
                 iters,

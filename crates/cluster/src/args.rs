@@ -287,12 +287,12 @@ mod tests {
             "{}",
             p.max_time
         );
-        assert_eq!(p.sweep.min_bytes, 64 << 10);
-        assert_eq!(p.fabric.provider.as_deref(), Some("tcp"));
+        assert_eq!(p.groups.sweep.min_bytes, 64 << 10);
+        assert_eq!(p.groups.fabric.provider.as_deref(), Some("tcp"));
         assert_eq!(p.suspect_below, 60.0);
         let t = a.alltoall_args().unwrap();
         assert!((t.max_time - 36.0).abs() < 1e-9, "{}", t.max_time);
-        assert_eq!(t.sweep.max_bytes, 1 << 20);
+        assert_eq!(t.groups.sweep.max_bytes, 1 << 20);
     }
 
     #[test]

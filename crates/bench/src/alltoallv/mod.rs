@@ -27,10 +27,8 @@ use crate::collective::exchange::Op;
 use crate::collective::report::{self, Outcome};
 use crate::collective::{self, setup};
 use crate::error::BenchError;
-use crate::harness::{
-    self, Benchmark, Ctx, FabricArgs, JobArgs, Measured, MemArgs, Needs, Point, RunFacts, SweepArgs,
-};
-use crate::mesh::{mesh_needs, open_mesh, run_on_mesh, Mesh};
+use crate::harness::{self, AllGroups, Benchmark, Ctx, Measured, Needs, Point, RunFacts};
+use crate::mesh::{open_mesh, run_on_mesh, Mesh};
 use counts::{Counts, CountsSpec};
 
 /// Options of `alltoallv`.
@@ -54,16 +52,10 @@ pub struct AlltoallvArgs {
     #[arg(long, default_value = "1", value_parser = harness::max_time_arg, allow_hyphen_values = true)]
     pub max_time: f64,
     #[command(flatten)]
-    pub sweep: SweepArgs,
-    #[command(flatten)]
-    pub fabric: FabricArgs,
-    #[command(flatten)]
-    pub mem: MemArgs,
-    #[command(flatten)]
-    pub job: JobArgs,
+    pub groups: AllGroups,
 }
 
-crate::impl_options!(AlltoallvArgs: sweep, fabric, mem);
+crate::impl_options!(AlltoallvArgs => groups);
 
 fn counts_arg(s: &str) -> Result<CountsSpec, String> {
     s.parse()
@@ -119,7 +111,7 @@ struct AlltoallvRun {
 
 impl<'a> Alltoallv<'a> {
     pub fn new(args: &'a AlltoallvArgs) -> Result<Self, BenchError> {
-        let sizes = args.sweep.sizes()?;
+        let sizes = args.groups.sweep.sizes()?;
         let file = match &args.counts {
             CountsSpec::File(p) => Some(counts::read_text(p)?),
             _ => None,
@@ -214,10 +206,7 @@ impl<'a> Benchmark for Alltoallv<'a> {
     }
 
     fn needs(&self) -> Needs {
-        mesh_needs(
-            "run `efabench launch -n 4 -- alltoallv ...`, or start it under \
-             srun/mpirun, or by hand with --rank/--world/--rdzv",
-        )
+        Needs::fabric(2).launch_with(4)
     }
 
     fn fingerprint(&self) -> String {
@@ -270,6 +259,7 @@ impl<'a> Benchmark for Alltoallv<'a> {
             .map(|(size, c)| {
                 let (iters, warmup) = self
                     .args
+                    .groups
                     .sweep
                     .iterations(*size, n.saturating_sub(1).max(1));
                 AlltoallvSpec {

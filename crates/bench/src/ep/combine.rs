@@ -9,7 +9,7 @@ use crate::ep::verify::{
     combined_mismatches, decode_token, fill_message, reduce_token, token_seed,
 };
 use crate::error::BenchError;
-use crate::p2p::link::Payload;
+use crate::mesh::Payload;
 use crate::pattern::Stream;
 
 fn gpu(what: &str, e: efabench_gpu::GpuError) -> BenchError {

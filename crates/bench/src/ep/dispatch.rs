@@ -8,7 +8,7 @@ use crate::ep::verify::{
     decode_token, expert_factor, fill_message, to_bf16_bytes, token_seed, word_mismatches,
 };
 use crate::error::BenchError;
-use crate::p2p::link::Payload;
+use crate::mesh::Payload;
 use crate::pattern::Stream;
 
 fn gpu(what: &str, e: efabench_gpu::GpuError) -> BenchError {

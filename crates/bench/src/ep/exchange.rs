@@ -37,8 +37,7 @@ use efabench_gpu::proxy::{realtime_ns, Command, CommandRing, Peek};
 
 use crate::ep::layout::{writes_to, PhaseLayout, Put};
 use crate::error::BenchError;
-use crate::mesh::Mesh;
-use crate::p2p::link::Payload;
+use crate::mesh::{Mesh, Payload};
 
 /// What a CQ data word announces (2 bits).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -44,9 +44,7 @@ use serde_json::Value;
 
 use crate::error::BenchError;
 use crate::harness::{self, Benchmark, Ctx, Measured, Needs, Point, RunFacts};
-use crate::mesh::{self, Mesh};
-use crate::mesh::{connect_mesh, mesh_facts};
-use crate::p2p::link::Payload;
+use crate::mesh::{self, connect_mesh, mesh_facts, Mesh, Payload};
 use crate::pattern::Stream;
 use crate::stats::Samples;
 
@@ -357,12 +355,7 @@ impl<'a> Benchmark for Ep<'a> {
     }
 
     fn needs(&self) -> Needs {
-        Needs {
-            fabric: true,
-            min_world: 2,
-            how_to_launch: "run `efabench launch -n 2 -- ep ...`, or start it under srun/mpirun, \
-                            or by hand with --rank/--world/--rdzv",
-        }
+        Needs::fabric(2)
     }
 
     fn fingerprint(&self) -> String {

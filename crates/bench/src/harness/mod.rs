@@ -11,8 +11,9 @@
 //!    the groups it honours and says which through [`Options`] (`impl_options!`), so clap
 //!    refuses the others and the harness sets up only what they ask for. The benchmark's own
 //!    options are checked by its constructor, before anything touches hardware;
-//! 2. find this process's rank (flags, `efabench launch`, Slurm, MPI, torchrun variables) and
-//!    connect the bootstrap;
+//! 2. find this process's rank (flags, `efabench launch`, Slurm, MPI, torchrun variables),
+//!    refuse too few ranks with the command that starts enough ([`Needs`]), and connect the
+//!    bootstrap;
 //! 3. check that every rank runs the same options (a fingerprint all-gathered once), open `-o`
 //!    on rank 0, choose the provider, the domain(s) and the rails (when the benchmark needs the
 //!    fabric), and resolve the GPU of `--gpu` (when `--mem` needs one);
@@ -60,8 +61,8 @@ pub use budget::{budget_loop, max_time_arg, Budget, Budgeted, Phase, Span, Spent
 pub(crate) use options::one_of;
 pub use options::{
     bounded, bounded_size, default_iters, defaults, gpu_arg, iters_arg, name_of, warmup_arg,
-    FabricArgs, Groups, JobArgs, LaunchArgs, MemArgs, MrChoice, Options, Rails, Strategy,
-    SweepArgs, MAX_ITERS, MAX_RAILS, MAX_SIZE,
+    AllGroups, FabricArgs, Groups, JobArgs, LaunchArgs, MemArgs, MrChoice, Options, Rails,
+    Strategy, SweepArgs, MAX_ITERS, MAX_RAILS, MAX_SIZE,
 };
 pub use point::{detail_from, detail_map, Gate, Point, Progress, RunInfo};
 pub use select::{choose_provider, FabricPlan};
@@ -77,14 +78,54 @@ pub struct BuildInfo {
 }
 
 /// What a benchmark needs the harness to set up.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Needs {
     /// Open libfabric and choose provider, domain and rails.
     pub fabric: bool,
     /// Fewest ranks the benchmark runs with.
     pub min_world: u32,
-    /// How to start it when there are too few ranks (shown in the error).
-    pub how_to_launch: &'static str,
+    /// Ranks the error for too few suggests to `efabench launch -n` (the fewest that show what
+    /// the benchmark is about: an all-to-all of two ranks is a pair).
+    pub launch_n: u32,
+}
+
+impl Needs {
+    /// No fabric, any number of ranks (one process is a job).
+    pub const LOCAL: Needs = Needs {
+        fabric: false,
+        min_world: 1,
+        launch_n: 1,
+    };
+
+    /// The fabric between `min_world` ranks at least.
+    pub const fn fabric(min_world: u32) -> Needs {
+        Needs {
+            fabric: true,
+            min_world,
+            launch_n: min_world,
+        }
+    }
+
+    /// Suggests `n` ranks when there are too few.
+    pub const fn launch_with(self, n: u32) -> Needs {
+        Needs {
+            launch_n: n,
+            ..self
+        }
+    }
+
+    /// The usage error of benchmark `name` started with `world` ranks, when they are too few:
+    /// how to start it with enough.
+    pub fn check_world(&self, name: &str, world: u32) -> Result<(), BenchError> {
+        if world >= self.min_world {
+            return Ok(());
+        }
+        Err(BenchError::usage(format!(
+            "{name} needs at least {} ranks; run `efabench launch -n {} -- {name} ...`, or start \
+             it under srun/mpirun, or by hand with --rank/--world/--rdzv",
+            self.min_world, self.launch_n
+        )))
+    }
 }
 
 /// Facts a benchmark learns in `setup` that every record repeats.
@@ -261,19 +302,11 @@ pub fn run<B: Benchmark>(
     opts: &(impl Options + ?Sized),
     build: &BuildInfo,
 ) -> Result<i32, BenchError> {
-    let needs = bench.needs();
     let groups = Groups::of(opts);
     let args = &groups.job;
     let flags = args.launch.flags(args.timeout());
     let info = efabench_bootstrap::detect_from_process_env(&flags)?;
-    if info.world < needs.min_world {
-        return Err(BenchError::usage(format!(
-            "{} needs at least {} ranks; {}",
-            bench.name(),
-            needs.min_world,
-            needs.how_to_launch
-        )));
-    }
+    bench.needs().check_world(bench.name(), info.world)?;
     let bs = Bootstrap::connect(&info, args.timeout())?;
     // A rank stuck inside a provider call (shm's spin lock after a peer died) never returns to
     // check the bootstrap: the watchdog ends it with the job's reason.
@@ -291,17 +324,9 @@ pub fn run_on<B: Benchmark>(
     build: &BuildInfo,
     bs: &Bootstrap,
 ) -> Result<(i32, Vec<Record>), BenchError> {
-    let needs = bench.needs();
     let groups = Groups::of(opts);
     let args = &groups.job;
-    if bs.world() < needs.min_world {
-        return Err(BenchError::usage(format!(
-            "{} needs at least {} ranks; {}",
-            bench.name(),
-            needs.min_world,
-            needs.how_to_launch
-        )));
-    }
+    bench.needs().check_world(bench.name(), bs.world())?;
     match run_connected(bench, &groups, build, bs) {
         Ok(done) => Ok(done),
         Err(e) => {
@@ -629,6 +654,26 @@ mod tests {
                 ("FI_SHM_DISABLE_CMA".to_string(), "1".to_string())
             ]
         );
+    }
+
+    #[test]
+    fn too_few_ranks_are_told_how_to_launch_the_benchmark() {
+        let needs = Needs::fabric(2).launch_with(4);
+        assert!(needs.check_world("alltoall", 2).is_ok());
+        let e = needs.check_world("alltoall", 1).unwrap_err();
+        assert!(e.is_usage());
+        assert_eq!(
+            e.to_string(),
+            "alltoall needs at least 2 ranks; run `efabench launch -n 4 -- alltoall ...`, or \
+             start it under srun/mpirun, or by hand with --rank/--world/--rdzv"
+        );
+        let e = Needs::fabric(2).check_world("write", 1).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("`efabench launch -n 2 -- write ...`"),
+            "{e}"
+        );
+        assert!(Needs::LOCAL.check_world("queue", 1).is_ok());
     }
 
     #[test]

@@ -426,10 +426,42 @@ pub trait Options {
     }
 }
 
+/// Every group, for a benchmark that honours them all (a sweep of sizes over the fabric):
+/// flattened as one field, it gives the same options, headings and help as the four groups
+/// flattened one by one.
+#[derive(clap::Args, Debug, Clone, PartialEq)]
+pub struct AllGroups {
+    #[command(flatten)]
+    pub sweep: SweepArgs,
+    #[command(flatten)]
+    pub fabric: FabricArgs,
+    #[command(flatten)]
+    pub mem: MemArgs,
+    #[command(flatten)]
+    pub job: JobArgs,
+}
+
 /// Implements [`Options`] for a benchmark's arguments from the names of the groups it flattens
-/// (fields named after their group; `job` always): `impl_options!(P2pArgs: sweep, fabric, mem);`.
+/// (fields named after their group; `job` always): `impl_options!(EpArgs: fabric, mem);`, or
+/// from its [`AllGroups`] field: `impl_options!(P2pArgs => groups);`.
 #[macro_export]
 macro_rules! impl_options {
+    ($t:ty => $all:ident) => {
+        impl $crate::harness::Options for $t {
+            fn job(&self) -> &$crate::harness::JobArgs {
+                &self.$all.job
+            }
+            fn sweep(&self) -> Option<&$crate::harness::SweepArgs> {
+                Some(&self.$all.sweep)
+            }
+            fn fabric(&self) -> Option<&$crate::harness::FabricArgs> {
+                Some(&self.$all.fabric)
+            }
+            fn mem(&self) -> Option<&$crate::harness::MemArgs> {
+                Some(&self.$all.mem)
+            }
+        }
+    };
     ($t:ty $(: $($group:ident),*)?) => {
         impl $crate::harness::Options for $t {
             fn job(&self) -> &$crate::harness::JobArgs {
@@ -671,6 +703,40 @@ mod tests {
         assert_eq!(Groups::of(&all), g);
         assert_eq!(g.fingerprint(), all.fingerprint());
         assert_eq!(g.mem_kind(), MemKind::Host);
+    }
+
+    /// The four groups as one [`AllGroups`] field.
+    #[derive(Parser, Debug)]
+    struct All {
+        #[command(flatten)]
+        groups: AllGroups,
+    }
+
+    crate::impl_options!(All => groups);
+
+    #[test]
+    fn all_groups_read_as_the_four_groups() {
+        use clap::CommandFactory;
+        // The same options under the same headings, whatever the command's name and about.
+        let help = |c: clap::Command| {
+            let mut c = c.name("t").about(None::<&str>).long_about(None::<&str>);
+            c.render_long_help().to_string()
+        };
+        assert_eq!(help(All::command()), help(T::command()));
+        let words = [
+            "t",
+            "-b",
+            "64",
+            "-p",
+            "tcp",
+            "--mem",
+            "huge",
+            "--no-check",
+            "--rank",
+            "1",
+        ];
+        let all = All::try_parse_from(words).unwrap();
+        assert_eq!(Groups::of(&all), Groups::of(&parse(&words[1..]).unwrap()));
     }
 
     /// A benchmark that takes only the job group: clap itself refuses the other groups' flags.

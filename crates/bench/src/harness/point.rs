@@ -10,6 +10,8 @@ use std::io::IsTerminal;
 use efabench_record::{LatencySummary, Record, SCHEMA};
 use serde_json::{Map, Value};
 
+use crate::stats::{gbps, mops, Samples};
+
 /// Facts about a run that every record of it repeats.
 #[derive(Clone, Debug)]
 pub struct RunInfo {
@@ -89,6 +91,26 @@ impl Point {
     pub fn detail(mut self, detail: &impl serde::Serialize) -> Self {
         self.extra.extend(detail_map(detail));
         self
+    }
+
+    /// The figures of timed iterations that each move `ops` operations of `size` bytes, one
+    /// operation's own time being an iteration's over `divisor`: 2 for a round trip (one way),
+    /// the window for a window of messages in flight. `lat_us` is that per-operation time;
+    /// bandwidth and message rate count the operations over their own time (the iterations'
+    /// total × `ops` / `divisor`: a stream's whole time, a ping-pong's one-way halves).
+    pub fn timed(samples_ns: &[u64], size: u64, ops: u64, divisor: u64) -> Self {
+        let mut samples = Samples::from_vec(samples_ns.to_vec());
+        let divisor = divisor.max(1);
+        let busy_ns =
+            (u128::from(samples.total_ns()) * u128::from(ops) / u128::from(divisor)) as u64;
+        let total_ops = samples.len() as u64 * ops;
+        Point {
+            size_bytes: size,
+            lat_us: samples.summary_us(divisor as f64),
+            bw_gbps: gbps(size * total_ops, busy_ns),
+            msg_rate_mops: mops(total_ops, busy_ns),
+            ..Point::default()
+        }
     }
 
     /// A point with these extra fields and everything else at its default.
@@ -261,6 +283,22 @@ mod tests {
         }
         assert_eq!(detail_from(&p.extra), Some(W { window: 4 }));
         assert_eq!(detail_from::<W>(&Map::new()), None);
+    }
+
+    #[test]
+    fn timed_points_count_operations_over_their_own_time() {
+        // Round trips of 2 and 4 µs moving 1000 bytes each way: one-way 1 and 2 µs.
+        let p = Point::timed(&[2000, 4000], 1000, 1, 2);
+        assert_eq!((p.size_bytes, p.lat_us.min, p.lat_us.max), (1000, 1.0, 2.0));
+        assert_eq!(p.bw_gbps, 2.0 * 8000.0 / 3000.0);
+        assert_eq!(p.msg_rate_mops, 2.0 * 1000.0 / 3000.0);
+        // Two windows of 4 messages in 8 and 16 µs: per message 2 and 4 µs, 8 in 24 µs.
+        let s = Point::timed(&[8000, 16000], 1000, 4, 4);
+        assert_eq!((s.lat_us.min, s.lat_us.max), (2.0, 4.0));
+        assert_eq!(s.bw_gbps, 8.0 * 8000.0 / 24000.0);
+        assert_eq!(s.msg_rate_mops, 8.0 * 1000.0 / 24000.0);
+        let none = Point::timed(&[], 8, 1, 1);
+        assert_eq!((none.bw_gbps, none.msg_rate_mops), (0.0, 0.0));
     }
 
     #[test]

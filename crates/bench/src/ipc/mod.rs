@@ -142,11 +142,7 @@ impl Benchmark for Ipc<'_> {
     }
 
     fn needs(&self) -> Needs {
-        Needs {
-            fabric: false,
-            min_world: 1,
-            how_to_launch: "ipc runs one rank per GPU: `efabench launch -n <GPUs> -- ipc ...`",
-        }
+        Needs::LOCAL
     }
 
     fn fingerprint(&self) -> String {

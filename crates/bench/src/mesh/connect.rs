@@ -1,16 +1,16 @@
 //! Opening a [`Mesh`] for a benchmark: the rails of the harness's plan, the registered buffers,
 //! every rank connected with one all-gather, and the record fields and header line every run on
-//! a mesh repeats. Every benchmark that posts through a mesh starts here: `pairs`, `alltoall`,
-//! `alltoallv` and `ep` through [`open_mesh`] or [`connect_mesh`], the point-to-point ones
-//! through [`connect_mesh`] and [`mesh_facts`]. [`run_on_mesh`] runs such a benchmark and keeps
-//! a failed run from tearing its mesh down.
+//! a mesh repeats. Every benchmark that posts through a mesh starts here: the point-to-point
+//! ones, `pairs`, `alltoall` and `alltoallv` through [`open_mesh`], `ep` (which allocates its
+//! buffers itself) through [`connect_mesh`] and [`mesh_facts`]. [`run_on_mesh`] runs such a
+//! benchmark and keeps a failed run from tearing its mesh down.
 
 use efabench_fabric::RailConfig;
 use serde::Serialize;
 
 use super::{Mesh, Payload};
 use crate::error::BenchError;
-use crate::harness::{self, Benchmark, BuildInfo, Ctx, Needs, Options, RunFacts};
+use crate::harness::{self, Benchmark, BuildInfo, Ctx, Options, RunFacts};
 
 /// The record fields every point of a mesh run repeats.
 #[derive(Serialize)]
@@ -23,15 +23,6 @@ struct MeshFacts {
 #[derive(Serialize)]
 struct StrategyFact {
     strategy: &'static str,
-}
-
-/// What a benchmark on a mesh of every rank needs: the fabric and two ranks at least.
-pub(crate) fn mesh_needs(how_to_launch: &'static str) -> Needs {
-    Needs {
-        fabric: true,
-        min_world: 2,
-        how_to_launch,
-    }
 }
 
 /// Allocates `send` and `recv` bytes of `--mem` memory, opens the rails of the plan and

@@ -65,7 +65,7 @@ use crate::harness::Strategy;
 use crate::pattern;
 
 pub use self::buffers::{alloc, Payload};
-pub(crate) use self::connect::{connect_mesh, mesh_facts, mesh_needs, open_mesh, run_on_mesh};
+pub(crate) use self::connect::{connect_mesh, mesh_facts, open_mesh, run_on_mesh};
 pub use self::lane::{Lane, LaneRail};
 pub use self::post::{Post, Route};
 pub use self::signal::{cq_data, parse_cq_data, Kind, ITER_MOD};

@@ -15,9 +15,6 @@
 use crate::error::BenchError;
 use crate::mesh::{Kind, Lane, Mesh, Op, OpDone, Route, MAX_INDEX};
 
-// `ep` and the collectives' setup name the payload type through this path.
-pub use crate::mesh::Payload;
-
 /// The mesh, the peer of the current step, and the step's slots and message counters.
 pub struct Link {
     pub mesh: Mesh,

@@ -52,12 +52,10 @@ pub use self::write::Write;
 use self::link::Link;
 use crate::error::BenchError;
 use crate::harness::{
-    self, name_of, Benchmark, Clock, Ctx, FabricArgs, JobArgs, Loop, Measured, MemArgs, Needs,
-    Point, RunFacts, SweepArgs,
+    self, name_of, AllGroups, Benchmark, Clock, Ctx, Loop, Measured, Needs, Point, RunFacts,
 };
 use crate::mesh::{self, RailLoad};
 use crate::pattern;
-use crate::stats::{gbps, mops, Samples};
 
 /// Options of the point-to-point benchmarks: their own, then the groups they honour (every one).
 #[derive(clap::Args, Debug, Clone)]
@@ -79,16 +77,10 @@ pub struct P2pArgs {
     #[arg(long, value_enum, default_value_t = Clock::Iteration)]
     pub timing: Clock,
     #[command(flatten)]
-    pub sweep: SweepArgs,
-    #[command(flatten)]
-    pub fabric: FabricArgs,
-    #[command(flatten)]
-    pub mem: MemArgs,
-    #[command(flatten)]
-    pub job: JobArgs,
+    pub groups: AllGroups,
 }
 
-crate::impl_options!(P2pArgs: sweep, fabric, mem);
+crate::impl_options!(P2pArgs => groups);
 
 /// `pingpong` (latency) or `stream` (bandwidth).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -206,7 +198,7 @@ pub struct P2p<'a, P> {
 impl<'a, P: Protocol> P2p<'a, P> {
     /// Checks the options (before anything touches hardware).
     pub fn new(args: &'a P2pArgs) -> Result<Self, BenchError> {
-        let sizes = args.sweep.sizes()?;
+        let sizes = args.groups.sweep.sizes()?;
         let max = *sizes.iter().max().expect("a sweep has at least one size");
         // Pingpong alternates two slots; a stream uses up to `window` slots within the footprint.
         let buf_bytes = (2 * max).max(args.footprint.min((args.window as u64).saturating_mul(max)));
@@ -240,12 +232,7 @@ impl<P: Protocol> Benchmark for P2p<'_, P> {
     }
 
     fn needs(&self) -> Needs {
-        Needs {
-            fabric: true,
-            min_world: 2,
-            how_to_launch: "run `efabench launch -n 2 -- <benchmark> ...`, or start it under \
-                            srun/mpirun, or by hand with --rank/--world/--rdzv",
-        }
+        Needs::fabric(2)
     }
 
     fn fingerprint(&self) -> String {
@@ -260,7 +247,7 @@ impl<P: Protocol> Benchmark for P2p<'_, P> {
     }
 
     fn setup(&mut self, ctx: &Ctx) -> Result<RunFacts, BenchError> {
-        let (plan, strategy) = (ctx.plan()?, self.args.fabric.strategy);
+        let (plan, strategy) = (ctx.plan()?, self.args.groups.fabric.strategy);
         plan.check_message(*self.sizes.iter().max().unwrap_or(&0), strategy)?;
         let len = self.buf_bytes as usize;
         let (m, mut facts) = crate::mesh::open_mesh(ctx, len, len)?;
@@ -286,7 +273,7 @@ impl<P: Protocol> Benchmark for P2p<'_, P> {
     }
 
     fn points(&self, ctx: &Ctx) -> Result<Vec<Step>, BenchError> {
-        let (sweep, job) = (&self.args.sweep, &self.args.job);
+        let (sweep, job) = (&self.args.groups.sweep, &self.args.groups.job);
         let mut out = Vec::new();
         for &variant in &self.args.variant {
             for &size in &self.sizes {
@@ -343,42 +330,25 @@ impl<P: Protocol> Benchmark for P2p<'_, P> {
 
     fn point(&self, _ctx: &Ctx, s: &Step, all: &[Measured]) -> Point {
         let timer = &all[s.sender as usize];
-        let mut samples = Samples::from_vec(timer.samples_ns.clone());
-        let (size, n) = (s.size as u64, samples.len() as u64);
-        let total_ns = samples.total_ns();
-        let (lat_kind, divisor, messages) = match (s.variant, P::ROUND_TRIP) {
-            (Variant::Pingpong, false) => ("post-to-completion", 1.0, n),
-            (Variant::Pingpong, true) => ("one-way (round trip / 2)", 2.0, n),
-            (Variant::Stream, _) => (
-                "per message (window time / window)",
-                s.window as f64,
-                n * s.window as u64,
-            ),
+        let (lat_kind, ops, divisor) = match (s.variant, P::ROUND_TRIP) {
+            (Variant::Pingpong, false) => ("post-to-completion", 1, 1),
+            (Variant::Pingpong, true) => ("one-way (round trip / 2)", 1, 2),
+            (Variant::Stream, _) => ("per message (window time / window)", s.window, s.window),
         };
-        let lat_us = samples.summary_us(divisor);
-        // Stream: the windows' total time; pingpong: the messages' own (one-way or read) time.
-        let busy_ns = match s.variant {
-            Variant::Stream => total_ns,
-            Variant::Pingpong => (total_ns as f64 / divisor) as u64,
-        };
-        let bw = gbps(size * messages, busy_ns);
+        let p = Point::timed(&timer.samples_ns, s.size as u64, ops as u64, divisor as u64);
         let detail = PointDetail {
             lat_kind,
             window: s.window,
-            footprint_bytes: s.slots as u64 * size,
-            bw_gbytes: bw / 8.0,
+            footprint_bytes: (s.slots * s.size) as u64,
+            bw_gbytes: p.bw_gbps / 8.0,
             sender: harness::detail_from(&timer.extra),
         };
         Point {
             variant: name_of(&s.variant),
-            size_bytes: size,
             iters: s.iters,
             warmup: s.warmup,
             peer: Some(s.responder),
-            lat_us,
-            bw_gbps: bw,
-            msg_rate_mops: mops(messages, busy_ns),
-            ..Point::default()
+            ..p
         }
         .detail(&detail)
     }

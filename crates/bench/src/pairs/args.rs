@@ -2,7 +2,7 @@
 //! and an example of a good one.
 
 use super::schedule::{Schedule, DEFAULT_SEED};
-use crate::harness::{self, FabricArgs, JobArgs, MemArgs, SweepArgs};
+use crate::harness::{self, AllGroups};
 
 /// Options of `pairs`.
 #[derive(clap::Args, Debug, Clone)]
@@ -34,16 +34,10 @@ pub struct PairsArgs {
     #[arg(long, value_parser = min_bw_arg, allow_hyphen_values = true)]
     pub min_bw: Option<f64>,
     #[command(flatten)]
-    pub sweep: SweepArgs,
-    #[command(flatten)]
-    pub fabric: FabricArgs,
-    #[command(flatten)]
-    pub mem: MemArgs,
-    #[command(flatten)]
-    pub job: JobArgs,
+    pub groups: AllGroups,
 }
 
-crate::impl_options!(PairsArgs: sweep, fabric, mem);
+crate::impl_options!(PairsArgs => groups);
 
 fn window_arg(s: &str) -> Result<u64, String> {
     harness::bounded(s, "--window", 1, 4096, "16")

@@ -79,7 +79,7 @@ use serde_json::Value;
 use crate::error::BenchError;
 use crate::harness::{self, Benchmark, Budget, Ctx, Gate, Measured, Needs, Point, RunFacts};
 use crate::locate::PairBw;
-use crate::mesh::{mesh_needs, open_mesh, run_on_mesh, Mesh};
+use crate::mesh::{open_mesh, run_on_mesh, Mesh};
 use crate::stats::{gbps, Samples};
 
 pub use args::PairsArgs;
@@ -135,7 +135,7 @@ pub struct Pairs<'a> {
 
 impl<'a> Pairs<'a> {
     pub fn new(args: &'a PairsArgs) -> Result<Self, BenchError> {
-        let sizes = args.sweep.sizes()?;
+        let sizes = args.groups.sweep.sizes()?;
         if args.one_at_a_time && args.schedule != Schedule::All {
             return Err(BenchError::usage(format!(
                 "--one-at-a-time measures every ordered pair, so it goes with --pairs all, not \
@@ -168,10 +168,7 @@ impl<'a> Benchmark for Pairs<'a> {
     }
 
     fn needs(&self) -> Needs {
-        mesh_needs(
-            "run `efabench launch -n 4 -- pairs ...`, or start it under \
-             srun/mpirun, or by hand with --rank/--world/--rdzv",
-        )
+        Needs::fabric(2).launch_with(4)
     }
 
     fn setup(&mut self, ctx: &Ctx) -> Result<RunFacts, BenchError> {
@@ -211,7 +208,7 @@ impl<'a> Benchmark for Pairs<'a> {
                 Plan::Rounds(self.args.schedule)
             },
             self.args.max_time,
-            |size| self.args.sweep.iterations(size, self.args.window),
+            |size| self.args.groups.sweep.iterations(size, self.args.window),
         ));
         if m.rails() > 1 {
             facts.header.push(format!(
@@ -230,7 +227,7 @@ impl<'a> Benchmark for Pairs<'a> {
         let n = ctx.world;
         let mut out = Vec::new();
         for &size in &self.sizes {
-            let (iters, warmup) = self.args.sweep.iterations(size, self.args.window);
+            let (iters, warmup) = self.args.groups.sweep.iterations(size, self.args.window);
             let spec = |round| PairsSpec {
                 size: size as usize,
                 budget: Budget {
@@ -420,10 +417,9 @@ impl Pairs<'_> {
             serde_json::from_value(Value::Object(m.extra.clone())).unwrap_or_default();
         // Warm-up windows actually sent (fewer than -w when a tenth of --max-time ran out).
         let warmup = facts.warmup_done.unwrap_or(spec.budget.warmup);
-        let mut s = Samples::from_vec(m.samples_ns.clone());
         let window = self.args.window;
-        let messages = s.len() as u64 * window;
-        let bw = gbps(spec.size as u64 * messages, s.total_ns());
+        let p = Point::timed(&m.samples_ns, spec.size as u64, window, window);
+        let bw = p.bw_gbps;
         self.seen.borrow_mut().push((
             spec.size as u64,
             PairBw {
@@ -432,7 +428,6 @@ impl Pairs<'_> {
                 gbps: bw,
             },
         ));
-        let lat_us = s.summary_us(window as f64);
         let detail = PairsDetail {
             src,
             src_host: ctx.hosts.get(src as usize).cloned(),
@@ -457,21 +452,16 @@ impl Pairs<'_> {
         };
         Point {
             variant: "write-stream".into(),
-            size_bytes: spec.size as u64,
             // Windows actually timed: fewer than -n when --max-time ran out first.
-            iters: s.len() as u64,
+            iters: m.samples_ns.len() as u64,
             warmup,
             peer: Some(dst),
-            lat_us,
-            bw_gbps: bw,
-            busbw_gbps: None,
-            msg_rate_mops: crate::stats::mops(messages, s.total_ns()),
             gate: self.args.min_bw.map(|min| Gate {
                 what: format!("pair {src} -> {dst}, --min-bw {min} Gbps"),
                 value: bw,
                 min,
             }),
-            ..Point::default()
+            ..p
         }
         .detail(&detail)
     }

@@ -3,7 +3,7 @@
 
 use efabench_gpu::queue::RingKind;
 
-use crate::harness::{self, one_of, FabricArgs, JobArgs, MemArgs, SweepArgs};
+use crate::harness::{self, one_of, AllGroups};
 
 /// Options of `efabench proxy`.
 #[derive(clap::Args, Debug, Clone)]
@@ -46,16 +46,10 @@ pub struct ProxyArgs {
     #[arg(long, value_enum, default_value = "per-put")]
     pub payload_fence: PayloadFence,
     #[command(flatten)]
-    pub sweep: SweepArgs,
-    #[command(flatten)]
-    pub fabric: FabricArgs,
-    #[command(flatten)]
-    pub mem: MemArgs,
-    #[command(flatten)]
-    pub job: JobArgs,
+    pub groups: AllGroups,
 }
 
-crate::impl_options!(ProxyArgs: sweep, fabric, mem);
+crate::impl_options!(ProxyArgs => groups);
 
 /// Where the GPU producer fences its payload stores before the commands that name them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]

@@ -31,7 +31,8 @@ pub(super) fn measure(
         .as_mut()
         .ok_or_else(|| BenchError::failed("initiator not set up"))?;
     let nrails = init.rails.len();
-    let sched = engine::schedule(s.puts, s.size, nrails, args.fabric.strategy, TARGET as u16);
+    let strategy = args.groups.fabric.strategy;
+    let sched = engine::schedule(s.puts, s.size, nrails, strategy, TARGET as u16);
     let mut per_rail: Vec<Vec<efabench_gpu::proxy::Command>> = vec![Vec::new(); nrails];
     for put in &sched {
         for (r, c) in put {
@@ -44,7 +45,7 @@ pub(super) fn measure(
     let cfg = ProxyConfig {
         batch: args.batch,
         max_in_flight: 4096,
-        idle_timeout: args.job.timeout(),
+        idle_timeout: args.groups.job.timeout(),
     };
     let failed_flag = AtomicBool::new(false);
     let go = AtomicU64::new(0);
@@ -113,7 +114,7 @@ pub(super) fn measure(
                 .collect();
             let main = (|| -> Result<(), BenchError> {
                 for it in 0..total_iters {
-                    if args.job.verify() || it == 0 {
+                    if args.groups.job.verify() || it == 0 {
                         fill_puts(&**setup.src, it, s.puts, s.size).map_err(BenchError::failed)?;
                     }
                     let (t_ns, span, push, quiet) = match s.mode {
@@ -157,7 +158,7 @@ pub(super) fn measure(
                                                 size: s.size,
                                                 dst: TARGET as u16,
                                                 rails: nrails as u32,
-                                                split: args.fabric.strategy == Strategy::Split,
+                                                split: strategy == Strategy::Split,
                                                 first_rail: 0,
                                                 blocking,
                                                 poll_ns: args.quiet_poll_ns,

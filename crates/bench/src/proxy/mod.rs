@@ -127,7 +127,7 @@ const TARGET: u32 = 1;
 impl<'a> Proxy<'a> {
     /// Checks the options before anything touches hardware; the GPU producer needs a driver.
     pub fn new(args: &'a ProxyArgs) -> Result<Self, BenchError> {
-        let sizes = args.sweep.sizes()?;
+        let sizes = args.groups.sweep.sizes()?;
         if sizes.iter().any(|&s| s > u32::MAX as u64) {
             return Err(BenchError::usage(
                 "efabench proxy: a put carries a 32-bit length; lower -e to 2G or less",
@@ -243,16 +243,12 @@ impl<'a> Benchmark for Proxy<'a> {
     }
 
     fn needs(&self) -> Needs {
-        Needs {
-            fabric: true,
-            min_world: 2,
-            how_to_launch: "run `efabench launch -n 2 -- proxy ...`, or start it under \
-                            srun/mpirun, or by hand with --rank/--world/--rdzv",
-        }
+        Needs::fabric(2)
     }
 
     fn setup(&mut self, ctx: &Ctx) -> Result<RunFacts, BenchError> {
-        let (fabric, mem, job) = (&self.args.fabric, &self.args.mem, &self.args.job);
+        let g = &self.args.groups;
+        let (fabric, mem, job) = (&g.fabric, &g.mem, &g.job);
         let plan = ctx.plan()?;
         if plan.rails.len() > MAX_RINGS {
             return Err(BenchError::usage(format!(
@@ -425,7 +421,7 @@ impl<'a> Benchmark for Proxy<'a> {
         for &mode in &self.args.modes {
             for &size in &self.sizes {
                 let puts = self.puts_at(size);
-                let (iters, warmup) = self.args.sweep.iterations(size, puts as u64);
+                let (iters, warmup) = self.args.groups.sweep.iterations(size, puts as u64);
                 out.push(ProxySpec {
                     mode,
                     size,

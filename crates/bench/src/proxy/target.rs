@@ -20,7 +20,8 @@ pub(super) fn measure(
     s: &ProxySpec,
 ) -> Result<Measured, BenchError> {
     let nrails = setup.target_rails.len();
-    let sched = engine::schedule(s.puts, s.size, nrails, args.fabric.strategy, TARGET as u16);
+    let strategy = args.groups.fabric.strategy;
+    let sched = engine::schedule(s.puts, s.size, nrails, strategy, TARGET as u16);
     let stripes: Vec<u32> = sched.iter().map(|p| p.len() as u32).collect();
     let health = health_of(ctx);
     let mut arrive_all = Vec::with_capacity(kept_iters(s) as usize * s.puts as usize);
@@ -33,7 +34,7 @@ pub(super) fn measure(
             &stripes,
             INITIATOR as u16,
             &mut arrive,
-            args.job.timeout().max(Duration::from_secs(1)),
+            args.groups.job.timeout().max(Duration::from_secs(1)),
             &health,
         )
         .map_err(BenchError::failed)?;
@@ -44,7 +45,7 @@ pub(super) fn measure(
         if it >= s.warmup {
             landed.push(realtime_ns());
         }
-        if args.job.verify() {
+        if args.groups.job.verify() {
             errors += check_puts(&**setup.dst, it, s.puts, s.size).map_err(BenchError::failed)?;
         }
         if it >= s.warmup + s.iters - kept_iters(s) {

@@ -131,11 +131,7 @@ impl Benchmark for Queue {
     }
 
     fn needs(&self) -> Needs {
-        Needs {
-            fabric: false,
-            min_world: 1,
-            how_to_launch: "queue runs in one process: `efabench queue`",
-        }
+        Needs::LOCAL
     }
 
     fn setup(&mut self, ctx: &Ctx) -> Result<RunFacts, BenchError> {
