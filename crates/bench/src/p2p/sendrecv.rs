@@ -13,6 +13,7 @@ pub struct SendRecv;
 impl Message for SendRecv {
     const NAME: &'static str = "sendrecv";
     const INJECT: bool = true;
+    const LEAN: bool = true;
 
     fn expect(link: &mut Link, pos: usize) -> Result<(), BenchError> {
         link.post(Op::Recv(pos), None)
