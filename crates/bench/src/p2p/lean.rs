@@ -83,8 +83,8 @@ pub(super) fn header(ping_loop: PingLoop, bench: &str, variants: &[Variant]) -> 
     }
     Some(match ping_loop {
         PingLoop::Tracked => "# loop: tracked (every message through the mesh's tracking: \
-             route, tag, completion sorting and lookup per message; --loop lean runs fabtests' \
-             loop on one rail)"
+             ~1,600 more own instructions per round trip than --loop lean, ~0.03 us one-way at \
+             8 B over shm on a 2-core VM; --loop lean runs fabtests' loop on one rail)"
             .to_string(),
         PingLoop::Lean => "# loop: lean (fabtests' loop: posts resolved once per step, one CQ \
              read per poll; health and --timeout every 256 empty polls, payloads verified \
