@@ -93,6 +93,60 @@ fn pair(provider: &str) {
     }
 }
 
+/// A message longer than the posted receive (from a second endpoint) fails the pair's poll with
+/// the receive's error completion.
+fn error_completion(provider: &str) {
+    let mut a = rail(provider);
+    let b = rail(provider);
+    let abuf = Arc::new(HostBuffer::new(4096).unwrap());
+    let bbuf = Arc::new(HostBuffer::new(4096).unwrap());
+    let aregion = a.register(abuf).unwrap();
+    let bregion = b.register(bbuf).unwrap();
+    let a_self = a.insert_peer(&a.address().unwrap()).unwrap();
+    let to_a = b.insert_peer(&a.address().unwrap()).unwrap();
+    let mut pp = a.ping_pong(a_self, (aregion, aregion), [0, 64], 8).unwrap();
+    pp.post_recv(0).unwrap();
+    // From another thread: the connection needs `a`'s progress (the pair's polls) while the
+    // post waits for it.
+    let sender = std::thread::spawn(move || {
+        b.post(Op::Send {
+            peer: to_a,
+            local: bregion.range(0, 256),
+            data: None,
+            flags: Flags::NONE,
+            ctx: 1,
+        })
+        .unwrap();
+        let (t0, mut c) = (Instant::now(), [Completion::default(); 4]);
+        // Until the send's own completion (or its error) comes back.
+        while !matches!(b.poll(&mut c), Ok(n) if n > 0) && t0.elapsed() < Duration::from_secs(5) {}
+    });
+    let t0 = Instant::now();
+    let e = loop {
+        match pp.poll(0) {
+            Ok(None) => {}
+            Ok(Some(len)) => panic!("a {len}-byte receive completed without error"),
+            Err(e) => break e,
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "no error completion"
+        );
+    };
+    sender.join().unwrap();
+    assert!(
+        matches!(e, Error::Completion { op: "fi_recv", .. }),
+        "{e:?}"
+    );
+    assert!(!pp.posted(0), "the failed receive's slot is free again");
+}
+
+#[test]
+fn error_completion_fails_the_poll() {
+    error_completion("tcp");
+    error_completion("shm");
+}
+
 #[test]
 fn ping_pong_tcp() {
     pair("tcp");
