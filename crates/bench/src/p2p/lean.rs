@@ -83,7 +83,7 @@ pub(super) fn header(ping_loop: PingLoop, bench: &str, variants: &[Variant]) -> 
     }
     Some(match ping_loop {
         PingLoop::Tracked => "# loop: tracked (every message through the mesh's tracking: \
-             ~1,600 more own instructions per round trip than --loop lean, ~0.03 us one-way at \
+             ~1,600 more own instructions per round trip than --loop lean, 0.03-0.06 us one-way at \
              8 B over shm on a 2-core VM; --loop lean runs fabtests' loop on one rail)"
             .to_string(),
         PingLoop::Lean => "# loop: lean (fabtests' loop: posts resolved once per step, one CQ \
