@@ -55,7 +55,8 @@ pub use info::{
 };
 pub use memory::{DmabufHandle, Hmem, MemoryBuffer, MrPath};
 pub use rail::{
-    Completion, CqData, Flags, Local, Op, Peer, Rail, RailConfig, RegionId, RemoteAt, RemoteRegion,
+    Completion, CqData, Flags, Local, Op, Peer, PingPong, Rail, RailConfig, RegionId, RemoteAt,
+    RemoteRegion,
 };
 #[cfg(feature = "async")]
 pub use rail::{OpFuture, OpResult, RemoteData};

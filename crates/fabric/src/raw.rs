@@ -673,12 +673,51 @@ impl RawRail {
     }
 
     /// `fi_cancel` of the operation using `slot` (best effort; its completion still arrives).
-    #[cfg(feature = "async")]
     pub fn cancel(&self, slot: u32) {
         if let (Ok(ep), true) = (self.ep(), (slot as usize) < self.ctx.ctx.len()) {
             // SAFETY: ep is live; the context belongs to an operation we posted.
             unsafe { fi::fi_cancel(ep, self.ctx.ptr(slot)) };
         }
+    }
+
+    /// The two receives and injects of a ping-pong between `send` and `recv` (see
+    /// [`RawPair`]): `len` bytes at `offs[i]` of both regions for slot `i`, to `peer`, the
+    /// receive of slot `i` in context slot `slots[i]`. Checks the ranges and the context slots.
+    pub fn pair(
+        &self,
+        (send, recv): (&RawMr, &RawMr),
+        offs: [usize; 2],
+        len: usize,
+        peer: u64,
+        slots: [u32; 2],
+    ) -> Result<RawPair> {
+        let ep = self.ep()?;
+        for (mr, name) in [(send, "send"), (recv, "receive")] {
+            for off in offs {
+                if off.checked_add(len).is_none_or(|end| end > mr.len) {
+                    return Err(Error::Usage(format!(
+                        "{name} range {off}+{len} is outside the registered region of {} bytes",
+                        mr.len
+                    )));
+                }
+            }
+        }
+        if slots.iter().any(|&s| s as usize >= self.ctx.ctx.len()) || slots[0] == slots[1] {
+            return Err(Error::Usage("ping-pong context slots out of range".into()));
+        }
+        // SAFETY: offs[i]+len lies inside both registered regions (checked above); `add` of an
+        // in-bounds offset of a live allocation. The pointers are dereferenced only by the
+        // provider, while the regions stay pinned (see RawPair).
+        let at = |mr: &RawMr, i: usize| unsafe { mr.ptr.add(offs[i]) }.cast::<c_void>();
+        Ok(RawPair {
+            ep,
+            peer,
+            len: len as sys::size_t,
+            out: [at(send, 0), at(send, 1)],
+            into: [at(recv, 0), at(recv, 1)],
+            recv_desc: recv.desc,
+            ctx: [self.ctx.ptr(slots[0]), self.ctx.ptr(slots[1])],
+        })
     }
 
     /// Reads up to [`CQ_BATCH`] completions and hands each to `f`.
@@ -755,6 +794,56 @@ impl RawRail {
             prov_errno: e.entry.prov_errno,
             text,
         })
+    }
+}
+
+/// A ping-pong's posts resolved once, for [`crate::rail::PingPong`]: the endpoint, the peer and,
+/// per slot (0 or 1), the bytes an inject sends, the bytes a receive fills and the receive's
+/// context. Posting is then the libfabric call alone, as in fabtests' loop (completions come
+/// from the rail's one CQ, read by `RawRail::cq_read`).
+///
+/// Validity: the pointers stay valid while the rail is alive and its endpoint open, both
+/// regions stay registered and the two context slots stay reserved for this pair. `PingPong`
+/// keeps all of that for as long as it owns a `RawPair`: it borrows the rail exclusively (the
+/// rail cannot be dropped, so the endpoint stays open), pins both regions (their in-flight count,
+/// so neither can be deregistered) and holds both context slots out of the rail's free list.
+pub(crate) struct RawPair {
+    ep: *mut sys::fid_ep,
+    peer: u64,
+    len: sys::size_t,
+    out: [*mut c_void; 2],
+    into: [*mut c_void; 2],
+    recv_desc: *mut c_void,
+    ctx: [*mut c_void; 2],
+}
+
+impl RawPair {
+    /// `fi_recv` of `len` bytes into slot `i & 1`, in that slot's context. The caller must not
+    /// post a slot whose receive is still in flight (its context is the provider's until then).
+    #[inline(always)]
+    pub fn recv(&self, i: usize) -> isize {
+        let i = i & 1;
+        // SAFETY: ep is the live endpoint, into[i]..+len lies in a pinned registered region
+        // whose descriptor is recv_desc, and ctx[i] is a context reserved for this slot that the
+        // caller (PingPong) does not reuse before its completion is read (see RawPair).
+        unsafe {
+            fi::fi_recv(
+                self.ep,
+                self.into[i],
+                self.len,
+                self.recv_desc,
+                sys::FI_ADDR_UNSPEC,
+                self.ctx[i],
+            ) as isize
+        }
+    }
+
+    /// `fi_inject` of slot `i & 1`'s `len` bytes to the peer (no completion, no context).
+    #[inline(always)]
+    pub fn inject(&self, i: usize) -> isize {
+        // SAFETY: ep is the live endpoint and out[i]..+len lies in a pinned registered region;
+        // fi_inject copies the bytes before it returns.
+        unsafe { fi::fi_inject(self.ep, self.out[i & 1], self.len, self.peer) as isize }
     }
 }
 

@@ -7,6 +7,7 @@ use efabench_gpu::{GpuBuffer, MemKind};
 
 use super::{Mesh, MeshResult};
 use crate::error::BenchError;
+use crate::pattern;
 
 /// A payload buffer of any `--mem` kind, shared with the rails that registered it.
 pub type Payload = Arc<Box<dyn GpuBuffer>>;
@@ -14,24 +15,19 @@ pub type Payload = Arc<Box<dyn GpuBuffer>>;
 impl Mesh {
     /// Fills `len` bytes of `send` at `off` with the pattern of `seed`.
     pub fn fill_send(&mut self, off: usize, len: usize, seed: u64) -> MeshResult<()> {
-        self.scratch.resize(len, 0);
-        self.stream.fill(&mut self.scratch, seed);
-        self.send
-            .write_at(off, &self.scratch)
-            .map_err(|e| BenchError::failed(format!("filling the send buffer: {e}")))
+        fill(
+            &self.send,
+            &mut self.scratch,
+            &mut self.stream,
+            (off, len),
+            seed,
+        )
     }
 
     /// Words of `recv[off..off+len]` that differ from the pattern of `seed`.
     pub fn check_recv(&mut self, off: usize, len: usize, seed: u64) -> u64 {
-        self.scratch.resize(len, 0);
-        if self.recv.read_at(off, &mut self.scratch).is_err() {
-            return len.div_ceil(8) as u64;
-        }
-        if self.corrupt_once && len > 0 {
-            self.corrupt_once = false;
-            self.scratch[len / 2] ^= 0x5A;
-        }
-        self.stream.mismatches(&self.scratch, seed)
+        let verify = (&mut self.scratch, &mut self.stream, &mut self.corrupt_once);
+        mismatches(&self.recv, verify, (off, len), seed)
     }
 
     /// Waits until data that completions reported has really landed in `recv`. On shm's CUDA
@@ -49,6 +45,39 @@ impl Mesh {
         efabench_gpu::buffer::copy_between(&**self.send, from, &**self.recv, to, len)
             .map_err(|e| BenchError::failed(format!("copying the own chunk: {e}")))
     }
+}
+
+/// Writes the pattern of `seed` over `len` bytes of `send` at `off` (through `scratch`).
+pub(super) fn fill(
+    send: &Payload,
+    scratch: &mut Vec<u8>,
+    stream: &mut pattern::Stream,
+    (off, len): (usize, usize),
+    seed: u64,
+) -> MeshResult<()> {
+    scratch.resize(len, 0);
+    stream.fill(scratch, seed);
+    send.write_at(off, scratch)
+        .map_err(|e| BenchError::failed(format!("filling the send buffer: {e}")))
+}
+
+/// Words of `recv[off..off+len]` that differ from the pattern of `seed` (read into the
+/// scratch); with the test hook's `corrupt_once` set, one byte is flipped first, once.
+pub(super) fn mismatches(
+    recv: &Payload,
+    (scratch, stream, corrupt_once): (&mut Vec<u8>, &mut pattern::Stream, &mut bool),
+    (off, len): (usize, usize),
+    seed: u64,
+) -> u64 {
+    scratch.resize(len, 0);
+    if recv.read_at(off, scratch).is_err() {
+        return len.div_ceil(8) as u64;
+    }
+    if *corrupt_once && len > 0 {
+        *corrupt_once = false;
+        scratch[len / 2] ^= 0x5A;
+    }
+    stream.mismatches(scratch, seed)
 }
 
 /// The send and receive buffers of a mesh: `send` and `recv` bytes of the `--mem` kind.

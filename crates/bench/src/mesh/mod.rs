@@ -42,6 +42,7 @@
 mod buffers;
 mod connect;
 mod lane;
+mod lean;
 mod post;
 mod signal;
 mod track;
@@ -67,6 +68,7 @@ use crate::pattern;
 pub use self::buffers::{alloc, Payload};
 pub(crate) use self::connect::{connect_mesh, mesh_facts, open_mesh, run_on_mesh};
 pub use self::lane::{Lane, LaneRail};
+pub use self::lean::LeanStep;
 pub use self::post::{Post, Route};
 pub use self::signal::{cq_data, parse_cq_data, Kind, ITER_MOD};
 pub use self::track::{Op, OpDone, MAX_INDEX};

@@ -35,6 +35,7 @@
 //! DRAM bandwidth. `--footprint 1` puts every message of a window on one slot, as `fi_rdm_bw` does;
 //! `fi_rma_bw` gives each message of a window its own bytes (64 × size).
 
+mod lean;
 pub(crate) mod link;
 mod read;
 mod rounds;
@@ -45,6 +46,7 @@ use std::marker::PhantomData;
 
 use serde::{Deserialize, Serialize};
 
+pub use self::lean::PingLoop;
 pub use self::read::Read;
 pub use self::sendrecv::SendRecv;
 pub use self::write::Write;
@@ -76,6 +78,11 @@ pub struct P2pArgs {
     /// fabtests' loop).
     #[arg(long, value_enum, default_value_t = Clock::Iteration)]
     pub timing: Clock,
+    /// sendrecv's ping-pong loop: `tracked` (every message through the mesh's tracking, any
+    /// rails) or `lean` (fabtests' loop: one rail, messages that fit fi_inject, --variant
+    /// pingpong; see the header for what tracking costs).
+    #[arg(long = "loop", value_enum, default_value_t = PingLoop::Tracked)]
+    pub ping_loop: PingLoop,
     #[command(flatten)]
     pub groups: AllGroups,
 }
@@ -103,6 +110,8 @@ fn footprint_arg(s: &str) -> Result<u64, String> {
 struct RunDetail {
     mr: String,
     timing: &'static str,
+    #[serde(rename = "loop")]
+    ping_loop: &'static str,
 }
 
 /// What the sender measured besides its samples (the record carries it as it is).
@@ -149,6 +158,7 @@ pub struct Step {
     pub slots: usize,
     pub verify: bool,
     pub clock: Clock,
+    pub ping_loop: PingLoop,
     /// Ranks of the sender (rank 0) and the responder.
     pub sender: u32,
     pub responder: u32,
@@ -249,6 +259,9 @@ impl<P: Protocol> Benchmark for P2p<'_, P> {
     fn setup(&mut self, ctx: &Ctx) -> Result<RunFacts, BenchError> {
         let (plan, strategy) = (ctx.plan()?, self.args.groups.fabric.strategy);
         plan.check_message(*self.sizes.iter().max().unwrap_or(&0), strategy)?;
+        let (ping_loop, variants) = (self.args.ping_loop, &self.args.variant);
+        let max = *self.sizes.iter().max().unwrap_or(&0);
+        lean::check(ping_loop, P::NAME, variants, plan, max)?;
         let len = self.buf_bytes as usize;
         let (m, mut facts) = crate::mesh::open_mesh(ctx, len, len)?;
         let link = Link::new(m);
@@ -267,9 +280,17 @@ impl<P: Protocol> Benchmark for P2p<'_, P> {
                     .to_string(),
             );
         }
+        facts
+            .header
+            .extend(lean::header(ping_loop, P::NAME, variants));
         self.link = Some(link);
         let timing = self.args.timing.name();
-        Ok(facts.detail(&RunDetail { mr, timing }))
+        let ping_loop = ping_loop.name();
+        Ok(facts.detail(&RunDetail {
+            mr,
+            timing,
+            ping_loop,
+        }))
     }
 
     fn points(&self, ctx: &Ctx) -> Result<Vec<Step>, BenchError> {
@@ -293,6 +314,7 @@ impl<P: Protocol> Benchmark for P2p<'_, P> {
                     slots,
                     verify: job.verify(),
                     clock: self.args.timing,
+                    ping_loop: self.args.ping_loop,
                     sender: 0,
                     responder: peer,
                 }));

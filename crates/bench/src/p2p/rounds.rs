@@ -8,7 +8,7 @@
 use std::marker::PhantomData;
 
 use super::link::Link;
-use super::{Protocol, Step, Variant};
+use super::{PingLoop, Protocol, Step, Variant};
 use crate::error::BenchError;
 use crate::harness::{time_loop, Ctx, Measured, Rounds};
 use crate::mesh::{Kind, Op};
@@ -21,6 +21,8 @@ pub trait Message {
     const NAME: &'static str;
     /// Small messages may go by `fi_inject` (no completion to reap), as fi_pingpong does.
     const INJECT: bool = false;
+    /// Its ping-pong can run fabtests' loop (`--loop lean`, [`super::lean`]).
+    const LEAN: bool = false;
     /// Makes window position `pos` ready for the peer's next message (a receive, for send/recv).
     fn expect(_link: &mut Link, _pos: usize) -> Result<(), BenchError> {
         Ok(())
@@ -41,6 +43,17 @@ impl<M: Message> Protocol for M {
     const NAME: &'static str = <M as Message>::NAME;
 
     fn measure(link: &mut Link, ctx: &Ctx, s: Step) -> Result<Measured, BenchError> {
+        if s.ping_loop == PingLoop::Lean {
+            // `setup` refused --loop lean for every other benchmark and for the stream.
+            return match M::LEAN && s.variant == Variant::Pingpong {
+                true => super::lean::measure(link, ctx, s),
+                false => Err(BenchError::usage(format!(
+                    "--loop lean does not apply to {} {}",
+                    M::NAME,
+                    crate::harness::name_of(&s.variant)
+                ))),
+            };
+        }
         let sender = s.sends(ctx);
         time_loop(ctx, s.looped(sender), &mut Side::<M>::new(link, s, sender)?)
     }

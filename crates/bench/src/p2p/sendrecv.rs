@@ -1,6 +1,7 @@
 //! `sendrecv`: two-sided send/recv. A ping-pong's small messages go by `fi_inject`, as
 //! fi_pingpong's do; the receiver of a stream posts one receive per window position before it
-//! tells the sender to start, so no message of the window arrives unexpected.
+//! tells the sender to start, so no message of the window arrives unexpected. Its ping-pong can
+//! also run as fabtests' loop (`--loop lean`, see `lean.rs`).
 
 use super::link::Link;
 use super::rounds::Message;
@@ -13,6 +14,7 @@ pub struct SendRecv;
 impl Message for SendRecv {
     const NAME: &'static str = "sendrecv";
     const INJECT: bool = true;
+    const LEAN: bool = true;
 
     fn expect(link: &mut Link, pos: usize) -> Result<(), BenchError> {
         link.post(Op::Recv(pos), None)

@@ -158,6 +158,10 @@ impl RailGroup {
     pub fn rail(&self, i: usize) -> &Rail {
         &self.rails[i]
     }
+    /// Rail `i`, exclusively (e.g. for a [`crate::PingPong`], which holds it for a whole loop).
+    pub fn rail_mut(&mut self, i: usize) -> &mut Rail {
+        &mut self.rails[i]
+    }
     /// Every rail, in rail order.
     pub fn rails(&self) -> &[Rail] {
         &self.rails

@@ -11,9 +11,9 @@
 use efabench_fabric_sys as sys;
 use std::time::Instant;
 
-use super::{Rail, Slot, NO_REGION};
+use super::{Rail, Slot, State, NO_REGION};
 use crate::error::{Error, Result};
-use crate::raw::CqRead;
+use crate::raw::{CqRead, RawCompletion, RawCqError};
 
 /// One completion returned by [`Rail::poll`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -141,97 +141,11 @@ impl Rail {
         let mut guard = self.state.borrow_mut();
         let st = &mut *guard;
         let mut n = 0;
-        let res = self.raw.cq_read(|c| {
-            let Some(s) = c.slot else {
-                st.remote.push_back(Completion {
-                    context: Completion::REMOTE_CQ_DATA,
-                    flags: c.flags,
-                    len: c.len,
-                    data: c.data,
-                });
-                return;
-            };
-            let region = match std::mem::replace(&mut st.slots[s as usize], Slot::Free) {
-                Slot::Raw { ctx, region, .. } => {
-                    let comp = Completion {
-                        context: ctx,
-                        flags: c.flags,
-                        len: c.len,
-                        data: c.data,
-                    };
-                    if n < out.len() {
-                        out[n] = comp;
-                        n += 1;
-                    } else {
-                        st.ready.push_back(comp);
-                    }
-                    st.free.push(s);
-                    region
-                }
-                #[cfg(feature = "async")]
-                Slot::Async { region, op, .. } => {
-                    st.slots[s as usize] = Slot::Async {
-                        region,
-                        op,
-                        done: Some(Ok(super::OpResult {
-                            len: c.len,
-                            data: (c.flags & sys::FI_REMOTE_CQ_DATA != 0).then_some(c.data),
-                        })),
-                    };
-                    region
-                }
-                #[cfg(feature = "async")]
-                Slot::Orphan { region } => {
-                    st.free.push(s);
-                    region
-                }
-                Slot::Free => NO_REGION,
-            };
-            st.release(region);
-        });
+        let res = self.raw.cq_read(|c| st.take(c, out, &mut n));
         match res {
             CqRead::Empty | CqRead::Entries => Ok(n),
             CqRead::Error(e) => {
-                let provider = Some(self.info.provider.clone());
-                let Some(s) = e.slot else {
-                    return Err(Error::Completion {
-                        op: "an operation without context",
-                        errno: e.errno,
-                        prov_errno: e.prov_errno,
-                        text: e.text,
-                        provider,
-                    });
-                };
-                let mk = |op| Error::Completion {
-                    op,
-                    errno: e.errno,
-                    prov_errno: e.prov_errno,
-                    text: e.text.clone(),
-                    provider: provider.clone(),
-                };
-                let region = match std::mem::replace(&mut st.slots[s as usize], Slot::Free) {
-                    Slot::Raw { region, op, .. } => {
-                        st.free.push(s);
-                        st.errors.push_back(mk(op));
-                        region
-                    }
-                    #[cfg(feature = "async")]
-                    Slot::Async { region, op, .. } => {
-                        st.slots[s as usize] = Slot::Async {
-                            region,
-                            op,
-                            done: Some(Err(mk(op))),
-                        };
-                        region
-                    }
-                    #[cfg(feature = "async")]
-                    Slot::Orphan { region } => {
-                        st.free.push(s);
-                        region
-                    }
-                    Slot::Free => NO_REGION,
-                };
-                st.release(region);
+                st.take_error(e, &self.info.provider)?;
                 if out.is_empty() {
                     Ok(0)
                 } else {
@@ -243,5 +157,116 @@ impl Rail {
                 }
             }
         }
+    }
+}
+
+impl State {
+    /// Dispatches one CQ entry to its slot: the completion goes to `out` (at `n`, while there
+    /// is room) or to the queues [`Rail::poll`] empties later, and the slot is freed.
+    #[inline(always)]
+    pub(super) fn take(&mut self, c: RawCompletion, out: &mut [Completion], n: &mut usize) {
+        let st = self;
+        let Some(s) = c.slot else {
+            st.remote.push_back(Completion {
+                context: Completion::REMOTE_CQ_DATA,
+                flags: c.flags,
+                len: c.len,
+                data: c.data,
+            });
+            return;
+        };
+        let region = match std::mem::replace(&mut st.slots[s as usize], Slot::Free) {
+            Slot::Raw { ctx, region, .. } => {
+                let comp = Completion {
+                    context: ctx,
+                    flags: c.flags,
+                    len: c.len,
+                    data: c.data,
+                };
+                if *n < out.len() {
+                    out[*n] = comp;
+                    *n += 1;
+                } else {
+                    st.ready.push_back(comp);
+                }
+                st.free.push(s);
+                region
+            }
+            #[cfg(feature = "async")]
+            Slot::Async { region, op, .. } => {
+                st.slots[s as usize] = Slot::Async {
+                    region,
+                    op,
+                    done: Some(Ok(super::OpResult {
+                        len: c.len,
+                        data: (c.flags & sys::FI_REMOTE_CQ_DATA != 0).then_some(c.data),
+                    })),
+                };
+                region
+            }
+            Slot::Orphan { region } => {
+                st.free.push(s);
+                region
+            }
+            // A ping-pong's receive: only its `PingPong` reads the CQ while it holds the slot
+            // (it borrows the rail exclusively), so this is never reached; the slot stays held.
+            Slot::Held => {
+                st.slots[s as usize] = Slot::Held;
+                NO_REGION
+            }
+            Slot::Free => NO_REGION,
+        };
+        st.release(region);
+    }
+
+    /// Dispatches one CQ error entry: the error of a posted operation is queued for
+    /// [`Rail::poll`] and its slot freed; an error without an operation is returned.
+    #[cold]
+    pub(super) fn take_error(&mut self, e: RawCqError, provider: &str) -> Result<()> {
+        let st = self;
+        let provider = Some(provider.to_string());
+        let Some(s) = e.slot else {
+            return Err(Error::Completion {
+                op: "an operation without context",
+                errno: e.errno,
+                prov_errno: e.prov_errno,
+                text: e.text,
+                provider,
+            });
+        };
+        let mk = |op| Error::Completion {
+            op,
+            errno: e.errno,
+            prov_errno: e.prov_errno,
+            text: e.text.clone(),
+            provider: provider.clone(),
+        };
+        let region = match std::mem::replace(&mut st.slots[s as usize], Slot::Free) {
+            Slot::Raw { region, op, .. } => {
+                st.free.push(s);
+                st.errors.push_back(mk(op));
+                region
+            }
+            #[cfg(feature = "async")]
+            Slot::Async { region, op, .. } => {
+                st.slots[s as usize] = Slot::Async {
+                    region,
+                    op,
+                    done: Some(Err(mk(op))),
+                };
+                region
+            }
+            Slot::Orphan { region } => {
+                st.free.push(s);
+                region
+            }
+            Slot::Held => {
+                st.slots[s as usize] = Slot::Held;
+                NO_REGION
+            }
+            Slot::Free => NO_REGION,
+        };
+        st.release(region);
+        Ok(())
     }
 }

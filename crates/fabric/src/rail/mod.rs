@@ -6,6 +6,8 @@
 //! * [`mr`]: registered memory ([`RegionId`], [`RemoteRegion`]) and its bookkeeping;
 //! * [`post`]: the one way to start an operation, [`Rail::post`] of an [`Op`];
 //! * [`cq`]: reading the completion queue ([`Rail::poll`], [`Completion`]);
+//! * [`pair`]: a ping-pong's two receives and injects resolved once ([`PingPong`]), for latency
+//!   loops that post nothing else;
 //! * `future` (feature `async`): the same operations as futures, for the executor of `exec`.
 //!
 //! Every posted operation owns a *slot*; its `op_context` is that slot's `fi_context2`, so a CQ
@@ -31,12 +33,14 @@ pub mod cq;
 #[cfg(feature = "async")]
 pub mod future;
 pub mod mr;
+pub mod pair;
 pub mod post;
 
 pub use cq::{Completion, CqData};
 #[cfg(feature = "async")]
 pub use future::{OpFuture, OpResult, RemoteData};
 pub use mr::{RegionId, RemoteRegion};
+pub use pair::PingPong;
 pub use post::{Flags, Local, Op, RemoteAt};
 
 use mr::RegionSlot;
@@ -87,11 +91,14 @@ enum Slot {
         op: &'static str,
         done: Option<Result<OpResult>>,
     },
-    /// A dropped future's operation: cancelled, its region pinned until the completion arrives.
-    #[cfg(feature = "async")]
+    /// A dropped future's operation, or a receive a dropped [`PingPong`] left posted: cancelled,
+    /// its region pinned until the completion arrives (which frees the slot).
     Orphan {
         region: u32,
     },
+    /// Reserved by a live [`PingPong`] for one of its two receives (it reads their completions
+    /// itself): out of the free list until the pair is dropped.
+    Held,
 }
 
 /// Everything of a rail that changes while it runs (behind one `RefCell`: the rail is driven by

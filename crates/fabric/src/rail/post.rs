@@ -432,7 +432,7 @@ fn outside(remote: RemoteAt, len: usize) -> Error {
 }
 
 #[cold]
-fn too_big(len: usize, inject_size: u64) -> Error {
+pub(super) fn too_big(len: usize, inject_size: u64) -> Error {
     Error::Usage(format!(
         "inject of {len} bytes exceeds the provider's inject_size {inject_size}"
     ))
