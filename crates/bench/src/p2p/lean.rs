@@ -10,11 +10,11 @@
 //! anything else is refused with a usage error before the fabric is opened ([`check`]), not run
 //! on the tracked loop behind the user's back.
 
-use super::link::Link;
 use super::{Step, Variant};
 use crate::error::BenchError;
 use crate::harness::{time_loop, Ctx, FabricPlan, Measured, Rounds};
 use crate::mesh::LeanStep;
+use crate::mesh::Link;
 
 /// Which loop runs `sendrecv`'s ping-pong (`--loop`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]

@@ -24,8 +24,9 @@
 //! A benchmark is a [`Protocol`] in its own file ([`SendRecv`], [`Write`], [`Read`]) plus one
 //! line in the crate's list of subcommands. A message-moving one only says how one message
 //! moves (`rounds::Message`); `rounds.rs` runs its ping-pong and stream. This module is the
-//! driver they share (options, points, records) on the harness, and `link.rs` the pair of
-//! endpoints they post through (a [`crate::mesh::Mesh`] of two).
+//! driver they share (options, points, records) on the harness; they post through the mesh as
+//! a pair ([`crate::mesh::Link`]), and `lean.rs` is sendrecv's fabtests-style ping-pong
+//! (`--loop lean`, on [`crate::mesh::LeanStep`]).
 //!
 //! # Rails and footprint
 //! `--rails N|all` and `--strategy split|round-robin` come from the harness's rail plan; the
@@ -36,7 +37,6 @@
 //! `fi_rma_bw` gives each message of a window its own bytes (64 × size).
 
 mod lean;
-pub(crate) mod link;
 mod read;
 mod rounds;
 mod sendrecv;
@@ -51,11 +51,11 @@ pub use self::read::Read;
 pub use self::sendrecv::SendRecv;
 pub use self::write::Write;
 
-use self::link::Link;
 use crate::error::BenchError;
 use crate::harness::{
     self, name_of, AllGroups, Benchmark, Clock, Ctx, Loop, Measured, Needs, Point, RunFacts,
 };
+use crate::mesh::Link;
 use crate::mesh::{self, RailLoad};
 use crate::pattern;
 
@@ -249,10 +249,11 @@ impl<P: Protocol> Benchmark for P2p<'_, P> {
         let variants: Vec<String> = self.args.variant.iter().map(name_of).collect();
         let a = self.args;
         format!(
-            "--window {} --footprint {} --variant {}",
+            "--window {} --footprint {} --variant {} --loop {}",
             a.window,
             a.footprint,
-            variants.join(",")
+            variants.join(","),
+            name_of(&a.ping_loop)
         )
     }
 

@@ -3,10 +3,10 @@
 //! from post to completion, as a read is a round trip by nature) or all at once (stream: an
 //! iteration is a round), verifies what it read, and says DONE (untimed).
 
-use super::link::Link;
 use super::{Protocol, Step, Variant};
 use crate::error::BenchError;
 use crate::harness::{time_loop, Ctx, Loop, Measured, Rounds};
+use crate::mesh::Link;
 use crate::mesh::{Kind, Op};
 
 /// RDMA read.

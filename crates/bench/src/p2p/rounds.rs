@@ -7,10 +7,10 @@
 
 use std::marker::PhantomData;
 
-use super::link::Link;
 use super::{PingLoop, Protocol, Step, Variant};
 use crate::error::BenchError;
 use crate::harness::{time_loop, Ctx, Measured, Rounds};
+use crate::mesh::Link;
 use crate::mesh::{Kind, Op};
 
 /// How one message of a ping-pong or a stream moves between the two ranks; such a benchmark

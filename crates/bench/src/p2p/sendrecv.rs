@@ -3,9 +3,9 @@
 //! tells the sender to start, so no message of the window arrives unexpected. Its ping-pong can
 //! also run as fabtests' loop (`--loop lean`, see `lean.rs`).
 
-use super::link::Link;
 use super::rounds::Message;
 use crate::error::BenchError;
+use crate::mesh::Link;
 use crate::mesh::{Op, OpDone};
 
 /// Two-sided send/recv.

@@ -3,9 +3,9 @@
 //! is 4 bytes), counted stripe by stripe; never from the last write, since EFA does not order
 //! RMA, so "the last write arrived" proves nothing about the others.
 
-use super::link::Link;
 use super::rounds::Message;
 use crate::error::BenchError;
+use crate::mesh::Link;
 use crate::mesh::{cq_data, parse_cq_data, Kind, Op, ITER_MOD};
 
 /// RDMA write with remote CQ data.

@@ -1,6 +1,7 @@
-//! The point-to-point benchmarks' view of the endpoints: a [`Mesh`] used as a pair, one peer at
-//! a time. The mesh owns the rails, the registered buffers (`send` is what this rank sends,
-//! writes or exposes for reads; `recv` is where receives, peers' writes and our reads land),
+//! The tracked pair ([`Link`]): a [`Mesh`] used as a pair, one peer at a time, as the
+//! point-to-point benchmarks use it (the lean ping-pong's view is [`super::LeanStep`]). The mesh
+//! owns the rails, the registered buffers (`send` is what this rank sends, writes or exposes for
+//! reads; `recv` is where receives, peers' writes and our reads land),
 //! tracked messages ([`Op`]), control words and every wait (health, `--timeout`); a [`Link`]
 //! adds the peer of the step, window slots and routes by message number.
 //!
@@ -12,8 +13,8 @@
 //! k-th send a rank posts meets the k-th receive its peer posts (both count per step), a
 //! write's or read's route is the poster's own count.
 
+use super::{Kind, Lane, Mesh, Op, OpDone, Route, MAX_INDEX};
 use crate::error::BenchError;
-use crate::mesh::{Kind, Lane, Mesh, Op, OpDone, Route, MAX_INDEX};
 
 /// The mesh, the peer of the current step, and the step's slots and message counters.
 pub struct Link {
