@@ -108,7 +108,7 @@ if [ -n "${MR:-}" ]; then
 fi
 sizes=($SIZES)
 min=${sizes[0]}; max=${sizes[${#sizes[@]}-1]}
-factor=1; [ ${#sizes[@]} -gt 1 ] && factor=$(( sizes[1] / sizes[0] ))
+factor=2; [ ${#sizes[@]} -gt 1 ] && factor=$(( sizes[1] / sizes[0] ))
 list=$(IFS=,; echo "${sizes[*]}")
 # The footprint fabtests really uses (see the header): rma tests 64 x size, message tests one buffer.
 fp_rma=(); fp_msg=()

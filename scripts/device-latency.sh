@@ -80,7 +80,7 @@ port=$((20000 + RANDOM % 20000))
 bw_list=$(echo $BW_SIZES | tr " " ",")
 bw_min=$(echo $BW_SIZES | tr ' ' '\n' | sort -n | head -1)
 bw_max=$(echo $BW_SIZES | tr ' ' '\n' | sort -n | tail -1)
-set -- $BW_SIZES; bw_factor=1; [ $# -gt 1 ] && bw_factor=$(( $2 / $1 ))
+set -- $BW_SIZES; bw_factor=2; [ $# -gt 1 ] && bw_factor=$(( $2 / $1 ))
 
 {
   echo "# $(date -u +%FT%TZ) $(hostname), $(nproc) cores, libfabric $("$LF_PREFIX/bin/fi_info" --version 2>/dev/null | sed -n 's/^libfabric: //p') at $LF_PREFIX"
