@@ -56,6 +56,11 @@ fn alltoall_to(provider: &str, world: u32, op: &str, extra: &[&str], max: &str, 
         assert!(r.verified && r.errors == 0, "{what}: {}", r.describe());
         let chunk = r.extra["chunk_bytes"].as_u64().unwrap();
         assert_eq!(chunk % 16, 0, "{what}: chunks are 16-byte aligned");
+        let bind = r.extra["bind"].as_str().unwrap();
+        match extra.windows(2).find(|w| w[0] == "--bind").map(|w| w[1]) {
+            Some(chosen) => assert_eq!(bind, chosen, "{what}"),
+            None => assert!(bind == "core" || bind == "none", "{what}: {bind}"),
+        }
         assert_eq!(
             r.size_bytes,
             chunk * world as u64,
@@ -113,6 +118,9 @@ fn alltoall_shm_2_3_4_8_ranks() {
     // One or two chunks in flight, the rest posted as they complete.
     alltoall("shm", 4, "write", &["--window", "1"]);
     alltoall("shm", 4, "sendrecv", &["--window", "2"]);
+    // Each rank's data-path thread on a core of its own (two ranks a core here), or unbound.
+    alltoall("shm", 4, "write", &["--bind", "core"]);
+    alltoall("shm", 3, "write", &["--bind", "none"]);
     alltoall(
         "shm",
         4,

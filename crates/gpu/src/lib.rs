@@ -19,6 +19,7 @@
 //! * the memory both rings live in (`mapped`: pinned, managed, or device memory through a
 //!   GDRCopy mapping), shared by the two.
 
+pub mod affinity;
 pub mod buffer;
 pub mod driver;
 pub mod ep;

@@ -16,13 +16,7 @@ use std::time::{Duration, Instant};
 /// Pins the calling thread to `cpu` (a consumer on the GPU's NUMA node). A failure leaves the
 /// thread where it was: the run is slower, not wrong.
 pub fn pin_current_thread(cpu: usize) {
-    // SAFETY: cpu_set_t is plain data; CPU_SET writes inside it; sched_setaffinity(0, ...)
-    // changes only the calling thread.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu % libc::CPU_SETSIZE as usize, &mut set);
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
-    }
+    let _ = crate::affinity::bind_current_thread(&[cpu]);
 }
 
 /// A FIFO ring's slots and consumer tails, placed as its kind says (`libefaxx` is not a FIFO
