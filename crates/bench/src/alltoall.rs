@@ -243,6 +243,16 @@ impl<'a> Alltoall<'a> {
     }
 }
 
+/// The thread gets back the CPUs it had before `--bind` placed it: a run on the same thread
+/// after this one (`efabench cluster` runs several) starts where this one started.
+impl Drop for Alltoall<'_> {
+    fn drop(&mut self) {
+        if !self.cpus.is_empty() {
+            let _ = efabench_gpu::affinity::bind_current_thread(&self.cpus);
+        }
+    }
+}
+
 impl<'a> Benchmark for Alltoall<'a> {
     type Spec = AlltoallSpec;
 

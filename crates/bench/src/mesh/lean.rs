@@ -21,6 +21,7 @@ use efabench_bootstrap::Health;
 use efabench_fabric::PingPong;
 
 use super::buffers::{fill, mismatches};
+use super::wait::idle_check;
 use super::{Lane, Mesh, MeshResult, Payload, RailStats, EMPTY_POLLS};
 use crate::error::BenchError;
 use crate::pattern;
@@ -141,21 +142,14 @@ impl LeanStep<'_> {
     }
 
     /// A wait that found nothing for [`EMPTY_POLLS`] polls: the job's health, then the clock.
-    #[cold]
-    #[inline(never)]
     fn idle(&self, since: &mut Option<Instant>, slot: usize) -> MeshResult<()> {
-        self.health.check()?;
-        if since.get_or_insert_with(Instant::now).elapsed() >= self.timeout {
-            return Err(BenchError::failed(format!(
-                "rank {} waited {:.1} s without progress for the message of rank {} (lean \
-                 ping-pong, slot {slot}); that rank is stuck or the fabric dropped traffic (raise \
-                 --timeout if this is expected)",
-                self.me,
-                self.timeout.as_secs_f64(),
+        let what = || {
+            format!(
+                "the message of rank {} (lean ping-pong, slot {slot})",
                 self.peer
-            )));
-        }
-        Ok(())
+            )
+        };
+        idle_check(self.health, since, self.timeout, self.me, what)
     }
 
     #[cold]

@@ -3,6 +3,7 @@
 
 use std::time::{Duration, Instant};
 
+use efabench_bootstrap::Health;
 use efabench_fabric::Completion as FiCompletion;
 
 use super::{
@@ -22,6 +23,30 @@ pub const EMPTY_POLLS: u32 = 256;
 pub struct Done {
     pub tag: u32,
     pub len: usize,
+}
+
+/// What a wait does after [`EMPTY_POLLS`] empty polls: fails when the job is unhealthy (a rank
+/// died or froze), or when nothing progressed for `timeout` since `since` (set here on the first
+/// call after progress), naming `what` rank `me` waited for.
+#[cold]
+#[inline(never)]
+pub(super) fn idle_check(
+    health: &Health,
+    since: &mut Option<Instant>,
+    timeout: Duration,
+    me: u32,
+    what: impl FnOnce() -> String,
+) -> MeshResult<()> {
+    health.check()?;
+    if since.get_or_insert_with(Instant::now).elapsed() >= timeout {
+        return Err(BenchError::failed(format!(
+            "rank {me} waited {:.1} s without progress for {}; that rank is stuck or the fabric \
+             dropped traffic (raise --timeout if this is expected)",
+            timeout.as_secs_f64(),
+            what()
+        )));
+    }
+    Ok(())
 }
 
 impl Mesh {
@@ -157,16 +182,9 @@ impl Mesh {
                 }
             }
             if spins % EMPTY_POLLS == 0 {
-                self.health.check()?;
-                if since.get_or_insert_with(Instant::now).elapsed() >= self.timeout {
-                    return Err(BenchError::failed(format!(
-                        "rank {} waited {:.1} s without progress for {}; that rank is stuck or \
-                         the fabric dropped traffic (raise --timeout if this is expected)",
-                        self.me,
-                        self.timeout.as_secs_f64(),
-                        what(self)
-                    )));
-                }
+                idle_check(&self.health, &mut since, self.timeout, self.me, || {
+                    what(self)
+                })?;
             }
         }
     }
