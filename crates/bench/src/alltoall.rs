@@ -94,8 +94,8 @@ pub struct AlltoallArgs {
     #[arg(long, default_value = "auto", value_parser = window_arg)]
     pub window: Window,
     /// Where each rank's data-path thread runs: auto (a core of its own, by its place among the
-    /// host's ranks, for chunks up to 8 KiB over shm with a core per rank on small host pages;
-    /// else where the scheduler puts it), core (always on its own core) or none.
+    /// host's ranks, over shm with a core per rank on small host pages; else where the scheduler
+    /// puts it), core (always on its own core) or none.
     #[arg(long, value_enum, default_value_t = Bind::Auto)]
     pub bind: Bind,
     /// Longest timed part of one size, in seconds: it stops after -n iterations or this,
@@ -146,18 +146,13 @@ const AUTO_WINDOW_MIN_CHUNK: usize = 16 << 10;
 /// `--bind`: where each rank's data-path thread runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Bind {
-    /// A core of its own for small chunks where shm's copies contend, else unbound.
+    /// A core of its own where shm's copies contend, else unbound.
     Auto,
     /// A core of its own at every size.
     Core,
     /// Where the scheduler puts it.
     None,
 }
-
-/// Largest chunk that `--bind auto` binds the data-path thread for (where it applies). Over
-/// shm with a rank per core, binding measured faster up to 8 KiB chunks and slower from 32 KiB
-/// (on the 16-core GPU hosts, against `MPI_Alltoall`); at 16 KiB it went either way.
-const AUTO_BIND_MAX_CHUNK: usize = 8 << 10;
 
 /// Chunk alignment (nccl-tests rounds counts to whole elements; 16 bytes keeps chunks aligned).
 pub const CHUNK_ALIGN: u64 = 16;
@@ -209,18 +204,21 @@ impl<'a> Alltoall<'a> {
         })
     }
 
-    /// Whether a point with chunks of `chunk` bytes runs with the data-path thread bound.
-    fn bound(&self, chunk: usize) -> bool {
+    /// Whether the data-path thread runs bound. Over shm with a rank per core on small pages,
+    /// binding only this thread (the rank's helper threads stay free) measured as fast or faster
+    /// at every chunk size from 4 KiB to 64 KiB on the 16-core GPU hosts, against
+    /// `MPI_Alltoall`; binding every thread of the rank to the one core was slower from 32 KiB.
+    fn bound(&self) -> bool {
         match self.args.bind {
             Bind::None => false,
             Bind::Core => true,
-            Bind::Auto => self.contended_copies && chunk <= AUTO_BIND_MAX_CHUNK,
+            Bind::Auto => self.contended_copies,
         }
     }
 
     /// Binds this thread to its core, or gives it back every CPU it had at setup.
-    fn place(&self, chunk: usize) -> Result<(), BenchError> {
-        let cpus = match self.bound(chunk) {
+    fn place(&self) -> Result<(), BenchError> {
+        let cpus = match self.bound() {
             true => std::slice::from_ref(&self.core),
             false => &self.cpus[..],
         };
@@ -314,12 +312,11 @@ impl<'a> Benchmark for Alltoall<'a> {
             .count();
         self.core = self.cpus[local % self.cpus.len().max(1)];
         match self.args.bind {
-            Bind::Auto if self.contended_copies => facts.header.push(format!(
-                "# bind: each rank's data-path thread on a core of its own for chunks up to {} \
-                 (--bind auto: shm with a core per rank on small pages); larger chunks run where \
-                 the scheduler puts them (--bind core|none for either at every size)",
-                crate::size::human(AUTO_BIND_MAX_CHUNK as u64)
-            )),
+            Bind::Auto if self.contended_copies => facts.header.push(
+                "# bind: each rank's data-path thread on a core of its own (--bind auto: shm with \
+                 a core per rank on small pages; --bind none leaves it to the scheduler)"
+                    .into(),
+            ),
             Bind::Core => facts.header.push(
                 "# bind: each rank's data-path thread on a core of its own (--bind core)".into(),
             ),
@@ -369,7 +366,7 @@ impl<'a> Benchmark for Alltoall<'a> {
     }
 
     fn measure(&mut self, ctx: &Ctx, spec: &AlltoallSpec) -> Result<Measured, BenchError> {
-        self.place(spec.chunk)?;
+        self.place()?;
         let plan = Plan {
             window: self.window(spec.chunk, ctx.world as usize),
             ..Plan::uniform(ctx.rank, ctx.world, spec.chunk)
@@ -391,11 +388,7 @@ impl<'a> Benchmark for Alltoall<'a> {
             op: self.args.op.name(),
             chunk_bytes: spec.chunk,
             window: self.window(spec.chunk, n),
-            bind: if self.bound(spec.chunk) {
-                "core"
-            } else {
-                "none"
-            },
+            bind: if self.bound() { "core" } else { "none" },
         };
         Outcome::of(ctx, all, spec.warmup).point(
             n,
@@ -432,20 +425,17 @@ mod tests {
     }
 
     #[test]
-    fn bind_auto_binds_small_chunks_only_where_copies_contend() {
+    fn bind_auto_binds_only_where_copies_contend() {
         let args = |bind: &str| Cli::parse_from(["t", "--bind", bind]).a;
         let (auto, core, none) = (args("auto"), args("core"), args("none"));
         let mut a = Alltoall::new(&auto).unwrap();
+        assert!(!a.bound());
         a.contended_copies = true;
-        assert!(a.bound(4 << 10) && a.bound(8 << 10));
-        assert!(!a.bound(16 << 10) && !a.bound(1 << 20));
-        a.contended_copies = false;
-        assert!(!a.bound(4 << 10));
-        let c = Alltoall::new(&core).unwrap();
-        assert!(c.bound(1 << 20) && c.bound(16));
+        assert!(a.bound());
+        assert!(Alltoall::new(&core).unwrap().bound());
         let mut n = Alltoall::new(&none).unwrap();
         n.contended_copies = true;
-        assert!(!n.bound(16));
+        assert!(!n.bound());
         assert!(Cli::try_parse_from(["t", "--bind", "socket"]).is_err());
     }
 
