@@ -67,10 +67,10 @@
 //! * SinglePin: `alltoall --mem pinned --rails 1`
 //! * MultiPin: `alltoall --mem pinned --rails all --strategy split`
 
-use efabench_gpu::MemKind;
 use efabench_record::Record;
 use serde::Serialize;
 
+use crate::collective::placement::{Bind, Placement};
 use crate::collective::report::{self, Outcome};
 use crate::collective::{self, exchange, setup};
 use crate::error::BenchError;
@@ -143,17 +143,6 @@ fn window_arg(s: &str) -> Result<Window, String> {
 /// Smallest chunk that `--window auto` keeps 2 in flight of (where it applies).
 const AUTO_WINDOW_MIN_CHUNK: usize = 16 << 10;
 
-/// `--bind`: where each rank's data-path thread runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Bind {
-    /// A core of its own where shm's copies contend, else unbound.
-    Auto,
-    /// A core of its own at every size.
-    Core,
-    /// Where the scheduler puts it.
-    None,
-}
-
 /// Chunk alignment (nccl-tests rounds counts to whole elements; 16 bytes keeps chunks aligned).
 pub const CHUNK_ALIGN: u64 = 16;
 
@@ -172,9 +161,7 @@ pub struct Alltoall<'a> {
     mesh: Option<Mesh>,
     /// `--window auto` limits the chunks in flight here: shm, more than 2 ranks, a core each.
     contended_copies: bool,
-    /// The CPUs this rank's thread was allowed at setup, and the one `--bind` puts it on.
-    cpus: Vec<usize>,
-    core: usize,
+    placement: Placement,
 }
 
 /// The record fields of `alltoall` beyond the common ones and those of every all-to-all.
@@ -199,33 +186,7 @@ impl<'a> Alltoall<'a> {
             sizes: args.groups.sweep.sizes()?,
             mesh: None,
             contended_copies: false,
-            cpus: Vec::new(),
-            core: 0,
-        })
-    }
-
-    /// Whether the data-path thread runs bound. Over shm with a rank per core on small pages,
-    /// binding only this thread (the rank's helper threads stay free) measured as fast or faster
-    /// at every chunk size from 4 KiB to 64 KiB on the 16-core GPU hosts, against
-    /// `MPI_Alltoall`; binding every thread of the rank to the one core was slower from 32 KiB.
-    fn bound(&self) -> bool {
-        match self.args.bind {
-            Bind::None => false,
-            Bind::Core => true,
-            Bind::Auto => self.contended_copies,
-        }
-    }
-
-    /// Binds this thread to its core, or gives it back every CPU it had at setup.
-    fn place(&self) -> Result<(), BenchError> {
-        let cpus = match self.bound() {
-            true => std::slice::from_ref(&self.core),
-            false => &self.cpus[..],
-        };
-        efabench_gpu::affinity::bind_current_thread(cpus).map_err(|e| {
-            BenchError::failed(format!(
-                "could not bind the rank to CPU(s) {cpus:?}: {e}; run with --bind none"
-            ))
+            placement: Placement::new(args.bind),
         })
     }
 
@@ -238,16 +199,6 @@ impl<'a> Alltoall<'a> {
             Window::Auto => usize::MAX,
         };
         w.min(n.saturating_sub(1).max(1))
-    }
-}
-
-/// The thread gets back the CPUs it had before `--bind` placed it: a run on the same thread
-/// after this one (`efabench cluster` runs several) starts where this one started.
-impl Drop for Alltoall<'_> {
-    fn drop(&mut self) {
-        if !self.cpus.is_empty() {
-            let _ = efabench_gpu::affinity::bind_current_thread(&self.cpus);
-        }
     }
 }
 
@@ -291,10 +242,8 @@ impl<'a> Benchmark for Alltoall<'a> {
         facts
             .header
             .push(setup::budget_line(self.args.max_time, self.sizes.len()));
-        // Device memory goes through CUDA IPC, huge pages take the lock once per 2 MiB.
-        let small_pages = matches!(self.args.groups.mem.mem, MemKind::Host | MemKind::Pinned);
         self.contended_copies =
-            facts.provider == "shm" && small_pages && ctx.world > 2 && m.core_per_rank();
+            setup::contended_copies(&facts.provider, self.args.groups.mem.mem, ctx.world, &m);
         if self.args.window == Window::Auto && self.contended_copies {
             facts.header.push(format!(
                 "# window: 2 chunks in flight per rank from {} chunks up (--window auto: shm with a \
@@ -303,25 +252,9 @@ impl<'a> Benchmark for Alltoall<'a> {
                 crate::size::human(AUTO_WINDOW_MIN_CHUNK as u64)
             ));
         }
-        self.cpus = efabench_gpu::affinity::allowed_cpus()
-            .map_err(|e| BenchError::failed(format!("could not read this rank's CPUs: {e}")))?;
-        // This rank's place among the ranks of its host picks its core.
-        let local = ctx.hosts[..ctx.rank as usize]
-            .iter()
-            .filter(|h| **h == ctx.host)
-            .count();
-        self.core = self.cpus[local % self.cpus.len().max(1)];
-        match self.args.bind {
-            Bind::Auto if self.contended_copies => facts.header.push(
-                "# bind: each rank's data-path thread on a core of its own (--bind auto: shm with \
-                 a core per rank on small pages; --bind none leaves it to the scheduler)"
-                    .into(),
-            ),
-            Bind::Core => facts.header.push(
-                "# bind: each rank's data-path thread on a core of its own (--bind core)".into(),
-            ),
-            _ => {}
-        }
+        facts
+            .header
+            .extend(self.placement.setup(ctx, self.contended_copies)?);
         facts.header.extend(setup::shm_lock_note(
             &facts.provider,
             facts.libfabric.as_deref(),
@@ -366,7 +299,7 @@ impl<'a> Benchmark for Alltoall<'a> {
     }
 
     fn measure(&mut self, ctx: &Ctx, spec: &AlltoallSpec) -> Result<Measured, BenchError> {
-        self.place()?;
+        self.placement.place()?;
         let plan = Plan {
             window: self.window(spec.chunk, ctx.world as usize),
             ..Plan::uniform(ctx.rank, ctx.world, spec.chunk)
@@ -388,7 +321,7 @@ impl<'a> Benchmark for Alltoall<'a> {
             op: self.args.op.name(),
             chunk_bytes: spec.chunk,
             window: self.window(spec.chunk, n),
-            bind: if self.bound() { "core" } else { "none" },
+            bind: self.placement.name(),
         };
         Outcome::of(ctx, all, spec.warmup).point(
             n,
@@ -425,18 +358,11 @@ mod tests {
     }
 
     #[test]
-    fn bind_auto_binds_only_where_copies_contend() {
-        let args = |bind: &str| Cli::parse_from(["t", "--bind", bind]).a;
-        let (auto, core, none) = (args("auto"), args("core"), args("none"));
-        let mut a = Alltoall::new(&auto).unwrap();
-        assert!(!a.bound());
-        a.contended_copies = true;
-        assert!(a.bound());
-        assert!(Alltoall::new(&core).unwrap().bound());
-        let mut n = Alltoall::new(&none).unwrap();
-        n.contended_copies = true;
-        assert!(!n.bound());
-        assert!(Cli::try_parse_from(["t", "--bind", "socket"]).is_err());
+    fn bind_values() {
+        let bind = |v: &str| Cli::try_parse_from(["t", "--bind", v]).map(|c| c.a.bind);
+        assert_eq!(bind("auto").unwrap(), Bind::Auto);
+        assert_eq!(bind("none").unwrap(), Bind::None);
+        assert!(bind("socket").is_err());
     }
 
     #[test]

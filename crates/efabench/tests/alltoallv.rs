@@ -2,7 +2,8 @@
 //! `--rank/--world/--rdzv`: 2, 3, 4 ranks (8 once, small), every `--counts` generator and a
 //! matrix file, verified; algbw = the busiest rank's bytes / the slowest rank's time and
 //! busbw = algbw × (n−1)/n in every record; per-rail bytes add up to the matrix; a corrupted
-//! chunk is caught; a killed rank fails the job fast, named; bad `--counts` exit 2. Every run's
+//! chunk is caught; a killed rank fails the job fast, named; bad `--counts` exit 2; `--bind`
+//! reaches the records and the header. Every run's
 //! records carry exactly the keys of `tests/golden/alltoallv.keys`.
 
 use std::process::Child;
@@ -91,6 +92,8 @@ fn alltoallv(
             (ranks[slowest]["mean"].as_f64().unwrap() - worst).abs() < 1e-9,
             "{what}"
         );
+        let bind = r.extra["bind"].as_str().unwrap();
+        assert!(bind == "core" || bind == "none", "{what}: {bind}");
         let rb = r.extra["rank_bytes"].as_array().unwrap();
         for (i, x) in rb.iter().enumerate() {
             assert_eq!(x["sent"].as_u64(), Some(sent[i]));
@@ -164,6 +167,54 @@ fn alltoallv_tcp_every_generator_and_a_matrix_file() {
         alltoallv("tcp", n, "zipf:0.8", ("1K", "4K"), 2);
         alltoallv("tcp", n, &format!("moe:8,64,3,{}", 3 * n), ("8K", "8K"), 1);
         alltoallv("tcp", n, &file, ("8K", "8K"), 1);
+    }
+}
+
+#[test]
+fn bind_core_and_none_are_in_the_records() {
+    for bind in ["core", "none"] {
+        let dir = tmp(&format!("v-bind-{bind}"));
+        let out = dir.join("r.jsonl");
+        let args = [
+            "alltoallv",
+            "-p",
+            "shm",
+            "--counts",
+            "zipf:1.0",
+            "-b",
+            "4K",
+            "-e",
+            "4K",
+            "-n",
+            "5",
+            "-w",
+            "2",
+            "--timeout",
+            "60",
+            "--bind",
+            bind,
+            "-o",
+            out.to_str().unwrap(),
+        ];
+        let outs = job(3, &args);
+        all_ok(&outs, &format!("alltoallv --bind {bind}"));
+        let recs = records(&out);
+        assert_eq!(recs.len(), 1);
+        assert_eq!(recs[0].extra["bind"].as_str(), Some(bind));
+        assert!(
+            recs[0].verified && recs[0].errors == 0,
+            "{}",
+            recs[0].describe()
+        );
+        if bind == "core" {
+            let table = text(&outs[0].stdout);
+            assert!(
+                table.contains(
+                    "# bind: each rank's data-path thread on a core of its own (--bind core)"
+                ),
+                "{table}"
+            );
+        }
     }
 }
 

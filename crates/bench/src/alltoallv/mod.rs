@@ -24,10 +24,11 @@ use efabench_record::Record;
 use serde::Serialize;
 
 use crate::collective::exchange::Op;
+use crate::collective::placement::{Bind, Placement};
 use crate::collective::report::{self, Outcome};
 use crate::collective::{self, setup};
 use crate::error::BenchError;
-use crate::harness::{self, AllGroups, Benchmark, Ctx, Measured, Needs, Point, RunFacts};
+use crate::harness::{self, name_of, AllGroups, Benchmark, Ctx, Measured, Needs, Point, RunFacts};
 use crate::mesh::{open_mesh, run_on_mesh, Mesh};
 use counts::{Counts, CountsSpec};
 
@@ -47,6 +48,11 @@ pub struct AlltoallvArgs {
     /// Print the per-peer bandwidth matrix (Gbps, source row → destination column) of each size.
     #[arg(long)]
     pub matrix: bool,
+    /// Where each rank's data-path thread runs: auto (a core of its own, by its place among the
+    /// host's ranks, over shm with a core per rank on small host pages; else where the scheduler
+    /// puts it), core (always on its own core) or none.
+    #[arg(long, value_enum, default_value_t = Bind::Auto)]
+    pub bind: Bind,
     /// Longest timed part of one size, in seconds: it stops after -n iterations or this,
     /// whichever comes first, on every rank at the same iteration (warm-up: a tenth of it).
     #[arg(long, default_value = "1", value_parser = harness::max_time_arg, allow_hyphen_values = true)]
@@ -83,6 +89,7 @@ pub struct Alltoallv<'a> {
     mesh: Option<Mesh>,
     /// One matrix per size, made in `setup` (when the world size is known).
     matrices: Vec<(u64, Counts)>,
+    placement: Placement,
 }
 
 /// Bytes one rank sends and receives per iteration.
@@ -100,6 +107,7 @@ struct AlltoallvDetail {
     busiest_bytes: u64,
     rank_bytes: Vec<RankBytes>,
     recv_imbalance: f64,
+    bind: &'static str,
 }
 
 /// The record fields every point of a run repeats.
@@ -129,6 +137,7 @@ impl<'a> Alltoallv<'a> {
             file,
             mesh: None,
             matrices: Vec::new(),
+            placement: Placement::new(args.bind),
         })
     }
 
@@ -216,8 +225,10 @@ impl<'a> Benchmark for Alltoallv<'a> {
             (c, _) => c.to_string(),
         };
         format!(
-            "--counts {counts} --seed {} --max-time {}",
-            self.args.seed, self.args.max_time
+            "--counts {counts} --seed {} --max-time {} --bind {}",
+            self.args.seed,
+            self.args.max_time,
+            name_of(&self.args.bind)
         )
     }
 
@@ -246,6 +257,9 @@ impl<'a> Benchmark for Alltoallv<'a> {
         facts
             .header
             .push(setup::budget_line(self.args.max_time, matrices.len()));
+        let contended =
+            setup::contended_copies(&facts.provider, self.args.groups.mem.mem, ctx.world, &m);
+        facts.header.extend(self.placement.setup(ctx, contended)?);
         self.matrices = matrices;
         self.mesh = Some(m);
         Ok(facts)
@@ -283,6 +297,7 @@ impl<'a> Benchmark for Alltoallv<'a> {
             .map(|(_, c)| c.max_sent_received().1)
             .max()
             .unwrap_or(0) as usize;
+        self.placement.place()?;
         collective::measure(
             ctx,
             self.mesh.as_mut(),
@@ -308,6 +323,7 @@ impl<'a> Benchmark for Alltoallv<'a> {
                 })
                 .collect(),
             recv_imbalance: (c.recv_imbalance() * 1e4).round() / 1e4,
+            bind: self.placement.name(),
         };
         let messages = (0..n)
             .flat_map(|s| (0..n).map(move |d| (s, d)))

@@ -11,9 +11,11 @@
 //! - `report.rs`: from every rank's measurement to the record's fields (the slowest rank, the
 //!   per-peer arrival matrix, per-rail bytes) and the summary under the table;
 //! - `setup.rs`: the checks and header lines before measuring (largest chunk against the
-//!   provider, the time budget, libfabric 1.x's shm lock).
+//!   provider, whether shm's copies contend, the time budget, libfabric 1.x's shm lock);
+//! - `placement.rs`: `--bind`, the core each rank's data-path thread runs on.
 
 pub mod exchange;
+pub mod placement;
 pub mod report;
 pub(crate) mod setup;
 

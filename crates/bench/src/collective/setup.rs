@@ -1,8 +1,19 @@
 //! What `alltoall` and `alltoallv` check and say before measuring: the largest chunk against the
-//! provider, the time budget's header line, and the note on libfabric 1.x's shm provider.
+//! provider, whether shm's copies contend, the time budget's header line, and the note on
+//! libfabric 1.x's shm provider.
+
+use efabench_gpu::MemKind;
 
 use crate::error::BenchError;
 use crate::mesh::Mesh;
+
+/// Whether shm's copies contend on this mesh, where `--window auto` and `--bind auto` act:
+/// shm, small pages (device memory goes through CUDA IPC, huge pages take the page-table lock
+/// once per 2 MiB), more than 2 ranks and a core per rank.
+pub(crate) fn contended_copies(provider: &str, mem: MemKind, world: u32, m: &Mesh) -> bool {
+    let small_pages = matches!(mem, MemKind::Host | MemKind::Pinned);
+    provider == "shm" && small_pages && world > 2 && m.core_per_rank()
+}
 
 /// Fails with a usage error when one message of `chunk` bytes exceeds what the provider sends.
 pub(crate) fn check_chunk(m: &Mesh, chunk: u64, provider: &str) -> Result<(), BenchError> {
