@@ -40,18 +40,11 @@
 //! end of the next (one clock read per iteration). The exchange adds the barriers around the
 //! warm-up and the final verified iteration.
 //!
-//! # Posting window
-//! By default every chunk of an iteration is posted at once. Over shm with a core per rank,
-//! `--window auto` (the default) keeps 2 chunks of 16 KiB or more in flight per rank instead,
-//! the next posted as one completes, in the same peer order. shm copies a chunk of that size
-//! with the receiver's `process_vm_readv`, which takes the sender's page-table lock once per
-//! 4 KiB page; with every chunk posted at once, up to n − 1 receivers take the same sender's
-//! lock together, and on a 16-core host that lock's wait was the largest kernel cost (profiled
-//! against `MPI_Alltoall` on 8 and 16 ranks). Two in flight keep it to about two readers per
-//! sender. On huge pages (`--mem huge`) the lock is taken once per 2 MiB and posting everything
-//! at once is faster; device memory does not use CMA. So auto posts everything at once there,
-//! and with more ranks than cores, with 2 ranks, or on another provider. `--window all` or
-//! `--window N` sets it; the record's `window` is the number in flight at that point.
+//! # Posting window and placement
+//! `--window` (how many chunks each rank keeps in flight) and `--bind` (where its data-path
+//! thread runs) are the all-to-all layer's: [`collective::window`] and [`collective::placement`]
+//! say what their `auto` does and why. The record's `window` is the number in flight at that
+//! point, `bind` whether the thread was bound.
 //!
 //! # Transfers
 //! `--op write` (default): RDMA write with remote CQ data into the peer's receive buffer at the
@@ -72,6 +65,7 @@ use serde::Serialize;
 
 use crate::collective::placement::{Bind, Placement};
 use crate::collective::report::{self, Outcome};
+use crate::collective::window::{window_arg, Window};
 use crate::collective::{self, exchange, setup};
 use crate::error::BenchError;
 use crate::harness::{self, name_of, AllGroups, Benchmark, Ctx, Measured, Needs, Point, RunFacts};
@@ -107,41 +101,6 @@ pub struct AlltoallArgs {
 }
 
 crate::impl_options!(AlltoallArgs => groups);
-
-/// `--window`: how many of its chunks a rank keeps in flight.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Window {
-    /// 2 where shm's copies contend (see the module docs), else all.
-    Auto,
-    All,
-    Chunks(usize),
-}
-
-impl Window {
-    fn name(self) -> String {
-        match self {
-            Window::Auto => "auto".into(),
-            Window::All => "all".into(),
-            Window::Chunks(w) => w.to_string(),
-        }
-    }
-}
-
-fn window_arg(s: &str) -> Result<Window, String> {
-    match s {
-        "auto" => Ok(Window::Auto),
-        "all" => Ok(Window::All),
-        _ => match s.parse::<usize>() {
-            Ok(w) if (1..=65536).contains(&w) => Ok(Window::Chunks(w)),
-            _ => Err(format!(
-                "{s:?} is not a window: use auto, all or a number of chunks from 1 to 65536"
-            )),
-        },
-    }
-}
-
-/// Smallest chunk that `--window auto` keeps 2 in flight of (where it applies).
-const AUTO_WINDOW_MIN_CHUNK: usize = 16 << 10;
 
 /// Chunk alignment (nccl-tests rounds counts to whole elements; 16 bytes keeps chunks aligned).
 pub const CHUNK_ALIGN: u64 = 16;
@@ -192,13 +151,7 @@ impl<'a> Alltoall<'a> {
 
     /// The chunks in flight per rank at a point with chunks of `chunk` bytes among `n` ranks.
     fn window(&self, chunk: usize, n: usize) -> usize {
-        let w = match self.args.window {
-            Window::All => usize::MAX,
-            Window::Chunks(w) => w,
-            Window::Auto if self.contended_copies && chunk >= AUTO_WINDOW_MIN_CHUNK => 2,
-            Window::Auto => usize::MAX,
-        };
-        w.min(n.saturating_sub(1).max(1))
+        self.args.window.in_flight(self.contended_copies, chunk, n)
     }
 }
 
@@ -244,14 +197,9 @@ impl<'a> Benchmark for Alltoall<'a> {
             .push(setup::budget_line(self.args.max_time, self.sizes.len()));
         self.contended_copies =
             setup::contended_copies(&facts.provider, self.args.groups.mem.mem, ctx.world, &m);
-        if self.args.window == Window::Auto && self.contended_copies {
-            facts.header.push(format!(
-                "# window: 2 chunks in flight per rank from {} chunks up (--window auto: shm with a \
-                 core per rank, where receivers copying from one sender at once wait on its \
-                 page-table lock); --window all posts every chunk at once",
-                crate::size::human(AUTO_WINDOW_MIN_CHUNK as u64)
-            ));
-        }
+        facts
+            .header
+            .extend(self.args.window.header(self.contended_copies));
         facts
             .header
             .extend(self.placement.setup(ctx, self.contended_copies)?);
@@ -363,20 +311,5 @@ mod tests {
         assert_eq!(bind("auto").unwrap(), Bind::Auto);
         assert_eq!(bind("none").unwrap(), Bind::None);
         assert!(bind("socket").is_err());
-    }
-
-    #[test]
-    fn window_values() {
-        assert_eq!(window_arg("auto"), Ok(Window::Auto));
-        assert_eq!(window_arg("all"), Ok(Window::All));
-        assert_eq!(window_arg("3"), Ok(Window::Chunks(3)));
-        for bad in ["0", "65537", "-1", "two", ""] {
-            assert!(
-                window_arg(bad)
-                    .unwrap_err()
-                    .contains("auto, all or a number"),
-                "{bad}"
-            );
-        }
     }
 }

@@ -2,8 +2,8 @@
 //! `--rank/--world/--rdzv`: 2, 3, 4 ranks (8 once, small), every `--counts` generator and a
 //! matrix file, verified; algbw = the busiest rank's bytes / the slowest rank's time and
 //! busbw = algbw × (n−1)/n in every record; per-rail bytes add up to the matrix; a corrupted
-//! chunk is caught; a killed rank fails the job fast, named; bad `--counts` exit 2; `--bind`
-//! reaches the records and the header. Every run's
+//! chunk is caught; a killed rank fails the job fast, named; bad `--counts` exit 2; `--bind` and
+//! `--window` reach the records and the header. Every run's
 //! records carry exactly the keys of `tests/golden/alltoallv.keys`.
 
 use std::process::Child;
@@ -94,6 +94,8 @@ fn alltoallv(
         );
         let bind = r.extra["bind"].as_str().unwrap();
         assert!(bind == "core" || bind == "none", "{what}: {bind}");
+        let window = r.extra["window"].as_u64().unwrap();
+        assert!((1..n as u64).contains(&window), "{what}: window {window}");
         let rb = r.extra["rank_bytes"].as_array().unwrap();
         for (i, x) in rb.iter().enumerate() {
             assert_eq!(x["sent"].as_u64(), Some(sent[i]));
@@ -171,7 +173,7 @@ fn alltoallv_tcp_every_generator_and_a_matrix_file() {
 }
 
 #[test]
-fn bind_core_and_none_are_in_the_records() {
+fn bind_and_window_are_in_the_records() {
     for bind in ["core", "none"] {
         let dir = tmp(&format!("v-bind-{bind}"));
         let out = dir.join("r.jsonl");
@@ -193,6 +195,8 @@ fn bind_core_and_none_are_in_the_records() {
             "60",
             "--bind",
             bind,
+            "--window",
+            "1",
             "-o",
             out.to_str().unwrap(),
         ];
@@ -201,6 +205,7 @@ fn bind_core_and_none_are_in_the_records() {
         let recs = records(&out);
         assert_eq!(recs.len(), 1);
         assert_eq!(recs[0].extra["bind"].as_str(), Some(bind));
+        assert_eq!(recs[0].extra["window"].as_u64(), Some(1), "--window 1");
         assert!(
             recs[0].verified && recs[0].errors == 0,
             "{}",

@@ -17,15 +17,19 @@
 //! (stripe) filled with the pattern of (iteration, source, destination, stripe) and checked in
 //! every warm-up iteration and once after the timed loop; a cell of 0 bytes is announced by an
 //! 8-byte signal, so every rank still hears from every rank in every iteration.
+//! * `--window` and `--bind` are the all-to-all layer's ([`collective::window`],
+//!   [`collective::placement`]); `auto` judges a point by the largest chunk this rank sends in
+//!   it. Records carry `window` and `bind`.
 
 pub mod counts;
 
 use efabench_record::Record;
 use serde::Serialize;
 
-use crate::collective::exchange::Op;
+use crate::collective::exchange::{Op, Plan};
 use crate::collective::placement::{Bind, Placement};
 use crate::collective::report::{self, Outcome};
+use crate::collective::window::{window_arg, Window};
 use crate::collective::{self, setup};
 use crate::error::BenchError;
 use crate::harness::{self, name_of, AllGroups, Benchmark, Ctx, Measured, Needs, Point, RunFacts};
@@ -53,6 +57,10 @@ pub struct AlltoallvArgs {
     /// puts it), core (always on its own core) or none.
     #[arg(long, value_enum, default_value_t = Bind::Auto)]
     pub bind: Bind,
+    /// Chunks in flight per rank: auto (2 over shm with a core per rank when the point's largest
+    /// chunk is 16 KiB or more on small host pages, else all), all, or a number (1-65536).
+    #[arg(long, default_value = "auto", value_parser = window_arg)]
+    pub window: Window,
     /// Longest timed part of one size, in seconds: it stops after -n iterations or this,
     /// whichever comes first, on every rank at the same iteration (warm-up: a tenth of it).
     #[arg(long, default_value = "1", value_parser = harness::max_time_arg, allow_hyphen_values = true)]
@@ -90,6 +98,8 @@ pub struct Alltoallv<'a> {
     /// One matrix per size, made in `setup` (when the world size is known).
     matrices: Vec<(u64, Counts)>,
     placement: Placement,
+    /// Whether shm's copies contend on this run's mesh (see [`collective::window`]).
+    contended: bool,
 }
 
 /// Bytes one rank sends and receives per iteration.
@@ -108,6 +118,7 @@ struct AlltoallvDetail {
     rank_bytes: Vec<RankBytes>,
     recv_imbalance: f64,
     bind: &'static str,
+    window: usize,
 }
 
 /// The record fields every point of a run repeats.
@@ -118,6 +129,17 @@ struct AlltoallvRun {
 }
 
 impl<'a> Alltoallv<'a> {
+    /// The chunks this rank keeps in flight at a point of `counts`, judged by the largest chunk
+    /// it sends there.
+    fn window(&self, ctx: &Ctx, counts: &Counts) -> usize {
+        let me = ctx.rank as usize;
+        let n = ctx.world as usize;
+        let largest = (0..n).filter(|&d| d != me).map(|d| counts.get(me, d)).max();
+        self.args
+            .window
+            .in_flight(self.contended, largest.unwrap_or(0) as usize, n)
+    }
+
     pub fn new(args: &'a AlltoallvArgs) -> Result<Self, BenchError> {
         let sizes = args.groups.sweep.sizes()?;
         let file = match &args.counts {
@@ -138,6 +160,7 @@ impl<'a> Alltoallv<'a> {
             mesh: None,
             matrices: Vec::new(),
             placement: Placement::new(args.bind),
+            contended: false,
         })
     }
 
@@ -225,10 +248,11 @@ impl<'a> Benchmark for Alltoallv<'a> {
             (c, _) => c.to_string(),
         };
         format!(
-            "--counts {counts} --seed {} --max-time {} --bind {}",
+            "--counts {counts} --seed {} --max-time {} --bind {} --window {}",
             self.args.seed,
             self.args.max_time,
-            name_of(&self.args.bind)
+            name_of(&self.args.bind),
+            self.args.window.name()
         )
     }
 
@@ -257,9 +281,12 @@ impl<'a> Benchmark for Alltoallv<'a> {
         facts
             .header
             .push(setup::budget_line(self.args.max_time, matrices.len()));
-        let contended =
+        self.contended =
             setup::contended_copies(&facts.provider, self.args.groups.mem.mem, ctx.world, &m);
-        facts.header.extend(self.placement.setup(ctx, contended)?);
+        facts.header.extend(self.args.window.header(self.contended));
+        facts
+            .header
+            .extend(self.placement.setup(ctx, self.contended)?);
         self.matrices = matrices;
         self.mesh = Some(m);
         Ok(facts)
@@ -298,10 +325,14 @@ impl<'a> Benchmark for Alltoallv<'a> {
             .max()
             .unwrap_or(0) as usize;
         self.placement.place()?;
+        let plan = Plan {
+            window: self.window(ctx, &spec.counts),
+            ..spec.counts.plan(ctx.rank as usize, half)
+        };
         collective::measure(
             ctx,
             self.mesh.as_mut(),
-            &spec.counts.plan(ctx.rank as usize, half),
+            &plan,
             Op::Write,
             (spec.iters, spec.warmup),
             self.args.max_time,
@@ -324,6 +355,7 @@ impl<'a> Benchmark for Alltoallv<'a> {
                 .collect(),
             recv_imbalance: (c.recv_imbalance() * 1e4).round() / 1e4,
             bind: self.placement.name(),
+            window: self.window(ctx, c),
         };
         let messages = (0..n)
             .flat_map(|s| (0..n).map(move |d| (s, d)))

@@ -12,12 +12,14 @@
 //!   per-peer arrival matrix, per-rail bytes) and the summary under the table;
 //! - `setup.rs`: the checks and header lines before measuring (largest chunk against the
 //!   provider, whether shm's copies contend, the time budget, libfabric 1.x's shm lock);
-//! - `placement.rs`: `--bind`, the core each rank's data-path thread runs on.
+//! - `placement.rs`: `--bind`, the core each rank's data-path thread runs on;
+//! - `window.rs`: `--window`, the chunks each rank keeps in flight.
 
 pub mod exchange;
 pub mod placement;
 pub mod report;
 pub(crate) mod setup;
+pub mod window;
 
 use std::time::Duration;
 
