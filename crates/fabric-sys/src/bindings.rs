@@ -329,6 +329,7 @@ pub type fi_mr_mode = ::core::ffi::c_uint;
 pub const FI_PROGRESS_UNSPEC: fi_progress = 0;
 pub const FI_PROGRESS_AUTO: fi_progress = 1;
 pub const FI_PROGRESS_MANUAL: fi_progress = 2;
+pub const FI_PROGRESS_CONTROL_UNIFIED: fi_progress = 3;
 pub type fi_progress = ::core::ffi::c_uint;
 pub const FI_THREAD_UNSPEC: fi_threading = 0;
 pub const FI_THREAD_SAFE: fi_threading = 1;

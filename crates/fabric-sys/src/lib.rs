@@ -51,6 +51,11 @@ pub const fn fi_minor(version: u32) -> u32 {
 /// The newest libfabric API version these bindings are written for: 1.17 headers plus the
 /// hand-added dmabuf items of 1.20 and the trailing `fi_mr_attr`/`fi_cq_err_entry` room.
 pub const BINDINGS_API_VERSION: u32 = fi_version_make(1, 20);
+/// Library version that introduced `FI_PROGRESS_CONTROL_UNIFIED` (set as `control_progress`).
+pub const CONTROL_UNIFIED_VERSION: u32 = fi_version_make(1, 21);
+/// Library version from which the domain's `data_progress` field is `progress`, the one
+/// progress hint (`control_progress` is then deprecated and follows it).
+pub const UNIFIED_PROGRESS_FIELD_VERSION: u32 = fi_version_make(2, 0);
 /// API version that introduced `FI_MR_DMABUF` registration.
 pub const DMABUF_API_VERSION: u32 = fi_version_make(1, 20);
 

@@ -143,6 +143,10 @@ pub struct ProviderInfo {
     pub dmabuf: bool,
     /// `addr_format` (`FI_ADDR_*`).
     pub addr_format: u32,
+    /// The domain progresses control and data together (`FI_PROGRESS_CONTROL_UNIFIED`, asked
+    /// for from libfabric 1.21 on): with `FI_THREAD_DOMAIN` the provider takes no lock on a
+    /// completion-queue read.
+    pub control_unified: bool,
 }
 
 impl std::fmt::Debug for ProviderInfo {
@@ -159,6 +163,7 @@ impl std::fmt::Debug for ProviderInfo {
             .field("inject_size", &self.inject_size)
             .field("hmem", &self.hmem)
             .field("dmabuf", &self.dmabuf)
+            .field("control_unified", &self.control_unified)
             .finish()
     }
 }
@@ -189,6 +194,7 @@ impl ProviderInfo {
             hmem,
             dmabuf: hmem && api >= sys::DMABUF_API_VERSION,
             addr_format: f.addr_format,
+            control_unified: f.control_unified,
             raw,
         }
     }

@@ -63,6 +63,7 @@ pub(crate) struct InfoFields {
     pub tx_size: u64,
     pub rx_size: u64,
     pub addr_format: u32,
+    pub control_unified: bool,
 }
 
 /// An `fi_info` owned by us (freed with `fi_freeinfo`), one entry, `next` = NULL.
@@ -127,6 +128,10 @@ impl OwnedInfo {
                 tx_size: tx.map(|t| t.size).unwrap_or(0),
                 rx_size: rx.map(|r| r.size).unwrap_or(0),
                 addr_format: i.addr_format,
+                control_unified: dom.is_some_and(|d| {
+                    d.control_progress == sys::FI_PROGRESS_CONTROL_UNIFIED
+                        || d.data_progress == sys::FI_PROGRESS_CONTROL_UNIFIED
+                }),
             }
         }
     }
@@ -145,7 +150,27 @@ fn strdup_opt(s: &Option<String>) -> Result<*mut c_char> {
 }
 
 /// `fi_getinfo` for RDM endpoints with the given hints; returns one owned info per match.
+///
+/// Every rail serializes all its calls, control and data, on one thread at a time
+/// (`FI_THREAD_DOMAIN`), so it also asks for `FI_PROGRESS_CONTROL_UNIFIED` where the library
+/// knows it (1.21 on): that lets the provider drop the mutex its completion queue otherwise
+/// takes on every read (the endpoint list lock of libfabric's utility layer). A provider that
+/// refuses the hint is asked again without it.
 pub(crate) fn getinfo(lib: &'static Library, h: &HintSpec) -> Result<Vec<OwnedInfo>> {
+    if lib.version >= sys::CONTROL_UNIFIED_VERSION {
+        let unified = getinfo_with(lib, h, true)?;
+        if !unified.is_empty() {
+            return Ok(unified);
+        }
+    }
+    getinfo_with(lib, h, false)
+}
+
+fn getinfo_with(
+    lib: &'static Library,
+    h: &HintSpec,
+    control_unified: bool,
+) -> Result<Vec<OwnedInfo>> {
     // SAFETY: fi_dupinfo(NULL) is fi_allocinfo(): a zeroed fi_info with all attr structs.
     let hints = unsafe { (lib.fi_dupinfo)(ptr::null()) };
     if hints.is_null() {
@@ -179,6 +204,14 @@ pub(crate) fn getinfo(lib: &'static Library, h: &HintSpec) -> Result<Vec<OwnedIn
         (*(*hints).ep_attr).type_ = sys::FI_EP_RDM;
         (*(*hints).domain_attr).mr_mode = h.mr_mode as i32;
         (*(*hints).domain_attr).threading = sys::FI_THREAD_DOMAIN;
+        if control_unified {
+            // From 2.0 `data_progress` is `progress`, the one hint libfabric reads for both.
+            if lib.version >= sys::UNIFIED_PROGRESS_FIELD_VERSION {
+                (*(*hints).domain_attr).data_progress = sys::FI_PROGRESS_CONTROL_UNIFIED;
+            } else {
+                (*(*hints).domain_attr).control_progress = sys::FI_PROGRESS_CONTROL_UNIFIED;
+            }
+        }
         (*(*hints).domain_attr).name = strdup_opt(&h.domain)?;
         (*(*hints).fabric_attr).prov_name = strdup_opt(&h.provider)?;
         (*(*hints).fabric_attr).name = strdup_opt(&h.fabric)?;

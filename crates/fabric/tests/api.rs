@@ -60,6 +60,9 @@ fn providers_are_listed_with_their_attributes() {
         println!("{i:?} {:?}", i.mr_mode_names());
         assert_eq!(i.provider, "shm");
         assert!(i.caps & flags::FI_RMA != 0);
+        // From 1.21 the rail asks for control-unified progress, and shm grants it (no lock
+        // on a completion-queue read); older libraries do not know the value.
+        assert_eq!(i.control_unified, lib_at_least(&lib.version, 1, 21), "{lib:?}");
     }
     let e = first_provider(&Hints::provider("no-such-provider")).unwrap_err();
     let s = e.to_string();
@@ -68,6 +71,13 @@ fn providers_are_listed_with_their_attributes() {
         s.contains("available:") && s.contains("shm") && !s.contains('\n'),
         "{s}"
     );
+}
+
+/// Whether a "major.minor" version string is at least `major.minor`.
+fn lib_at_least(version: &str, major: u32, minor: u32) -> bool {
+    let mut it = version.split('.').map(|x| x.parse::<u32>().unwrap_or(0));
+    let v = (it.next().unwrap_or(0), it.next().unwrap_or(0));
+    v >= (major, minor)
 }
 
 fn self_loop(provider: &str) {
