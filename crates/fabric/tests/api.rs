@@ -62,7 +62,11 @@ fn providers_are_listed_with_their_attributes() {
         assert!(i.caps & flags::FI_RMA != 0);
         // From 1.21 the rail asks for control-unified progress, and shm grants it (no lock
         // on a completion-queue read); older libraries do not know the value.
-        assert_eq!(i.control_unified, lib_at_least(&lib.version, 1, 21), "{lib:?}");
+        assert_eq!(
+            i.control_unified,
+            lib_at_least(&lib.version, 1, 21),
+            "{lib:?}"
+        );
     }
     let e = first_provider(&Hints::provider("no-such-provider")).unwrap_err();
     let s = e.to_string();
