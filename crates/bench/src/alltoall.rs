@@ -44,7 +44,8 @@
 //! `--window` (how many chunks each rank keeps in flight) and `--bind` (where its data-path
 //! thread runs) are the all-to-all layer's: [`collective::window`] and [`collective::placement`]
 //! say what their `auto` does and why. The record's `window` is the number in flight at that
-//! point, `bind` whether the thread was bound.
+//! point, `bind` whether the thread was bound. `--notify` ([`collective::notify`]) chooses
+//! between CQ data on every write and one signal per chunk; the record's `notify` says which.
 //!
 //! # Transfers
 //! `--op write` (default): RDMA write with remote CQ data into the peer's receive buffer at the
@@ -63,6 +64,7 @@
 use efabench_record::Record;
 use serde::Serialize;
 
+use crate::collective::notify::Notify;
 use crate::collective::placement::{Bind, Placement};
 use crate::collective::report::{self, Outcome};
 use crate::collective::window::{window_arg, Window};
@@ -92,6 +94,12 @@ pub struct AlltoallArgs {
     /// puts it), core (always on its own core) or none.
     #[arg(long, value_enum, default_value_t = Bind::Auto)]
     pub bind: Bind,
+    /// How a receiver learns a chunk arrived (--op write): auto (signal over shm with a core per
+    /// rank on small host pages for chunks above the inject size, else data), data (every write
+    /// carries remote CQ data) or signal (shm only: writes without CQ data, which shm's sender
+    /// copies in the call, then one 8-byte signal per chunk).
+    #[arg(long, value_enum, default_value_t = Notify::Auto)]
+    pub notify: Notify,
     /// Longest timed part of one size, in seconds: it stops after -n iterations or this,
     /// whichever comes first, on every rank at the same iteration (warm-up: a tenth of it).
     #[arg(long, default_value = "1", value_parser = harness::max_time_arg, allow_hyphen_values = true)]
@@ -121,6 +129,8 @@ pub struct Alltoall<'a> {
     /// `--window auto` limits the chunks in flight here: shm, more than 2 ranks, a core each.
     contended_copies: bool,
     placement: Placement,
+    /// Chunks above this many bytes are announced by a signal (`--notify`).
+    signal_above: Option<usize>,
 }
 
 /// The record fields of `alltoall` beyond the common ones and those of every all-to-all.
@@ -130,6 +140,7 @@ struct AlltoallDetail {
     chunk_bytes: usize,
     window: usize,
     bind: &'static str,
+    notify: &'static str,
 }
 
 /// The record fields every point of a run repeats.
@@ -146,6 +157,7 @@ impl<'a> Alltoall<'a> {
             mesh: None,
             contended_copies: false,
             placement: Placement::new(args.bind),
+            signal_above: None,
         })
     }
 
@@ -168,11 +180,12 @@ impl<'a> Benchmark for Alltoall<'a> {
 
     fn fingerprint(&self) -> String {
         format!(
-            "--op {} --max-time {} --window {} --bind {}",
+            "--op {} --max-time {} --window {} --bind {} --notify {}",
             self.args.op.name(),
             self.args.max_time,
             self.args.window.name(),
-            name_of(&self.args.bind)
+            name_of(&self.args.bind),
+            name_of(&self.args.notify)
         )
     }
 
@@ -203,6 +216,22 @@ impl<'a> Benchmark for Alltoall<'a> {
         facts
             .header
             .extend(self.placement.setup(ctx, self.contended_copies)?);
+        self.signal_above = match (self.args.op, self.args.notify) {
+            (Op::Sendrecv, Notify::Signal) => {
+                return Err(BenchError::usage(
+                    "--notify signal applies to --op write (a send always carries its CQ data); drop one of them",
+                ))
+            }
+            (Op::Sendrecv, _) => None,
+            (Op::Write, notify) => notify
+                .signal_above(
+                    &facts.provider,
+                    self.contended_copies,
+                    m.group().rail(0).info().inject_size,
+                )
+                .map_err(BenchError::usage)?,
+        };
+        facts.header.extend(Notify::header(self.signal_above));
         facts.header.extend(setup::shm_lock_note(
             &facts.provider,
             facts.libfabric.as_deref(),
@@ -250,6 +279,7 @@ impl<'a> Benchmark for Alltoall<'a> {
         self.placement.place()?;
         let plan = Plan {
             window: self.window(spec.chunk, ctx.world as usize),
+            signal_above: self.signal_above,
             ..Plan::uniform(ctx.rank, ctx.world, spec.chunk)
         };
         collective::measure(
@@ -270,6 +300,7 @@ impl<'a> Benchmark for Alltoall<'a> {
             chunk_bytes: spec.chunk,
             window: self.window(spec.chunk, n),
             bind: self.placement.name(),
+            notify: Notify::record(self.signal_above, std::iter::once(spec.chunk)),
         };
         Outcome::of(ctx, all, spec.warmup).point(
             n,

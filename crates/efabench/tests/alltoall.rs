@@ -14,6 +14,11 @@ use serde_json::Value;
 mod common;
 use common::*;
 
+/// The CPUs this test may run on.
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
 fn alltoall(provider: &str, world: u32, op: &str, extra: &[&str]) {
     alltoall_to(provider, world, op, extra, "64K", 3)
 }
@@ -60,6 +65,21 @@ fn alltoall_to(provider: &str, world: u32, op: &str, extra: &[&str], max: &str, 
         match extra.windows(2).find(|w| w[0] == "--bind").map(|w| w[1]) {
             Some(chosen) => assert_eq!(bind, chosen, "{what}"),
             None => assert!(bind == "core" || bind == "none", "{what}: {bind}"),
+        }
+        let notify = r.extra["notify"].as_str().unwrap();
+        match extra.windows(2).find(|w| w[0] == "--notify").map(|w| w[1]) {
+            Some(chosen) => assert_eq!(notify, chosen, "{what}"),
+            // auto signals only over shm with a core per rank (and small pages), for write
+            // chunks above shm's 4 KiB inject size.
+            None if provider == "shm" && world > 2 && world as usize <= cores() => {
+                let want = if chunk > 4096 && op == "write" {
+                    "signal"
+                } else {
+                    "data"
+                };
+                assert_eq!(notify, want, "{what}")
+            }
+            None => assert_eq!(notify, "data", "{what}"),
         }
         assert_eq!(
             r.size_bytes,
@@ -121,6 +141,9 @@ fn alltoall_shm_2_3_4_8_ranks() {
     // Each rank's data-path thread on a core of its own (two ranks a core here), or unbound.
     alltoall("shm", 4, "write", &["--bind", "core"]);
     alltoall("shm", 3, "write", &["--bind", "none"]);
+    // Chunks written without CQ data and announced by a signal, whole or in stripes.
+    alltoall("shm", 4, "write", &["--notify", "signal"]);
+    alltoall("shm", 3, "write", &["--notify", "data", "--bind", "core"]);
     alltoall(
         "shm",
         4,
@@ -141,6 +164,14 @@ fn alltoall_shm_2_3_4_8_ranks() {
         3,
         "write",
         &["--rails", "2", "--strategy", "split"],
+        "1M",
+        5,
+    );
+    alltoall_to(
+        "shm",
+        3,
+        "write",
+        &["--rails", "2", "--strategy", "split", "--notify", "signal"],
         "1M",
         5,
     );
@@ -318,6 +349,22 @@ fn too_small_sizes_are_refused_with_exit_2() {
         err.contains("too small for 4 ranks") && err.contains("-e 64"),
         "{err}"
     );
+}
+
+#[test]
+fn a_signal_where_it_could_overtake_its_data_is_refused_with_exit_2() {
+    for (provider, op, needle) in [
+        ("tcp", "write", "--notify signal needs -p shm"),
+        ("shm", "sendrecv", "--notify signal applies to --op write"),
+    ] {
+        let args = [
+            "alltoall", "-p", provider, "--op", op, "-b", "64K", "-e", "64K", "--notify", "signal",
+        ];
+        let outs = job(2, &args);
+        assert!(outs.iter().all(|o| o.status.code() == Some(2)), "{args:?}");
+        let err = text(&outs[0].stderr);
+        assert!(err.contains(needle), "{err}");
+    }
 }
 
 #[test]

@@ -96,6 +96,11 @@ fn alltoallv(
         assert!(bind == "core" || bind == "none", "{what}: {bind}");
         let window = r.extra["window"].as_u64().unwrap();
         assert!((1..n as u64).contains(&window), "{what}: window {window}");
+        let notify = r.extra["notify"].as_str().unwrap();
+        assert!(
+            ["data", "signal", "mixed"].contains(&notify),
+            "{what}: {notify}"
+        );
         let rb = r.extra["rank_bytes"].as_array().unwrap();
         for (i, x) in rb.iter().enumerate() {
             assert_eq!(x["sent"].as_u64(), Some(sent[i]));
@@ -173,7 +178,7 @@ fn alltoallv_tcp_every_generator_and_a_matrix_file() {
 }
 
 #[test]
-fn bind_and_window_are_in_the_records() {
+fn bind_window_and_notify_are_in_the_records() {
     for bind in ["core", "none"] {
         let dir = tmp(&format!("v-bind-{bind}"));
         let out = dir.join("r.jsonl");
@@ -197,6 +202,8 @@ fn bind_and_window_are_in_the_records() {
             bind,
             "--window",
             "1",
+            "--notify",
+            if bind == "core" { "signal" } else { "data" },
             "-o",
             out.to_str().unwrap(),
         ];
@@ -206,6 +213,9 @@ fn bind_and_window_are_in_the_records() {
         assert_eq!(recs.len(), 1);
         assert_eq!(recs[0].extra["bind"].as_str(), Some(bind));
         assert_eq!(recs[0].extra["window"].as_u64(), Some(1), "--window 1");
+        // zipf:1.0 at 4 KiB has empty chunks (announced by a signal either way) and others.
+        let notify = if bind == "core" { "signal" } else { "data" };
+        assert_eq!(recs[0].extra["notify"].as_str(), Some(notify));
         assert!(
             recs[0].verified && recs[0].errors == 0,
             "{}",

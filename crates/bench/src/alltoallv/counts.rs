@@ -168,6 +168,7 @@ impl Counts {
             remote: (0..n).map(|d| c.recv_offset(me, d) as usize).collect(),
             half,
             window: usize::MAX,
+            signal_above: None,
         }
     }
 

@@ -21,6 +21,8 @@
 //!   [`collective::placement`]); `--window auto` judges a point by the largest chunk this rank
 //!   sends in it, and the default window is all (auto measured within noise of it for zipf
 //!   matrices). Records carry `window` and `bind`.
+//! * `--notify` is the all-to-all layer's too ([`collective::notify`]); the record's `notify`
+//!   says whether the point's chunks carried CQ data, were signalled, or both (`mixed`).
 
 pub mod counts;
 
@@ -28,6 +30,7 @@ use efabench_record::Record;
 use serde::Serialize;
 
 use crate::collective::exchange::{Op, Plan};
+use crate::collective::notify::Notify;
 use crate::collective::placement::{Bind, Placement};
 use crate::collective::report::{self, Outcome};
 use crate::collective::window::{window_arg, Window};
@@ -64,6 +67,11 @@ pub struct AlltoallvArgs {
     /// host, auto and all measured within noise of each other, so the default stays all.
     #[arg(long, default_value = "all", value_parser = window_arg)]
     pub window: Window,
+    /// How a receiver learns a chunk arrived: auto (signal over shm with a core per rank on
+    /// small host pages for chunks above the inject size, else data), data (every write carries
+    /// remote CQ data) or signal (shm only: writes without CQ data, then one signal per chunk).
+    #[arg(long, value_enum, default_value_t = Notify::Auto)]
+    pub notify: Notify,
     /// Longest timed part of one size, in seconds: it stops after -n iterations or this,
     /// whichever comes first, on every rank at the same iteration (warm-up: a tenth of it).
     #[arg(long, default_value = "1", value_parser = harness::max_time_arg, allow_hyphen_values = true)]
@@ -103,6 +111,8 @@ pub struct Alltoallv<'a> {
     placement: Placement,
     /// Whether shm's copies contend on this run's mesh (see [`collective::window`]).
     contended: bool,
+    /// Chunks above this many bytes are announced by a signal (`--notify`).
+    signal_above: Option<usize>,
 }
 
 /// Bytes one rank sends and receives per iteration.
@@ -122,6 +132,7 @@ struct AlltoallvDetail {
     recv_imbalance: f64,
     bind: &'static str,
     window: usize,
+    notify: &'static str,
 }
 
 /// The record fields every point of a run repeats.
@@ -164,6 +175,7 @@ impl<'a> Alltoallv<'a> {
             matrices: Vec::new(),
             placement: Placement::new(args.bind),
             contended: false,
+            signal_above: None,
         })
     }
 
@@ -251,11 +263,12 @@ impl<'a> Benchmark for Alltoallv<'a> {
             (c, _) => c.to_string(),
         };
         format!(
-            "--counts {counts} --seed {} --max-time {} --bind {} --window {}",
+            "--counts {counts} --seed {} --max-time {} --bind {} --window {} --notify {}",
             self.args.seed,
             self.args.max_time,
             name_of(&self.args.bind),
-            self.args.window.name()
+            self.args.window.name(),
+            name_of(&self.args.notify)
         )
     }
 
@@ -290,6 +303,16 @@ impl<'a> Benchmark for Alltoallv<'a> {
         facts
             .header
             .extend(self.placement.setup(ctx, self.contended)?);
+        self.signal_above = self
+            .args
+            .notify
+            .signal_above(
+                &facts.provider,
+                self.contended,
+                m.group().rail(0).info().inject_size,
+            )
+            .map_err(BenchError::usage)?;
+        facts.header.extend(Notify::header(self.signal_above));
         self.matrices = matrices;
         self.mesh = Some(m);
         Ok(facts)
@@ -330,6 +353,7 @@ impl<'a> Benchmark for Alltoallv<'a> {
         self.placement.place()?;
         let plan = Plan {
             window: self.window(ctx, &spec.counts),
+            signal_above: self.signal_above,
             ..spec.counts.plan(ctx.rank as usize, half)
         };
         collective::measure(
@@ -359,6 +383,14 @@ impl<'a> Benchmark for Alltoallv<'a> {
             recv_imbalance: (c.recv_imbalance() * 1e4).round() / 1e4,
             bind: self.placement.name(),
             window: self.window(ctx, c),
+            notify: Notify::record(
+                self.signal_above,
+                (0..n).flat_map(|s| {
+                    (0..n)
+                        .filter(move |&d| d != s)
+                        .map(move |d| c.get(s, d) as usize)
+                }),
+            ),
         };
         let messages = (0..n)
             .flat_map(|s| (0..n).map(move |d| (s, d)))

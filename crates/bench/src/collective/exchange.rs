@@ -23,6 +23,11 @@
 //! them see the mark at the end of the same iteration and leave the loop there, without a
 //! round trip.
 //!
+//! # Signalled chunks
+//! With [`Plan::signal_above`], a chunk above that size is written without CQ data, tracked by
+//! its destination, and announced by one signal (an 8-byte write with the same CQ data) once all
+//! its stripes completed locally; its receiver counts that one signal instead of its stripes.
+//!
 //! # Send/recv
 //! `Op::Sendrecv` sends into receives posted in advance (two iterations' worth). Receives match
 //! in arrival order (this fabric layer has no directed receives), so a chunk lands in one of the
@@ -37,7 +42,7 @@ use efabench_fabric::Stripe;
 
 use crate::error::BenchError;
 use crate::harness::{budget_loop, Budget, Budgeted, Ctx, Measured, Phase, Span, Stop};
-use crate::mesh::{cq_data, parse_cq_data, Kind, Mesh, ITER_MOD};
+use crate::mesh::{cq_data, parse_cq_data, Kind, Mesh, Op as TrackOp, ITER_MOD};
 use crate::pattern;
 
 use super::report::RankOutcome;
@@ -81,6 +86,9 @@ pub struct Plan {
     /// Most of our chunks in flight at once (`usize::MAX`: all posted at once). The next is
     /// posted, in the same peer order, as an earlier one completes.
     pub window: usize,
+    /// Chunks above this many bytes are written without CQ data and announced by one signal
+    /// once their writes completed ([`super::notify`]); `None`: every write carries CQ data.
+    pub signal_above: Option<usize>,
 }
 
 impl Plan {
@@ -99,6 +107,7 @@ impl Plan {
             remote: vec![me as usize * chunk; n as usize],
             half: chunk * n as usize,
             window: usize::MAX,
+            signal_above: None,
         }
     }
 }
@@ -256,6 +265,10 @@ struct Run<'m> {
     next: u32,
     post_half: usize,
     post_data: u64,
+    /// By destination: our chunk to it is announced by a signal; and the signalled chunks whose
+    /// writes are still in flight (their signal not yet posted).
+    signal_to: Vec<bool>,
+    unsignalled: usize,
 }
 
 impl<'m> Run<'m> {
@@ -274,14 +287,20 @@ impl<'m> Run<'m> {
         let stripes_out: Vec<_> = (0..n)
             .map(|p| stripes(mesh, me, p, plan.out[p as usize].len, sends))
             .collect();
+        let signalled = |len: usize| !sends && plan.signal_above.is_some_and(|t| len > t);
         let want_from: Vec<u32> = (0..n)
             .map(|s| {
                 if s == me {
                     0
+                } else if signalled(plan.inc[s as usize].len) {
+                    1
                 } else {
                     stripes_in[s as usize].len().max(1) as u32
                 }
             })
+            .collect();
+        let signal_to: Vec<bool> = (0..n)
+            .map(|p| p != me && signalled(plan.out[p as usize].len))
             .collect();
         let expected: u64 = want_from.iter().map(|&w| w as u64).sum();
         let mut slots = Vec::new();
@@ -327,6 +346,8 @@ impl<'m> Run<'m> {
             next: 0,
             post_half: 0,
             post_data: 0,
+            signal_to,
+            unsignalled: 0,
         })
     }
 
@@ -429,13 +450,30 @@ impl<'m> Run<'m> {
         let (n, me) = (self.n, self.me);
         let base = self.post_half * self.plan.half;
         let data = self.post_data;
-        while self.next < n && (self.mesh.outstanding as usize) < self.plan.window {
+        while self.next < n && self.mesh.outstanding as usize + self.unsignalled < self.plan.window
+        {
             let p = (me + self.next) % n;
             self.next += 1;
             let c = self.plan.out[p as usize];
             let at = base + self.plan.remote[p as usize];
             if self.stripes_out[p as usize].is_empty() {
                 self.mesh.signal(p, data)?;
+            }
+            if self.signal_to[p as usize] {
+                let tag = TrackOp::Write(p as usize).tag();
+                self.mesh.track(tag, self.stripes_out[p as usize].len());
+                for j in 0..self.stripes_out[p as usize].len() {
+                    let st = self.stripes_out[p as usize][j];
+                    self.mesh.write_tracked(
+                        p,
+                        st.rail,
+                        (c.off + st.off, st.len),
+                        at + st.off,
+                        tag,
+                    )?;
+                }
+                self.unsignalled += 1;
+                continue;
             }
             for j in 0..self.stripes_out[p as usize].len() {
                 let st = self.stripes_out[p as usize][j];
@@ -485,10 +523,20 @@ impl<'m> Run<'m> {
                 // overwrite it first.
                 self.landed.push((r.index, it, (r.data & 0xFFFF) as u32));
             }
+            while let Some(d) = self.mesh.take_done(|_| true) {
+                // Every stripe of a signalled chunk is written: announce it.
+                let peer = TrackOp::from_tag(d.tag).index() as u32;
+                self.mesh.signal(peer, self.post_data)?;
+                self.unsignalled -= 1;
+            }
             if self.next < n {
                 self.post_more()?;
             }
-            if self.got[p] >= self.expected && self.mesh.outstanding == 0 && self.next >= n {
+            if self.got[p] >= self.expected
+                && self.mesh.outstanding == 0
+                && self.unsignalled == 0
+                && self.next >= n
+            {
                 break;
             }
             let want = self.expected;

@@ -13,9 +13,11 @@
 //! - `setup.rs`: the checks and header lines before measuring (largest chunk against the
 //!   provider, whether shm's copies contend, the time budget, libfabric 1.x's shm lock);
 //! - `placement.rs`: `--bind`, the core each rank's data-path thread runs on;
-//! - `window.rs`: `--window`, the chunks each rank keeps in flight.
+//! - `window.rs`: `--window`, the chunks each rank keeps in flight;
+//! - `notify.rs`: `--notify`, whether a chunk carries its CQ data or is announced by a signal.
 
 pub mod exchange;
+pub mod notify;
 pub mod placement;
 pub mod report;
 pub(crate) mod setup;

@@ -3,7 +3,7 @@
 
 use efabench_fabric::{Flags, Op, Stripe};
 
-use super::{Mesh, MeshResult, CTX_CTRL, CTX_RECV, CTX_SEND, CTX_WRITE};
+use super::{Mesh, MeshResult, CTX_CTRL, CTX_RECV, CTX_SEND, CTX_TRACK, CTX_WRITE};
 use crate::harness::Strategy;
 
 /// One stripe to post: what, from and to which bytes of the registered buffers.
@@ -149,6 +149,31 @@ impl Mesh {
             data,
         };
         self.post(rail, op)
+    }
+
+    /// RDMA-writes `send[off..off+len]` to `peer`'s `recv` at `remote_off` without CQ data, as
+    /// one stripe of tracked message `tag` ([`Mesh::track`] first): the message lands in
+    /// [`Mesh::take_done`] once all its stripes completed, and is not counted in `outstanding`.
+    pub fn write_tracked(
+        &mut self,
+        peer: u32,
+        rail: usize,
+        (off, len): (usize, usize),
+        remote_off: usize,
+        tag: u32,
+    ) -> MeshResult<()> {
+        let p = self.peer(peer)?;
+        let (fi_peer, remote) = (p.peer.rail(rail), *p.recv.rail(rail));
+        self.group.rail(rail).post(Op::Write {
+            peer: fi_peer,
+            local: self.send_reg.id(rail).range(off, len),
+            remote: remote.at(remote_off as u64),
+            data: None,
+            flags: Flags::NONE,
+            ctx: CTX_TRACK | u64::from(tag),
+        })?;
+        self.count(rail, len);
+        Ok(())
     }
 
     /// Sends `send[off..off+len]` to `peer` on `rail`, with CQ data.
