@@ -64,7 +64,7 @@
 use efabench_record::Record;
 use serde::Serialize;
 
-use crate::collective::notify::Notify;
+use crate::collective::notify::{self, Notify};
 use crate::collective::placement::{Bind, Placement};
 use crate::collective::report::{self, Outcome};
 use crate::collective::window::{window_arg, Window};
@@ -86,7 +86,8 @@ pub struct AlltoallArgs {
     #[arg(long)]
     pub matrix: bool,
     /// Chunks in flight per rank: auto (2 over shm with a core per rank for chunks of 16 KiB or
-    /// more on small host pages, else all), all, or a number (1-65536).
+    /// more on small host pages when receivers copy them, --notify data; else all), all, or a
+    /// number (1-65536).
     #[arg(long, default_value = "auto", value_parser = window_arg)]
     pub window: Window,
     /// Where each rank's data-path thread runs: auto (a core of its own, by its place among the
@@ -163,7 +164,8 @@ impl<'a> Alltoall<'a> {
 
     /// The chunks in flight per rank at a point with chunks of `chunk` bytes among `n` ranks.
     fn window(&self, chunk: usize, n: usize) -> usize {
-        self.args.window.in_flight(self.contended_copies, chunk, n)
+        let copying = notify::receivers_copy(self.contended_copies, self.signal_above, chunk);
+        self.args.window.in_flight(copying, chunk, n)
     }
 }
 
@@ -212,9 +214,6 @@ impl<'a> Benchmark for Alltoall<'a> {
             setup::contended_copies(&facts.provider, self.args.groups.mem.mem, ctx.world, &m);
         facts
             .header
-            .extend(self.args.window.header(self.contended_copies));
-        facts
-            .header
             .extend(self.placement.setup(ctx, self.contended_copies)?);
         self.signal_above = match (self.args.op, self.args.notify) {
             (Op::Sendrecv, Notify::Signal) => {
@@ -232,6 +231,11 @@ impl<'a> Benchmark for Alltoall<'a> {
                 .map_err(BenchError::usage)?,
         };
         facts.header.extend(Notify::header(self.signal_above));
+        facts.header.extend(
+            self.args
+                .window
+                .header(self.contended_copies && self.signal_above.is_none()),
+        );
         facts.header.extend(setup::shm_lock_note(
             &facts.provider,
             facts.libfabric.as_deref(),

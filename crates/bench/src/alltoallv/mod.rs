@@ -30,7 +30,7 @@ use efabench_record::Record;
 use serde::Serialize;
 
 use crate::collective::exchange::{Op, Plan};
-use crate::collective::notify::Notify;
+use crate::collective::notify::{self, Notify};
 use crate::collective::placement::{Bind, Placement};
 use crate::collective::report::{self, Outcome};
 use crate::collective::window::{window_arg, Window};
@@ -63,7 +63,7 @@ pub struct AlltoallvArgs {
     pub bind: Bind,
     /// Chunks in flight per rank: all (the default: every chunk posted at once), auto (2 over
     /// shm with a core per rank when the point's largest chunk is 16 KiB or more on small host
-    /// pages, else all) or a number (1-65536). With zipf:1.1 at 8 and 16 ranks on a 16-core
+    /// pages and receivers copy it, --notify data; else all) or a number (1-65536). With zipf:1.1 at 8 and 16 ranks on a 16-core
     /// host, auto and all measured within noise of each other, so the default stays all.
     #[arg(long, default_value = "all", value_parser = window_arg)]
     pub window: Window,
@@ -149,9 +149,9 @@ impl<'a> Alltoallv<'a> {
         let me = ctx.rank as usize;
         let n = ctx.world as usize;
         let largest = (0..n).filter(|&d| d != me).map(|d| counts.get(me, d)).max();
-        self.args
-            .window
-            .in_flight(self.contended, largest.unwrap_or(0) as usize, n)
+        let largest = largest.unwrap_or(0) as usize;
+        let copying = notify::receivers_copy(self.contended, self.signal_above, largest);
+        self.args.window.in_flight(copying, largest, n)
     }
 
     pub fn new(args: &'a AlltoallvArgs) -> Result<Self, BenchError> {
@@ -299,7 +299,6 @@ impl<'a> Benchmark for Alltoallv<'a> {
             .push(setup::budget_line(self.args.max_time, matrices.len()));
         self.contended =
             setup::contended_copies(&facts.provider, self.args.groups.mem.mem, ctx.world, &m);
-        facts.header.extend(self.args.window.header(self.contended));
         facts
             .header
             .extend(self.placement.setup(ctx, self.contended)?);
@@ -313,6 +312,11 @@ impl<'a> Benchmark for Alltoallv<'a> {
             )
             .map_err(BenchError::usage)?;
         facts.header.extend(Notify::header(self.signal_above));
+        facts.header.extend(
+            self.args
+                .window
+                .header(self.contended && self.signal_above.is_none()),
+        );
         self.matrices = matrices;
         self.mesh = Some(m);
         Ok(facts)

@@ -21,6 +21,12 @@
 //! that peer after it. Other providers complete a write on transmission, so `signal` is refused
 //! on them.
 
+/// Whether receivers copy chunks of `chunk` bytes where shm's copies contend (`contended`):
+/// what `--window auto` limits. A signalled chunk is copied by its sender.
+pub fn receivers_copy(contended: bool, signal_above: Option<usize>, chunk: usize) -> bool {
+    contended && signal_above.is_none_or(|t| chunk <= t)
+}
+
 /// `--notify`: how a chunk's arrival is announced.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Notify {
@@ -105,6 +111,14 @@ mod tests {
             e.contains("needs -p shm") && e.contains("--notify data"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn signalled_chunks_are_not_copied_by_receivers() {
+        assert!(receivers_copy(true, None, 1 << 20));
+        assert!(receivers_copy(true, Some(4096), 4096));
+        assert!(!receivers_copy(true, Some(4096), 4097));
+        assert!(!receivers_copy(false, None, 1 << 20));
     }
 
     #[test]

@@ -2,14 +2,17 @@
 //! and `alltoallv` alike.
 //!
 //! By default every chunk of an iteration is posted at once. Over shm with a core per rank on
-//! small pages, `auto` keeps 2 chunks in flight per rank from 16 KiB chunks up instead, the next
-//! posted as one completes, in the same peer order: shm copies such a chunk with the receiver's
-//! `process_vm_readv`, which takes the sender's page-table lock once per 4 KiB page, and with
-//! every chunk posted at once up to n − 1 receivers take one sender's lock together (the largest
-//! kernel cost in a 16-rank profile against `MPI_Alltoall`). Two in flight keep it to about two
-//! readers per sender. On huge pages the lock is taken once per 2 MiB, device memory does not use
-//! CMA, and with more ranks than cores the ranks wait on the scheduler more than on the lock: there
-//! `auto` posts everything at once.
+//! small pages, where receivers copy the chunks (`--notify data`, see [`super::notify`]), `auto`
+//! keeps 2 chunks in flight per rank from 16 KiB chunks up instead, the next posted as one
+//! completes, in the same peer order: the receiver copies such a chunk with `process_vm_readv`,
+//! which takes the sender's page-table lock once per 4 KiB page, and with every chunk posted at
+//! once up to n − 1 receivers take one sender's lock together (the largest kernel cost in a
+//! 16-rank profile against `MPI_Alltoall`). Two in flight keep it to about two readers per
+//! sender. Chunks their sender copies (signalled, the default there) are all posted at once: with
+//! them, all at once measured 0.99-1.33× `MPI_Alltoall` at 8 and 16 ranks against 1.01-1.21× for
+//! two in flight. On huge pages the lock is taken once per 2 MiB, device memory does not use CMA,
+//! and with more ranks than cores the ranks wait on the scheduler more than on the lock: there
+//! `auto` posts everything at once too.
 
 /// `--window`: how many of its chunks a rank keeps in flight.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -33,24 +36,25 @@ impl Window {
     }
 
     /// The chunks in flight per rank among `n` ranks at a point whose largest chunk is `chunk`
-    /// bytes, where shm's copies contend (`contended`) or not.
-    pub fn in_flight(self, contended: bool, chunk: usize, n: usize) -> usize {
+    /// bytes, where receivers copy the chunks and shm's copies contend (`copying`) or not.
+    pub fn in_flight(self, copying: bool, chunk: usize, n: usize) -> usize {
         let w = match self {
             Window::All => usize::MAX,
             Window::Chunks(w) => w,
-            Window::Auto if contended && chunk >= AUTO_WINDOW_MIN_CHUNK => 2,
+            Window::Auto if copying && chunk >= AUTO_WINDOW_MIN_CHUNK => 2,
             Window::Auto => usize::MAX,
         };
         w.min(n.saturating_sub(1).max(1))
     }
 
-    /// The header line of a run where `auto` limits the window.
-    pub fn header(self, contended: bool) -> Option<String> {
-        (self == Window::Auto && contended).then(|| {
+    /// The header line of a run where `auto` limits the window (`copying`: receivers copy the
+    /// chunks where shm's copies contend).
+    pub fn header(self, copying: bool) -> Option<String> {
+        (self == Window::Auto && copying).then(|| {
             format!(
                 "# window: 2 chunks in flight per rank from {} chunks up (--window auto: shm with a \
-                 core per rank, where receivers copying from one sender at once wait on its \
-                 page-table lock); --window all posts every chunk at once",
+                 core per rank and --notify data, where receivers copying from one sender at once \
+                 wait on its page-table lock); --window all posts every chunk at once",
                 crate::size::human(AUTO_WINDOW_MIN_CHUNK as u64)
             )
         })
