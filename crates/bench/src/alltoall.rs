@@ -90,9 +90,9 @@ pub struct AlltoallArgs {
     /// number (1-65536).
     #[arg(long, default_value = "auto", value_parser = window_arg)]
     pub window: Window,
-    /// Where each rank's data-path thread runs: auto (a core of its own, by its place among the
-    /// host's ranks, over shm with a core per rank on small host pages; else where the scheduler
-    /// puts it), core (always on its own core) or none.
+    /// Where each rank's data-path thread runs: auto (a core by its place among the host's
+    /// ranks, over shm on small host pages with at most two ranks per core; else where the
+    /// scheduler puts it), core (always bound) or none.
     #[arg(long, value_enum, default_value_t = Bind::Auto)]
     pub bind: Bind,
     /// How a receiver learns a chunk arrived (--op write): auto (signal over shm with a core per
@@ -212,9 +212,10 @@ impl<'a> Benchmark for Alltoall<'a> {
             .push(setup::budget_line(self.args.max_time, self.sizes.len()));
         self.contended_copies =
             setup::contended_copies(&facts.provider, self.args.groups.mem.mem, ctx.world, &m);
-        facts
-            .header
-            .extend(self.placement.setup(ctx, self.contended_copies)?);
+        facts.header.extend(self.placement.setup(
+            ctx,
+            setup::binding_helps(&facts.provider, self.args.groups.mem.mem, ctx.world, &m),
+        )?);
         self.signal_above = match (self.args.op, self.args.notify) {
             (Op::Sendrecv, Notify::Signal) => {
                 return Err(BenchError::usage(

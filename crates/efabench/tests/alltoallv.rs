@@ -223,12 +223,15 @@ fn bind_window_and_notify_are_in_the_records() {
         );
         if bind == "core" {
             let table = text(&outs[0].stdout);
-            assert!(
-                table.contains(
-                    "# bind: each rank's data-path thread on a core of its own (--bind core)"
-                ),
-                "{table}"
-            );
+            // 3 ranks on this host: a core each, or shared where the host has fewer cores.
+            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+            let on = if cores >= 3 {
+                "a core of its own".to_string()
+            } else {
+                format!("a core shared by up to {} ranks", 3usize.div_ceil(cores))
+            };
+            let line = format!("# bind: each rank's data-path thread on {on} (--bind core)");
+            assert!(table.contains(&line), "{table}");
         }
     }
 }

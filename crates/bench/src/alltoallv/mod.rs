@@ -56,9 +56,9 @@ pub struct AlltoallvArgs {
     /// Print the per-peer bandwidth matrix (Gbps, source row → destination column) of each size.
     #[arg(long)]
     pub matrix: bool,
-    /// Where each rank's data-path thread runs: auto (a core of its own, by its place among the
-    /// host's ranks, over shm with a core per rank on small host pages; else where the scheduler
-    /// puts it), core (always on its own core) or none.
+    /// Where each rank's data-path thread runs: auto (a core by its place among the host's
+    /// ranks, over shm on small host pages with at most two ranks per core; else where the
+    /// scheduler puts it), core (always bound) or none.
     #[arg(long, value_enum, default_value_t = Bind::Auto)]
     pub bind: Bind,
     /// Chunks in flight per rank: all (the default: every chunk posted at once), auto (2 over
@@ -299,9 +299,10 @@ impl<'a> Benchmark for Alltoallv<'a> {
             .push(setup::budget_line(self.args.max_time, matrices.len()));
         self.contended =
             setup::contended_copies(&facts.provider, self.args.groups.mem.mem, ctx.world, &m);
-        facts
-            .header
-            .extend(self.placement.setup(ctx, self.contended)?);
+        facts.header.extend(self.placement.setup(
+            ctx,
+            setup::binding_helps(&facts.provider, self.args.groups.mem.mem, ctx.world, &m),
+        )?);
         self.signal_above = self
             .args
             .notify

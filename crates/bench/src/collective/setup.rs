@@ -15,6 +15,15 @@ pub(crate) fn contended_copies(provider: &str, mem: MemKind, world: u32, m: &Mes
     provider == "shm" && small_pages && world > 2 && m.core_per_rank()
 }
 
+/// Whether `--bind auto` binds each rank's data-path thread on this mesh: shm, small pages, more
+/// than 2 ranks, and at most two ranks per core (two ranks bound to each core measured faster
+/// than leaving them to the scheduler: 32 ranks on 16 cores and 4 on 2; with four per core the
+/// two were within noise).
+pub(crate) fn binding_helps(provider: &str, mem: MemKind, world: u32, m: &Mesh) -> bool {
+    let small_pages = matches!(mem, MemKind::Host | MemKind::Pinned);
+    provider == "shm" && small_pages && world > 2 && m.ranks_per_core_at_most(2)
+}
+
 /// Fails with a usage error when one message of `chunk` bytes exceeds what the provider sends.
 pub(crate) fn check_chunk(m: &Mesh, chunk: u64, provider: &str) -> Result<(), BenchError> {
     let max_msg = m.group().rail(0).info().max_msg_size;

@@ -149,6 +149,8 @@ pub struct Mesh {
     /// Ticked on every poll that found a completion, so the bootstrap sees a slow data path
     /// move (a long point is slow, not stuck).
     progress_tick: Option<ProgressHandle>,
+    /// Ranks on this host and its cores (see [`Mesh::set_ranks_on_host`]).
+    host_ranks: (usize, usize),
     /// How a rank that found nothing to do waits (see [`Mesh::set_ranks_on_host`]).
     idle_sleep: Option<Duration>,
     /// Never yield the core while waiting (see [`Mesh::set_spin`]).
@@ -217,6 +219,7 @@ impl Mesh {
             timeout,
             health,
             progress_tick: None,
+            host_ranks: (1, 1),
             idle_sleep: None,
             spin: false,
             cq: [FiCompletion::default(); 32],
@@ -238,6 +241,14 @@ impl Mesh {
             .map(|c| c.get())
             .unwrap_or(1);
         self.idle_sleep = (ranks > cores).then(|| Duration::from_micros(wait::IDLE_SLEEP_US));
+        self.host_ranks = (ranks, cores);
+    }
+
+    /// Whether this host runs at most `k` of its ranks per core (as [`Mesh::set_ranks_on_host`]
+    /// was told; true until then).
+    pub fn ranks_per_core_at_most(&self, k: usize) -> bool {
+        let (ranks, cores) = self.host_ranks;
+        ranks <= k * cores
     }
 
     /// Whether this host has a core for each of its ranks (as [`Mesh::set_ranks_on_host`] was
