@@ -17,8 +17,8 @@ pub(crate) fn contended_copies(provider: &str, mem: MemKind, world: u32, m: &Mes
 
 /// Whether `--bind auto` binds each rank's data-path thread on this mesh: shm, small pages, more
 /// than 2 ranks, and at most two ranks per core (two ranks bound to each core measured faster
-/// than leaving them to the scheduler: 32 ranks on 16 cores and 4 on 2; with four per core the
-/// two were within noise).
+/// than leaving them to the scheduler at 32 ranks on 16 cores, and as fast or faster at 4 on 2;
+/// with four per core the two were within noise).
 pub(crate) fn binding_helps(provider: &str, mem: MemKind, world: u32, m: &Mesh) -> bool {
     let small_pages = matches!(mem, MemKind::Host | MemKind::Pinned);
     provider == "shm" && small_pages && world > 2 && m.ranks_per_core_at_most(2)
