@@ -64,7 +64,7 @@
 use efabench_record::Record;
 use serde::Serialize;
 
-use crate::collective::notify::{self, Notify};
+use crate::collective::notify::Notify;
 use crate::collective::placement::{Bind, Placement};
 use crate::collective::report::{self, Outcome};
 use crate::collective::window::{window_arg, Window};
@@ -127,11 +127,9 @@ pub struct Alltoall<'a> {
     args: &'a AlltoallArgs,
     sizes: Vec<u64>,
     mesh: Option<Mesh>,
-    /// `--window auto` limits the chunks in flight here: shm, more than 2 ranks, a core each.
-    contended_copies: bool,
     placement: Placement,
-    /// Chunks above this many bytes are announced by a signal (`--notify`).
-    signal_above: Option<usize>,
+    /// What the `auto` options resolve to on this run's mesh.
+    tuning: setup::Tuning,
 }
 
 /// The record fields of `alltoall` beyond the common ones and those of every all-to-all.
@@ -156,16 +154,14 @@ impl<'a> Alltoall<'a> {
             args,
             sizes: args.groups.sweep.sizes()?,
             mesh: None,
-            contended_copies: false,
             placement: Placement::new(args.bind),
-            signal_above: None,
+            tuning: setup::Tuning::default(),
         })
     }
 
     /// The chunks in flight per rank at a point with chunks of `chunk` bytes among `n` ranks.
     fn window(&self, chunk: usize, n: usize) -> usize {
-        let copying = notify::receivers_copy(self.contended_copies, self.signal_above, chunk);
-        self.args.window.in_flight(copying, chunk, n)
+        self.tuning.in_flight(self.args.window, chunk, n)
     }
 }
 
@@ -210,33 +206,24 @@ impl<'a> Benchmark for Alltoall<'a> {
         facts
             .header
             .push(setup::budget_line(self.args.max_time, self.sizes.len()));
-        self.contended_copies =
-            setup::contended_copies(&facts.provider, self.args.groups.mem.mem, ctx.world, &m);
-        facts.header.extend(self.placement.setup(
-            ctx,
-            setup::binding_helps(&facts.provider, self.args.groups.mem.mem, ctx.world, &m),
-        )?);
-        self.signal_above = match (self.args.op, self.args.notify) {
+        let notify = match (self.args.op, self.args.notify) {
             (Op::Sendrecv, Notify::Signal) => {
                 return Err(BenchError::usage(
                     "--notify signal applies to --op write (a send always carries its CQ data); drop one of them",
                 ))
             }
-            (Op::Sendrecv, _) => None,
-            (Op::Write, notify) => notify
-                .signal_above(
-                    &facts.provider,
-                    self.contended_copies,
-                    m.group().rail(0).info().inject_size,
-                )
-                .map_err(BenchError::usage)?,
+            (Op::Sendrecv, _) => Notify::Data,
+            (Op::Write, notify) => notify,
         };
-        facts.header.extend(Notify::header(self.signal_above));
-        facts.header.extend(
-            self.args
-                .window
-                .header(self.contended_copies && self.signal_above.is_none()),
-        );
+        self.tuning = setup::Tuning::resolve(
+            ctx,
+            &mut facts,
+            self.args.groups.mem.mem,
+            &m,
+            notify,
+            self.args.window,
+            &mut self.placement,
+        )?;
         facts.header.extend(setup::shm_lock_note(
             &facts.provider,
             facts.libfabric.as_deref(),
@@ -284,7 +271,7 @@ impl<'a> Benchmark for Alltoall<'a> {
         self.placement.place()?;
         let plan = Plan {
             window: self.window(spec.chunk, ctx.world as usize),
-            signal_above: self.signal_above,
+            signal_above: self.tuning.signal_above,
             ..Plan::uniform(ctx.rank, ctx.world, spec.chunk)
         };
         collective::measure(
@@ -305,7 +292,7 @@ impl<'a> Benchmark for Alltoall<'a> {
             chunk_bytes: spec.chunk,
             window: self.window(spec.chunk, n),
             bind: self.placement.name(),
-            notify: Notify::record(self.signal_above, std::iter::once(spec.chunk)),
+            notify: Notify::record(self.tuning.signal_above, std::iter::once(spec.chunk)),
         };
         Outcome::of(ctx, all, spec.warmup).point(
             n,

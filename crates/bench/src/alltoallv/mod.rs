@@ -30,7 +30,7 @@ use efabench_record::Record;
 use serde::Serialize;
 
 use crate::collective::exchange::{Op, Plan};
-use crate::collective::notify::{self, Notify};
+use crate::collective::notify::Notify;
 use crate::collective::placement::{Bind, Placement};
 use crate::collective::report::{self, Outcome};
 use crate::collective::window::{window_arg, Window};
@@ -63,8 +63,9 @@ pub struct AlltoallvArgs {
     pub bind: Bind,
     /// Chunks in flight per rank: all (the default: every chunk posted at once), auto (2 over
     /// shm with a core per rank when the point's largest chunk is 16 KiB or more on small host
-    /// pages and receivers copy it, --notify data; else all) or a number (1-65536). With zipf:1.1 at 8 and 16 ranks on a 16-core
-    /// host, auto and all measured within noise of each other, so the default stays all.
+    /// pages and receivers copy it, --notify data; else all) or a number (1-65536). With
+    /// zipf:1.1 at 8 and 16 ranks on a 16-core host, auto and all measured within noise of each
+    /// other, so the default stays all.
     #[arg(long, default_value = "all", value_parser = window_arg)]
     pub window: Window,
     /// How a receiver learns a chunk arrived: auto (signal over shm with a core per rank on
@@ -109,10 +110,8 @@ pub struct Alltoallv<'a> {
     /// One matrix per size, made in `setup` (when the world size is known).
     matrices: Vec<(u64, Counts)>,
     placement: Placement,
-    /// Whether shm's copies contend on this run's mesh (see [`collective::window`]).
-    contended: bool,
-    /// Chunks above this many bytes are announced by a signal (`--notify`).
-    signal_above: Option<usize>,
+    /// What the `auto` options resolve to on this run's mesh.
+    tuning: setup::Tuning,
 }
 
 /// Bytes one rank sends and receives per iteration.
@@ -149,9 +148,8 @@ impl<'a> Alltoallv<'a> {
         let me = ctx.rank as usize;
         let n = ctx.world as usize;
         let largest = (0..n).filter(|&d| d != me).map(|d| counts.get(me, d)).max();
-        let largest = largest.unwrap_or(0) as usize;
-        let copying = notify::receivers_copy(self.contended, self.signal_above, largest);
-        self.args.window.in_flight(copying, largest, n)
+        self.tuning
+            .in_flight(self.args.window, largest.unwrap_or(0) as usize, n)
     }
 
     pub fn new(args: &'a AlltoallvArgs) -> Result<Self, BenchError> {
@@ -174,8 +172,7 @@ impl<'a> Alltoallv<'a> {
             mesh: None,
             matrices: Vec::new(),
             placement: Placement::new(args.bind),
-            contended: false,
-            signal_above: None,
+            tuning: setup::Tuning::default(),
         })
     }
 
@@ -297,27 +294,15 @@ impl<'a> Benchmark for Alltoallv<'a> {
         facts
             .header
             .push(setup::budget_line(self.args.max_time, matrices.len()));
-        self.contended =
-            setup::contended_copies(&facts.provider, self.args.groups.mem.mem, ctx.world, &m);
-        facts.header.extend(self.placement.setup(
+        self.tuning = setup::Tuning::resolve(
             ctx,
-            setup::binding_helps(&facts.provider, self.args.groups.mem.mem, ctx.world, &m),
-        )?);
-        self.signal_above = self
-            .args
-            .notify
-            .signal_above(
-                &facts.provider,
-                self.contended,
-                m.group().rail(0).info().inject_size,
-            )
-            .map_err(BenchError::usage)?;
-        facts.header.extend(Notify::header(self.signal_above));
-        facts.header.extend(
-            self.args
-                .window
-                .header(self.contended && self.signal_above.is_none()),
-        );
+            &mut facts,
+            self.args.groups.mem.mem,
+            &m,
+            self.args.notify,
+            self.args.window,
+            &mut self.placement,
+        )?;
         self.matrices = matrices;
         self.mesh = Some(m);
         Ok(facts)
@@ -358,7 +343,7 @@ impl<'a> Benchmark for Alltoallv<'a> {
         self.placement.place()?;
         let plan = Plan {
             window: self.window(ctx, &spec.counts),
-            signal_above: self.signal_above,
+            signal_above: self.tuning.signal_above,
             ..spec.counts.plan(ctx.rank as usize, half)
         };
         collective::measure(
@@ -389,7 +374,7 @@ impl<'a> Benchmark for Alltoallv<'a> {
             bind: self.placement.name(),
             window: self.window(ctx, c),
             notify: Notify::record(
-                self.signal_above,
+                self.tuning.signal_above,
                 (0..n).flat_map(|s| {
                     (0..n)
                         .filter(move |&d| d != s)

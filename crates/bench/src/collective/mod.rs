@@ -11,7 +11,8 @@
 //! - `report.rs`: from every rank's measurement to the record's fields (the slowest rank, the
 //!   per-peer arrival matrix, per-rail bytes) and the summary under the table;
 //! - `setup.rs`: the checks and header lines before measuring (largest chunk against the
-//!   provider, whether shm's copies contend, the time budget, libfabric 1.x's shm lock);
+//!   provider, what `--notify`, `--window` and `--bind auto` resolve to on the mesh, the time
+//!   budget, libfabric 1.x's shm lock);
 //! - `placement.rs`: `--bind`, the core each rank's data-path thread runs on;
 //! - `window.rs`: `--window`, the chunks each rank keeps in flight;
 //! - `notify.rs`: `--notify`, whether a chunk carries its CQ data or is announced by a signal.

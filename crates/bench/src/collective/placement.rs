@@ -11,9 +11,8 @@
 //! ranks per core as well (32 ranks on 16 cores: 1.30-1.99× against 0.81-1.66×; 4 ranks on the
 //! 2-core VM: 1.02-1.28× against 0.99-1.16× in one run, within a few percent in another); with
 //! four per core (8 ranks on 2 cores) bound and unbound were within noise, so `auto` binds up to
-//! two ranks per core. Only that thread is
-//! bound: the rank's helper threads (heartbeats, progress) stay free, and the thread gets its
-//! CPUs back when the benchmark is dropped.
+//! two ranks per core. Only that thread is bound: the rank's helper threads (heartbeats,
+//! progress) stay free, and the thread gets its CPUs back when the benchmark is dropped.
 
 use crate::error::BenchError;
 use crate::harness::Ctx;

@@ -1,27 +1,67 @@
 //! What `alltoall` and `alltoallv` check and say before measuring: the largest chunk against the
-//! provider, whether shm's copies contend, the time budget's header line, and the note on
-//! libfabric 1.x's shm provider.
+//! provider, what their `auto` options resolve to on the mesh ([`Tuning`]), the time budget's
+//! header line, and the note on libfabric 1.x's shm provider.
 
 use efabench_gpu::MemKind;
 
+use super::notify::{self, Notify};
+use super::placement::Placement;
+use super::window::Window;
 use crate::error::BenchError;
+use crate::harness::{Ctx, RunFacts};
 use crate::mesh::Mesh;
 
-/// Whether shm's copies contend on this mesh, where `--window auto` and `--bind auto` act:
-/// shm, small pages (device memory goes through CUDA IPC, huge pages take the page-table lock
-/// once per 2 MiB), more than 2 ranks and a core per rank.
-pub(crate) fn contended_copies(provider: &str, mem: MemKind, world: u32, m: &Mesh) -> bool {
-    let small_pages = matches!(mem, MemKind::Host | MemKind::Pinned);
-    provider == "shm" && small_pages && world > 2 && m.core_per_rank()
+/// What `--notify`, `--window` and `--bind` resolve to on one run's mesh, shared by both
+/// all-to-alls.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Tuning {
+    /// shm's copies contend: shm, small pages (device memory goes through CUDA IPC, huge pages
+    /// take the page-table lock once per 2 MiB), more than 2 ranks, a core per rank.
+    contended: bool,
+    /// Chunks above this many bytes are announced by a signal (`--notify`).
+    pub signal_above: Option<usize>,
 }
 
-/// Whether `--bind auto` binds each rank's data-path thread on this mesh: shm, small pages, more
-/// than 2 ranks, and at most two ranks per core (two ranks bound to each core measured faster
-/// than leaving them to the scheduler at 32 ranks on 16 cores, and as fast or faster at 4 on 2;
-/// with four per core the two were within noise).
-pub(crate) fn binding_helps(provider: &str, mem: MemKind, world: u32, m: &Mesh) -> bool {
-    let small_pages = matches!(mem, MemKind::Host | MemKind::Pinned);
-    provider == "shm" && small_pages && world > 2 && m.ranks_per_core_at_most(2)
+impl Tuning {
+    /// Resolves `notify` on mesh `m` (a usage error where it is refused), sets up `placement`
+    /// and adds the header lines of what the `auto` options do here to `facts`.
+    pub fn resolve(
+        ctx: &Ctx,
+        facts: &mut RunFacts,
+        mem: MemKind,
+        m: &Mesh,
+        notify: Notify,
+        window: Window,
+        placement: &mut Placement,
+    ) -> Result<Tuning, BenchError> {
+        let small_shm = facts.provider == "shm"
+            && matches!(mem, MemKind::Host | MemKind::Pinned)
+            && ctx.world > 2;
+        let contended = small_shm && m.core_per_rank();
+        // Bound with up to two ranks per core: faster than the scheduler's placement at 32
+        // ranks on 16 cores, as fast or faster at 4 on 2; with four per core within noise.
+        let binds = small_shm && m.ranks_per_core_at_most(2);
+        facts.header.extend(placement.setup(ctx, binds)?);
+        let inject = m.group().rail(0).info().inject_size;
+        let signal_above = notify
+            .signal_above(&facts.provider, contended, inject)
+            .map_err(BenchError::usage)?;
+        facts.header.extend(Notify::header(signal_above));
+        facts
+            .header
+            .extend(window.header(contended && signal_above.is_none()));
+        Ok(Tuning {
+            contended,
+            signal_above,
+        })
+    }
+
+    /// The chunks in flight per rank among `n` ranks at a point whose largest chunk is `chunk`
+    /// bytes (`--window auto` limits only chunks their receivers copy).
+    pub fn in_flight(&self, window: Window, chunk: usize, n: usize) -> usize {
+        let copying = notify::receivers_copy(self.contended, self.signal_above, chunk);
+        window.in_flight(copying, chunk, n)
+    }
 }
 
 /// Fails with a usage error when one message of `chunk` bytes exceeds what the provider sends.

@@ -254,7 +254,7 @@ impl Mesh {
     /// Whether this host has a core for each of its ranks (as [`Mesh::set_ranks_on_host`] was
     /// told; true until then).
     pub fn core_per_rank(&self) -> bool {
-        self.idle_sleep.is_none()
+        self.ranks_per_core_at_most(1)
     }
 
     /// Waits never yield the core: a latency benchmark with a core per rank spins, as the
