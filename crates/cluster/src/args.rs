@@ -67,9 +67,26 @@ fn gbps_arg(s: &str) -> Result<f64, String> {
     }
 }
 
-fn size_arg(s: &str) -> Result<String, String> {
-    efabench_bench::size::parse_size(s)?;
+/// Largest message of a benchmark stage: a stage allocates a few buffers of this size per rank.
+const MAX_STAGE_SIZE: u64 = 1 << 30;
+
+fn stage_size(s: &str, what: &str) -> Result<String, String> {
+    let bytes = efabench_bench::size::parse_size(s).map_err(|e| format!("{what}: {e}"))?;
+    if bytes == 0 || bytes > MAX_STAGE_SIZE {
+        return Err(format!(
+            "{what} '{}' is not a size from 1 byte to 1G; pass e.g. {what} 1M",
+            efabench_bench::size::clip(s)
+        ));
+    }
     Ok(s.trim().to_string())
+}
+
+fn pairs_size_arg(s: &str) -> Result<String, String> {
+    stage_size(s, "--pairs-size")
+}
+
+fn alltoall_size_arg(s: &str) -> Result<String, String> {
+    stage_size(s, "--alltoall-size")
 }
 
 /// A stage `--skip` can leave out.
@@ -116,10 +133,10 @@ pub struct ClusterArgs {
     #[arg(long = "pairs", default_value = "all")]
     pub schedule: String,
     /// Message size of the pairs stage.
-    #[arg(long, default_value = "1M", value_parser = size_arg)]
+    #[arg(long, default_value = "1M", value_parser = pairs_size_arg, allow_hyphen_values = true)]
     pub pairs_size: String,
     /// Message size of the alltoall stage (bytes each rank sends in all).
-    #[arg(long, default_value = "1M", value_parser = size_arg)]
+    #[arg(long, default_value = "1M", value_parser = alltoall_size_arg, allow_hyphen_values = true)]
     pub alltoall_size: String,
     /// ISOLATE a node when the median of its pairs (sending or receiving) is below this
     /// percentage of the median of the pairs without it.
@@ -202,6 +219,33 @@ impl ClusterArgs {
             w.push("--no-check".into());
         }
         w
+    }
+
+    /// Checks every option against a job of `world` ranks, in the cluster's own option names,
+    /// before any stage runs: the stages' benchmarks would otherwise refuse a value only when
+    /// their stage starts, in options the user never typed.
+    pub fn validate(&self, world: u32) -> Result<(), BenchError> {
+        let pairs = self.pairs_args(world)?;
+        pairs.groups.sweep.sizes().map_err(|e| {
+            BenchError::usage(format!(
+                "--pairs-size '{}': {e}",
+                efabench_bench::size::clip(&self.pairs_size)
+            ))
+        })?;
+        let alltoall = self.alltoall_args()?;
+        let size = alltoall.groups.sweep.max_bytes;
+        let least = u64::from(world.max(1)) * efabench_bench::alltoall::CHUNK_ALIGN;
+        if self.runs(Stage::Alltoall) && world > 1 && size < least {
+            return Err(BenchError::usage(format!(
+                "--alltoall-size {} is too small for {world} ranks: each rank sends size / {world} \
+                 bytes to every rank, rounded down to {} B, which is 0; pass --alltoall-size {} or \
+                 more",
+                self.alltoall_size,
+                efabench_bench::alltoall::CHUNK_ALIGN,
+                efabench_bench::size::human(least)
+            )));
+        }
+        Ok(())
     }
 
     /// The pairs stage's options for `world` ranks: `--max-time` per pair is the stage budget
@@ -293,6 +337,39 @@ mod tests {
         let t = a.alltoall_args().unwrap();
         assert!((t.max_time - 36.0).abs() < 1e-9, "{}", t.max_time);
         assert_eq!(t.groups.sweep.max_bytes, 1 << 20);
+    }
+
+    #[test]
+    fn sizes_are_refused_in_the_clusters_own_words_before_any_stage() {
+        for (opt, bad) in [
+            ("--pairs-size", "0"),
+            ("--pairs-size", "2G"),
+            ("--alltoall-size", "0"),
+            ("--alltoall-size", "1X"),
+        ] {
+            let e = Cli::try_parse_from(["cluster", opt, bad])
+                .err()
+                .unwrap_or_else(|| panic!("{opt} {bad} accepted"))
+                .to_string();
+            assert!(e.contains(opt), "{opt} {bad}: {e}");
+            assert!(!e.contains("--min-bytes") && !e.contains("-b/"), "{e}");
+        }
+        // The alltoall size must give every rank a chunk of at least 16 bytes.
+        let a = args(&["--alltoall-size", "256"]);
+        a.validate(16).unwrap();
+        let e = a.validate(32).unwrap_err();
+        assert!(e.is_usage());
+        let msg = e.to_string();
+        assert!(
+            msg.contains("--alltoall-size 256 is too small for 32 ranks")
+                && msg.contains("--alltoall-size 512"),
+            "{msg}"
+        );
+        // Skipped, the alltoall stage cannot refuse anything.
+        args(&["--alltoall-size", "256", "--skip", "alltoall"])
+            .validate(32)
+            .unwrap();
+        args(&[]).validate(1024).unwrap();
     }
 
     #[test]

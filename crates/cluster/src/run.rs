@@ -207,6 +207,8 @@ pub fn run(
     args.alltoall_args()?;
     let flags = args.launch.flags(Duration::from_secs_f64(args.timeout));
     let info = efabench_bootstrap::detect_from_process_env(&flags).map_err(from_bootstrap)?;
+    // The job's size is known now: refuse what no stage of it could run, on every rank alike.
+    args.validate(info.world)?;
     let bad_path = if info.rank == 0 {
         preflight(args).err()
     } else {

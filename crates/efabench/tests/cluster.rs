@@ -96,6 +96,31 @@ fn a_summary_that_cannot_be_written_is_refused_before_anything_runs() {
         "{}",
         text(&o.stderr)
     );
+    // Sizes are refused in the cluster's own option names, before the checks stage.
+    let o = Command::new(BIN)
+        .args(["cluster", "--pairs-size", "0"])
+        .output()
+        .unwrap();
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    assert!(err.contains("--pairs-size '0'"), "{err}");
+    assert!(!err.contains("--min-bytes"), "{err}");
+    // What depends on the job's size is refused by every rank as soon as the size is known.
+    let o = Command::new(BIN)
+        .args(["launch", "-n", "3", "--", "cluster", "-p", "tcp"])
+        .args(["--alltoall-size", "32", "-o"])
+        .arg(d.join("r.jsonl"))
+        .output()
+        .unwrap();
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("--alltoall-size 32 is too small for 3 ranks"),
+        "{err}"
+    );
+    assert!(!err.contains("[1/4]"), "no stage may start: {err}");
+    assert!(!d.join("r.jsonl").exists(), "nothing may run: {err}");
 }
 
 #[test]
