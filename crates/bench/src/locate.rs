@@ -46,7 +46,7 @@ pub fn comparable_sizes<R: AsRef<[u64]>>(rows: &[R]) -> bool {
         return false;
     }
     b.sort_unstable();
-    let m = b[b.len() / 2];
+    let m = crate::stats::median(&b).unwrap_or(0);
     b[0] * 2 >= m && b[b.len() - 1] <= m * 2
 }
 
@@ -98,18 +98,9 @@ impl Spread {
         Some(Spread {
             count: s.len(),
             min: s[0],
-            median: median_sorted(&s),
+            median: crate::stats::median(&s).unwrap_or(0.0),
             max: s[s.len() - 1],
         })
-    }
-}
-
-fn median_sorted(s: &[f64]) -> f64 {
-    let l = s.len();
-    if l % 2 == 1 {
-        s[l / 2]
-    } else {
-        (s[l / 2 - 1] + s[l / 2]) / 2.0
     }
 }
 

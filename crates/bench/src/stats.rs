@@ -2,7 +2,7 @@
 //! [`efabench_record::stats`] (nearest-rank percentiles), which `compare` shares; this module
 //! re-exports it under the name the benchmarks use.
 
-pub use efabench_record::stats::{gbps, mops, nearest_rank, Samples};
+pub use efabench_record::stats::{gbps, median, median_of, mops, nearest_rank, Samples};
 
 #[cfg(test)]
 mod tests {

@@ -25,11 +25,7 @@ impl Stats {
         }
         s.sort_by(f64::total_cmp);
         let l = s.len();
-        let median = if l % 2 == 1 {
-            s[l / 2]
-        } else {
-            (s[l / 2 - 1] + s[l / 2]) / 2.0
-        };
+        let median = efabench_bench::stats::median(&s)?;
         Some(Stats {
             count: l,
             min: s[0],
@@ -247,7 +243,8 @@ mod tests {
     fn stats_and_gbps_formatting() {
         assert_eq!(Stats::of(&[]), None);
         let s = Stats::of(&[3.0, 1.0, f64::NAN, 2.0, 10.0]).unwrap();
-        assert_eq!((s.count, s.min, s.median, s.max), (4, 1.0, 2.5, 10.0));
+        // The median of an even count is the lower middle value (the one definition, p50).
+        assert_eq!((s.count, s.min, s.median, s.max), (4, 1.0, 2.0, 10.0));
         assert_eq!(gbps(12.5), "12.50");
         assert_eq!(gbps(0.012345), "0.0123");
     }

@@ -31,6 +31,22 @@ pub fn nearest_rank<T: Copy>(sorted: &[T], q: f64) -> Option<T> {
     Some(sorted[k.clamp(1, n) - 1])
 }
 
+/// The median of samples sorted in ascending order: the nearest-rank 0.5-quantile,
+/// `sorted[ceil(n / 2) - 1]` — the middle sample for an odd count, the lower of the two middle
+/// ones for an even count. Like every percentile here it is a measured value, never the mean of
+/// two, so a median iteration can still be split into the stages that add up to it. `None`
+/// when there are no samples.
+pub fn median<T: Copy>(sorted: &[T]) -> Option<T> {
+    nearest_rank(sorted, 0.5)
+}
+
+/// The median of finite values in any order (see [`median`]); non-finite values are left out.
+pub fn median_of(values: impl IntoIterator<Item = f64>) -> Option<f64> {
+    let mut v: Vec<f64> = values.into_iter().filter(|x| x.is_finite()).collect();
+    v.sort_by(f64::total_cmp);
+    median(&v)
+}
+
 /// Collects one duration per timed iteration, in nanoseconds.
 #[derive(Debug, Default, Clone)]
 pub struct Samples {
@@ -122,6 +138,19 @@ pub fn mops(messages: u64, ns: u64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_median_is_the_nearest_rank_half_quantile() {
+        assert_eq!(median::<u64>(&[]), None);
+        assert_eq!(median(&[7]), Some(7));
+        assert_eq!(median(&[1, 2, 3]), Some(2));
+        // Even count: the lower middle sample, not the mean of the two.
+        assert_eq!(median(&[1, 2, 3, 4]), Some(2));
+        assert_eq!(median_of([4.0, f64::NAN, 1.0, 3.0, 2.0]), Some(2.0));
+        assert_eq!(median_of([f64::INFINITY]), None);
+        let mut s = Samples::from_vec(vec![4000, 1000, 3000, 2000]);
+        assert_eq!(s.summary_us(1.0).p50, 2.0, "p50 and the median agree");
+    }
 
     #[test]
     fn percentiles_are_nearest_rank() {

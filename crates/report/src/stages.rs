@@ -423,7 +423,7 @@ fn build_bars(
         } else {
             let mut sorted = runs.clone();
             sorted.sort_by(|a, b| a.total_us.total_cmp(&b.total_us));
-            let median = sorted[(sorted.len() - 1) / 2];
+            let median = efabench_record::stats::median(&sorted).unwrap_or(sorted[0]);
             if runs.len() > 1 {
                 label.push_str(&format!(" (median of {} runs)", runs.len()));
             }

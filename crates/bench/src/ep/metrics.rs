@@ -196,7 +196,7 @@ pub fn pair_rates(
             .filter_map(|it| it.get(src).copied())
             .collect();
         v.sort_unstable();
-        v.get(v.len() / 2).copied().unwrap_or(0) as f64
+        crate::stats::median(&v).unwrap_or(0) as f64
     };
     let mut pairs = Vec::new();
     for dst in 0..n {
@@ -267,8 +267,7 @@ pub fn rank_means(logs: &[RankLog], part: Part) -> Vec<f64> {
         .collect()
 }
 
-/// The stages of one rank's median iteration (by total time; the lower median for an even
-/// count), µs: unlike per-stage percentiles, they add up to the time they explain.
+/// The stages of one rank's median iteration (by total time; [`crate::stats::median`]), µs: unlike per-stage percentiles, they add up to the time they explain.
 pub fn median_stages(log: &RankLog, part: Part) -> Stages {
     let n = log.dispatch.len();
     if n == 0 {
@@ -276,7 +275,7 @@ pub fn median_stages(log: &RankLog, part: Part) -> Stages {
     }
     let mut order: Vec<PhaseTimes> = (0..n).map(|i| part.of(log, i)).collect();
     order.sort_by_key(|t| t.total_ns);
-    let t = order[(n - 1) / 2];
+    let t = crate::stats::median(&order).unwrap_or_default();
     let us = |ns: u64| ns as f64 / 1000.0;
     Stages {
         total_us: us(t.total_ns),
