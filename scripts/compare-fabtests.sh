@@ -34,8 +34,19 @@
 #   lines from the sender's cache); fabtests checks only with -v, and then fills the buffer per
 #   message inside its timed loop. Set EFA_OPTS=--no-check for the like-for-like pair (both
 #   tools re-send an untouched buffer), FT_OPTS=-v to compare verified with verified.
-# - iterations: each tool's default (both scale down with size: fabtests 20000/2000/200 messages
-#   below 64 KiB/1 MiB/above, efabench 20000/2000/200 messages / window windows, at least 10).
+# - iterations: by default each tool's own (both scale down with size, fabtests' size_to_count:
+#   20000 messages below 64 KiB, 2000 from 64 KiB, 200 from 1 MiB; efabench the same messages /
+#   window, at least 10 windows) and fabtests' 10 warm-up messages against efabench's tenth of the
+#   windows. ITERS and WARMUP (messages) give both tools the same counts: fabtests -I ITERS
+#   -w WARMUP, efabench -n ITERS/WINDOW -w WARMUP/WINDOW windows for the stream benches; use them
+#   for like-for-like tables.
+# - per-window sync: fi_rma_bw (and fi_rdm_bw) end every window with a sync message sent from and
+#   received into the test's own buffers, device memory with -D cuda: a cudaMemcpy each way per
+#   window, in two processes' CUDA contexts. Two processes on one GPU without MPS time-slice, so
+#   fabtests' figure then depends on the window (same-GPU 1 MiB writes on an H200: 33 GB/s at
+#   window 16, 49 at 64, 61-65 at 256-1024; efabench 78-87 at every window, its control messages
+#   in host memory; results/nvidia-h200/p2p/2026-12-02-write-parity). Compare GPU runs at several
+#   WINDOW values, or under MPS.
 #
 # Usage: scripts/compare-fabtests.sh
 # Environment:
@@ -45,6 +56,9 @@
 #   BENCHES     (default "write read lat")
 #   SIZES       bandwidth sizes in bytes, a geometric series (default "4096 65536 1048576 16777216")
 #   LAT_SIZE    latency size (8), LAT_ITERS (2000), REPEATS (3)
+#   WINDOW      messages in flight of the bandwidth tests, both tools (default 64: --window, -W)
+#   ITERS       messages per bandwidth run for both tools (default: each tool's own count)
+#   WARMUP      warm-up messages for both tools (default: each tool's own; needs ITERS)
 #   GPU         GPU of both sides (0); PEER_GPU (default GPU) puts the second process on another
 #               GPU: fabtests' client gets -i PEER_GPU, efabench gets --gpu auto (rank r -> GPU r),
 #               which needs GPU=0 PEER_GPU=1
@@ -110,9 +124,21 @@ sizes=($SIZES)
 min=${sizes[0]}; max=${sizes[${#sizes[@]}-1]}
 factor=2; [ ${#sizes[@]} -gt 1 ] && factor=$(( sizes[1] / sizes[0] ))
 list=$(IFS=,; echo "${sizes[*]}")
-# The footprint fabtests really uses (see the header): rma tests 64 x size, message tests one buffer.
+# Same message counts for both tools when asked (see the header).
+WINDOW=${WINDOW:-64}
+[ "$WINDOW" -ge 1 ] 2>/dev/null || die "WINDOW must be a number of messages, 1 or more"
+efa_iters=(--window "$WINDOW"); ft_iters=(-W "$WINDOW")
+if [ -n "${ITERS:-}" ]; then
+  [ "$ITERS" -ge "$WINDOW" ] 2>/dev/null || die "ITERS must be a message count of at least one window ($WINDOW)"
+  efa_iters+=(-n $((ITERS / WINDOW))); ft_iters+=(-I $((ITERS / WINDOW * WINDOW)))
+  if [ -n "${WARMUP:-}" ]; then
+    [ "$WARMUP" -ge "$WINDOW" ] 2>/dev/null || die "WARMUP must be a message count of at least one window ($WINDOW)"
+    efa_iters+=(-w $((WARMUP / WINDOW))); ft_iters+=(-w $((WARMUP / WINDOW * WINDOW)))
+  fi
+fi
+# The footprint fabtests really uses (see the header): rma tests WINDOW x size, message tests one buffer.
 fp_rma=(); fp_msg=()
-case " ${EFA_OPTS:-} " in *" --footprint"*) ;; *) fp_rma=(--footprint $((64 * max))); fp_msg=(--footprint 1) ;; esac
+case " ${EFA_OPTS:-} " in *" --footprint"*) ;; *) fp_rma=(--footprint $((WINDOW * max))); fp_msg=(--footprint 1) ;; esac
 port=$((20000 + RANDOM % 20000))
 
 log() { echo "$*" | tee -a "$raw"; }
@@ -125,8 +151,8 @@ run_efabench() { # bench mem
   local b=$1 m=$2 out="$work/efa.jsonl" args=()
   rm -f "$out"
   case $b in
-    write|read) args=("$b" --variant stream -b "$min" -e "$max" -f "$factor" "${fp_rma[@]}") ;;
-    sendrecv) args=("$b" --variant stream -b "$min" -e "$max" -f "$factor" "${fp_msg[@]}") ;;
+    write|read) args=("$b" --variant stream -b "$min" -e "$max" -f "$factor" "${fp_rma[@]}" "${efa_iters[@]}") ;;
+    sendrecv) args=("$b" --variant stream -b "$min" -e "$max" -f "$factor" "${fp_msg[@]}" "${efa_iters[@]}") ;;
     lat) args=(sendrecv --variant pingpong -b "$LAT_SIZE" -e "$LAT_SIZE" -n "$LAT_ITERS") ;;
   esac
   args+=(-p shm --mem "$m" -o "$out" --format json)
@@ -161,9 +187,9 @@ for l in open(sys.argv[1]):
 run_fabtests() { # bench mem
   local b=$1 m=$2 t opts=() dev_s=() dev_c=() col
   case $b in
-    write) t=fi_rma_bw; opts=(-o writedata -S "l:$list") ;;
-    read) t=fi_rma_bw; opts=(-o read -S "l:$list") ;;
-    sendrecv) t=fi_rdm_bw; opts=(-S "l:$list") ;;
+    write) t=fi_rma_bw; opts=(-o writedata -S "l:$list" "${ft_iters[@]}") ;;
+    read) t=fi_rma_bw; opts=(-o read -S "l:$list" "${ft_iters[@]}") ;;
+    sendrecv) t=fi_rdm_bw; opts=(-S "l:$list" "${ft_iters[@]}") ;;
     lat) t=fi_rdm_pingpong; opts=(-S "$LAT_SIZE" -I "$LAT_ITERS") ;;
   esac
   if [ "$m" != host ] && [ "$m" != pinned ]; then

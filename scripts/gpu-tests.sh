@@ -5,7 +5,9 @@
 #   scripts/gpu-tests.sh                  build in release, run the GPU tests, and with 2+ GPUs
 #                                         run `efabench ipc` and keep its records
 #   BIN_DIR=.dev/bin scripts/gpu-tests.sh use prebuilt binaries instead of cargo: BIN_DIR/efabench
-#                                         and the test binaries BIN_DIR/efabench_gpu-* and gpu-*
+#                                         and every other executable in BIN_DIR as a test binary
+#                                         of efabench-gpu (`cargo test --release -p efabench-gpu
+#                                         --no-run` lists them: the unit tests, gpu, proxy, queue)
 #   OUT=DIR                               where logs and records go (default: results/)
 #   IPC_ARGS="-b 4K -e 1G"                extra options for the ipc run
 #   EFABENCH_LIBFABRIC=/path/libfabric.so.1  library for the registration test; default: the CUDA
@@ -35,8 +37,9 @@ ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 
 if [ -n "${BIN_DIR:-}" ]; then
   efabench="$BIN_DIR/efabench"
-  for t in "$BIN_DIR"/efabench_gpu-* "$BIN_DIR"/gpu-*; do
-    [ -x "$t" ] || continue
+  : >"$OUT/gpu-tests.log"
+  for t in "$BIN_DIR"/*; do
+    [ -x "$t" ] && [ "$(basename "$t")" != efabench ] || continue
     echo "=== $t"
     "$t" --nocapture --test-threads=1 2>&1 | tee -a "$OUT/gpu-tests.log" || fail=1
   done

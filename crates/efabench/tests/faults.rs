@@ -17,6 +17,8 @@
 //! them with `cargo test -p efabench --test faults -- --ignored`. Cases marked heavy are
 //! ignored only to keep CI short.
 
+mod common;
+
 use std::io::Read;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -42,11 +44,8 @@ fn serial() -> MutexGuard<'static, ()> {
     LOCK.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn tempdir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("efabench-faults-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+fn tempdir(name: &str) -> common::TempDir {
+    common::tmp(name)
 }
 
 /// efabench with no launcher variables from the outside world.

@@ -14,15 +14,8 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use common::netns::{Cluster, Impair, Side};
-use common::BIN;
+use common::{tmp, BIN};
 use serde_json::Value;
-
-fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("efabench-launchers-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
 
 /// The wheel's mpirun (or `EFABENCH_MPIRUN`), if present.
 fn mpirun() -> Option<PathBuf> {

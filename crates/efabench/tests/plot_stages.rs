@@ -2,6 +2,8 @@
 //! bar per configuration with the stage legend, one per run with --each-run, the hint a plain
 //! `plot` of them prints, and the one-line refusal (exit 2) of records that have no `ep_stages`.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -12,11 +14,8 @@ fn efabench(args: &[&str]) -> Output {
         .expect("run efabench")
 }
 
-fn tempdir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("efabench-stages-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+fn tempdir(name: &str) -> common::TempDir {
+    common::tmp(name)
 }
 
 /// Three rounds of GPU- and CPU-initiated dispatch, combine and both, measured on an H100.

@@ -2,6 +2,8 @@
 //! 2 bad input), one-line errors, and the files they write. Records are written by hand here so
 //! the tests do not depend on a fabric being available.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -12,11 +14,8 @@ fn efabench(args: &[&str]) -> Output {
         .expect("run efabench")
 }
 
-fn tempdir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("efabench-cli-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+fn tempdir(name: &str) -> common::TempDir {
+    common::tmp(name)
 }
 
 /// One `efabench.v1` record as a JSON line.

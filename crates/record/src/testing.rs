@@ -3,7 +3,7 @@
 //! benchmarks never carry them; dev-dependencies enable it.
 
 use crate::record::{LatencySummary, Record, SCHEMA};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// A plausible send/recv record (EFA, host memory, one rail, peer 1).
 pub fn sample(bench: &str, variant: &str, size: u64, bw: f64, p50: f64) -> Record {
@@ -45,7 +45,8 @@ pub fn sample(bench: &str, variant: &str, size: u64, bw: f64, p50: f64) -> Recor
     }
 }
 
-pub fn tempdir(name: &str) -> PathBuf {
+/// A fresh, empty directory for one test, removed with everything in it when the guard drops.
+pub fn tempdir(name: &str) -> TempDir {
     let d = std::env::temp_dir().join(format!(
         "efabench-record-{name}-{}-{:?}",
         std::process::id(),
@@ -53,5 +54,27 @@ pub fn tempdir(name: &str) -> PathBuf {
     ));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
-    d
+    TempDir(d)
+}
+
+/// A directory [`tempdir`] made; it reads as the path it holds.
+pub struct TempDir(PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+impl std::ops::Deref for TempDir {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<Path> for TempDir {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
 }

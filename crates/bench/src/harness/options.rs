@@ -546,13 +546,14 @@ impl Options for Groups {
     }
 }
 
-/// fabtests scales iterations down as messages grow so a sweep ends in reasonable time:
-/// 10 000 below 64 KiB, 1 000 up to 1 MiB, 100 above. A streaming iteration moves a whole window,
-/// so the message budget is divided by the window.
+/// fabtests scales iterations down as messages grow so a sweep ends in reasonable time
+/// (`size_to_count`): 10 000 below 64 KiB, 1 000 from 64 KiB, 100 from 1 MiB, twice that for a
+/// bandwidth test. A streaming iteration moves a whole window, so the message budget is divided
+/// by the window (at least 10 windows, so a stream still has a distribution).
 pub fn default_iters(size: u64, per_window: u64) -> u64 {
     let messages: u64 = if size < 64 << 10 {
         10_000
-    } else if size <= 1 << 20 {
+    } else if size < 1 << 20 {
         1_000
     } else {
         100
@@ -568,6 +569,19 @@ pub fn default_iters(size: u64, per_window: u64) -> u64 {
 mod tests {
     use super::*;
     use clap::Parser;
+
+    #[test]
+    fn default_iterations_follow_fabtests_tiers() {
+        // fabtests' size_to_count: the tier changes AT 64 KiB and AT 1 MiB.
+        assert_eq!(default_iters((64 << 10) - 1, 1), 10_000);
+        assert_eq!(default_iters(64 << 10, 1), 1_000);
+        assert_eq!(default_iters((1 << 20) - 1, 1), 1_000);
+        assert_eq!(default_iters(1 << 20, 1), 100);
+        // Streams: twice the messages (fabtests' bandwidth tests), in windows, at least 10.
+        assert_eq!(default_iters(4096, 64), 313);
+        assert_eq!(default_iters(1 << 20, 64), 10);
+        assert_eq!(default_iters(1 << 20, 16), 13);
+    }
 
     /// Every group at once, as a benchmark that honours them all takes them.
     #[derive(Parser, Debug)]

@@ -19,12 +19,41 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-/// A fresh, empty directory for one test of this process.
-pub fn tmp(name: &str) -> PathBuf {
+/// A fresh, empty directory for one test of this process, removed with everything in it when
+/// the guard is dropped (tests leave nothing behind in the temporary directory).
+pub fn tmp(name: &str) -> TempDir {
     let d = std::env::temp_dir().join(format!("efabench-test-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
-    d
+    TempDir(d)
+}
+
+/// A directory [`tmp`] made; it reads as the path it holds.
+pub struct TempDir(PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+impl std::ops::Deref for TempDir {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<Path> for TempDir {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<std::ffi::OsStr> for TempDir {
+    fn as_ref(&self) -> &std::ffi::OsStr {
+        self.0.as_os_str()
+    }
 }
 
 pub fn text(b: &[u8]) -> String {
