@@ -49,7 +49,7 @@ fn stage<'a>(s: &'a Value, name: &str) -> &'a Value {
 #[test]
 fn a_summary_that_cannot_be_written_is_refused_before_anything_runs() {
     let d = tmp("cluster-refuse");
-    for bad in [d.join("missing/summary.json"), d.clone()] {
+    for bad in [d.join("missing/summary.json"), d.to_path_buf()] {
         let o = Command::new(BIN)
             .args(["cluster", "--summary"])
             .arg(&bad)
