@@ -74,11 +74,52 @@ fn lean_loop_verifies_over_tcp() {
     lean_verifies("tcp");
 }
 
-/// The tracked loop's header says what it costs against the lean one.
+/// By default (`--loop auto`) the ping-pong runs fabtests' loop up to the inject size and the
+/// tracked loop above it and for the stream; each record says which, and `--loop tracked` keeps
+/// the tracked loop everywhere.
 #[test]
-fn tracked_header_names_the_lean_loop() {
-    let dir = tmp("lean-tracked-header");
+fn auto_runs_the_lean_loop_where_it_applies() {
+    let dir = tmp("lean-auto");
     let out = dir.join("r.jsonl");
+    let outs = job(
+        2,
+        &[
+            "sendrecv",
+            "-p",
+            "shm",
+            "-b",
+            "8",
+            "-e",
+            "64K",
+            "-f",
+            "1024",
+            "-n",
+            "20",
+            "-o",
+            out.to_str().unwrap(),
+        ],
+    );
+    all_ok(&outs, "auto");
+    let stdout = text(&outs[0].stdout);
+    assert!(
+        stdout.contains("# loop: lean for the ping-pong up to 4K"),
+        "{stdout}"
+    );
+    let recs = records(&out);
+    let loop_of = |variant: &str, size: u64| {
+        recs.iter()
+            .find(|r| r.variant == variant && r.size_bytes == size)
+            .unwrap_or_else(|| panic!("no {variant} {size} in {recs:?}"))
+            .extra["loop"]
+            .clone()
+    };
+    assert_eq!(loop_of("pingpong", 8), "lean");
+    assert_eq!(loop_of("pingpong", 65536), "tracked");
+    assert_eq!(loop_of("stream", 8), "tracked");
+    for r in &recs {
+        assert_eq!((r.errors, r.verified), (0, true), "{r:?}");
+    }
+
     let outs = job(
         2,
         &[
@@ -93,17 +134,15 @@ fn tracked_header_names_the_lean_loop() {
             "20",
             "--variant",
             "pingpong",
+            "--loop",
+            "tracked",
             "-o",
             out.to_str().unwrap(),
         ],
     );
     all_ok(&outs, "tracked");
-    let stdout = text(&outs[0].stdout);
-    assert!(
-        stdout.contains("# loop: tracked") && stdout.contains("--loop lean"),
-        "{stdout}"
-    );
-    assert_eq!(records(&out)[0].extra["loop"], "tracked");
+    assert!(text(&outs[0].stdout).contains("# loop: tracked"));
+    assert_eq!(records(&out).last().unwrap().extra["loop"], "tracked");
 }
 
 #[test]

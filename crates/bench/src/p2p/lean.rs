@@ -19,9 +19,12 @@ use crate::mesh::Link;
 /// Which loop runs `sendrecv`'s ping-pong (`--loop`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum PingLoop {
+    /// `lean` for every step it applies to (a sendrecv ping-pong on one rail whose messages fit
+    /// `fi_inject`), `tracked` for the rest; each record says which ran.
+    #[default]
+    Auto,
     /// Every message through the mesh's tracked operations: any rails and strategy, completions
     /// sorted by tag, per-rail statistics counted per post.
-    #[default]
     Tracked,
     /// fabtests' loop: the posts resolved once per step, one CQ read per poll (one rail,
     /// messages up to the provider's inject size, pingpong only).
@@ -31,10 +34,29 @@ pub enum PingLoop {
 impl PingLoop {
     pub fn name(self) -> &'static str {
         match self {
+            PingLoop::Auto => "auto",
             PingLoop::Tracked => "tracked",
             PingLoop::Lean => "lean",
         }
     }
+
+    /// The loop one step runs: `auto` resolved with the largest message the lean loop takes
+    /// in this run (`lean_up_to`, `None` where it applies to no step).
+    pub(super) fn resolve(self, variant: Variant, size: u64, lean_up_to: Option<u64>) -> Self {
+        match self {
+            PingLoop::Auto => match lean_up_to {
+                Some(max) if variant == Variant::Pingpong && size <= max => PingLoop::Lean,
+                _ => PingLoop::Tracked,
+            },
+            chosen => chosen,
+        }
+    }
+}
+
+/// The largest message `--loop auto` runs on the lean loop in this run: the provider's inject
+/// size for a sendrecv on one rail, `None` for anything else.
+pub(super) fn lean_up_to(bench: &str, plan: &FabricPlan) -> Option<u64> {
+    (bench == BENCH && plan.rails.len() == 1).then(|| plan.rails[0].inject_size)
 }
 
 /// The benchmark that has a lean loop.
@@ -76,20 +98,28 @@ pub(super) fn check(
     Ok(())
 }
 
-/// The header line of a sendrecv run with a ping-pong: which loop, and what the other costs.
-pub(super) fn header(ping_loop: PingLoop, bench: &str, variants: &[Variant]) -> Option<String> {
+/// The header line of a sendrecv run with a ping-pong: which loop runs it.
+pub(super) fn header(
+    ping_loop: PingLoop,
+    bench: &str,
+    variants: &[Variant],
+    lean_up_to: Option<u64>,
+) -> Option<String> {
     if bench != BENCH || !variants.contains(&Variant::Pingpong) {
         return None;
     }
-    Some(match ping_loop {
-        PingLoop::Tracked => "# loop: tracked (every message through the mesh's tracking: \
-             ~1,600 more own instructions per round trip than --loop lean, 0.03-0.06 us one-way at \
-             8 B over shm on a 2-core VM; --loop lean runs fabtests' loop on one rail)"
-            .to_string(),
-        PingLoop::Lean => "# loop: lean (fabtests' loop: posts resolved once per step, one CQ \
-             read per poll; health and --timeout every 256 empty polls, payloads verified \
-             outside the timed body)"
-            .to_string(),
+    const LEAN: &str = "fabtests' loop: posts resolved once per step, one CQ read per poll; \
+         health and --timeout every 256 empty polls, payloads verified outside the timed body";
+    Some(match (ping_loop, lean_up_to) {
+        (PingLoop::Lean, _) => format!("# loop: lean ({LEAN})"),
+        (PingLoop::Tracked, _) | (PingLoop::Auto, None) => {
+            "# loop: tracked (every message through the mesh's tracking, any rails)".to_string()
+        }
+        (PingLoop::Auto, Some(max)) => format!(
+            "# loop: lean for the ping-pong up to {} ({LEAN}), tracked above it and for the \
+             stream (--loop auto)",
+            crate::size::human(max)
+        ),
     })
 }
 
@@ -175,13 +205,40 @@ mod tests {
     #[test]
     fn header_only_for_a_sendrecv_pingpong() {
         let pp = [Variant::Pingpong];
-        assert!(header(PingLoop::Tracked, BENCH, &pp)
+        assert!(header(PingLoop::Tracked, BENCH, &pp, Some(4096))
             .unwrap()
-            .contains("--loop lean"));
-        assert!(header(PingLoop::Lean, BENCH, &pp)
+            .starts_with("# loop: tracked"));
+        assert!(header(PingLoop::Lean, BENCH, &pp, Some(4096))
             .unwrap()
-            .starts_with("# loop: lean"));
-        assert!(header(PingLoop::Tracked, "write", &pp).is_none());
-        assert!(header(PingLoop::Tracked, BENCH, &[Variant::Stream]).is_none());
+            .starts_with("# loop: lean ("));
+        let auto = header(PingLoop::Auto, BENCH, &pp, Some(4096)).unwrap();
+        assert!(
+            auto.contains("up to 4K") && auto.contains("tracked above"),
+            "{auto}"
+        );
+        assert!(header(PingLoop::Auto, BENCH, &pp, None)
+            .unwrap()
+            .starts_with("# loop: tracked"));
+        assert!(header(PingLoop::Tracked, "write", &pp, None).is_none());
+        assert!(header(PingLoop::Tracked, BENCH, &[Variant::Stream], None).is_none());
+    }
+
+    #[test]
+    fn auto_runs_lean_where_it_applies() {
+        let (pp, st) = (Variant::Pingpong, Variant::Stream);
+        assert_eq!(PingLoop::Auto.resolve(pp, 8, Some(4096)), PingLoop::Lean);
+        assert_eq!(PingLoop::Auto.resolve(pp, 4096, Some(4096)), PingLoop::Lean);
+        assert_eq!(
+            PingLoop::Auto.resolve(pp, 4097, Some(4096)),
+            PingLoop::Tracked
+        );
+        assert_eq!(PingLoop::Auto.resolve(st, 8, Some(4096)), PingLoop::Tracked);
+        assert_eq!(PingLoop::Auto.resolve(pp, 8, None), PingLoop::Tracked);
+        // An explicit choice stays (lean was checked against the run before).
+        assert_eq!(
+            PingLoop::Tracked.resolve(pp, 8, Some(4096)),
+            PingLoop::Tracked
+        );
+        assert_eq!(PingLoop::Lean.resolve(pp, 8, None), PingLoop::Lean);
     }
 }

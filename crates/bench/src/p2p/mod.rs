@@ -78,10 +78,11 @@ pub struct P2pArgs {
     /// fabtests' loop).
     #[arg(long, value_enum, default_value_t = Clock::Iteration)]
     pub timing: Clock,
-    /// sendrecv's ping-pong loop: `tracked` (every message through the mesh's tracking, any
-    /// rails) or `lean` (fabtests' loop: one rail, messages that fit fi_inject, --variant
-    /// pingpong; see the header for what tracking costs).
-    #[arg(long = "loop", value_enum, default_value_t = PingLoop::Tracked)]
+    /// sendrecv's ping-pong loop: `lean` (fabtests' loop: one rail, messages that fit
+    /// fi_inject, --variant pingpong), `tracked` (every message through the mesh's tracking,
+    /// any rails), or `auto`: lean for every step it applies to, tracked for the rest (the
+    /// header and each record's `loop` say which ran).
+    #[arg(long = "loop", value_enum, default_value_t = PingLoop::Auto)]
     pub ping_loop: PingLoop,
     #[command(flatten)]
     pub groups: AllGroups,
@@ -110,8 +111,6 @@ fn footprint_arg(s: &str) -> Result<u64, String> {
 struct RunDetail {
     mr: String,
     timing: &'static str,
-    #[serde(rename = "loop")]
-    ping_loop: &'static str,
 }
 
 /// What the sender measured besides its samples (the record carries it as it is).
@@ -124,6 +123,9 @@ struct SenderDetail {
 #[derive(Serialize)]
 struct PointDetail {
     lat_kind: &'static str,
+    /// The loop this point ran (`--loop auto` resolved).
+    #[serde(rename = "loop")]
+    ping_loop: &'static str,
     window: usize,
     footprint_bytes: u64,
     #[serde(rename = "bw_GBps")]
@@ -202,6 +204,8 @@ pub struct P2p<'a, P> {
     sizes: Vec<u64>,
     buf_bytes: u64,
     link: Option<Link>,
+    /// The largest ping-pong message `--loop auto` runs on the lean loop (set up in `setup`).
+    lean_up_to: Option<u64>,
     protocol: PhantomData<P>,
 }
 
@@ -222,6 +226,7 @@ impl<'a, P: Protocol> P2p<'a, P> {
             sizes,
             buf_bytes,
             link: None,
+            lean_up_to: None,
             protocol: PhantomData,
         })
     }
@@ -263,6 +268,7 @@ impl<P: Protocol> Benchmark for P2p<'_, P> {
         let (ping_loop, variants) = (self.args.ping_loop, &self.args.variant);
         let max = *self.sizes.iter().max().unwrap_or(&0);
         lean::check(ping_loop, P::NAME, variants, plan, max)?;
+        self.lean_up_to = lean::lean_up_to(P::NAME, plan);
         let len = self.buf_bytes as usize;
         let (m, mut facts) = crate::mesh::open_mesh(ctx, len, len)?;
         let link = Link::new(m);
@@ -283,15 +289,10 @@ impl<P: Protocol> Benchmark for P2p<'_, P> {
         }
         facts
             .header
-            .extend(lean::header(ping_loop, P::NAME, variants));
+            .extend(lean::header(ping_loop, P::NAME, variants, self.lean_up_to));
         self.link = Some(link);
         let timing = self.args.timing.name();
-        let ping_loop = ping_loop.name();
-        Ok(facts.detail(&RunDetail {
-            mr,
-            timing,
-            ping_loop,
-        }))
+        Ok(facts.detail(&RunDetail { mr, timing }))
     }
 
     fn points(&self, ctx: &Ctx) -> Result<Vec<Step>, BenchError> {
@@ -315,7 +316,7 @@ impl<P: Protocol> Benchmark for P2p<'_, P> {
                     slots,
                     verify: job.verify(),
                     clock: self.args.timing,
-                    ping_loop: self.args.ping_loop,
+                    ping_loop: self.args.ping_loop.resolve(variant, size, self.lean_up_to),
                     sender: 0,
                     responder: peer,
                 }));
@@ -361,6 +362,7 @@ impl<P: Protocol> Benchmark for P2p<'_, P> {
         let p = Point::timed(&timer.samples_ns, s.size as u64, ops as u64, divisor as u64);
         let detail = PointDetail {
             lat_kind,
+            ping_loop: s.ping_loop.name(),
             window: s.window,
             footprint_bytes: (s.slots * s.size) as u64,
             bw_gbytes: p.bw_gbps / 8.0,
