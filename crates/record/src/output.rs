@@ -230,8 +230,8 @@ impl GroupKey {
 /// Running totals of the current table, for its summary lines.
 #[derive(Default)]
 struct GroupStats {
-    busbw_sum: f64,
-    busbw_rows: u64,
+    /// The highest bus bandwidth and its size (a collective's records).
+    peak_busbw: Option<(f64, u64)>,
     errors: u64,
     /// One entry per peer (`None` for records without one), in the order the peers appeared:
     /// rank 0 measures each peer in turn, and an average over several peers' sizes would count
@@ -245,7 +245,8 @@ struct PeerStats {
     rows: u64,
     /// Distinct sizes among the rows.
     sizes: Vec<u64>,
-    bw_sum: f64,
+    /// Every row's bandwidth with its size (pairs: one row per ordered pair and size).
+    bws: Vec<(u64, f64)>,
     peak_bw: f64,
     peak_at: u64,
     best_p50: Option<(f64, u64)>,
@@ -255,8 +256,9 @@ struct PeerStats {
 impl GroupStats {
     fn add(&mut self, r: &Record) {
         if let Some(b) = r.busbw_gbps {
-            self.busbw_sum += b;
-            self.busbw_rows += 1;
+            if self.peak_busbw.is_none_or(|(p, _)| b > p) {
+                self.peak_busbw = Some((b, r.size_bytes));
+            }
         }
         self.errors = self.errors.saturating_add(r.errors);
         let i = match self.peers.iter().position(|(p, _)| *p == r.peer) {
@@ -271,7 +273,7 @@ impl GroupStats {
         if !st.sizes.contains(&r.size_bytes) {
             st.sizes.push(r.size_bytes);
         }
-        st.bw_sum += r.bw_gbps;
+        st.bws.push((r.size_bytes, r.bw_gbps));
         if st.rows == 1 || r.bw_gbps > st.peak_bw {
             st.peak_bw = r.bw_gbps;
             st.peak_at = r.size_bytes;
@@ -470,18 +472,17 @@ fn header_block(r: &Record, key: &GroupKey) -> Vec<String> {
     h
 }
 
-/// The table's closing lines: per peer, the average and peak bandwidth over that peer's sizes and
-/// its lowest p50 latency (`peer 1: ...`; records without a peer, e.g. a collective, get no
-/// label); then the average bus bandwidth and the error total.
+/// The table's closing lines: per peer, the peak bandwidth with its size and the lowest p50
+/// latency (`peer 1: ...`; records without a peer, e.g. a collective, get no label); for pairs
+/// the median pair per size; then the peak bus bandwidth and the error total. No figure is
+/// averaged over sizes: an 8-byte row and a 1 MiB row measure different things.
 fn summary_block(key: &GroupKey, st: &GroupStats) -> Vec<String> {
     let mut s = Vec::new();
     if st.peers.is_empty() {
         return s;
     }
     if key.pairs {
-        // Rows of every source to one destination: an average per "peer" would mix sources.
-        let rows: u64 = st.peers.iter().map(|(_, ps)| ps.rows).sum();
-        let sum: f64 = st.peers.iter().map(|(_, ps)| ps.bw_sum).sum();
+        // Rows of every source to one destination: a summary per "peer" would mix sources.
         let mut sizes: Vec<u64> = st
             .peers
             .iter()
@@ -489,38 +490,34 @@ fn summary_block(key: &GroupKey, st: &GroupStats) -> Vec<String> {
             .collect();
         sizes.sort_unstable();
         sizes.dedup();
-        s.push(format!(
-            "# Avg bw: {:.2} Gbps over {rows} ordered pair{} at {} size{} (the pair table and suspects follow)",
-            sum / rows.max(1) as f64,
-            if rows == 1 { "" } else { "s" },
-            sizes.len(),
-            if sizes.len() == 1 { "" } else { "s" },
-        ));
+        for size in sizes {
+            let bws = st
+                .peers
+                .iter()
+                .flat_map(|(_, ps)| ps.bws.iter())
+                .filter(|(at, _)| *at == size)
+                .map(|(_, bw)| *bw);
+            let n = bws.clone().count();
+            if let Some(median) = crate::stats::median_of(bws) {
+                s.push(format!(
+                    "# Median pair bw at {size} B: {median:.2} Gbps over {n} ordered pair{} (the pair table and suspects follow)",
+                    if n == 1 { "" } else { "s" },
+                ));
+            }
+        }
     }
     for (peer, ps) in st.peers.iter().filter(|_| !key.pairs) {
         let who = peer.map(|p| format!(" with peer {p}")).unwrap_or_default();
-        let n = ps.sizes.len();
-        let times = if ps.rows as usize > n {
-            format!(", {} rows", ps.rows)
-        } else {
-            String::new()
-        };
         s.push(format!(
-            "# Avg bw{who}: {:.2} Gbps over {n} size{}{times} (peak {:.2} Gbps at {} B)",
-            ps.bw_sum / ps.rows as f64,
-            if n == 1 { "" } else { "s" },
-            ps.peak_bw,
-            ps.peak_at
+            "# Peak bw{who}: {:.2} Gbps at {} B",
+            ps.peak_bw, ps.peak_at
         ));
         if let Some((p50, at)) = ps.best_p50 {
             s.push(format!("# Lowest lat_p50{who}: {p50:.2} us at {at} B"));
         }
     }
-    if st.busbw_rows > 0 {
-        s.push(format!(
-            "# Avg busbw: {:.2} Gbps",
-            st.busbw_sum / st.busbw_rows as f64
-        ));
+    if let Some((busbw, at)) = st.peak_busbw {
+        s.push(format!("# Peak busbw: {busbw:.2} Gbps at {at} B"));
     }
     if key.verified {
         let by_peer: Vec<String> = st
@@ -556,7 +553,7 @@ fn summary_block(key: &GroupKey, st: &GroupStats) -> Vec<String> {
 ///     for r in records {
 ///         sink.push(r)?; // header block before the first row, then one row per record
 ///     }
-///     sink.finish()?; // the closing summary (`# Avg bw`, `# Errors: 0 OK`)
+///     sink.finish()?; // the closing summary (`# Peak bw`, `# Errors: 0 OK`)
 ///     Ok(())
 /// }
 /// # show(&[]).unwrap();
@@ -769,11 +766,10 @@ mod tests {
         // Columns line up: every row as long as the column line.
         assert_eq!(lines.iter().filter(|l| l.len() == col.len()).count(), 3);
         assert!(
-            out.contains(
-                "# Avg bw with peer 1: 48.64 Gbps over 2 sizes (peak 97.25 Gbps at 1048576 B)"
-            ),
+            out.contains("# Peak bw with peer 1: 97.25 Gbps at 1048576 B"),
             "{out}"
         );
+        assert!(!out.contains("Avg"), "no average over sizes: {out}");
         assert!(out.contains("# Lowest lat_p50 with peer 1: 2.50 us at 8 B"));
         assert!(out.contains("# Errors: 0 OK"));
         // These hand-made records' bw follows from neither mean nor p50: no claim is made.
@@ -835,7 +831,7 @@ mod tests {
             .collect();
         let out = render(Format::Table, &rs);
         assert!(
-            out.contains("# Avg bw: 2.00 Gbps over 3 ordered pairs at 1 size"),
+            out.contains("# Median pair bw at 1048576 B: 2.00 Gbps over 3 ordered pairs"),
             "{out}"
         );
         assert!(!out.contains("over 3 sizes"), "{out}");
@@ -885,11 +881,11 @@ mod tests {
             "{out}"
         );
         assert!(
-            out.contains("# Avg bw with peer 1: 2.00 Gbps over 2 sizes (peak 3.00 Gbps at 16 B)"),
+            out.contains("# Peak bw with peer 1: 3.00 Gbps at 16 B"),
             "{out}"
         );
         assert!(
-            out.contains("# Avg bw with peer 2: 0.50 Gbps over 1 size (peak 0.50 Gbps at 8 B)"),
+            out.contains("# Peak bw with peer 2: 0.50 Gbps at 8 B"),
             "{out}"
         );
         assert!(out.contains("# Lowest lat_p50 with peer 2: 2.00 us at 8 B"));
@@ -926,7 +922,10 @@ mod tests {
         assert!(out.contains("busbw(Gbps)"), "{out}");
         assert!(out.contains("# busbw: bw x (n-1)/n with n = world = 8"));
         assert!(out.contains("# bw: algbw = size (one rank's whole send buffer"));
-        assert!(out.contains("# Avg busbw: 70.00 Gbps"));
+        assert!(
+            out.contains("# Peak busbw: 70.00 Gbps at 1048576 B"),
+            "{out}"
+        );
         let row = out.lines().find(|l| !l.starts_with('#')).unwrap();
         assert_eq!(
             row.split_whitespace().nth(1),
@@ -935,7 +934,7 @@ mod tests {
         );
         assert!(out.contains("# latency: time per operation"), "{out}");
         assert_eq!(row.split_whitespace().nth(10), Some("70.00"));
-        assert!(out.contains("# Avg bw: 80.00 Gbps over 1 size"), "{out}");
+        assert!(out.contains("# Peak bw: 80.00 Gbps at 1048576 B"), "{out}");
     }
 
     #[test]
