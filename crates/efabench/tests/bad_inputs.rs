@@ -90,6 +90,9 @@ const CASES: &[(&str, &str, &str)] = &[
     ),
     ("refused", "ipc --variant push --nvbw all,x", "ipc --help"),
     ("refused", "sendrecv -b 1M -e 8", "-b/--min-bytes"),
+    // options of a shared group that a benchmark would not honour
+    ("refused", "ep --strategy split", "does not apply to ep"),
+    ("refused", "ep --per-rail", "does not apply to ep"),
     (
         "refused",
         "proxy --producer host --ring hybrid",

@@ -43,7 +43,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::error::BenchError;
-use crate::harness::{self, Benchmark, Ctx, Measured, Needs, Point, RunFacts};
+use crate::harness::{self, Benchmark, Ctx, Measured, Needs, Point, RunFacts, Strategy};
 use crate::mesh::{self, connect_mesh, mesh_facts, Mesh, Payload};
 use crate::pattern::Stream;
 use crate::stats::Samples;
@@ -120,6 +120,19 @@ impl<'a> Ep<'a> {
                 args.topk, args.experts
             )));
         }
+        // The fabric group is shared with the other benchmarks; ep picks each put's rail itself.
+        if let Some(s) = args.fabric.strategy {
+            return Err(BenchError::usage(format!(
+                "--strategy {} does not apply to ep: it sends whole puts over the rails in turn \
+                 (round-robin by rank, destination and put); drop --strategy",
+                s.name()
+            )));
+        }
+        if args.fabric.per_rail {
+            return Err(BenchError::usage(
+                "--per-rail does not apply to ep: its records carry per_rail already; drop --per-rail",
+            ));
+        }
         if args.producer == args::Producer::Gpu && args.mem.mem != MemKind::Cuda {
             return Err(BenchError::usage(
                 "--producer gpu runs a kernel over device memory: add --mem cuda, or use --producer host",
@@ -176,7 +189,8 @@ fn open(
     recv_len: usize,
 ) -> Result<(Mesh, Payload, Payload, RunFacts), BenchError> {
     let (send, recv) = mesh::alloc(a.mem.mem, send_len, recv_len, ctx.device)?;
-    let m = connect_mesh(ctx, (send.clone(), recv.clone()))?;
+    // Each put goes to the rail `exchange::rail_of` picks, whole messages in turn: round-robin.
+    let m = connect_mesh(ctx, (send.clone(), recv.clone()), Strategy::RoundRobin)?;
     let facts = mesh_facts(ctx, &m)?;
     Ok((m, send, recv, facts))
 }

@@ -242,9 +242,9 @@ pub struct FabricArgs {
     /// NICs (rails) to drive per rank: a number or all.
     #[arg(long, default_value = "1", value_parser = rails_arg)]
     pub rails: Rails,
-    /// How messages are spread over several rails.
-    #[arg(long, value_enum, default_value_t = Strategy::Split)]
-    pub strategy: Strategy,
+    /// How messages are spread over several rails (default split).
+    #[arg(long, value_enum)]
+    pub strategy: Option<Strategy>,
     /// Add a row per rail to the table (bytes and operations each rail carried).
     #[arg(long)]
     pub per_rail: bool,
@@ -364,13 +364,17 @@ impl SweepArgs {
 }
 
 impl FabricArgs {
+    /// How messages are spread over several rails: `--strategy`, split when not given.
+    pub fn strategy(&self) -> Strategy {
+        self.strategy.unwrap_or(Strategy::Split)
+    }
     fn fingerprint(&self) -> String {
         format!(
             "-p {} --mr {:?} --rails {} --strategy {}",
             self.provider.as_deref().unwrap_or("default"),
             self.mr,
             self.rails,
-            self.strategy.name()
+            self.strategy().name()
         )
     }
 }

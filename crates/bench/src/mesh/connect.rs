@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use super::{Mesh, Payload};
 use crate::error::BenchError;
-use crate::harness::{self, Benchmark, BuildInfo, Ctx, Options, RunFacts};
+use crate::harness::{self, Benchmark, BuildInfo, Ctx, Options, RunFacts, Strategy};
 
 /// The record fields every point of a mesh run repeats.
 #[derive(Serialize)]
@@ -33,15 +33,26 @@ pub(crate) fn open_mesh(
     recv: usize,
 ) -> Result<(Mesh, RunFacts), BenchError> {
     let bufs = super::alloc(ctx.opts.mem_kind(), send, recv, ctx.device)?;
-    let m = connect_mesh(ctx, bufs)?;
+    let strategy = ctx
+        .opts
+        .fabric
+        .as_ref()
+        .map(|f| f.strategy())
+        .unwrap_or(Strategy::Split);
+    let m = connect_mesh(ctx, bufs, strategy)?;
     let facts = mesh_facts(ctx, &m)?;
     let strategy = m.strategy().name();
     Ok((m, facts.detail(&StrategyFact { strategy })))
 }
 
-/// Opens the rails of the plan, registers `bufs` (send, receive) and connects every rank (`ep`
-/// keeps the buffers too, so it allocates them itself).
-pub(crate) fn connect_mesh(ctx: &Ctx, bufs: (Payload, Payload)) -> Result<Mesh, BenchError> {
+/// Opens the rails of the plan, registers `bufs` (send, receive) and connects every rank, with
+/// messages spread over the rails by `strategy` (`ep` keeps the buffers too, so it allocates them
+/// itself, and picks each put's rail itself).
+pub(crate) fn connect_mesh(
+    ctx: &Ctx,
+    bufs: (Payload, Payload),
+    strategy: Strategy,
+) -> Result<Mesh, BenchError> {
     let fabric = ctx
         .opts
         .fabric
@@ -56,7 +67,7 @@ pub(crate) fn connect_mesh(ctx: &Ctx, bufs: (Payload, Payload)) -> Result<Mesh, 
     })?;
     let mut m = Mesh::new(
         group,
-        fabric.strategy,
+        strategy,
         bufs,
         fabric.mr.path(),
         ctx.rank,

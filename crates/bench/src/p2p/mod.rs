@@ -263,7 +263,7 @@ impl<P: Protocol> Benchmark for P2p<'_, P> {
     }
 
     fn setup(&mut self, ctx: &Ctx) -> Result<RunFacts, BenchError> {
-        let (plan, strategy) = (ctx.plan()?, self.args.groups.fabric.strategy);
+        let (plan, strategy) = (ctx.plan()?, self.args.groups.fabric.strategy());
         plan.check_message(*self.sizes.iter().max().unwrap_or(&0), strategy)?;
         let (ping_loop, variants) = (self.args.ping_loop, &self.args.variant);
         let max = *self.sizes.iter().max().unwrap_or(&0);

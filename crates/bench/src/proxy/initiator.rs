@@ -31,7 +31,7 @@ pub(super) fn measure(
         .as_mut()
         .ok_or_else(|| BenchError::failed("initiator not set up"))?;
     let nrails = init.rails.len();
-    let strategy = args.groups.fabric.strategy;
+    let strategy = args.groups.fabric.strategy();
     let sched = engine::schedule(s.puts, s.size, nrails, strategy, TARGET as u16);
     let mut per_rail: Vec<Vec<efabench_gpu::proxy::Command>> = vec![Vec::new(); nrails];
     for put in &sched {

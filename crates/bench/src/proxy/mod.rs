@@ -348,7 +348,7 @@ impl<'a> Benchmark for Proxy<'a> {
         });
         let gpu_modes = self.args.modes.iter().any(|m| *m != Mode::Cpu);
         let facts = ProxyFacts {
-            strategy: fabric.strategy.name().into(),
+            strategy: fabric.strategy().name().into(),
             virtual_rails: plan.virtual_rails,
             mr: mr.to_string(),
             producer: match self.args.producer {
@@ -389,7 +389,7 @@ impl<'a> Benchmark for Proxy<'a> {
             facts.producer,
             nrails,
             if plan.virtual_rails { " virtual" } else { "" },
-            fabric.strategy.name(),
+            fabric.strategy().name(),
             self.args.proxy_threads.name(),
             facts.ring,
             self.args.ring_slots,

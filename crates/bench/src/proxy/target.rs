@@ -20,7 +20,7 @@ pub(super) fn measure(
     s: &ProxySpec,
 ) -> Result<Measured, BenchError> {
     let nrails = setup.target_rails.len();
-    let strategy = args.groups.fabric.strategy;
+    let strategy = args.groups.fabric.strategy();
     let sched = engine::schedule(s.puts, s.size, nrails, strategy, TARGET as u16);
     let stripes: Vec<u32> = sched.iter().map(|p| p.len() as u32).collect();
     let health = health_of(ctx);
