@@ -6,6 +6,7 @@ use crate::minimums::{for_instance, Minimums};
 use crate::{Check, Inputs, LibfabricInput, Memlock, Status};
 use efabench_topology::counters::{is_error_counter, Snapshot};
 use efabench_topology::installed::{version_lt, CudaSource, EfaDriver, Found, Installed};
+use efabench_topology::pcie::AerSnapshot;
 use efabench_topology::topo::{instance_profile, InstanceProfile};
 use efabench_topology::Topology;
 
@@ -43,6 +44,16 @@ pub(crate) fn all(inputs: &Inputs) -> Vec<Check> {
         _ => None,
     }
     .or_else(|| Installed::best(&installed.libfabric).and_then(|f| f.version.clone()));
+    let root = &inputs.root;
+    let links = efabench_topology::pcie::links(root, &topo);
+    // One wait covers every "rising over --interval" check.
+    let efa_before = Snapshot::read(root);
+    let aer_before = AerSnapshot::read(root, &topo, &links);
+    if !inputs.interval.is_zero() && (efa_before.is_some() || !aer_before.devices.is_empty()) {
+        std::thread::sleep(inputs.interval);
+    }
+    let efa_after = efa_before.as_ref().map(|_| Snapshot::read(root));
+    let aer_after = AerSnapshot::read(root, &topo, &links);
     let f = Facts {
         inputs,
         topo,
@@ -56,7 +67,7 @@ pub(crate) fn all(inputs: &Inputs) -> Vec<Check> {
         efa_driver(&f),
         efa_uverbs(&f),
         efa_ports(&f),
-        efa_counters(&f),
+        efa_counters(efa_before, efa_after),
         efa_installer(&f),
         libfabric(&f),
         libfabric_provider(&f),
@@ -66,6 +77,10 @@ pub(crate) fn all(inputs: &Inputs) -> Vec<Check> {
         nvidia_driver(&f),
         cuda(&f),
         gpudirect(&f),
+        crate::pcie::gpu_links(&links, f.topo.gpus.len()),
+        crate::pcie::efa_links(&links, f.topo.nics.len()),
+        crate::pcie::port_links(&links),
+        crate::pcie::check_aer(&aer_before, &aer_after),
         hugepages(&f),
         memlock(&f),
         ptrace(&f),
@@ -298,15 +313,12 @@ fn efa_ports(f: &Facts) -> Check {
     )
 }
 
-fn efa_counters(f: &Facts) -> Check {
-    let root = &f.inputs.root;
-    let Some(a) = Snapshot::read(root) else {
+/// `after` is `None` when there was no first snapshot, `Some(None)` when the second read failed.
+fn efa_counters(before: Option<Snapshot>, after: Option<Option<Snapshot>>) -> Check {
+    let (Some(a), Some(after)) = (before, after) else {
         return Check::new("efa-counters", Status::Skip, "no readable EFA hw_counters");
     };
-    if !f.inputs.interval.is_zero() {
-        std::thread::sleep(f.inputs.interval);
-    }
-    match Snapshot::read(root) {
+    match after {
         Some(b) => check_counters(&a, &b),
         None => Check::new(
             "efa-counters",

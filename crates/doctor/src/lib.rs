@@ -16,6 +16,7 @@ pub mod env;
 pub mod gin;
 pub mod minimums;
 pub mod nccl_log;
+mod pcie;
 
 use efabench_topology::libfabric::{FiInfo, LibfabricDomain};
 use efabench_topology::Root;
@@ -25,6 +26,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 pub use checks::check_counters;
+pub use pcie::check_aer;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, PartialOrd, Ord)]
 #[serde(rename_all = "lowercase")]

@@ -9,7 +9,8 @@
 //!
 //! Modules: [`root`] (the root-directory abstraction), [`topo`] (discovery and pairing),
 //! [`counters`] (hw_counters snapshots and deltas), [`installed`] (component versions),
-//! [`libfabric`] (`fi_info` parsing), [`gin`] (what GPU-initiated networking needs on top).
+//! [`libfabric`] (`fi_info` parsing), [`gin`] (what GPU-initiated networking needs on top),
+//! [`pcie`] (PCIe link speed/width and AER counters of GPUs, EFAs and the ports above them).
 
 #![forbid(unsafe_code)]
 
@@ -17,6 +18,7 @@ pub mod counters;
 pub mod gin;
 pub mod installed;
 pub mod libfabric;
+pub mod pcie;
 pub mod root;
 pub mod topo;
 
