@@ -3,7 +3,7 @@
 
 use crate::env::{lint, EnvContext};
 use crate::minimums::{for_instance, Minimums};
-use crate::{Check, Inputs, LibfabricInput, Memlock, Status};
+use crate::{Check, Inputs, LibfabricInput, Memlock, NvmlInput, Status};
 use efabench_topology::counters::{is_error_counter, Snapshot};
 use efabench_topology::installed::{version_lt, CudaSource, EfaDriver, Found, Installed};
 use efabench_topology::pcie::AerSnapshot;
@@ -49,11 +49,34 @@ pub(crate) fn all(inputs: &Inputs) -> Vec<Check> {
     // One wait covers every "rising over --interval" check.
     let efa_before = Snapshot::read(root);
     let aer_before = AerSnapshot::read(root, &topo, &links);
-    if !inputs.interval.is_zero() && (efa_before.is_some() || !aer_before.devices.is_empty()) {
+    let gpu_before = match &inputs.nvml {
+        NvmlInput::Source(s) => Some(s.snapshot()),
+        _ => None,
+    };
+    let started = std::time::Instant::now();
+    let waits =
+        efa_before.is_some() || !aer_before.devices.is_empty() || matches!(gpu_before, Some(Ok(_)));
+    if !inputs.interval.is_zero() && waits {
         std::thread::sleep(inputs.interval);
     }
     let efa_after = efa_before.as_ref().map(|_| Snapshot::read(root));
     let aer_after = AerSnapshot::read(root, &topo, &links);
+    let gpu_checks = match (&inputs.nvml, gpu_before) {
+        (NvmlInput::NotQueried, _) => Vec::new(),
+        (NvmlInput::Unavailable(why), _) => vec![crate::gpu_health::unavailable(why)],
+        (NvmlInput::Source(s), Some(Ok(before))) => {
+            let after = s.snapshot().unwrap_or_else(|_| before.clone());
+            crate::gpu_health::checks(
+                &before,
+                &after,
+                &s.xids(),
+                &s.describe(),
+                started.elapsed().as_secs_f64(),
+            )
+        }
+        (NvmlInput::Source(_), Some(Err(e))) => vec![crate::gpu_health::unavailable(&e.0)],
+        (NvmlInput::Source(_), None) => Vec::new(),
+    };
     let f = Facts {
         inputs,
         topo,
@@ -81,10 +104,9 @@ pub(crate) fn all(inputs: &Inputs) -> Vec<Check> {
         crate::pcie::efa_links(&links, f.topo.nics.len()),
         crate::pcie::port_links(&links),
         crate::pcie::check_aer(&aer_before, &aer_after),
-        hugepages(&f),
-        memlock(&f),
-        ptrace(&f),
     ];
+    out.extend(gpu_checks);
+    out.extend([hugepages(&f), memlock(&f), ptrace(&f)]);
     let cx = EnvContext {
         instance_type: f.topo.instance_type.clone(),
         libfabric: f.libfabric_version.clone(),

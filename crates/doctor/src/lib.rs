@@ -14,6 +14,7 @@
 mod checks;
 pub mod env;
 pub mod gin;
+mod gpu_health;
 pub mod minimums;
 pub mod nccl_log;
 mod pcie;
@@ -26,6 +27,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 pub use checks::check_counters;
+pub use gpu_health::{NvmlInput, FATAL_XIDS};
 pub use pcie::check_aer;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, PartialOrd, Ord)]
@@ -182,6 +184,8 @@ pub struct Inputs {
     pub nccl_log: Option<(String, String)>,
     /// Add the GPU-initiated networking group (`gin-*` checks and the `gin` verdict).
     pub gin: bool,
+    /// The driver's GPU health readings (`gpu-*` checks).
+    pub nvml: NvmlInput,
 }
 
 impl Inputs {
@@ -197,6 +201,7 @@ impl Inputs {
             interval: Duration::ZERO,
             nccl_log: None,
             gin: false,
+            nvml: NvmlInput::NotQueried,
         }
     }
 }
