@@ -150,7 +150,7 @@ fn how(secs: f64) -> String {
     if secs >= 0.05 {
         format!("over {secs:.1}s")
     } else {
-        "one snapshot only: --interval 0".into()
+        "between two back-to-back reads (--interval 0)".into()
     }
 }
 
