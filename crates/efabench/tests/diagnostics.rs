@@ -94,7 +94,9 @@ fn topo_pairs_gpus_and_nics_on_both_fixtures() {
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(text.contains("instance type: p4d.24xlarge"), "{text}");
     assert!(
-        text.contains("rdmap144s27  0000:90:1b.0  1     ACTIVE  100   p2p=NVIDIA  4,5"),
+        text.contains(
+            "rdmap144s27  0000:90:1b.0  1     8.0 GT/s x16  ACTIVE  100   p2p=NVIDIA  4,5"
+        ),
         "{text}"
     );
     assert!(text.contains("libfabric domains: not queried"), "{text}");
