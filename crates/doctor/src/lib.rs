@@ -15,9 +15,11 @@ mod checks;
 pub mod env;
 pub mod gin;
 mod gpu_health;
+mod host;
 pub mod minimums;
 pub mod nccl_log;
 mod pcie;
+mod rising;
 
 use efabench_topology::libfabric::{FiInfo, LibfabricDomain};
 use efabench_topology::Root;
@@ -26,9 +28,9 @@ use serde_json::json;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-pub use checks::check_counters;
 pub use gpu_health::{NvmlInput, FATAL_XIDS};
 pub use pcie::check_aer;
+pub use rising::check_counters;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, PartialOrd, Ord)]
 #[serde(rename_all = "lowercase")]
