@@ -235,42 +235,51 @@ impl Benchmark for H2d {
                 lanes: BTreeMap::new(),
             };
             for &p in &self.args.placement {
-                let Some(node) = wanted_node(p, numa, &ids) else {
+                let node = wanted_node(p, numa, &ids);
+                if node.is_none() && p == Placement::Far {
                     if !self.skipped.contains(&p) {
                         self.skipped.push(p);
                         header.push(format!(
-                            "# placement {} skipped: {}",
-                            p.name(),
+                            "# placement far skipped: {}",
                             if ids.len() <= 1 {
                                 "this machine has one NUMA node"
                             } else {
-                                "the GPU reports no NUMA node"
+                                "the GPU reports no NUMA node (sysfs numa_node -1), so no node is known to be far from it"
                             }
                         ));
                     }
                     continue;
-                };
-                let cpus = nodes
-                    .iter()
-                    .find(|(n, _)| *n == node)
+                }
+                let cpus = node
+                    .and_then(|node| nodes.iter().find(|(n, _)| *n == node))
                     .map(|(_, c)| c.clone())
                     .unwrap_or_default();
                 let lane = HostLane::new(&side.gpu, max, &cpus)?;
-                if lane.host_node.is_some_and(|h| h != node) {
+                if node.is_none() {
                     header.push(format!(
-                        "# wrong placement: GPU {g}'s {} host buffer asked for node {node} landed on node {} (memory policy or a full node)",
-                        p.name(),
-                        lane.host_node.unwrap_or(0)
+                        "# GPU {g} reports no NUMA node: its near host buffers are allocated unbound, on node {}",
+                        lane.host_node
+                            .map_or("unknown".to_string(), |n| n.to_string())
                     ));
                 }
-                side.node.insert(p, node);
+                if let (Some(node), Some(h)) = (node, lane.host_node) {
+                    if h != node {
+                        header.push(format!(
+                            "# wrong placement: GPU {g}'s {} host buffer asked for node {node} landed on node {h} (memory policy or a full node)",
+                            p.name()
+                        ));
+                    }
+                }
+                if let Some(node) = node {
+                    side.node.insert(p, node);
+                }
                 side.lanes.insert(p, lane);
             }
             self.gpus.insert(g, side);
         }
         if self.placements().is_empty() {
             return Err(BenchError::usage(
-                "no --placement can run here (one NUMA node has no far placement): use --placement near",
+                "no --placement can run here (far needs a second NUMA node and a GPU that reports its own): use --placement near",
             ));
         }
         let facts = H2dFacts {
@@ -480,7 +489,7 @@ mod tests {
         // One node: near is it, far does not exist.
         assert_eq!(wanted_node(Placement::Near, None, &[0]), Some(0));
         assert_eq!(wanted_node(Placement::Far, None, &[0]), None);
-        // Two nodes and a GPU without one: neither can be chosen.
+        // Two nodes and a GPU without one: no node (near is then allocated unbound, far skipped).
         assert_eq!(wanted_node(Placement::Near, None, &[0, 1]), None);
     }
 }
