@@ -10,6 +10,9 @@
 #                                         --no-run` lists them: the unit tests, gpu, proxy, queue)
 #   OUT=DIR                               where logs and records go (default: results/)
 #   IPC_ARGS="-b 4K -e 1G"                extra options for the ipc run
+#   H2D_ARGS="-b 64M -e 256M"             options for the h2d run (default: 4M and 64M, a few
+#                                         seconds); its figures are compared with copies timed
+#                                         by PyTorch (scripts/h2d-anchor.py) when torch imports
 #   EFABENCH_LIBFABRIC=/path/libfabric.so.1  library for the registration test; default: the CUDA
 #                                         build of scripts/gpu-libfabric.sh at .dev/lf-cuda when
 #                                         present, else the system's. The test registers on shm
@@ -60,5 +63,26 @@ if [ "${ngpu:-0}" -ge 2 ]; then
   "$efabench" launch -n "$ngpu" -- ipc ${IPC_ARGS:-} -o "$rec" 2>&1 | tee "$OUT/ipc-$kind.log" || fail=1
 else
   echo "ipc skipped: needs 2 or more GPUs (found ${ngpu:-0})"
+fi
+
+if [ "${ngpu:-0}" -ge 1 ]; then
+  kind=${MACHINE:-$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr ' ' '-' | tr 'A-Z' 'a-z')-x$ngpu}
+  rec="$OUT/h2d-$kind-$(date -u +%F).jsonl"
+  h2d_args=${H2D_ARGS:--b 4M -e 64M -f 16 -n 8}
+  echo "=== efabench h2d $h2d_args -o $rec"
+  # shellcheck disable=SC2086
+  "$efabench" h2d $h2d_args -o "$rec" 2>&1 | tee "$OUT/h2d-$kind.log" || fail=1
+  echo "=== efabench doctor --interval 1 (real PCIe links and GPU health)"
+  "$efabench" doctor --interval 1 2>&1 | tee "$OUT/doctor-$kind.log"
+  "$efabench" topo 2>&1 | tee "$OUT/topo-$kind.log"
+  if python3 -c 'import torch' 2>/dev/null; then
+    echo "=== scripts/h2d-anchor.py (the same copies timed with CUDA events by PyTorch)"
+    # shellcheck disable=SC2086
+    python3 scripts/h2d-anchor.py --records "$rec" 2>&1 | tee "$OUT/h2d-anchor-$kind.log" || fail=1
+  else
+    echo "h2d anchor skipped: python3 cannot import torch"
+  fi
+else
+  echo "h2d skipped: no GPU"
 fi
 exit $fail

@@ -4,7 +4,7 @@
 //!   provider/domain/rail choice, memory, records, sinks, counters, errors, exit codes. A
 //!   benchmark implements [`harness::Benchmark`] and calls [`harness::run`].
 //! * One module per benchmark: [`p2p`] (`sendrecv`, `write`, `read`), [`ipc`] (NVLink),
-//!   [`proxy`] (GPU-initiated writes through a CPU proxy).
+//!   [`proxy`] (GPU-initiated writes through a CPU proxy), [`h2d`] (host↔GPU copies).
 //! * [`pattern`], [`size`], [`stats`]: payload patterns, sizes, timing statistics.
 //! * [`test_hooks`]: faults the integration tests inject, only with the `test-hooks` feature.
 //!
@@ -17,6 +17,7 @@ pub mod alltoallv;
 pub mod collective;
 pub mod ep;
 pub mod error;
+pub mod h2d;
 // Shared with the integration tests, which use the parts the unit tests do not.
 #[cfg(test)]
 #[allow(dead_code)]
@@ -100,4 +101,10 @@ benchmarks! {
     "pairs" Pairs(pairs::PairsArgs) => pairs::run_pairs;
     /// Expert-parallel dispatch and combine (DeepEP's layouts), CPU- or GPU-initiated, verified.
     "ep" Ep(ep::EpArgs) => ep::run_ep;
+    /// Host<->GPU copy bandwidth per GPU (copy engine and SM; h2d, d2h, both; each GPU and all
+    /// at once; host memory near and far), verified, against the GPU's PCIe link.
+    #[command(mut_arg("min_bytes", |a| a.default_value(h2d::H2D_DEFAULTS[0].1)),
+              mut_arg("max_bytes", |a| a.default_value(h2d::H2D_DEFAULTS[1].1)),
+              mut_arg("step_factor", |a| a.default_value(h2d::H2D_DEFAULTS[2].1)))]
+    "h2d" H2d(h2d::H2dArgs) => h2d::run_h2d;
 }

@@ -1,17 +1,19 @@
 //! The individual checks. Each is a function of the gathered facts and returns one or more
 //! [`Check`]s; the order here is the order of the report.
+//! Some live in their own files: [`crate::rising`] (the counters compared `--interval` apart),
+//! [`crate::pcie`] (PCIe links and AER), [`crate::gpu_health`] (the driver's GPU readings) and
+//! [`crate::host`] (huge pages, memlock, ptrace scope).
 
 use crate::env::{lint, EnvContext};
 use crate::minimums::{for_instance, Minimums};
-use crate::{Check, Inputs, LibfabricInput, Memlock, Status};
-use efabench_topology::counters::{is_error_counter, Snapshot};
+use crate::{Check, Inputs, LibfabricInput, Status};
 use efabench_topology::installed::{version_lt, CudaSource, EfaDriver, Found, Installed};
 use efabench_topology::topo::{instance_profile, InstanceProfile};
 use efabench_topology::Topology;
 
-struct Facts<'a> {
-    inputs: &'a Inputs,
-    topo: Topology,
+pub(crate) struct Facts<'a> {
+    pub(crate) inputs: &'a Inputs,
+    pub(crate) topo: Topology,
     installed: Installed,
     profile: Option<InstanceProfile>,
     min: Minimums,
@@ -43,6 +45,8 @@ pub(crate) fn all(inputs: &Inputs) -> Vec<Check> {
         _ => None,
     }
     .or_else(|| Installed::best(&installed.libfabric).and_then(|f| f.version.clone()));
+    let links = efabench_topology::pcie::links(&inputs.root, &topo);
+    let rising = crate::rising::read(inputs, &topo, &links);
     let f = Facts {
         inputs,
         topo,
@@ -56,7 +60,7 @@ pub(crate) fn all(inputs: &Inputs) -> Vec<Check> {
         efa_driver(&f),
         efa_uverbs(&f),
         efa_ports(&f),
-        efa_counters(&f),
+        rising.efa,
         efa_installer(&f),
         libfabric(&f),
         libfabric_provider(&f),
@@ -66,10 +70,17 @@ pub(crate) fn all(inputs: &Inputs) -> Vec<Check> {
         nvidia_driver(&f),
         cuda(&f),
         gpudirect(&f),
-        hugepages(&f),
-        memlock(&f),
-        ptrace(&f),
+        crate::pcie::gpu_links(&links, f.topo.gpus.len()),
+        crate::pcie::efa_links(&links, f.topo.nics.len()),
+        crate::pcie::port_links(&links),
+        rising.aer,
     ];
+    out.extend(rising.gpu);
+    out.extend([
+        crate::host::hugepages(&f),
+        crate::host::memlock(&f),
+        crate::host::ptrace(&f),
+    ]);
     let cx = EnvContext {
         instance_type: f.topo.instance_type.clone(),
         libfabric: f.libfabric_version.clone(),
@@ -294,84 +305,6 @@ fn efa_ports(f: &Facts) -> Check {
         format!(
             "all {nports} EFA ports ACTIVE, {} Gb/s in total",
             f.topo.aggregate_link_gbps
-        ),
-    )
-}
-
-fn efa_counters(f: &Facts) -> Check {
-    let root = &f.inputs.root;
-    let Some(a) = Snapshot::read(root) else {
-        return Check::new("efa-counters", Status::Skip, "no readable EFA hw_counters");
-    };
-    if !f.inputs.interval.is_zero() {
-        std::thread::sleep(f.inputs.interval);
-    }
-    match Snapshot::read(root) {
-        Some(b) => check_counters(&a, &b),
-        None => Check::new(
-            "efa-counters",
-            Status::Fail,
-            "EFA hw_counters disappeared between two reads",
-        )
-        .fix("the driver was unloaded or the device reset; check `dmesg | grep -i efa`"),
-    }
-}
-
-/// The error-counter verdict from two snapshots: rising → fail, non-zero but steady → warn.
-pub fn check_counters(before: &Snapshot, after: &Snapshot) -> Check {
-    let id = "efa-counters";
-    let secs = after.at.saturating_duration_since(before.at).as_secs_f64();
-    let mut rising = Vec::new();
-    let mut subjects = Vec::new();
-    for d in before.delta(after) {
-        let errs = d.errors();
-        if !errs.is_empty() {
-            subjects.push(d.name.clone());
-            for (k, v) in errs {
-                rising.push(format!("{}:{k}+{v}", d.name));
-            }
-        }
-    }
-    if !rising.is_empty() {
-        return Check::new(id, Status::Fail, format!(
-            "error counters rising over {secs:.1}s: {}", rising.join(", ")))
-            .fix("cmds_err/no_completion_cmds: device or driver trouble (dmesg, reload, stop/start); reg_mr_err: GPUDirect/memlock; rx_drops/retrans_*/unresponsive_remote_events: peer, security group or fabric trouble — run a two-node `efabench sendrecv`")
-            .subjects(subjects);
-    }
-    let mut stale = Vec::new();
-    let mut stale_nics = Vec::new();
-    for n in &after.nics {
-        let mut any = false;
-        for (k, v) in n.device.iter().chain(n.port.iter()) {
-            if is_error_counter(k) && *v > 0 {
-                let s = format!("{}:{k}={v}", n.name);
-                if !stale.contains(&s) {
-                    stale.push(s);
-                }
-                any = true;
-            }
-        }
-        if any {
-            stale_nics.push(n.name.clone());
-        }
-    }
-    let how = if secs >= 0.05 {
-        format!("not rising over {secs:.1}s")
-    } else {
-        "one snapshot only: --interval 0".to_string()
-    };
-    if !stale.is_empty() {
-        return Check::new(id, Status::Warn, format!(
-            "error counters non-zero since driver load, {how}: {}", stale.join(", ")))
-            .fix("counters are cumulative; rerun with a longer --interval (or around a workload with `efabench counters -- CMD`) to see whether they still rise")
-            .subjects(stale_nics);
-    }
-    Check::new(
-        id,
-        Status::Pass,
-        format!(
-            "all error counters zero on {} EFA device(s) ({how})",
-            after.nics.len()
         ),
     )
 }
@@ -766,123 +699,4 @@ fn gpudirect(f: &Facts) -> Check {
         bad.len(), f.topo.nics.len(), routes.join(", ")))
         .fix("install the EFA driver after the NVIDIA driver (EFA installer), or load efa_nv_peermem (`sudo modprobe efa_nv_peermem`), or use the NVIDIA open kernel module (dmabuf, kernel >= 5.12)")
         .subjects(bad)
-}
-
-fn meminfo_value(text: &str, key: &str) -> Option<u64> {
-    text.lines()
-        .find(|l| l.starts_with(key))
-        .and_then(|l| l[key.len()..].split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-}
-
-fn cpu_count(list: &str) -> usize {
-    list.split(',')
-        .filter_map(|r| {
-            let r = r.trim();
-            match r.split_once('-') {
-                Some((a, b)) => {
-                    let (a, b) = (a.parse::<usize>().ok()?, b.parse::<usize>().ok()?);
-                    (b >= a).then(|| b - a + 1)
-                }
-                None => r.parse::<usize>().ok().map(|_| 1),
-            }
-        })
-        .sum()
-}
-
-fn hugepages(f: &Facts) -> Check {
-    let id = "hugepages";
-    let Ok(text) = f.inputs.root.read("/proc/meminfo") else {
-        return Check::new(id, Status::Skip, "/proc/meminfo not readable");
-    };
-    let total = meminfo_value(&text, "HugePages_Total:").unwrap_or(0);
-    let size_kb = meminfo_value(&text, "Hugepagesize:").unwrap_or(2048).max(1);
-    let cpus: usize = f.topo.numa.iter().map(|n| cpu_count(&n.cpulist)).sum();
-    let fix = "reserve them (`sudo /opt/amazon/bin/efa-hugepages-reserve.sh`, or `echo N | sudo tee /proc/sys/vm/nr_hugepages`); libfabric falls back to normal pages, so this only costs performance";
-    if total == 0 {
-        return Check::new(
-            id,
-            Status::Warn,
-            "no huge pages reserved (HugePages_Total: 0): libfabric's EFA buffers use normal pages",
-        )
-        .fix(fix)
-        .subjects(["/proc/meminfo"]);
-    }
-    // AWS efa-check.sh heuristic: 110 MiB per CPU, skipped for pages > 16 MiB.
-    if cpus > 0 && size_kb <= 16 * 1024 {
-        let want = (110 * 1024 * cpus as u64) / size_kb + 1;
-        if total < want {
-            return Check::new(
-                id,
-                Status::Warn,
-                format!(
-                "{total} huge pages of {size_kb} kB; AWS's check suggests {want} for {cpus} CPUs"),
-            )
-            .fix(fix)
-            .subjects(["/proc/meminfo"]);
-        }
-    }
-    Check::new(
-        id,
-        Status::Pass,
-        format!("{total} huge pages of {size_kb} kB reserved"),
-    )
-    .subjects(["/proc/meminfo"])
-}
-
-fn memlock(f: &Facts) -> Check {
-    let id = "memlock";
-    let fix = "raise it: `ulimit -l unlimited` in the job, `memlock unlimited` in /etc/security/limits.d/01_efa.conf (the EFA installer writes it), LimitMEMLOCK=infinity for systemd units, --ulimit memlock=-1 for containers";
-    match f.inputs.memlock {
-        None => Check::new(id, Status::Skip, "RLIMIT_MEMLOCK not known for this root"),
-        Some(Memlock::Unlimited) => Check::new(id, Status::Pass, "RLIMIT_MEMLOCK unlimited"),
-        Some(Memlock::Bytes(b)) if b < 64 << 20 => Check::new(
-            id,
-            Status::Fail,
-            format!(
-                "RLIMIT_MEMLOCK is {} KiB: memory registration of real buffers fails (reg_mr_err)",
-                b / 1024
-            ),
-        )
-        .fix(fix),
-        Some(Memlock::Bytes(b)) if b < 16 << 30 => Check::new(
-            id,
-            Status::Warn,
-            format!(
-                "RLIMIT_MEMLOCK is {} MiB, below the 16 GiB AWS's EFA check asks for",
-                b >> 20
-            ),
-        )
-        .fix(fix),
-        Some(Memlock::Bytes(b)) => {
-            Check::new(id, Status::Pass, format!("RLIMIT_MEMLOCK {} GiB", b >> 30))
-        }
-    }
-}
-
-fn ptrace(f: &Facts) -> Check {
-    let id = "ptrace-scope";
-    match f.inputs.root.read_trim("/proc/sys/kernel/yama/ptrace_scope") {
-        None => Check::new(id, Status::Skip, "no Yama ptrace_scope on this kernel"),
-        Some(v) if v == "0" => Check::new(id, Status::Pass, "ptrace_scope 0: libfabric can use its shared-memory (SHM) path within the node"),
-        Some(v) => Check::new(id, Status::Warn, format!(
-            "ptrace_scope {v}: libfabric disables its SHM provider, so intra-node MPI/libfabric traffic is slower"))
-            .fix("`sudo sysctl -w kernel.yama.ptrace_scope=0` (or accept slower intra-node libfabric traffic)")
-            .subjects(["/proc/sys/kernel/yama/ptrace_scope"]),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    #[test]
-    fn cpulists() {
-        assert_eq!(cpu_count("0-47,96-143"), 96);
-        assert_eq!(cpu_count("0,2,4"), 3);
-        assert_eq!(cpu_count("garbage,5-1"), 0);
-        assert_eq!(
-            meminfo_value("HugePages_Total:    5128\n", "HugePages_Total:"),
-            Some(5128)
-        );
-    }
 }

@@ -14,8 +14,12 @@
 mod checks;
 pub mod env;
 pub mod gin;
+mod gpu_health;
+mod host;
 pub mod minimums;
 pub mod nccl_log;
+mod pcie;
+mod rising;
 
 use efabench_topology::libfabric::{FiInfo, LibfabricDomain};
 use efabench_topology::Root;
@@ -24,7 +28,9 @@ use serde_json::json;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-pub use checks::check_counters;
+pub use gpu_health::{NvmlInput, FATAL_XIDS};
+pub use pcie::check_aer;
+pub use rising::check_counters;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, PartialOrd, Ord)]
 #[serde(rename_all = "lowercase")]
@@ -180,6 +186,8 @@ pub struct Inputs {
     pub nccl_log: Option<(String, String)>,
     /// Add the GPU-initiated networking group (`gin-*` checks and the `gin` verdict).
     pub gin: bool,
+    /// The driver's GPU health readings (`gpu-*` checks).
+    pub nvml: NvmlInput,
 }
 
 impl Inputs {
@@ -195,6 +203,7 @@ impl Inputs {
             interval: Duration::ZERO,
             nccl_log: None,
             gin: false,
+            nvml: NvmlInput::NotQueried,
         }
     }
 }

@@ -81,6 +81,11 @@ const CASES: &[(&str, &str, &str)] = &[
     ),
     ("refused", "ipc --mem pinned", "unexpected argument '--mem'"),
     ("refused", "queue -b 8", "unexpected argument '-b'"),
+    ("refused", "h2d -p tcp", "unexpected argument '-p'"),
+    ("typed", "h2d --dir up", "h2d, d2h, both"),
+    ("typed", "h2d --gpus 0,0", "list each GPU once"),
+    ("limit", "h2d --samples 0", "--samples"),
+    ("limit", "h2d -b 24 -e 24", "multiple of 16"),
     ("refused", "queue -p tcp", "unexpected argument '-p'"),
     ("refused", "ipc -b 8", "multiple of 16"),
     (

@@ -264,3 +264,86 @@ fn a_node_with_another_nccl_than_the_majority_is_warned_about() {
     );
     assert_eq!(n3["facts"]["nccl"], "2.99.1", "{n3}");
 }
+
+/// A node whose GPU and EFA links trained below their maximum (the degraded p5en tree as its
+/// root, the others the same node healthy) is ISOLATEd by the node checks, with the links named.
+#[test]
+fn a_node_with_a_degraded_pcie_link_is_isolated() {
+    let Some(mut c) = Cluster::new(3) else { return };
+    struct Gone(std::path::PathBuf);
+    impl Drop for Gone {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    let d = Gone(tmp("cluster-pcie"));
+    let sum = d.0.join("s.json");
+    let fixtures = concat!(env!("CARGO_MANIFEST_DIR"), "/../../fixtures/");
+    let port = common::free_port();
+    let kids: Vec<_> = (0..3)
+        .map(|r| {
+            let tree = if r == 2 {
+                "p5en.48xlarge-pcie-degraded"
+            } else {
+                "p5en.48xlarge-gin-ready"
+            };
+            let mut a: Vec<String> = vec!["cluster".into()];
+            a.extend(QUICK.iter().map(|s| s.to_string()));
+            a.extend(
+                [
+                    "--skip",
+                    "pairs,alltoall",
+                    "--summary",
+                    sum.to_str().unwrap(),
+                    "--root",
+                    &format!("{fixtures}{tree}"),
+                    "--fi-info",
+                    &format!("{fixtures}{tree}/fi_info.txt"),
+                    "--rank",
+                    &r.to_string(),
+                    "--world",
+                    "3",
+                    "--rdzv",
+                    &c.rdzv(0, port),
+                ]
+                .map(String::from),
+            );
+            let env = [("EFABENCH_JOB_TOKEN".to_string(), format!("sim-{port}"))];
+            c.spawn(r, &a, &env)
+        })
+        .collect();
+    let outs: Vec<_> = kids.into_iter().map(|k| c.reap(k)).collect();
+    let (out, err) = (text(&outs[0].stdout), text(&outs[0].stderr));
+    assert_eq!(outs[0].status.code(), Some(1), "{out}\n{err}");
+    let s = summary(&sum);
+    let nodes = s["nodes"].as_array().unwrap();
+    for n in nodes {
+        let want = if n["host"] == "node3" {
+            "ISOLATE"
+        } else {
+            "PASS"
+        };
+        assert_eq!(n["verdict"], want, "{n}");
+    }
+    let n3 = nodes.iter().find(|n| n["host"] == "node3").unwrap();
+    let reasons = n3["reasons"].as_array().unwrap();
+    let evidence = |id: &str| {
+        reasons
+            .iter()
+            .find(|r| r["reason"].as_str().unwrap_or("").contains(id))
+            .unwrap_or_else(|| panic!("no {id} reason: {n3}"))["evidence"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert!(
+        evidence("pcie-gpu-links")
+            .starts_with("GPU 3 0000:86:00.0: PCIe 16.0 GT/s x8, capable of 32.0 GT/s x16"),
+        "{n3}"
+    );
+    assert!(
+        evidence("pcie-efa-links").starts_with("EFA rdmap165s0 0000:a5:00.0: PCIe 32.0 GT/s x8"),
+        "{n3}"
+    );
+    assert!(out.contains("# verdict: ISOLATE node3"), "{out}");
+}

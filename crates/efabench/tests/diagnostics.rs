@@ -94,7 +94,9 @@ fn topo_pairs_gpus_and_nics_on_both_fixtures() {
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(text.contains("instance type: p4d.24xlarge"), "{text}");
     assert!(
-        text.contains("rdmap144s27  0000:90:1b.0  1     ACTIVE  100   p2p=NVIDIA  4,5"),
+        text.contains(
+            "rdmap144s27  0000:90:1b.0  1     8.0 GT/s x16  ACTIVE  100   p2p=NVIDIA  4,5"
+        ),
         "{text}"
     );
     assert!(text.contains("libfabric domains: not queried"), "{text}");
@@ -278,6 +280,45 @@ fn counters_watch_is_bounded_by_count() {
     assert!(lines[0]["nics"][0]["delta"].is_object());
 }
 
+/// The degraded p5en tree with the faulty GPU readings: both links named with their speed and
+/// width, the NVML faults failed, exit 1; `topo` shows the links.
+#[test]
+fn doctor_flags_degraded_links_and_gpu_faults_from_a_fixture() {
+    let root = variants::fixture("p5en.48xlarge-pcie-degraded");
+    let nvml = s(&variants::fixture("nvml").join("faulty-p5en.json"));
+    let (code, j) = doctor(&root, &["--nvml-fixture", &nvml], &[]);
+    assert_eq!(code, 1, "{j}");
+    let summary = |id: &str| {
+        j["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["id"] == id)
+            .unwrap()["summary"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(status_of(&j, "pcie-gpu-links"), "fail");
+    assert_eq!(
+        summary("pcie-gpu-links"),
+        "GPU 3 0000:86:00.0: PCIe 16.0 GT/s x8, capable of 32.0 GT/s x16"
+    );
+    assert_eq!(status_of(&j, "pcie-efa-links"), "fail");
+    assert!(summary("pcie-efa-links").contains("EFA rdmap165s0 0000:a5:00.0: PCIe 32.0 GT/s x8"));
+    for id in ["gpu-xid", "gpu-ecc", "gpu-row-remap", "gpu-nvlink"] {
+        assert_eq!(status_of(&j, id), "fail", "{id}");
+    }
+    let o = efabench(&["topo", "--root", &s(&root)], &[]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.lines().any(|l| l.starts_with("3 ")
+            && l.contains("0000:86:00.0")
+            && l.contains("16.0 GT/s x8 (max 32.0 GT/s x16)")),
+        "{out}"
+    );
+}
+
 #[test]
 fn bad_input_is_one_line_and_exit_2() {
     let p4d = s(&variants::fixture("p4d.24xlarge"));
@@ -299,6 +340,8 @@ fn bad_input_is_one_line_and_exit_2() {
         vec!["topo", "--root", &p4d, "--fi-info", "/etc/passwd"],
         vec!["topo", "--root", &p4d, "--fi-info", "/dev/zero"],
         vec!["doctor", "--root", &p4d, "--fi-info", &p4d],
+        vec!["doctor", "--root", &p4d, "--nvml-fixture", "/nonexistent"],
+        vec!["doctor", "--root", &p4d, "--nvml-fixture", "/etc/passwd"],
         vec!["counters", "--root", &p4d, "--watch", "0"],
         vec!["counters", "--root", &p4d, "--count", "3"],
         vec!["counters", "--root", &p4d, "--watch", "1", "--count", "0"],

@@ -25,6 +25,8 @@ pub mod driver;
 pub mod ep;
 pub mod error;
 pub mod gdr;
+pub mod h2d;
+pub mod health;
 pub mod ipc;
 pub mod kernels;
 mod mapped;

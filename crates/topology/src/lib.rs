@@ -9,14 +9,18 @@
 //!
 //! Modules: [`root`] (the root-directory abstraction), [`topo`] (discovery and pairing),
 //! [`counters`] (hw_counters snapshots and deltas), [`installed`] (component versions),
-//! [`libfabric`] (`fi_info` parsing), [`gin`] (what GPU-initiated networking needs on top).
+//! [`libfabric`] (`fi_info` parsing), [`gin`] (what GPU-initiated networking needs on top),
+//! [`pcie`] (PCIe link speed/width and AER counters of GPUs, EFAs and the ports above them),
+//! [`gpu_health`] (the driver's GPU health readings behind a trait, with a JSON fixture source).
 
 #![forbid(unsafe_code)]
 
 pub mod counters;
 pub mod gin;
+pub mod gpu_health;
 pub mod installed;
 pub mod libfabric;
+pub mod pcie;
 pub mod root;
 pub mod topo;
 

@@ -11,6 +11,7 @@
 //! PCIe switch on p5. When no NIC shares a root complex the NICs on the same NUMA node are used.
 
 use crate::libfabric::LibfabricDomain;
+use crate::pcie::PcieLink;
 use crate::root::Root;
 use serde::Serialize;
 use std::path::{Component, Path};
@@ -63,6 +64,8 @@ pub struct NvmlGpu {
     pub pci_bus_id: String,
     pub name: String,
     pub nvlinks: Vec<NvLink>,
+    /// NVML's NUMA node for the GPU; used when sysfs says none (`numa_node` -1, as in some VMs).
+    pub numa_node: Option<i64>,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -82,6 +85,8 @@ pub struct Gpu {
     pub link_gbps: Option<f64>,
     pub pairing: Pairing,
     pub nvlinks: Vec<NvLink>,
+    /// The GPU's PCIe link (trained and maximum speed/width), when sysfs shows it.
+    pub pcie: Option<PcieLink>,
     pub sys_path: String,
 }
 
@@ -116,6 +121,8 @@ pub struct Nic {
     /// Content of the PCI device's `gdr` file (amzn driver 1.9–2.5), when present.
     pub gdr: Option<String>,
     pub driver: Option<String>,
+    /// The NIC's PCIe link (trained and maximum speed/width), when sysfs shows it.
+    pub pcie: Option<PcieLink>,
     pub sys_path: String,
 }
 
@@ -163,6 +170,7 @@ impl Topology {
                     link_gbps: None,
                     pairing: Pairing::None,
                     nvlinks: Vec::new(),
+                    pcie: PcieLink::read(root, &d.sys_path),
                     sys_path: d.sys_path.clone(),
                 }
             })
@@ -197,7 +205,8 @@ impl Topology {
         }
     }
 
-    /// Merge NVML's names and NVLink peers into the GPUs with the same PCI bus id. GPUs NVML does
+    /// Merge NVML's names, NVLink peers and NUMA node (where sysfs has none) into the GPUs with
+    /// the same PCI bus id. GPUs NVML does
     /// not know keep their sysfs data; NVML GPUs not in sysfs are ignored.
     pub fn merge_nvml(&mut self, nvml: Vec<NvmlGpu>) {
         for n in nvml {
@@ -206,6 +215,9 @@ impl Topology {
                 if !n.name.trim().is_empty() {
                     g.name = Some(n.name.trim().to_string());
                     g.name_source = Some("nvml");
+                }
+                if g.numa_node.is_none() {
+                    g.numa_node = n.numa_node;
                 }
                 g.nvlinks = n
                     .nvlinks
@@ -372,6 +384,7 @@ fn efa_nics(root: &Root) -> Vec<Nic> {
             ports,
             gpus: Vec::new(),
             driver: dev.driver,
+            pcie: PcieLink::read(root, &dev.sys_path),
             sys_path: dev.sys_path,
         });
     }

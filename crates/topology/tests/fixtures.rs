@@ -106,6 +106,7 @@ fn nvml_merge_by_bus_id() {
             links: 5,
             gbps_per_link: Some(200.0),
         }],
+        numa_node: Some(1),
     }]);
     assert_eq!(
         t.gpus[0].name.as_deref(),
@@ -114,6 +115,79 @@ fn nvml_merge_by_bus_id() {
     assert_eq!(t.gpus[0].name_source, Some("nvml"));
     assert_eq!(t.gpus[0].nvlinks[0].peer_pci_bus_id, "0000:07:00.0");
     assert_eq!(t.gpus[1].name_source, Some("pci-id"));
+    // sysfs's NUMA node wins; NVML's fills in only where sysfs has none (-1).
+    assert_eq!(t.gpus[0].numa_node, Some(0));
+    let v = variants::copy("p5.48xlarge");
+    v.write(
+        "sys/devices/pci0000:44/0000:44:00.0/0000:45:00.0/0000:46:01.4/0000:53:00.0/numa_node",
+        "-1\n",
+    );
+    let mut t = Topology::discover(&Root::new(&v.dir).unwrap());
+    assert_eq!(t.gpus[0].numa_node, None);
+    t.merge_nvml(vec![NvmlGpu {
+        pci_bus_id: "0000:53:00.0".into(),
+        name: String::new(),
+        nvlinks: Vec::new(),
+        numa_node: Some(1),
+    }]);
+    assert_eq!(t.gpus[0].numa_node, Some(1));
+}
+
+#[test]
+fn pcie_links_of_gpus_efas_and_the_ports_above_them() {
+    use efabench_topology::pcie::{links, LinkOwner};
+    let root = Root::new(variants::fixture("p5en.48xlarge-pcie-degraded")).unwrap();
+    let t = Topology::discover(&root);
+    let l = links(&root, &t);
+    // 8 GPUs, 16 EFAs; per switch a root port, an upstream port and 3 downstream ports.
+    assert_eq!(l.len(), 8 + 16 + 8 * 5);
+    let short: Vec<String> = l
+        .iter()
+        .filter(|r| r.width_short() || r.speed_short())
+        .map(|r| {
+            format!(
+                "{}: {} of {}",
+                r.label(),
+                r.link.current_text(),
+                r.capable_text()
+            )
+        })
+        .collect();
+    assert_eq!(
+        short,
+        [
+            "GPU 3 0000:86:00.0: 16.0 GT/s x8 of 32.0 GT/s x16",
+            "EFA rdmap165s0 0000:a5:00.0: 32.0 GT/s x8 of 32.0 GT/s x16",
+            "port 0000:79:01.4 (above GPU 3): 16.0 GT/s x8 of 32.0 GT/s x16",
+            "port 0000:9b:01.1 (above EFA rdmap165s0): 32.0 GT/s x8 of 32.0 GT/s x16",
+        ]
+    );
+    let LinkOwner::Port { below, direct } =
+        &l.iter().find(|r| r.bdf == "0000:77:00.0").unwrap().owner
+    else {
+        panic!("0000:77:00.0 is the root port above GPU 3")
+    };
+    assert_eq!(below, &["GPU 3", "EFA rdmap130s0", "EFA rdmap131s0"]);
+    assert!(direct.is_empty());
+    assert_eq!(t.gpus[3].pcie.unwrap().current_width, Some(8));
+    // A Gen5 GPU in a Gen4 slot trains at Gen4: not short of what the link can do.
+    let v = variants::copy("p5en.48xlarge-gin-ready");
+    let gpu0 = "sys/devices/pci0000:44/0000:44:00.0/0000:45:00.0/0000:46:01.4";
+    v.write(&format!("{gpu0}/max_link_speed"), "16.0 GT/s PCIe\n");
+    v.write(&format!("{gpu0}/current_link_speed"), "16.0 GT/s PCIe\n");
+    v.write(
+        &format!("{gpu0}/0000:53:00.0/current_link_speed"),
+        "16.0 GT/s PCIe\n",
+    );
+    let root = Root::new(&v.dir).unwrap();
+    let l = links(&root, &Topology::discover(&root));
+    assert!(
+        l.iter().all(|r| !r.speed_short() && !r.width_short()),
+        "{l:#?}"
+    );
+    // p4d's GPUs and EFAs sit on the root bus: no port above them.
+    let root = Root::new(variants::fixture("p4d.24xlarge")).unwrap();
+    assert_eq!(links(&root, &Topology::discover(&root)).len(), 12);
 }
 
 #[test]

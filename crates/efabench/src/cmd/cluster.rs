@@ -41,6 +41,7 @@ fn node_report(root: &Root, libfabric: &LibfabricInput, interval: f64) -> NodeRe
         interval: Duration::from_secs_f64(interval.max(0.0)),
         nccl_log: None,
         gin: false,
+        nvml: crate::cmd::doctor::live_nvml(root),
     };
     let report = efabench_doctor::run(&inputs);
     let checks = report

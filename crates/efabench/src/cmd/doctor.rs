@@ -2,16 +2,19 @@
 //!
 //! This file only gathers the inputs of `efabench_doctor::run` — the root, this process's
 //! environment and `RLIMIT_MEMLOCK`, what libfabric says about itself ([`libfabric_input`]), the
-//! counter interval and an optional NCCL log — and prints the report.
+//! GPU health readings (NVML or `--nvml-fixture`), the counter interval and an optional NCCL log —
+//! and prints the report.
 
 use crate::cmd::topo::{emit, open_root};
 use crate::error::CliError;
 use efabench_doctor::{
-    memlock_from_limits, memlock_of_this_process, Inputs, LibfabricInput, Report, Status,
+    memlock_from_limits, memlock_of_this_process, Inputs, LibfabricInput, NvmlInput, Report, Status,
 };
+use efabench_topology::gpu_health::FixtureSource;
 use efabench_topology::libfabric::{libfabric_files, read_fi_info_file};
 use efabench_topology::Root;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 #[derive(clap::Args, Debug)]
@@ -41,6 +44,36 @@ pub struct Args {
     /// EFA-GDA on p5en, p6-b200, p6-b300).
     #[arg(long)]
     pub gin: bool,
+    /// GPU health readings from a JSON file instead of NVML (the shape of
+    /// `efabench_topology::gpu_health::FixtureFile`; docs/doctor-paths.md). Without it NVML is
+    /// asked on the live system and nothing with --root.
+    #[arg(long, value_name = "FILE")]
+    pub nvml_fixture: Option<PathBuf>,
+}
+
+/// The GPU health readings: `--nvml-fixture FILE`, else NVML on the live system, else none.
+fn nvml_input(root: &Root, fixture: Option<&Path>) -> Result<NvmlInput, CliError> {
+    if let Some(f) = fixture {
+        let src = FixtureSource::open(f).map_err(|e| {
+            CliError::usage(format!(
+                "--nvml-fixture {e}; give a JSON file with \"snapshots\" and \"xids\" (docs/doctor-paths.md)"
+            ))
+        })?;
+        return Ok(NvmlInput::Source(Arc::new(src)));
+    }
+    Ok(live_nvml(root))
+}
+
+/// NVML on the live system (or why it did not answer); nothing for a fixture root, which NVML
+/// does not describe.
+pub fn live_nvml(root: &Root) -> NvmlInput {
+    if !root.is_system() {
+        return NvmlInput::NotQueried;
+    }
+    match efabench_gpu::health::NvmlHealth::open() {
+        Ok(h) => NvmlInput::Source(Arc::new(h)),
+        Err(e) => NvmlInput::Unavailable(e.0),
+    }
 }
 
 /// What libfabric says about itself: a captured fi_info file, else `fi_info` on the live system,
@@ -137,6 +170,7 @@ pub fn run(args: Args) -> Result<i32, CliError> {
         }
     };
     let libfabric = libfabric_input(&root, args.fi_info.as_deref())?;
+    let nvml = nvml_input(&root, args.nvml_fixture.as_deref())?;
     let memlock = if root.is_system() {
         memlock_of_this_process()
     } else {
@@ -152,6 +186,7 @@ pub fn run(args: Args) -> Result<i32, CliError> {
         interval: Duration::from_secs_f64(args.interval),
         nccl_log,
         gin: args.gin,
+        nvml,
     };
     let report = efabench_doctor::run(&inputs);
     if args.json {

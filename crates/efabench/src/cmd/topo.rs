@@ -103,6 +103,7 @@ fn nvml_to_topology(g: efabench_gpu::nvml::NvmlGpuInfo) -> efabench_topology::Nv
     efabench_topology::NvmlGpu {
         pci_bus_id: g.pci_bus_id,
         name: g.name,
+        numa_node: g.numa_node.map(i64::from),
         nvlinks: g
             .nvlink
             .into_iter()
@@ -150,6 +151,18 @@ fn opt<T: ToString>(v: &Option<T>) -> String {
         .unwrap_or_else(|| "-".into())
 }
 
+/// A link as the tables show it: `32.0 GT/s x16`, or `16.0 GT/s x8 (max 32.0 GT/s x16)` when it
+/// trained below what the function can do; `-` when sysfs has no link files.
+fn pcie_text(link: Option<&efabench_topology::pcie::PcieLink>) -> String {
+    match link {
+        None => "-".into(),
+        Some(l) if l.speed_below_max() || l.width_below_max() => {
+            format!("{} (max {})", l.current_text(), l.max_text())
+        }
+        Some(l) => l.current_text(),
+    }
+}
+
 /// The human-readable tables (shared with the README examples).
 pub fn render(t: &Topology, root: &Root) -> String {
     let mut out = String::new();
@@ -187,6 +200,7 @@ pub fn render(t: &Topology, root: &Root) -> String {
             "NAME".into(),
             "PCI".into(),
             "NUMA".into(),
+            "PCIE".into(),
             "PAIRING".into(),
             "NIC Gb/s".into(),
         ]];
@@ -200,6 +214,7 @@ pub fn render(t: &Topology, root: &Root) -> String {
                 opt(&g.name),
                 g.pci_bus_id.clone(),
                 opt(&g.numa_node),
+                pcie_text(g.pcie.as_ref()),
                 serde_json::to_value(g.pairing)
                     .ok()
                     .and_then(|v| v.as_str().map(str::to_string))
@@ -229,6 +244,7 @@ pub fn render(t: &Topology, root: &Root) -> String {
             "NIC".to_string(),
             "PCI".into(),
             "NUMA".into(),
+            "PCIE".into(),
             "STATE".into(),
             "Gb/s".into(),
             "GPUDIRECT".into(),
@@ -245,6 +261,7 @@ pub fn render(t: &Topology, root: &Root) -> String {
                 n.name.clone(),
                 n.pci_bus_id.clone(),
                 opt(&n.numa_node),
+                pcie_text(n.pcie.as_ref()),
                 opt(&n.state),
                 opt(&n.link_gbps),
                 gdr,

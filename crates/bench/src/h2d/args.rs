@@ -1,0 +1,236 @@
+//! The options of `efabench h2d` and their checks, before anything touches a GPU.
+
+use crate::harness::{bounded, one_of, JobArgs, SweepArgs};
+use efabench_gpu::h2d::{Dir, Engine};
+use std::str::FromStr;
+
+/// Options of `efabench h2d`.
+#[derive(clap::Args, Debug, Clone)]
+#[command(next_help_heading = "Benchmark options")]
+pub struct H2dArgs {
+    /// Engines, comma-separated: ce (the copy engine, cuMemcpyHtoDAsync/DtoHAsync) and sm (a
+    /// copy kernel over the mapped pinned pages).
+    #[arg(long, value_delimiter = ',', default_value = "ce,sm", value_parser = one_of::<EngineArg>(&["ce", "sm"]))]
+    pub engine: Vec<EngineArg>,
+    /// Directions, comma-separated: h2d, d2h, both (the two at once on two streams).
+    #[arg(long, value_delimiter = ',', default_value = "h2d,d2h,both", value_parser = one_of::<DirArg>(&["h2d", "d2h", "both"]))]
+    pub dir: Vec<DirArg>,
+    /// Scopes, comma-separated: each (one GPU at a time) and all (every GPU of --gpus at once).
+    #[arg(long, value_delimiter = ',', default_value = "each,all", value_parser = one_of::<Scope>(&["each", "all"]))]
+    pub scope: Vec<Scope>,
+    /// Host buffer placements, comma-separated: near (the GPU's NUMA node) and far (another
+    /// node; skipped on a one-node machine).
+    #[arg(long, value_delimiter = ',', default_value = "near,far", value_parser = one_of::<Placement>(&["near", "far"]))]
+    pub placement: Vec<Placement>,
+    /// GPUs: all, or indices comma-separated (0,3).
+    #[arg(long, default_value = "all", value_parser = gpus_arg)]
+    pub gpus: GpuList,
+    /// Samples per point; the record keeps the median (nvbandwidth takes 3).
+    #[arg(long, default_value = "3", value_parser = samples_arg, allow_hyphen_values = true)]
+    pub samples: u64,
+    #[command(flatten)]
+    pub sweep: SweepArgs,
+    #[command(flatten)]
+    pub job: JobArgs,
+}
+
+crate::impl_options!(H2dArgs: sweep);
+
+/// `--engine`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EngineArg(pub Engine);
+
+impl FromStr for EngineArg {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "ce" => Ok(EngineArg(Engine::Ce)),
+            "sm" => Ok(EngineArg(Engine::Sm)),
+            _ => Err(format!("--engine {s:?}: use ce or sm")),
+        }
+    }
+}
+
+/// `--dir`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DirArg(pub Dir);
+
+impl FromStr for DirArg {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "h2d" => Ok(DirArg(Dir::H2d)),
+            "d2h" => Ok(DirArg(Dir::D2h)),
+            "both" => Ok(DirArg(Dir::Both)),
+            _ => Err(format!("--dir {s:?}: use h2d, d2h or both")),
+        }
+    }
+}
+
+/// `--scope`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scope {
+    Each,
+    All,
+}
+
+impl FromStr for Scope {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "each" => Ok(Scope::Each),
+            "all" => Ok(Scope::All),
+            _ => Err(format!("--scope {s:?}: use each or all")),
+        }
+    }
+}
+
+/// `--placement`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Placement {
+    Near,
+    Far,
+}
+
+impl Placement {
+    pub fn name(self) -> &'static str {
+        match self {
+            Placement::Near => "near",
+            Placement::Far => "far",
+        }
+    }
+}
+
+impl FromStr for Placement {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "near" => Ok(Placement::Near),
+            "far" => Ok(Placement::Far),
+            _ => Err(format!("--placement {s:?}: use near or far")),
+        }
+    }
+}
+
+/// `--gpus`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum GpuList {
+    All,
+    Some(Vec<usize>),
+}
+
+impl GpuList {
+    /// The GPUs among `count`, or the usage error naming the missing one.
+    pub fn resolve(&self, count: usize) -> Result<Vec<usize>, String> {
+        match self {
+            GpuList::All if count == 0 => {
+                Err("the CUDA driver sees no GPU: check nvidia-smi and CUDA_VISIBLE_DEVICES".into())
+            }
+            GpuList::All => Ok((0..count).collect()),
+            GpuList::Some(v) => match v.iter().find(|g| **g >= count) {
+                Some(g) => Err(format!(
+                    "--gpus {g} does not exist: this machine has {count} GPU(s); use 0..{} or all",
+                    count.max(1) - 1
+                )),
+                None => Ok(v.clone()),
+            },
+        }
+    }
+}
+
+/// Parses `--gpus`: `all`, or distinct indices.
+pub fn gpus_arg(s: &str) -> Result<GpuList, String> {
+    let t = s.trim();
+    if t.eq_ignore_ascii_case("all") {
+        return Ok(GpuList::All);
+    }
+    let mut v = Vec::new();
+    for part in t.split(',') {
+        let g: usize = part.trim().parse().map_err(|_| {
+            format!(
+                "--gpus {:?}: use all or GPU indices separated by commas, e.g. --gpus 0,3",
+                crate::size::clip(s)
+            )
+        })?;
+        if g >= 1024 || v.contains(&g) {
+            return Err(format!(
+                "--gpus {:?}: index {g} repeated or out of range; list each GPU once",
+                crate::size::clip(s)
+            ));
+        }
+        v.push(g);
+    }
+    Ok(GpuList::Some(v))
+}
+
+fn samples_arg(s: &str) -> Result<u64, String> {
+    bounded(s, "--samples", 1, 1000, "3")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        a: H2dArgs,
+    }
+
+    fn parse(args: &[&str]) -> Result<H2dArgs, clap::Error> {
+        let mut v = vec!["h2d"];
+        v.extend(args);
+        Cli::try_parse_from(v).map(|c| c.a)
+    }
+
+    #[test]
+    fn defaults_cover_every_case() {
+        let a = parse(&[]).unwrap();
+        assert_eq!(a.engine, [EngineArg(Engine::Ce), EngineArg(Engine::Sm)]);
+        assert_eq!(
+            a.dir,
+            [DirArg(Dir::H2d), DirArg(Dir::D2h), DirArg(Dir::Both)]
+        );
+        assert_eq!(a.scope, [Scope::Each, Scope::All]);
+        assert_eq!(a.placement, [Placement::Near, Placement::Far]);
+        assert_eq!(a.gpus, GpuList::All);
+        assert_eq!(a.samples, 3);
+    }
+
+    #[test]
+    fn choices_parse_and_bad_ones_are_refused() {
+        let a = parse(&[
+            "--engine",
+            "sm",
+            "--dir",
+            "both",
+            "--gpus",
+            "0,3",
+            "--placement",
+            "far",
+        ])
+        .unwrap();
+        assert_eq!(a.engine, [EngineArg(Engine::Sm)]);
+        assert_eq!(a.dir, [DirArg(Dir::Both)]);
+        assert_eq!(a.gpus, GpuList::Some(vec![0, 3]));
+        assert_eq!(a.placement, [Placement::Far]);
+        for bad in [
+            &["--engine", "dma"][..],
+            &["--dir", "up"],
+            &["--scope", "some"],
+            &["--gpus", "0,0"],
+            &["--gpus", "x"],
+            &["--samples", "0"],
+            &["-p", "efa"],
+        ] {
+            assert!(parse(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(GpuList::All.resolve(2).unwrap(), [0, 1]);
+        assert!(GpuList::Some(vec![2])
+            .resolve(2)
+            .unwrap_err()
+            .contains("--gpus 2"));
+        assert!(GpuList::All.resolve(0).is_err());
+    }
+}
