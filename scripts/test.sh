@@ -10,8 +10,10 @@ EFABENCH_DEPS=${EFABENCH_DEPS:-/opt/efabench-ci}
 export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
 HOOKS=(--features efabench/test-hooks)
 
-echo "== results/README.md is generated from the manifests"
+echo "== results/README.md and results/CURRENT.md are generated from the manifests"
 python3 scripts/results-index.py --check
+echo "== every path the docs name exists"
+python3 scripts/doc-links.py
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy -D warnings"
