@@ -1,0 +1,130 @@
+#!/usr/bin/env python3
+"""How often does `efabench compare` cry wolf, and does it see a real slowdown?
+
+Runs PAIRS pairs of identical sweeps back to back on this machine (run A, then run B, the same
+binary and command), then counts, with the default tolerance and confidence:
+
+  false regressions   `compare A B` exit 1 (nothing changed between A and B)
+  detections          `compare A B'` exit 1, where B' is B with a planted 30% slowdown: every
+                      latency figure (and block median) x 1.3, every bandwidth / 1.3
+
+once with one run per side (A_i against B_i) and once with three runs per side (A_i..A_i+2
+against B_i..B_i+2, `--baseline` three times), and writes summary.json, summary.txt and the
+runs (a.jsonl, b.jsonl: the A and B runs appended in order) to OUT.
+
+Usage: scripts/compare-noise.py [--pairs 20] [--efabench target/release/efabench] OUT
+       [-- BENCH ARGS...]   (default: sendrecv -b 8 -e 64K)
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+BLOCKS = "lat_p50_blocks_us"
+
+
+def run_sweep(efabench, bench_args, path):
+    cmd = [efabench, "launch", "-n", "2", "--"] + bench_args + ["-o", path]
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def slowed(src, dst, factor=1.3):
+    with open(src) as f, open(dst, "w") as out:
+        for line in f:
+            r = json.loads(line)
+            for k in r["lat_us"]:
+                r["lat_us"][k] *= factor
+            r["bw_gbps"] /= factor
+            if isinstance(r.get(BLOCKS), list):
+                r[BLOCKS] = [x * factor for x in r[BLOCKS]]
+            out.write(json.dumps(r) + "\n")
+
+
+def compare(efabench, base, cand):
+    """(exit status, regressions, matched points)"""
+    args = [efabench, "compare", "--format", "json"]
+    for b in base:
+        args += ["--baseline", b]
+    p = subprocess.run(args + cand, capture_output=True, text=True)
+    if p.returncode not in (0, 1):
+        sys.exit(f"compare failed ({p.returncode}): {p.stderr.strip()}")
+    j = json.loads(p.stdout)
+    return p.returncode, j["regressions"], len(j["rows"])
+
+
+def main():
+    argv = sys.argv[1:]
+    bench = ["sendrecv", "-b", "8", "-e", "64K"]
+    if "--" in argv:
+        i = argv.index("--")
+        argv, bench = argv[:i], argv[i + 1:]
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--pairs", type=int, default=20)
+    ap.add_argument("--efabench", default="target/release/efabench")
+    ap.add_argument("out")
+    a = ap.parse_args(argv)
+    if a.pairs < 1:
+        sys.exit("--pairs must be at least 1")
+    os.makedirs(a.out, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="efabench-compare-noise-") as tmp:
+        runs = []
+        for i in range(a.pairs):
+            pa, pb = os.path.join(tmp, f"a{i}.jsonl"), os.path.join(tmp, f"b{i}.jsonl")
+            run_sweep(a.efabench, bench, pa)
+            run_sweep(a.efabench, bench, pb)
+            ps = os.path.join(tmp, f"b{i}-slow.jsonl")
+            slowed(pb, ps)
+            runs.append((pa, pb, ps))
+            print(f"pair {i + 1}/{a.pairs} measured", file=sys.stderr)
+        single = []
+        for pa, pb, ps in runs:
+            rc, reg, rows = compare(a.efabench, [pa], [pb])
+            rc_s, reg_s, _ = compare(a.efabench, [pa], [ps])
+            single.append({"points": rows, "same_exit": rc, "same_regressions": reg,
+                           "slowed_exit": rc_s, "slowed_regressions": reg_s})
+        triple = []
+        for i in range(0, a.pairs - 2, 3):
+            base = [r[0] for r in runs[i:i + 3]]
+            rc, reg, rows = compare(a.efabench, base, [r[1] for r in runs[i:i + 3]])
+            rc_s, reg_s, _ = compare(a.efabench, base, [r[2] for r in runs[i:i + 3]])
+            triple.append({"points": rows, "same_exit": rc, "same_regressions": reg,
+                           "slowed_exit": rc_s, "slowed_regressions": reg_s})
+        for side, idx in (("a.jsonl", 0), ("b.jsonl", 1)):
+            with open(os.path.join(a.out, side), "w") as out:
+                for r in runs:
+                    with open(r[idx]) as f:
+                        out.write(f.read())
+
+    def tally(rows):
+        return {
+            "comparisons": len(rows),
+            "false_regressions": sum(r["same_exit"] == 1 for r in rows),
+            "false_regression_points": sum(r["same_regressions"] for r in rows),
+            "detected": sum(r["slowed_exit"] == 1 for r in rows),
+            "detected_points": sum(r["slowed_regressions"] for r in rows),
+            "points_per_comparison": rows[0]["points"] if rows else 0,
+            "each": rows,
+        }
+
+    summary = {"bench": bench, "pairs": a.pairs, "one_run_per_side": tally(single),
+               "three_runs_per_side": tally(triple)}
+    with open(os.path.join(a.out, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=1)
+        f.write("\n")
+    lines = [f"# {' '.join(bench)}: {a.pairs} pairs of runs, default tolerance (5%) and confidence (95%)"]
+    for name in ("one_run_per_side", "three_runs_per_side"):
+        t = summary[name]
+        lines.append(
+            f"{name}: {t['comparisons']} comparisons of {t['points_per_comparison']} points; "
+            f"false regressions {t['false_regressions']}/{t['comparisons']} "
+            f"({t['false_regression_points']} points); planted 30% slowdown detected "
+            f"{t['detected']}/{t['comparisons']} ({t['detected_points']} points)")
+    with open(os.path.join(a.out, "summary.txt"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
