@@ -188,7 +188,7 @@ fn compare_exit_codes_follow_the_tolerance() {
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(out.contains("REGRESSION(bw)"), "{out}");
     assert!(
-        out.contains("# Result: FAILED (20 regression(s) beyond 5%)"),
+        out.contains("# Result: FAILED (20 regression(s) beyond 5% and the noise)"),
         "{out}"
     );
 
@@ -279,7 +279,7 @@ fn compare_fails_when_the_candidate_lacks_baseline_points() {
     let out = String::from_utf8_lossy(&o.stdout);
     assert_eq!(o.status.code(), Some(1), "{out}");
     assert!(
-        out.contains("3 matched, 0 regression(s), 0 improvement(s), 17 missing from the candidate"),
+        out.contains("3 matched, 0 regression(s), 0 beyond the tolerance but within the noise, 0 improvement(s), 17 missing from the candidate"),
         "{out}"
     );
     assert!(
