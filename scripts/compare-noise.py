@@ -8,9 +8,10 @@ binary and command), then counts, with the default tolerance and confidence:
   detections          `compare A B'` exit 1, where B' is B with a planted 30% slowdown: every
                       latency figure (and block median) x 1.3, every bandwidth / 1.3
 
-once with one run per side (A_i against B_i) and once with three runs per side (A_i..A_i+2
-against B_i..B_i+2, `--baseline` three times), and writes summary.json, summary.txt and the
-runs (a.jsonl, b.jsonl: the A and B runs appended in order) to OUT.
+once with one run per side (A_i against B_i) and once with three runs per side (each three
+pairs in turn: A_i..A_i+2 against B_i..B_i+2, `--baseline` three times), and writes summary.json,
+summary.txt and the runs (a.jsonl, b.jsonl: the A and B runs appended in order) to OUT, again
+after every pair.
 
 Usage: scripts/compare-noise.py [--pairs 20] [--efabench target/release/efabench] OUT
        [-- BENCH ARGS...]   (default: sendrecv -b 8 -e 64K)
@@ -68,8 +69,15 @@ def main():
     if a.pairs < 1:
         sys.exit("--pairs must be at least 1")
     os.makedirs(a.out, exist_ok=True)
+    single, triple, runs = [], [], []
+
+    def one(base, cand, slow):
+        rc, reg, rows = compare(a.efabench, base, cand)
+        rc_s, reg_s, _ = compare(a.efabench, base, slow)
+        return {"points": rows, "same_exit": rc, "same_regressions": reg,
+                "slowed_exit": rc_s, "slowed_regressions": reg_s}
+
     with tempfile.TemporaryDirectory(prefix="efabench-compare-noise-") as tmp:
-        runs = []
         for i in range(a.pairs):
             pa, pb = os.path.join(tmp, f"a{i}.jsonl"), os.path.join(tmp, f"b{i}.jsonl")
             run_sweep(a.efabench, bench, pa)
@@ -77,43 +85,40 @@ def main():
             ps = os.path.join(tmp, f"b{i}-slow.jsonl")
             slowed(pb, ps)
             runs.append((pa, pb, ps))
+            single.append(one([pa], [pb], [ps]))
+            if len(runs) % 3 == 0:
+                last = runs[-3:]
+                triple.append(one([r[0] for r in last], [r[1] for r in last], [r[2] for r in last]))
+            for side, idx in (("a.jsonl", 0), ("b.jsonl", 1)):
+                with open(os.path.join(a.out, side), "w") as out:
+                    for r in runs:
+                        with open(r[idx]) as f:
+                            out.write(f.read())
+            write_summary(a.out, bench, len(runs), single, triple)
             print(f"pair {i + 1}/{a.pairs} measured", file=sys.stderr)
-        single = []
-        for pa, pb, ps in runs:
-            rc, reg, rows = compare(a.efabench, [pa], [pb])
-            rc_s, reg_s, _ = compare(a.efabench, [pa], [ps])
-            single.append({"points": rows, "same_exit": rc, "same_regressions": reg,
-                           "slowed_exit": rc_s, "slowed_regressions": reg_s})
-        triple = []
-        for i in range(0, a.pairs - 2, 3):
-            base = [r[0] for r in runs[i:i + 3]]
-            rc, reg, rows = compare(a.efabench, base, [r[1] for r in runs[i:i + 3]])
-            rc_s, reg_s, _ = compare(a.efabench, base, [r[2] for r in runs[i:i + 3]])
-            triple.append({"points": rows, "same_exit": rc, "same_regressions": reg,
-                           "slowed_exit": rc_s, "slowed_regressions": reg_s})
-        for side, idx in (("a.jsonl", 0), ("b.jsonl", 1)):
-            with open(os.path.join(a.out, side), "w") as out:
-                for r in runs:
-                    with open(r[idx]) as f:
-                        out.write(f.read())
+    print(open(os.path.join(a.out, "summary.txt")).read(), end="")
 
-    def tally(rows):
-        return {
-            "comparisons": len(rows),
-            "false_regressions": sum(r["same_exit"] == 1 for r in rows),
-            "false_regression_points": sum(r["same_regressions"] for r in rows),
-            "detected": sum(r["slowed_exit"] == 1 for r in rows),
-            "detected_points": sum(r["slowed_regressions"] for r in rows),
-            "points_per_comparison": rows[0]["points"] if rows else 0,
-            "each": rows,
-        }
 
-    summary = {"bench": bench, "pairs": a.pairs, "one_run_per_side": tally(single),
+def tally(rows):
+    return {
+        "comparisons": len(rows),
+        "false_regressions": sum(r["same_exit"] == 1 for r in rows),
+        "false_regression_points": sum(r["same_regressions"] for r in rows),
+        "detected": sum(r["slowed_exit"] == 1 for r in rows),
+        "detected_points": sum(r["slowed_regressions"] for r in rows),
+        "points_per_comparison": rows[0]["points"] if rows else 0,
+        "each": rows,
+    }
+
+
+def write_summary(out_dir, bench, pairs, single, triple):
+    """Rewritten after every pair, so an interrupted run keeps what it measured."""
+    summary = {"bench": bench, "pairs": pairs, "one_run_per_side": tally(single),
                "three_runs_per_side": tally(triple)}
-    with open(os.path.join(a.out, "summary.json"), "w") as f:
+    with open(os.path.join(out_dir, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1)
         f.write("\n")
-    lines = [f"# {' '.join(bench)}: {a.pairs} pairs of runs, default tolerance (5%) and confidence (95%)"]
+    lines = [f"# {' '.join(bench)}: {pairs} pairs of runs, default tolerance (5%) and confidence (95%)"]
     for name in ("one_run_per_side", "three_runs_per_side"):
         t = summary[name]
         lines.append(
@@ -121,9 +126,8 @@ def main():
             f"false regressions {t['false_regressions']}/{t['comparisons']} "
             f"({t['false_regression_points']} points); planted 30% slowdown detected "
             f"{t['detected']}/{t['comparisons']} ({t['detected_points']} points)")
-    with open(os.path.join(a.out, "summary.txt"), "w") as f:
+    with open(os.path.join(out_dir, "summary.txt"), "w") as f:
         f.write("\n".join(lines) + "\n")
-    print("\n".join(lines))
 
 
 if __name__ == "__main__":

@@ -162,11 +162,11 @@ mod tests {
 
     #[test]
     fn files_and_repeated_keys_add_runs() {
-        let a = vec![
+        let a = [
             sample("pairs", "stream", 64, 1.0, 1.0),
             sample("pairs", "stream", 64, 1.1, 1.0),
         ];
-        let b = vec![sample("pairs", "stream", 64, 1.2, 1.0)];
+        let b = [sample("pairs", "stream", 64, 1.2, 1.0)];
         let s = Side::from_records([("a".to_string(), &a[..]), ("b".to_string(), &b[..])]);
         assert_eq!((s.points.len(), s.points[0].1.len()), (1, 3));
         assert_eq!((s.records, s.repeated_in_file, s.max_runs()), (3, 1, 3));
