@@ -15,6 +15,8 @@ after every pair.
 
 Usage: scripts/compare-noise.py [--pairs 20] [--efabench target/release/efabench] OUT
        [-- BENCH ARGS...]   (default: sendrecv -b 8 -e 64K)
+       scripts/compare-noise.py --rejudge [--efabench ...] OUT
+                            (judge the runs kept in OUT again, with this efabench's compare)
 """
 import argparse
 import json
@@ -64,18 +66,18 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--pairs", type=int, default=20)
     ap.add_argument("--efabench", default="target/release/efabench")
+    ap.add_argument("--rejudge", action="store_true")
     ap.add_argument("out")
     a = ap.parse_args(argv)
+    if a.rejudge:
+        return rejudge(a)
     if a.pairs < 1:
         sys.exit("--pairs must be at least 1")
     os.makedirs(a.out, exist_ok=True)
     single, triple, runs = [], [], []
 
     def one(base, cand, slow):
-        rc, reg, rows = compare(a.efabench, base, cand)
-        rc_s, reg_s, _ = compare(a.efabench, base, slow)
-        return {"points": rows, "same_exit": rc, "same_regressions": reg,
-                "slowed_exit": rc_s, "slowed_regressions": reg_s}
+        return judge(a.efabench, base, cand, slow)
 
     with tempfile.TemporaryDirectory(prefix="efabench-compare-noise-") as tmp:
         for i in range(a.pairs):
@@ -97,6 +99,43 @@ def main():
             write_summary(a.out, bench, len(runs), single, triple)
             print(f"pair {i + 1}/{a.pairs} measured", file=sys.stderr)
     print(open(os.path.join(a.out, "summary.txt")).read(), end="")
+
+
+def rejudge(a):
+    with open(os.path.join(a.out, "summary.json")) as f:
+        old = json.load(f)
+    pairs, bench = old["pairs"], old["bench"]
+    with tempfile.TemporaryDirectory(prefix="efabench-compare-noise-") as tmp:
+        split = {}
+        for side in ("a", "b"):
+            with open(os.path.join(a.out, f"{side}.jsonl")) as f:
+                lines = f.readlines()
+            if len(lines) % pairs:
+                sys.exit(f"{side}.jsonl holds {len(lines)} records, not a multiple of {pairs} runs")
+            n = len(lines) // pairs
+            split[side] = []
+            for i in range(pairs):
+                path = os.path.join(tmp, f"{side}{i}.jsonl")
+                with open(path, "w") as out:
+                    out.writelines(lines[i * n:(i + 1) * n])
+                split[side].append(path)
+        runs = []
+        for i in range(pairs):
+            ps = os.path.join(tmp, f"b{i}-slow.jsonl")
+            slowed(split["b"][i], ps)
+            runs.append((split["a"][i], split["b"][i], ps))
+        single = [judge(a.efabench, [r[0]], [r[1]], [r[2]]) for r in runs]
+        triple = [judge(a.efabench, [r[0] for r in runs[i:i + 3]], [r[1] for r in runs[i:i + 3]],
+                        [r[2] for r in runs[i:i + 3]]) for i in range(0, pairs - 2, 3)]
+        write_summary(a.out, bench, pairs, single, triple)
+    print(open(os.path.join(a.out, "summary.txt")).read(), end="")
+
+
+def judge(efabench, base, cand, slow):
+    rc, reg, rows = compare(efabench, base, cand)
+    rc_s, reg_s, _ = compare(efabench, base, slow)
+    return {"points": rows, "same_exit": rc, "same_regressions": reg,
+            "slowed_exit": rc_s, "slowed_regressions": reg_s}
 
 
 def tally(rows):

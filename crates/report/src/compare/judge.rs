@@ -3,14 +3,14 @@
 //!
 //! With `b` and `c` the two sides' estimates and `se_b`, `se_c` their relative standard errors
 //! (`side.rs`), the change is judged on `d = ln(c / b)`, whose standard error is
-//! `se = √(se_b² + se_c²)`. "How sure" is the probability that the candidate is really worse:
-//! `P = F(worse / se)`, with `worse = d` for latency and `-d` for bandwidth, and `F` Student's t
+//! `se = √(se_b² + se_c² + se_sweep²)` (`sweep.rs`: only where a side has a single run). "How
+//! sure" is the probability that the candidate is really worse: `P = F(worse / se)`, with `worse = d` for latency and `-d` for bandwidth, and `F` Student's t
 //! distribution with Welch–Satterthwaite's degrees of freedom when repeated runs set a side's
 //! noise, else the normal. A regression needs both: worse by more than the tolerance
 //! (`|Δ| × 100 > tol × base`, so a change of exactly the tolerance passes) and `P` at least the
 //! per-test confidence, which is the requested confidence spread over every test of the
-//! comparison (Bonferroni: `1 − (1 − confidence) / tests`), so that 28 points × 2 figures of
-//! pure noise do not fail a run 1 time in 1.4.
+//! comparison (Bonferroni: `1 − (1 − confidence) / tests`), so that 28 points of pure noise do
+//! not fail a run 1 time in 1.4.
 
 use super::prob::t_cdf;
 use super::side::Estimate;
@@ -70,8 +70,15 @@ fn welch_df(b: &Estimate, c: &Estimate) -> Option<f64> {
     Some(((vb + vc).powi(2) / denom).max(1.0))
 }
 
-/// The statistics of one metric. `higher_is_better` for bandwidth, not for latency.
-pub fn test(b: &Estimate, c: &Estimate, tol_pct: f64, higher_is_better: bool) -> Tested {
+/// The statistics of one metric. `higher_is_better` for bandwidth, not for latency; `sweep_se`
+/// is the sweep's spread of changes (`sweep.rs`), 0 when it does not apply.
+pub fn test(
+    b: &Estimate,
+    c: &Estimate,
+    tol_pct: f64,
+    higher_is_better: bool,
+    sweep_se: f64,
+) -> Tested {
     let (base, cand) = (b.value, c.value);
     let change = (cand - base) / base * 100.0;
     let change_pct = (base != 0.0 && change.is_finite()).then_some(change);
@@ -88,7 +95,7 @@ pub fn test(b: &Estimate, c: &Estimate, tol_pct: f64, higher_is_better: bool) ->
     } else {
         0
     };
-    let se = (b.rel_se.powi(2) + c.rel_se.powi(2)).sqrt();
+    let se = (b.rel_se.powi(2) + c.rel_se.powi(2) + sweep_se.powi(2)).sqrt();
     let se = if se.is_finite() { se } else { 0.0 };
     let logs = base > 0.0 && cand > 0.0 && base.is_finite() && cand.is_finite();
     let worse = if logs {
@@ -166,6 +173,7 @@ mod tests {
             &est(13.0, 0.01, 1, None),
             5.0,
             false,
+            0.0,
         );
         assert!(t.delta.sure_worse_pct > 99.99);
         assert_eq!(t.decide(0.999).verdict, Verdict::Regression);
@@ -175,6 +183,7 @@ mod tests {
             &est(13.0, 0.2, 1, None),
             5.0,
             false,
+            0.0,
         );
         assert!((t.delta.sure_worse_pct - 82.5).abs() < 1.0, "{:?}", t.delta);
         assert_eq!(t.decide(0.999).verdict, Verdict::Noise);
@@ -184,6 +193,7 @@ mod tests {
             &est(10.4, 0.0001, 1, None),
             5.0,
             false,
+            0.0,
         );
         assert_eq!(t.decide(0.999).verdict, Verdict::Ok);
         // Bandwidth up 30%: better.
@@ -192,6 +202,7 @@ mod tests {
             &est(13.0, 0.01, 1, None),
             5.0,
             true,
+            0.0,
         );
         assert!(t.delta.sure_worse_pct < 0.01);
         assert_eq!(t.decide(0.999).verdict, Verdict::Better);
@@ -202,12 +213,13 @@ mod tests {
         // Two runs per side scattering 5%: a 30% change is less sure under t(2) than normal.
         let b = est(10.0, 0.05, 2, Some(1.0));
         let c = est(13.0, 0.05, 2, Some(1.0));
-        let t = test(&b, &c, 5.0, false);
+        let t = test(&b, &c, 5.0, false, 0.0);
         let normal = test(
             &est(10.0, 0.05, 2, None),
             &est(13.0, 0.05, 2, None),
             5.0,
             false,
+            0.0,
         );
         assert!(t.delta.sure_worse_pct < normal.delta.sure_worse_pct);
         assert_eq!(welch_df(&b, &c), Some(2.0));

@@ -4,7 +4,8 @@
 //! Points are matched on everything that identifies them ([`key`]); each side may hold several
 //! runs of a point (several files, repeated records, or a [`baseline`] file). Three things are
 //! judged per point: the p50 latency and the median-window bandwidth ([`figure`]), each against
-//! the tolerance *and* the noise estimated from the runs ([`side`], [`judge`]), and the
+//! the tolerance *and* the noise estimated from the runs ([`side`], [`judge`]) and, for single
+//! runs, from the sweep ([`sweep`]), and the
 //! verification errors (any error the baseline did not have is a regression, whatever the
 //! tolerance). A baseline point the candidate lacks fails the comparison unless `allow_missing`:
 //! a run that crashed half-way measured nothing at the sizes it never reached. Where the two
@@ -19,6 +20,7 @@ pub mod key;
 mod prob;
 mod render;
 pub mod side;
+pub mod sweep;
 #[cfg(test)]
 mod tests;
 
@@ -105,6 +107,9 @@ pub struct Comparison {
     pub tests: usize,
     /// The confidence each test must reach: `1 − (1 − confidence) / tests`.
     pub per_test_confidence: f64,
+    /// The sweep's spread of changes added to the noise of points with a single run on a side
+    /// (`sweep.rs`), in percent; null when it did not apply.
+    pub sweep_noise_pct: Option<f64>,
     pub baseline_files: Vec<String>,
     pub candidate_files: Vec<String>,
     pub baseline_records: usize,
@@ -182,6 +187,24 @@ pub fn compare_sides(base: &Side, cand: &Side, o: &Options) -> Result<Comparison
     let mut time_sliced_baseline = TimeSliced::default();
     let mut time_sliced_candidate = TimeSliced::default();
     let mut gpu_sharing_differs = 0;
+    // Where a side has a single run, the sweep's spread of changes stands in for the scatter
+    // between runs (`sweep.rs`).
+    let single = |runs: &[RunPoint]| runs.len() < 2;
+    let mut changes = Vec::new();
+    for (k, b) in &base.points {
+        if let Some(c) = cand_pos.get(k) {
+            if single(b) || single(c) {
+                let fig = |runs: &[RunPoint]| {
+                    estimate(&runs.iter().map(|r| r.lat_p50_us).collect::<Vec<_>>()).value
+                };
+                let (bv, cv) = (fig(b), fig(c));
+                if bv > 0.0 && cv > 0.0 {
+                    changes.push((cv / bv).ln());
+                }
+            }
+        }
+    }
+    let sweep_se = sweep::spread(&changes);
     let mut tested = Vec::new();
     for (k, b) in &base.points {
         let Some(c) = cand_pos.get(k) else {
@@ -204,8 +227,19 @@ pub fn compare_sides(base: &Side, cand: &Side, o: &Options) -> Result<Comparison
                 .collect();
             estimate(&obs)
         };
-        let bw = judge::test(&fig(b, true), &fig(c, true), o.tolerance_pct, true);
-        let lat = judge::test(&fig(b, false), &fig(c, false), o.tolerance_pct, false);
+        let extra = if single(b) || single(c) {
+            sweep_se.unwrap_or(0.0)
+        } else {
+            0.0
+        };
+        let bw = judge::test(&fig(b, true), &fig(c, true), o.tolerance_pct, true, extra);
+        let lat = judge::test(
+            &fig(b, false),
+            &fig(c, false),
+            o.tolerance_pct,
+            false,
+            extra,
+        );
         let max_err = |runs: &[RunPoint]| runs.iter().map(|r| r.errors).max().unwrap_or(0);
         let (be, ce) = (max_err(b), max_err(c));
         let errors = MetricDelta {
@@ -278,6 +312,7 @@ pub fn compare_sides(base: &Side, cand: &Side, o: &Options) -> Result<Comparison
         confidence: o.confidence,
         tests,
         per_test_confidence,
+        sweep_noise_pct: sweep_se.map(|s| s * 100.0),
         baseline_files: base.files.clone(),
         candidate_files: cand.files.clone(),
         baseline_records: base.records,

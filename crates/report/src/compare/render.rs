@@ -61,6 +61,12 @@ impl Comparison {
             out,
             "# change = (candidate - baseline) / baseline; noise = standard error of the change from the runs' own spread and their scatter (%); sure = how sure the candidate is worse (%)"
         );
+        if let Some(s) = self.sweep_noise_pct {
+            let _ = writeln!(
+                out,
+                "# single runs: the points' changes scatter by {s:.1}% across the sweep; that is added to the noise of each point with one run on a side (repeat runs to measure it per point)"
+            );
+        }
         if self.context_changes.is_empty() {
             let _ = writeln!(
                 out,

@@ -456,3 +456,35 @@ fn repeated_runs_and_a_baseline_file_judge_alike() {
     let line = serde_json::to_string(&runs[0][0]).unwrap();
     assert!(Baseline::parse(&path, &line).unwrap().is_none());
 }
+
+#[test]
+fn single_runs_take_the_sweeps_scatter_as_noise() {
+    // 12 points whose blocks are steady (±1%), rerun with each point moved by up to ±40%:
+    // the moves are between runs, which one run's blocks cannot show.
+    let moves = [
+        0.6, 1.4, 0.8, 1.2, 0.7, 1.3, 0.9, 1.1, 0.75, 1.25, 0.85, 1.15,
+    ];
+    let base: Vec<Record> = (0..12)
+        .map(|i| with_blocks(8 << i, 1.0 + f64::from(i), 0.01))
+        .collect();
+    let rerun: Vec<Record> = base
+        .iter()
+        .zip(moves)
+        .map(|(r, m)| with_blocks(r.size_bytes, r.lat_us.p50 * m, 0.01))
+        .collect();
+    let c = compare(&base, &rerun, 5.0, false).unwrap();
+    assert!(c.sweep_noise_pct.unwrap() > 20.0, "{:?}", c.sweep_noise_pct);
+    assert_eq!(c.regressions(), 0, "{}", c.render_table("a", "b"));
+    assert!(c
+        .render_table("a", "b")
+        .contains("# single runs: the points' changes scatter by"));
+    // A steady rerun slowed by 30% everywhere: the scatter stays small, every point is found.
+    let steady: Vec<Record> = base
+        .iter()
+        .zip(moves)
+        .map(|(r, m)| with_blocks(r.size_bytes, r.lat_us.p50 * (1.0 + (m - 1.0) / 20.0), 0.01))
+        .collect();
+    let c = compare(&base, &slowed(&steady), 5.0, false).unwrap();
+    assert!(c.sweep_noise_pct.unwrap() < 3.0);
+    assert_eq!(c.regressions(), 12, "{}", c.render_table("a", "b"));
+}
