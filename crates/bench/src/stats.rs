@@ -2,7 +2,9 @@
 //! [`efabench_record::stats`] (nearest-rank percentiles), which `compare` shares; this module
 //! re-exports it under the name the benchmarks use.
 
-pub use efabench_record::stats::{gbps, median, median_of, mops, nearest_rank, Samples};
+pub use efabench_record::stats::{
+    block_medians_us, gbps, median, median_of, mops, nearest_rank, Samples, BLOCK_MEDIANS_FIELD,
+};
 
 #[cfg(test)]
 mod tests {

@@ -208,6 +208,14 @@ impl Inputs {
     }
 }
 
+/// Judge an `NCCL_DEBUG=INFO` log alone (`doctor --nccl-log` without `--all`): the exit status
+/// then says whether that job used EFA, not whether this node's other checks pass.
+pub fn run_nccl_log_only(name: &str, text: &str) -> Report {
+    Report {
+        checks: vec![nccl_log::check(name, text)],
+    }
+}
+
 /// Run every check.
 pub fn run(inputs: &Inputs) -> Report {
     Report {

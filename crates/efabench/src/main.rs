@@ -37,8 +37,11 @@ enum Command {
     Bench(efabench_bench::BenchCommand),
     /// Plot JSONL records to PNG or SVG.
     Plot(cmd::plot::Args),
-    /// Compare two JSONL result files; exit 1 on a regression beyond the tolerance.
+    /// Compare a baseline with a candidate (one or several runs each); exit 1 on a regression
+    /// beyond the tolerance and the noise.
     Compare(cmd::compare::Args),
+    /// Keep several runs of a sweep, with their spread, as a baseline file for compare.
+    Baseline(cmd::baseline::Args),
 }
 
 fn main() {
@@ -55,6 +58,7 @@ fn main() {
         Command::Bench(b) => cmd::bench::run(b),
         Command::Plot(a) => cmd::plot::run(a),
         Command::Compare(a) => cmd::compare::run(a),
+        Command::Baseline(a) => cmd::baseline::run(a),
     };
     match result {
         Ok(code) => std::process::exit(code),

@@ -159,6 +159,24 @@ ip-10-0-0-1:1234:1234 [0] NCCL INFO Using network Socket\n",
     let (code, j) = doctor(&p5, &["--nccl-log", &s(&log)], &[]);
     assert_eq!(code, 1);
     assert_eq!(status_of(&j, "nccl-log"), "fail");
+    // The log alone is judged: a node check failing (FI_PROVIDER) does not fail a good log,
+    // unless --all asks for the node checks too.
+    std::fs::write(
+        &log,
+        "ip-10-0-0-1:1234:1234 [0] NCCL INFO NET/OFI Initializing aws-ofi-nccl 1.13.2\n\
+ip-10-0-0-1:1234:1234 [0] NCCL INFO NET/OFI Selected provider is efa, fabric is efa-direct (found 32 nics)\n\
+ip-10-0-0-1:1234:1234 [0] NCCL INFO Using network AWS Libfabric\n\
+ip-10-0-0-1:1234:1234 [0] NCCL INFO Channel 00/0 : 0[0] -> 8[0] [send] via NET/AWS Libfabric/0/GDRDMA\n",
+    )
+    .unwrap();
+    let bad_env = [("FI_PROVIDER", "sockets")];
+    let (code, j) = doctor(&p5, &["--nccl-log", &s(&log)], &bad_env);
+    assert_eq!(status_of(&j, "nccl-log"), "pass", "{j}");
+    assert_eq!((code, j["checks"].as_array().unwrap().len()), (0, 1), "{j}");
+    let (code, j) = doctor(&p5, &["--nccl-log", &s(&log), "--all"], &bad_env);
+    assert_eq!(code, 1);
+    assert_eq!(status_of(&j, "nccl-log"), "pass");
+    assert_eq!(status_of(&j, "env:FI_PROVIDER"), "fail");
     let o = efabench(
         &[
             "doctor",
@@ -245,11 +263,83 @@ fn counters_around_a_command_see_its_traffic_and_keep_its_exit_code() {
         .unwrap();
     assert_eq!(nic["delta"]["tx_bytes"], 1_000_000);
     assert!(nic["seconds"].as_f64().unwrap() >= 0.0);
-    // Nothing moved: the verdict says so, table mode, exit 0.
+    // Nothing moved: the verdict says so, and the job fails with exit 3.
     let o = efabench(&["counters", "--root", &root, "--", "true"], &[]);
-    assert_eq!(o.status.code(), Some(0));
+    assert_eq!(o.status.code(), Some(3), "{o:?}");
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(text.contains("verdict: no EFA traffic"), "{text}");
+    assert!(text.contains("exit status 3: no EFA traffic"), "{text}");
+    // The command's own failure wins over the verdict.
+    let o = efabench(&["counters", "--root", &root, "--", "false"], &[]);
+    assert_eq!(o.status.code(), Some(1), "{o:?}");
+}
+
+#[test]
+fn counters_around_a_command_name_the_idle_nics() {
+    let t = variants::copy("p4d.24xlarge");
+    let root = s(t.path());
+    let port = t
+        .path()
+        .join("sys/class/infiniband/rdmap32s27/ports/1/hw_counters");
+    // Traffic on 1 of the 4 NICs the p4d pairs with its GPUs, the command succeeds.
+    let script = format!(
+        "echo $(( $(cat {p}/tx_bytes) + 4096 )) > {p}/tx_bytes.new && mv {p}/tx_bytes.new {p}/tx_bytes",
+        p = s(&port)
+    );
+    let o = efabench(
+        &["counters", "--root", &root, "--", "sh", "-c", &script],
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(4), "{o:?}");
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("verdict: fewer NICs than expected carried traffic: 1 of 4 expected"),
+        "{text}"
+    );
+    assert!(
+        text.contains("idle: rdmap16s27, rdmap144s27, rdmap160s27"),
+        "{text}"
+    );
+    let o = efabench(
+        &[
+            "counters", "--json", "--root", &root, "--", "sh", "-c", &script,
+        ],
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(4));
+    let j = json(&o);
+    assert_eq!(j["status"], 4);
+    assert_eq!(j["verdict"]["idle_nics"].as_array().unwrap().len(), 3);
+    // Asking for one NIC: enough.
+    let o = efabench(
+        &[
+            "counters",
+            "--root",
+            &root,
+            "--expect-nics",
+            "1",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ],
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    let o = efabench(
+        &[
+            "counters",
+            "--root",
+            &root,
+            "--expect-nics",
+            "none",
+            "--",
+            "true",
+        ],
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--expect-nics none"));
 }
 
 #[test]

@@ -187,7 +187,7 @@ fn compare_exit_codes_follow_the_tolerance() {
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(out.contains("REGRESSION(bw)"), "{out}");
     assert!(
-        out.contains("# Result: FAILED (20 regression(s) beyond 5%)"),
+        out.contains("# Result: FAILED (20 regression(s) beyond 5% and the noise)"),
         "{out}"
     );
 
@@ -278,7 +278,7 @@ fn compare_fails_when_the_candidate_lacks_baseline_points() {
     let out = String::from_utf8_lossy(&o.stdout);
     assert_eq!(o.status.code(), Some(1), "{out}");
     assert!(
-        out.contains("3 matched, 0 regression(s), 0 improvement(s), 17 missing from the candidate"),
+        out.contains("3 matched, 0 regression(s), 0 beyond the tolerance but within the noise, 0 improvement(s), 17 missing from the candidate"),
         "{out}"
     );
     assert!(
@@ -453,4 +453,90 @@ fn a_records_file_deleted_mid_run_fails_the_run() {
     );
     assert_ne!(o.status.code(), Some(0), "{err}");
     assert!(err.contains("r.jsonl was deleted during the run"), "{err}");
+}
+
+/// Several runs per side, a baseline file made of them, `--save`, and a context change that
+/// `--strict-context` turns into a failure.
+#[test]
+fn compare_reads_runs_and_baseline_files_and_checks_the_context() {
+    /// Removes the directory when the test ends, passed or failed.
+    struct Guard(PathBuf);
+    impl Drop for Guard {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    let guard = Guard(tempdir("comparebaseline"));
+    let d = guard.0.clone();
+    let p = |x: &PathBuf| x.to_str().unwrap().to_string();
+    let runs: Vec<PathBuf> = [1.0, 1.01, 0.99]
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let f = d.join(format!("a{i}.jsonl"));
+            write_sweep(&f, *s, None);
+            f
+        })
+        .collect();
+    let base = d.join("base.json");
+    let o = efabench(&[
+        "baseline",
+        &p(&runs[0]),
+        &p(&runs[1]),
+        &p(&runs[2]),
+        "-o",
+        &p(&base),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    let j: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&base).unwrap()).unwrap();
+    assert_eq!(j["schema"], "efabench.baseline.v1");
+    assert_eq!(j["points"].as_array().unwrap().len(), 20);
+    assert_eq!(j["points"][0]["runs"].as_array().unwrap().len(), 3);
+
+    // The same candidate against the file and against the three runs: the same rows.
+    let cand = d.join("cand.jsonl");
+    write_sweep(&cand, 0.5, None);
+    let saved = d.join("saved.json");
+    let via_file = efabench(&["compare", "-B", &p(&base), &p(&cand), "--format", "json"]);
+    let via_runs = efabench(&[
+        "compare",
+        "-B",
+        &p(&runs[0]),
+        "-B",
+        &p(&runs[1]),
+        "-B",
+        &p(&runs[2]),
+        &p(&cand),
+        "--format",
+        "json",
+        "--save",
+        &p(&saved),
+    ]);
+    assert_eq!(
+        (via_file.status.code(), via_runs.status.code()),
+        (Some(1), Some(1))
+    );
+    let rows = |o: &Output| -> serde_json::Value {
+        serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()["rows"].clone()
+    };
+    assert_eq!(rows(&via_file), rows(&via_runs));
+    assert_eq!(rows(&via_file)[0]["lat_p50_us"]["baseline_runs"], 3);
+    assert!(saved.exists());
+
+    // Another host: printed, and a failure only under --strict-context.
+    let moved = d.join("moved.jsonl");
+    let text = std::fs::read_to_string(&runs[0]).unwrap();
+    std::fs::write(&moved, text.replace(r#""host":"h""#, r#""host":"h2""#)).unwrap();
+    let o = efabench(&["compare", "-B", &p(&base), &p(&moved)]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{out}");
+    assert!(out.contains("# context changed: host: h -> h2"), "{out}");
+    let o = efabench(&["compare", "-B", &p(&base), &p(&moved), "--strict-context"]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(
+        out.contains("# Result: FAILED (context changed (host) under --strict-context)"),
+        "{out}"
+    );
 }

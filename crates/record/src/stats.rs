@@ -119,6 +119,33 @@ impl Samples {
     }
 }
 
+/// How many consecutive blocks [`block_medians_us`] cuts a run's iterations into.
+pub const BLOCKS: usize = 10;
+
+/// The record field holding [`block_medians_us`] (`docs/records.md`).
+pub const BLOCK_MEDIANS_FIELD: &str = "lat_p50_blocks_us";
+
+/// The median (nearest rank) of each of [`BLOCKS`] consecutive blocks of `ns`, given in the
+/// order the iterations ran, in microseconds after dividing each sample by `divisor`.
+///
+/// `compare` estimates how far a run's median could move by chance from the spread of these:
+/// iterations next to each other share the machine's state (other processes, frequency, cache),
+/// so blocks in time order show drift within a run that the spread of single iterations hides.
+/// Empty when there are fewer than two samples per block.
+pub fn block_medians_us(ns: &[u64], divisor: f64) -> Vec<f64> {
+    let n = ns.len();
+    if n < 2 * BLOCKS {
+        return Vec::new();
+    }
+    (0..BLOCKS)
+        .map(|b| {
+            let mut block = ns[b * n / BLOCKS..(b + 1) * n / BLOCKS].to_vec();
+            block.sort_unstable();
+            median(&block).unwrap_or(0) as f64 / (1000.0 * divisor)
+        })
+        .collect()
+}
+
 /// Payload bits in one direction per second, in Gbps (10^9 bit/s).
 pub fn gbps(bytes: u64, ns: u64) -> f64 {
     if ns == 0 {
@@ -150,6 +177,18 @@ mod tests {
         assert_eq!(median_of([f64::INFINITY]), None);
         let mut s = Samples::from_vec(vec![4000, 1000, 3000, 2000]);
         assert_eq!(s.summary_us(1.0).p50, 2.0, "p50 and the median agree");
+    }
+
+    #[test]
+    fn block_medians_follow_time_order() {
+        // 20 samples: the first half 1 µs, the second 3 µs; two per block.
+        let mut ns = vec![1000u64; 10];
+        ns.extend([3000u64; 10]);
+        let b = block_medians_us(&ns, 1.0);
+        assert_eq!(b, [1.0, 1.0, 1.0, 1.0, 1.0, 3.0, 3.0, 3.0, 3.0, 3.0]);
+        // Divided like the record's latency (a round trip halved).
+        assert_eq!(block_medians_us(&ns, 2.0)[9], 1.5);
+        assert!(block_medians_us(&ns[..19], 1.0).is_empty());
     }
 
     #[test]

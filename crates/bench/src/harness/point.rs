@@ -10,7 +10,7 @@ use std::io::IsTerminal;
 use efabench_record::{LatencySummary, Record, SCHEMA};
 use serde_json::{Map, Value};
 
-use crate::stats::{gbps, mops, Samples};
+use crate::stats::{block_medians_us, gbps, mops, Samples, BLOCK_MEDIANS_FIELD};
 
 /// Facts about a run that every record of it repeats.
 #[derive(Clone, Debug)]
@@ -97,18 +97,26 @@ impl Point {
     /// operation's own time being an iteration's over `divisor`: 2 for a round trip (one way),
     /// the window for a window of messages in flight. `lat_us` is that per-operation time;
     /// bandwidth and message rate count the operations over their own time (the iterations'
-    /// total × `ops` / `divisor`: a stream's whole time, a ping-pong's one-way halves).
+    /// total × `ops` / `divisor`: a stream's whole time, a ping-pong's one-way halves). `lat_p50_blocks_us`
+    /// keeps the medians of consecutive blocks for `compare` (empty with under 20 iterations).
     pub fn timed(samples_ns: &[u64], size: u64, ops: u64, divisor: u64) -> Self {
         let mut samples = Samples::from_vec(samples_ns.to_vec());
         let divisor = divisor.max(1);
         let busy_ns =
             (u128::from(samples.total_ns()) * u128::from(ops) / u128::from(divisor)) as u64;
         let total_ops = samples.len() as u64 * ops;
+        // Empty when too few iterations to cut into blocks: the field is always there.
+        let mut extra = Map::new();
+        extra.insert(
+            BLOCK_MEDIANS_FIELD.into(),
+            Value::from(block_medians_us(samples_ns, divisor as f64)),
+        );
         Point {
             size_bytes: size,
             lat_us: samples.summary_us(divisor as f64),
             bw_gbps: gbps(size * total_ops, busy_ns),
             msg_rate_mops: mops(total_ops, busy_ns),
+            extra,
             ..Point::default()
         }
     }

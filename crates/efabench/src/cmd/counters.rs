@@ -2,13 +2,19 @@
 //! or per-NIC deltas around a command (`-- CMD ARGS...`) with a verdict on whether its traffic
 //! went over EFA.
 //!
+//! Around a command the verdict is also the exit status, so that a job can fail on a silent
+//! fallback to TCP: the command's own failure status wins; else [`EXIT_NO_EFA`] when it moved no
+//! byte over EFA, [`EXIT_IDLE_NICS`] when fewer NICs carried traffic than `--expect-nics` asks
+//! (by default every NIC paired with a GPU, or every NIC on a node without GPUs), naming the idle
+//! ones; else 0.
+//!
 //! Counters are listed from the directories (`efabench_topology::counters`), never from a fixed
 //! table, because the set depends on the driver version.
 
 use crate::cmd::topo::{emit, open_root};
 use crate::error::CliError;
 use efabench_topology::counters::{NicDelta, Snapshot};
-use efabench_topology::Root;
+use efabench_topology::{Root, Topology};
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -34,9 +40,59 @@ pub struct Args {
     /// interval.
     #[arg(long, value_name = "FILE|-")]
     pub prometheus: Option<PathBuf>,
+    /// With -- CMD: how many NICs must carry traffic, a number or `all` (every NIC paired
+    /// with a GPU; every NIC when the node has no GPU). Fewer exits 4, naming the idle NICs.
+    #[arg(long, value_name = "N|all", default_value = "all")]
+    pub expect_nics: String,
     /// Run this command and print per-NIC counter deltas around it (after `--`).
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,
+}
+
+/// Exit status when the command succeeded but moved no byte over EFA.
+pub const EXIT_NO_EFA: i32 = 3;
+/// Exit status when the command succeeded but fewer NICs carried traffic than expected.
+pub const EXIT_IDLE_NICS: i32 = 4;
+
+/// What `--expect-nics` asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Expect {
+    /// Every NIC paired with a GPU (every NIC without GPUs).
+    All,
+    /// At least this many NICs.
+    AtLeast(usize),
+}
+
+fn parse_expect(s: &str) -> Result<Expect, CliError> {
+    let t = s.trim();
+    if t.eq_ignore_ascii_case("all") {
+        return Ok(Expect::All);
+    }
+    match t.parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(Expect::AtLeast(n)),
+        _ => Err(CliError::usage(format!(
+            "--expect-nics {}: give a number of NICs (at least 1) or `all`",
+            super::topo::shown(s)
+        ))),
+    }
+}
+
+/// The NICs that should carry the command's traffic: those paired with a GPU, or all of them
+/// when none is (no GPU on the node, or pairing unknown).
+fn expected_nics(root: &Root, deltas: &[NicDelta]) -> Vec<String> {
+    let topo = Topology::discover(root);
+    let paired: Vec<String> = topo
+        .nics
+        .iter()
+        .filter(|n| !n.gpus.is_empty())
+        .map(|n| n.name.clone())
+        .filter(|n| deltas.iter().any(|d| &d.name == n))
+        .collect();
+    if paired.is_empty() {
+        deltas.iter().map(|d| d.name.clone()).collect()
+    } else {
+        paired
+    }
 }
 
 fn no_counters(root: &Root) -> CliError {
@@ -92,8 +148,9 @@ pub fn run(args: Args) -> Result<i32, CliError> {
         }
         return watch(&root, Duration::from_secs_f64(w), args.count, args.json);
     }
+    let expect = parse_expect(&args.expect_nics)?;
     if !args.command.is_empty() {
-        return wrap(&root, &args.command, args.json);
+        return wrap(&root, &args.command, args.json, expect);
     }
     let s = read(&root)?;
     if let Some(p) = &args.prometheus {
@@ -364,7 +421,7 @@ fn human_bytes(b: u64) -> String {
     }
 }
 
-fn wrap(root: &Root, cmd: &[String], as_json: bool) -> Result<i32, CliError> {
+fn wrap(root: &Root, cmd: &[String], as_json: bool, expect: Expect) -> Result<i32, CliError> {
     let before = read(root)?;
     let status = std::process::Command::new(&cmd[0])
         .args(&cmd[1..])
@@ -399,6 +456,40 @@ fn wrap(root: &Root, cmd: &[String], as_json: bool) -> Result<i32, CliError> {
         })
         .collect();
     let secs = deltas.first().map(|d| d.seconds).unwrap_or(0.0);
+    let expected = expected_nics(root, &deltas);
+    let idle: Vec<String> = expected
+        .iter()
+        .filter(|n| !used.iter().any(|d| &&d.name == n))
+        .cloned()
+        .collect();
+    let (wanted, short) = match expect {
+        Expect::All => (expected.len(), !idle.is_empty()),
+        Expect::AtLeast(n) => (n, used.len() < n),
+    };
+    let status = if code != 0 {
+        code
+    } else if total == 0 {
+        EXIT_NO_EFA
+    } else if short {
+        EXIT_IDLE_NICS
+    } else {
+        0
+    };
+    let nic_verdict = (total > 0 && short).then(|| {
+        format!(
+            "fewer NICs than expected carried traffic: {} of {wanted} expected ({}); idle: {}",
+            used.len(),
+            match expect {
+                Expect::All => "--expect-nics all: the NICs paired with GPUs, or all without GPUs",
+                Expect::AtLeast(_) => "--expect-nics",
+            },
+            if idle.is_empty() {
+                "-".to_string()
+            } else {
+                idle.join(", ")
+            }
+        )
+    });
     let verdict = if total > 0 {
         format!(
             "traffic went over EFA: {} on {} of {} NIC(s){}",
@@ -429,7 +520,12 @@ fn wrap(root: &Root, cmd: &[String], as_json: bool) -> Result<i32, CliError> {
                     "nics_used": used.iter().map(|d| d.name.clone()).collect::<Vec<_>>(),
                     "errors": errors,
                     "summary": verdict,
+                    "expected_nics": expected,
+                    "idle_nics": idle,
+                    "enough_nics": !short,
+                    "nics_summary": nic_verdict,
                 },
+                "status": status,
                 "nics": nics,
             })
         ));
@@ -478,6 +574,19 @@ fn wrap(root: &Root, cmd: &[String], as_json: bool) -> Result<i32, CliError> {
             ));
         }
         out.push_str(&format!("verdict: {verdict}\n"));
+        if let Some(v) = &nic_verdict {
+            out.push_str(&format!("verdict: {v}\n"));
+        }
+        if status != code {
+            out.push_str(&format!(
+                "exit status {status}: {}\n",
+                if status == EXIT_NO_EFA {
+                    "no EFA traffic"
+                } else {
+                    "idle NICs"
+                }
+            ));
+        }
         if !errors.is_empty() {
             out.push_str(&format!(
                 "errors rose during the command: {}\n",
@@ -486,5 +595,5 @@ fn wrap(root: &Root, cmd: &[String], as_json: bool) -> Result<i32, CliError> {
         }
         emit(&out);
     }
-    Ok(code)
+    Ok(status)
 }

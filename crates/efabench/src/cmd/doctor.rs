@@ -33,9 +33,13 @@ pub struct Args {
         allow_hyphen_values = true
     )]
     pub interval: f64,
-    /// An NCCL_DEBUG=INFO log to check: did NCCL use aws-ofi-nccl on the efa provider?
+    /// An NCCL_DEBUG=INFO log to check: did NCCL use aws-ofi-nccl on the efa provider? The
+    /// log alone is judged (exit 1 only when it fails) unless --all asks for the node checks too.
     #[arg(long, value_name = "FILE")]
     pub nccl_log: Option<PathBuf>,
+    /// With --nccl-log: run this node's checks as well, in one report and exit status.
+    #[arg(long)]
+    pub all: bool,
     /// Captured output of `fi_info --version; fi_info -p efa` (instead of running fi_info; needed
     /// to check libfabric with --root).
     #[arg(long, value_name = "FILE")]
@@ -96,7 +100,7 @@ pub fn libfabric_input(root: &Root, fi_info: Option<&Path>) -> Result<LibfabricI
         match super::libfabric::query() {
             Ok(q) => {
                 return Ok(LibfabricInput::Found {
-                    source: q.path,
+                    source: super::libfabric::library_file(&q.path),
                     version: Some(q.version),
                     domains: Some(q.efa_domains),
                 })
@@ -169,6 +173,17 @@ pub fn run(args: Args) -> Result<i32, CliError> {
             ))
         }
     };
+    if args.all && nccl_log.is_none() {
+        return Err(CliError::usage(
+            "--all goes with --nccl-log FILE (the node checks always run without it); leave --all out or add --nccl-log",
+        ));
+    }
+    if let (Some((name, text)), false) = (&nccl_log, args.all) {
+        return Ok(report(
+            &efabench_doctor::run_nccl_log_only(name, text),
+            args.json,
+        ));
+    }
     let libfabric = libfabric_input(&root, args.fi_info.as_deref())?;
     let nvml = nvml_input(&root, args.nvml_fixture.as_deref())?;
     let memlock = if root.is_system() {
@@ -188,16 +203,20 @@ pub fn run(args: Args) -> Result<i32, CliError> {
         gin: args.gin,
         nvml,
     };
-    let report = efabench_doctor::run(&inputs);
-    if args.json {
+    Ok(report(&efabench_doctor::run(&inputs), args.json))
+}
+
+/// Prints the report; its exit status.
+fn report(report: &Report, json: bool) -> i32 {
+    if json {
         emit(&format!(
             "{}\n",
             serde_json::to_string_pretty(&report.to_json()).unwrap_or_default()
         ));
     } else {
-        emit(&render(&report));
+        emit(&render(report));
     }
-    Ok(report.exit_code())
+    report.exit_code()
 }
 
 /// The human-readable report.

@@ -1,4 +1,5 @@
 //! One module per subcommand: a clap `Args` struct and `run(args) -> Result<exit code, CliError>`.
+pub mod baseline;
 pub mod bench;
 pub mod cluster;
 pub mod cluster_prometheus;

@@ -81,6 +81,10 @@ pub fn run(args: Args) -> Result<i32, CliError> {
     if let Some(d) = libfabric_domains(&root, args.fi_info.as_deref())? {
         topo.set_libfabric_domains(d);
     }
+    // On the live system, what else libfabric offers: the providers a run falls back to.
+    let queried = (root.is_system() && args.fi_info.is_none())
+        .then(super::libfabric::query)
+        .and_then(Result::ok);
     if root.is_system() {
         // NVML describes this machine, never a fixture root; without a driver the sysfs view stays.
         if let Ok(gpus) = efabench_gpu::nvml::inventory() {
@@ -93,9 +97,29 @@ pub fn run(args: Args) -> Result<i32, CliError> {
             serde_json::to_string_pretty(&topo.to_json()).unwrap_or_default()
         ));
     } else {
-        emit(&render(&topo, &root));
+        let mut text = render(&topo, &root);
+        if let Some(q) = &queried {
+            text.push_str(&render_providers(q));
+        }
+        emit(&text);
     }
     Ok(0)
+}
+
+/// The library and every provider that works, with its domains.
+fn render_providers(q: &super::libfabric::Queried) -> String {
+    let mut out = format!("{}\n", q.describe());
+    if q.providers.is_empty() {
+        out.push_str("libfabric providers: none answered fi_getinfo\n");
+        return out;
+    }
+    let mut rows = vec![vec!["PROVIDER".to_string(), "DOMAINS".into()]];
+    for (p, d) in &q.providers {
+        rows.push(vec![p.clone(), d.join(" ")]);
+    }
+    out.push_str("libfabric providers that work here (fi_getinfo):\n");
+    out.push_str(&table(&rows));
+    out
 }
 
 /// NVML's view of one GPU in the topology layer's terms (link speed GB/s → Gb/s).
@@ -294,7 +318,7 @@ pub fn render(t: &Topology, root: &Root) -> String {
             "libfabric domains: not queried (fi_info not found, or --root without --fi-info FILE)\n",
         ),
         Some(d) if d.is_empty() => {
-            out.push_str("libfabric domains: none (the efa provider is not available)\n")
+            out.push_str("libfabric efa domains: none (the efa provider is not available)\n")
         }
         Some(d) => {
             // One row per RDMA device: its entries (fabric/endpoint type) in fi_info order.
