@@ -147,7 +147,8 @@ def main():
             ratio = e / t if e and t else None
             if ratio:
                 worst = max(worst, abs(ratio - 1))
-            print(f"{g:>3} {s:>10} {d:>5} {t:>11.2f} {e if e is not None else '-':>14} "
+            shown = "-" if e is None else f"{e:.2f}"
+            print(f"{g:>3} {s:>10} {d:>5} {t:>11.2f} {shown:>14} "
                   f"{'' if ratio is None else f'{ratio:.3f}':>6}")
     if fig:
         print(f"largest difference {worst * 100:.1f}% (tolerance {a.tolerance * 100:.0f}%)")

@@ -10,10 +10,13 @@
 use efabench_topology::pcie::{generation, link_gbytes_per_s, PcieLink};
 use serde::Serialize;
 
-/// Fraction of the raw link rate a large copy reaches on a healthy link: Azure's health checks
-/// expect 52 GB/s host↔device on H100 v5 (Gen5 x16, 63.0 GB/s raw), 0.83 of the raw rate.
-/// The H200 runs of `scripts/gpu-tests.sh` measure it again for this tool.
-pub const PRACTICAL_EFFICIENCY: f64 = 0.83;
+/// Fraction of the raw link rate a large copy reaches on a healthy link. Measured: 64 MiB
+/// copy-engine copies on an H200 (Gen5 x16, 63.0 GB/s raw) moved 55.1-55.4 GB/s each way, 0.875-
+/// 0.879 of the raw rate, in four runs beside PyTorch's CUDA-event copies (55.2-55.4 GB/s);
+/// 256-byte payloads behind ~24 bytes of TLP overhead cap a copy near 0.91 before flow control
+/// and acknowledgements. 0.87 keeps a healthy link at or above 100%. (Azure's health checks
+/// expect 52 GB/s on H100 v5, 0.83: a looser line.)
+pub const PRACTICAL_EFFICIENCY: f64 = 0.87;
 
 /// A figure below this fraction of [`Expectation::expected_gbytes`] is flagged.
 pub const FLAG_BELOW: f64 = 0.9;
@@ -67,15 +70,15 @@ mod tests {
     }
 
     #[test]
-    fn gen5_x16_expects_about_52_gbytes() {
+    fn gen5_x16_expects_about_55_gbytes() {
         let e = Expectation::of(&link((32.0, 16), (32.0, 16))).unwrap();
         assert_eq!(e.link, "Gen5 x16 (32.0 GT/s)");
         assert!((e.raw_gbytes - 63.015).abs() < 0.01, "{e:?}");
-        assert!((e.expected_gbytes - 52.30).abs() < 0.01, "{e:?}");
+        assert!((e.expected_gbytes - 54.82).abs() < 0.01, "{e:?}");
         assert_eq!(e.trained_below, None);
         // Both directions at once: each has the full rate.
-        assert!((e.fraction(2.0 * 52.30, 2) - 1.0).abs() < 0.001);
-        assert!((e.fraction(26.15, 1) - 0.5).abs() < 0.001);
+        assert!((e.fraction(2.0 * 54.82, 2) - 1.0).abs() < 0.001);
+        assert!((e.fraction(27.41, 1) - 0.5).abs() < 0.001);
     }
 
     #[test]

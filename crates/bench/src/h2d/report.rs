@@ -398,7 +398,7 @@ mod tests {
         assert_eq!(p.extra["direction"], "both");
         assert_eq!(p.extra["misplaced"], false);
         let of = p.extra["of_expected"].as_f64().unwrap();
-        assert!((of - 98.0 / (2.0 * 52.30)).abs() < 0.001, "{of}");
+        assert!((of - 98.0 / (2.0 * 54.82)).abs() < 0.001, "{of}");
         assert_eq!(p.extra["per_gpu"][0]["gpu_bus_id"], "0000:18:00.0");
     }
 
@@ -429,7 +429,7 @@ mod tests {
         assert!(lines[0].contains("h2d GB/s"), "{text}");
         assert!(text.contains("host_to_device_memcpy_ce 64M"), "{text}");
         assert!(
-            text.contains("below expectation: GPU 0 host_to_device_memcpy_ce 30.0 GB/s is 57%"),
+            text.contains("below expectation: GPU 0 host_to_device_memcpy_ce 30.0 GB/s is 55%"),
             "{text}"
         );
         assert!(!text.contains("below expectation: GPU 1"), "{text}");
