@@ -150,6 +150,11 @@ pub struct ClusterArgs {
     /// ISOLATE it.
     #[arg(long, default_value = "0.5", value_parser = fraction_arg, allow_hyphen_values = true)]
     pub min_link_fraction: f64,
+    /// Checks to leave out of the verdicts (comma-separated ids, as `efabench doctor` prints
+    /// them), e.g. `efa-devices,memlock` when testing over tcp on hosts without EFA; they are
+    /// still run and reported.
+    #[arg(long, value_delimiter = ',', value_name = "CHECK")]
+    pub ignore_check: Vec<String>,
     /// Seconds between the two counter snapshots of the node checks (error counters rising).
     #[arg(long, default_value = "1", value_parser = interval_arg, allow_hyphen_values = true)]
     pub interval: f64,

@@ -5,7 +5,7 @@
 //! across nodes, `pairs` with localization, `alltoall`. Rank 0 turns what they found into one
 //! verdict per node ([`verdict`]: PASS, WARN or ISOLATE, each with reasons and evidence), prints
 //! them, writes `--summary` ([`summary`], schema in `docs/cluster.md`), and the job exits 1 when
-//! any node is ISOLATE.
+//! any node is ISOLATE, 3 when the cluster fails as a whole (a check failing on most nodes).
 //!
 //! * [`args`]: the options, and the word lists that configure the benchmark stages;
 //! * [`node`]: what a node reports (checks and compared facts);

@@ -93,7 +93,6 @@ impl State<'_> {
 
     fn summary(&self, complete: bool) -> Summary {
         let j = self.judge();
-        let worst = j.worst();
         let mut hosts: Vec<&String> = self.rank_host.iter().collect();
         hosts.sort();
         hosts.dedup();
@@ -105,8 +104,10 @@ impl State<'_> {
             written: efabench_record::now_rfc3339(),
             world: self.world,
             hosts: j.nodes.len().max(hosts.len()),
-            verdict: worst,
-            exit_code: i32::from(worst == verdict::Verdict::Isolate),
+            verdict: j.run_verdict(),
+            exit_code: j.exit_code(),
+            cluster_verdict: j.cluster_verdict(),
+            cluster_failures: j.cluster_failures,
             complete,
             thresholds: self.thresholds.clone(),
             stages: self.stages.clone(),
@@ -248,6 +249,7 @@ pub fn run(
             suspect_below: args.suspect_below / 100.0,
             min_pair_gbps: args.min_pair_gbps,
             min_pair_from: args.min_pair_gbps.map(|_| "--min-pair-gbps".into()),
+            ignore_checks: args.ignore_check.clone(),
         },
     };
     let bs = match Bootstrap::connect(&info, Duration::from_secs_f64(args.timeout)) {

@@ -13,7 +13,11 @@
 //!
 //! A check that fails (or warns) on most nodes says nothing about one node: it is the image or
 //! the cluster's configuration. It goes to the cluster's findings, printed and kept in the
-//! summary, and makes no node ISOLATE; the cluster is judged by the nodes it should take out.
+//! summary, and makes no node ISOLATE. A check that *fails* on most nodes also fails the
+//! cluster as a whole ([`ClusterVerdict::Fail`], "FAIL: cluster-wide"): no node is to blame, but
+//! no job should be started on it either, so the run exits [`EXIT_CLUSTER`] (3), apart from 1
+//! (a node to isolate) and 2 (bad input). A check that only *warns* on most nodes stays a
+//! finding.
 
 use std::collections::BTreeMap;
 
@@ -39,6 +43,55 @@ impl Verdict {
             Verdict::Pass => "PASS",
             Verdict::Warn => "WARN",
             Verdict::Isolate => "ISOLATE",
+        }
+    }
+}
+
+/// Exit status when at least one node is ISOLATE (and the cluster as a whole does not fail).
+pub const EXIT_ISOLATE: i32 = 1;
+
+/// Exit status when the cluster fails as a whole (a check failing on most nodes): above
+/// [`EXIT_ISOLATE`], since draining nodes one by one would not fix it.
+pub const EXIT_CLUSTER: i32 = 3;
+
+/// The verdict on the cluster as a whole, beside the per-node ones.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum ClusterVerdict {
+    /// Nothing fails on most nodes.
+    #[default]
+    Pass,
+    /// Something fails on most nodes ("FAIL: cluster-wide").
+    Fail,
+}
+
+impl ClusterVerdict {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ClusterVerdict::Pass => "PASS",
+            ClusterVerdict::Fail => "FAIL",
+        }
+    }
+}
+
+/// The verdict of the whole run: the worst node verdict, or FAIL when the cluster fails as a
+/// whole.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum RunVerdict {
+    Pass,
+    Warn,
+    Isolate,
+    Fail,
+}
+
+impl RunVerdict {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunVerdict::Pass => "PASS",
+            RunVerdict::Warn => "WARN",
+            RunVerdict::Isolate => "ISOLATE",
+            RunVerdict::Fail => "FAIL",
         }
     }
 }
@@ -77,6 +130,21 @@ pub struct Thresholds {
     pub min_pair_gbps: Option<f64>,
     /// Where the floor comes from (an option, or the instance type's link speed).
     pub min_pair_from: Option<String>,
+    /// Checks left out of the verdicts (`--ignore-check`): known to fail where the run is
+    /// (e.g. `efa-devices` when testing over tcp on hosts without EFA).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ignore_checks: Vec<String>,
+}
+
+impl Default for Thresholds {
+    fn default() -> Thresholds {
+        Thresholds {
+            suspect_below: 0.6,
+            min_pair_gbps: None,
+            min_pair_from: None,
+            ignore_checks: Vec::new(),
+        }
+    }
 }
 
 /// A node lost during the run: it never joined, or died in a stage.
@@ -104,7 +172,10 @@ pub struct Inputs<'a> {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Judgement {
     pub nodes: Vec<NodeVerdict>,
+    /// Every cluster-wide finding (failing ones included).
     pub cluster: Vec<String>,
+    /// The findings that fail the cluster as a whole (empty: the cluster passes).
+    pub cluster_failures: Vec<String>,
 }
 
 impl Judgement {
@@ -119,6 +190,37 @@ impl Judgement {
 
     pub fn count(&self, v: Verdict) -> usize {
         self.nodes.iter().filter(|n| n.verdict == v).count()
+    }
+
+    /// The verdict on the cluster as a whole.
+    pub fn cluster_verdict(&self) -> ClusterVerdict {
+        if self.cluster_failures.is_empty() {
+            ClusterVerdict::Pass
+        } else {
+            ClusterVerdict::Fail
+        }
+    }
+
+    /// The run's verdict: FAIL when the cluster fails as a whole, else the worst node's.
+    pub fn run_verdict(&self) -> RunVerdict {
+        if self.cluster_verdict() == ClusterVerdict::Fail {
+            return RunVerdict::Fail;
+        }
+        match self.worst() {
+            Verdict::Pass => RunVerdict::Pass,
+            Verdict::Warn => RunVerdict::Warn,
+            Verdict::Isolate => RunVerdict::Isolate,
+        }
+    }
+
+    /// The run's exit status: [`EXIT_CLUSTER`] when the cluster fails as a whole,
+    /// [`EXIT_ISOLATE`] when a node is ISOLATE, else 0.
+    pub fn exit_code(&self) -> i32 {
+        match self.run_verdict() {
+            RunVerdict::Fail => EXIT_CLUSTER,
+            RunVerdict::Isolate => EXIT_ISOLATE,
+            RunVerdict::Pass | RunVerdict::Warn => 0,
+        }
     }
 }
 
@@ -138,6 +240,7 @@ pub fn judge(i: &Inputs) -> Judgement {
     let mut reasons: BTreeMap<String, Vec<Reason>> = BTreeMap::new();
     let mut add = |host: &str, r: Reason| reasons.entry(host.to_string()).or_default().push(r);
     let mut cluster = Vec::new();
+    let mut cluster_failures = Vec::new();
 
     // Checks: node-specific findings only; what most nodes share is the cluster's.
     let reported = i.reports.len();
@@ -153,14 +256,26 @@ pub fn judge(i: &Inputs) -> Judgement {
         }
     }
     for ((id, status), on) in &by_check {
-        if on.len() * 2 > reported {
+        if i.thresholds.ignore_checks.iter().any(|x| x == id) {
             cluster.push(format!(
+                "check {id} {}s on {} of {reported} nodes, left out of the verdicts (--ignore-check)",
+                status.as_str(),
+                on.len(),
+            ));
+            continue;
+        }
+        if on.len() * 2 > reported {
+            let finding = format!(
                 "check {id} {}s on {} of {reported} nodes (the image or the cluster's setup, not \
                  one node): {}",
                 status.as_str(),
                 on.len(),
                 on[0].1.summary
-            ));
+            );
+            if *status == CheckStatus::Fail {
+                cluster_failures.push(finding.clone());
+            }
+            cluster.push(finding);
             continue;
         }
         for (host, c) in on {
@@ -323,7 +438,11 @@ pub fn judge(i: &Inputs) -> Judgement {
             }
         })
         .collect();
-    Judgement { nodes, cluster }
+    Judgement {
+        nodes,
+        cluster,
+        cluster_failures,
+    }
 }
 
 #[cfg(test)]
@@ -382,11 +501,7 @@ mod tests {
     }
 
     fn relative() -> Thresholds {
-        Thresholds {
-            suspect_below: 0.6,
-            min_pair_gbps: None,
-            min_pair_from: None,
-        }
+        Thresholds::default()
     }
 
     fn run(
@@ -454,12 +569,64 @@ mod tests {
             "{:?}",
             j.cluster
         );
+        // ... and it fails the cluster as a whole, above the node to isolate.
+        assert_eq!(j.cluster_failures, j.cluster);
+        assert_eq!(j.cluster_verdict(), ClusterVerdict::Fail);
+        assert_eq!(j.run_verdict(), RunVerdict::Fail);
+        assert_eq!(j.exit_code(), EXIT_CLUSTER);
+    }
+
+    #[test]
+    fn a_check_failing_on_most_nodes_fails_the_cluster_and_a_warning_does_not() {
+        let warn_everywhere: Vec<NodeReport> = hosts(4)
+            .iter()
+            .map(|h| report(h, &[("hugepages", CheckStatus::Warn)], |_| {}))
+            .collect();
+        let j = run(&warn_everywhere, None, None, &[], &relative());
+        assert_eq!(j.cluster.len(), 1, "{:?}", j.cluster);
+        assert_eq!(j.cluster_verdict(), ClusterVerdict::Pass);
+        assert_eq!((j.run_verdict(), j.exit_code()), (RunVerdict::Pass, 0));
+        // Three of four: most nodes, the cluster fails and no node is isolated for it.
+        let mut r = warn_everywhere.clone();
+        for x in r.iter_mut().take(3) {
+            x.checks[0].status = CheckStatus::Fail;
+        }
+        let j = run(&r, None, None, &[], &relative());
+        assert_eq!(j.cluster_verdict(), ClusterVerdict::Fail);
+        assert!(j.cluster_failures[0].contains("hugepages fails on 3 of 4"));
+        assert_eq!(j.worst(), Verdict::Warn);
+        assert_eq!((j.run_verdict(), j.exit_code()), (RunVerdict::Fail, 3));
+        // A check the user said to ignore fails nothing, and is still reported.
+        let t = Thresholds {
+            ignore_checks: vec!["hugepages".into()],
+            ..Thresholds::default()
+        };
+        let j = run(&r, None, None, &[], &t);
+        assert_eq!(
+            (j.cluster_verdict(), j.exit_code()),
+            (ClusterVerdict::Pass, 0)
+        );
+        assert!(j.cluster[0].contains("--ignore-check"), "{:?}", j.cluster);
+        // Two of four is not most: each is a node's own failure.
+        let mut r = warn_everywhere;
+        for x in r.iter_mut().take(2) {
+            x.checks[0].status = CheckStatus::Fail;
+        }
+        let j = run(&r, None, None, &[], &relative());
+        assert_eq!(j.cluster_verdict(), ClusterVerdict::Pass);
+        assert_eq!(j.count(Verdict::Isolate), 2);
+        assert_eq!(j.exit_code(), EXIT_ISOLATE);
     }
 
     #[test]
     fn a_healthy_cluster_passes() {
         let m = matrix(4, |_, _| 3.5);
-        let j = run(&healthy(), Some(&m), Some(&m), &[], &relative());
+        let ok: Vec<NodeReport> = hosts(4)
+            .iter()
+            .map(|h| report(h, &[("efa-devices", CheckStatus::Pass)], |_| {}))
+            .collect();
+        let j = run(&ok, Some(&m), Some(&m), &[], &relative());
+        assert_eq!(j.exit_code(), 0);
         assert!(
             j.nodes.iter().all(|n| n.verdict == Verdict::Pass),
             "{:?}",
@@ -498,9 +665,9 @@ mod tests {
     fn the_floor_isolates_every_node_below_it_and_a_lost_node_is_named() {
         let m = matrix(4, |_, _| 3.5);
         let t = Thresholds {
-            suspect_below: 0.6,
             min_pair_gbps: Some(50.0),
             min_pair_from: Some("0.5 x 100 Gbps".into()),
+            ..Thresholds::default()
         };
         let j = run(&healthy(), Some(&m), None, &[], &t);
         assert!(j.nodes.iter().all(|n| n.verdict == Verdict::Isolate));

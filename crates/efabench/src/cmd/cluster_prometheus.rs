@@ -10,12 +10,15 @@
 //! * `efabench_cluster_pairs_ratio{host}`, `efabench_cluster_alltoall_ratio{host}`: the lower of
 //!   its send and receive medians over the median of the pairs without it;
 //! * `efabench_cluster_stage_seconds{stage,status}`: each stage's time;
-//! * `efabench_cluster_exit_code`: 1 when any node is ISOLATE.
+//! * `efabench_cluster_verdict{verdict}`: the verdict on the cluster as a whole, 1 for it and 0
+//!   for the other (PASS, FAIL: a check fails on most nodes);
+//! * `efabench_cluster_exit_code`: 3 when the cluster fails as a whole, else 1 when any node is
+//!   ISOLATE, else 0.
 
 use super::prometheus::label;
 use efabench_cluster::figures::{PairFigures, Stats};
 use efabench_cluster::summary::Summary;
-use efabench_cluster::verdict::Verdict;
+use efabench_cluster::verdict::{ClusterVerdict, Verdict};
 
 struct Family {
     name: &'static str,
@@ -126,13 +129,23 @@ pub fn render(s: &Summary) -> String {
             st.elapsed_s,
         );
     }
+    let mut cluster = Family::new(
+        "efabench_cluster_verdict",
+        "Verdict of efabench cluster on the cluster as a whole: 1 for its verdict, 0 for the other",
+    );
+    for v in [ClusterVerdict::Pass, ClusterVerdict::Fail] {
+        cluster.push(
+            vec![("verdict", v.as_str().into())],
+            f64::from(u8::from(s.cluster_verdict == v)),
+        );
+    }
     let mut exit = Family::new(
         "efabench_cluster_exit_code",
-        "Exit status of efabench cluster: 1 when any node is ISOLATE",
+        "Exit status of efabench cluster: 3 when the cluster fails as a whole, else 1 when any node is ISOLATE, else 0",
     );
     exit.push(Vec::new(), f64::from(s.exit_code));
     let mut out = String::new();
-    for f in [&verdict, &pairs, &ratio, &a2a, &stages, &exit] {
+    for f in [&verdict, &pairs, &ratio, &a2a, &stages, &cluster, &exit] {
         f.render(&mut out);
     }
     out
@@ -143,7 +156,7 @@ mod tests {
     use super::*;
     use crate::cmd::prometheus::check_exposition as check;
     use efabench_cluster::summary::{StageReport, StageStatus, SCHEMA};
-    use efabench_cluster::verdict::{NodeVerdict, Thresholds};
+    use efabench_cluster::verdict::{NodeVerdict, RunVerdict, Thresholds};
 
     #[test]
     fn verdicts_and_figures_are_valid_exposition() {
@@ -172,14 +185,12 @@ mod tests {
             written: String::new(),
             world: 2,
             hosts: 2,
-            verdict: Verdict::Isolate,
-            exit_code: 1,
+            verdict: RunVerdict::Fail,
+            exit_code: 3,
+            cluster_verdict: ClusterVerdict::Fail,
+            cluster_failures: vec!["check efa-devices fails on 2 of 2 nodes".into()],
             complete: true,
-            thresholds: Thresholds {
-                suspect_below: 0.6,
-                min_pair_gbps: None,
-                min_pair_from: None,
-            },
+            thresholds: Thresholds::default(),
             stages: vec![StageReport {
                 name: "pairs".into(),
                 status: StageStatus::Ok,
@@ -227,7 +238,15 @@ mod tests {
             ),
             Some(0.45)
         );
-        assert_eq!(get("efabench_cluster_exit_code", &[]), Some(1.0));
+        assert_eq!(get("efabench_cluster_exit_code", &[]), Some(3.0));
+        assert_eq!(
+            get("efabench_cluster_verdict", &[("verdict", "FAIL")]),
+            Some(1.0)
+        );
+        assert_eq!(
+            get("efabench_cluster_verdict", &[("verdict", "PASS")]),
+            Some(0.0)
+        );
         assert_eq!(
             get(
                 "efabench_cluster_stage_seconds",
