@@ -37,11 +37,29 @@ fn interval_arg(s: &str) -> Result<f64, String> {
     secs(s, "--interval", 0.0, 3600.0, "1")
 }
 
-fn pct_arg(s: &str) -> Result<f64, String> {
+fn pct(s: &str, what: &str, example: &str) -> Result<f64, String> {
     match s.trim().parse::<f64>() {
         Ok(v) if v > 0.0 && v <= 100.0 => Ok(v),
         _ => Err(format!(
-            "--suspect-below '{}' is not a percentage above 0 and at most 100; pass e.g. --suspect-below 60",
+            "{what} '{}' is not a percentage above 0 and at most 100; pass e.g. {what} {example}",
+            efabench_bench::size::clip(s)
+        )),
+    }
+}
+
+fn isolate_arg(s: &str) -> Result<f64, String> {
+    pct(s, "--isolate-below", "85")
+}
+
+fn warn_arg(s: &str) -> Result<f64, String> {
+    pct(s, "--warn-below", "95")
+}
+
+fn alpha_arg(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v > 0.0 && v < 0.5 => Ok(v),
+        _ => Err(format!(
+            "--alpha '{}' is not a probability above 0 and below 0.5; pass e.g. --alpha 0.01",
             efabench_bench::size::clip(s)
         )),
     }
@@ -138,10 +156,18 @@ pub struct ClusterArgs {
     /// Message size of the alltoall stage (bytes each rank sends in all).
     #[arg(long, default_value = "1M", value_parser = alltoall_size_arg, allow_hyphen_values = true)]
     pub alltoall_size: String,
-    /// ISOLATE a node when the median of its pairs (sending or receiving) is below this
-    /// percentage of the median of the pairs without it.
-    #[arg(long, default_value = "60", value_parser = pct_arg, allow_hyphen_values = true)]
-    pub suspect_below: f64,
+    /// ISOLATE a node whose pairs (sending, receiving, or one rail's) are confidently below this
+    /// percentage of the pairs without it (docs/cluster.md says how the confidence is
+    /// measured). `--suspect-below` is the old name.
+    #[arg(long, visible_alias = "suspect-below", default_value = "85", value_parser = isolate_arg, allow_hyphen_values = true)]
+    pub isolate_below: f64,
+    /// WARN about a node whose pairs are confidently below this percentage of its peers.
+    #[arg(long, default_value = "95", value_parser = warn_arg, allow_hyphen_values = true)]
+    pub warn_below: f64,
+    /// The chance, over the whole run, that a healthy cluster gets any node named (the
+    /// decision's family-wise error rate; Bonferroni over the nodes judged).
+    #[arg(long, default_value = "0.01", value_parser = alpha_arg, allow_hyphen_values = true)]
+    pub alpha: f64,
     /// ISOLATE a node whose pairs' median is below this many Gbps (default: --min-link-fraction
     /// of the link speed of the cluster's instance type, where efabench knows it).
     #[arg(long, value_parser = gbps_arg, allow_hyphen_values = true)]
@@ -230,6 +256,13 @@ impl ClusterArgs {
     /// before any stage runs: the stages' benchmarks would otherwise refuse a value only when
     /// their stage starts, in options the user never typed.
     pub fn validate(&self, world: u32) -> Result<(), BenchError> {
+        if self.warn_below < self.isolate_below {
+            return Err(BenchError::usage(format!(
+                "--warn-below {} is below --isolate-below {}: the WARN line must be at or above \
+                 the ISOLATE line; pass e.g. --isolate-below 85 --warn-below 95",
+                self.warn_below, self.isolate_below
+            )));
+        }
         let pairs = self.pairs_args(world)?;
         pairs.groups.sweep.sizes().map_err(|e| {
             BenchError::usage(format!(
@@ -274,12 +307,7 @@ impl ClusterArgs {
         }
         let mut w = vec!["pairs".to_string()];
         w.extend(self.common_words(&self.pairs_size, max_time));
-        w.extend([
-            "--pairs".into(),
-            self.schedule.clone(),
-            "--suspect-below".into(),
-            self.suspect_below.to_string(),
-        ]);
+        w.extend(["--pairs".into(), self.schedule.clone()]);
         Words::try_parse_from(&w)
             .map(|p| p.args)
             .map_err(|e| BenchError::usage(format!("pairs stage: {}", first_line(&e.to_string()))))
@@ -375,6 +403,15 @@ mod tests {
             .validate(32)
             .unwrap();
         args(&[]).validate(1024).unwrap();
+        // The old option name sets the ISOLATE line; the WARN line may not be under it.
+        assert_eq!(args(&["--suspect-below", "70"]).isolate_below, 70.0);
+        let e = args(&["--isolate-below", "90", "--warn-below", "80"])
+            .validate(4)
+            .unwrap_err();
+        assert!(
+            e.is_usage() && e.to_string().contains("--warn-below 80"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -395,7 +432,13 @@ mod tests {
             .contains("floppy"));
         let mut w = vec!["cluster", "--stage-budget", "0"];
         assert!(Cli::try_parse_from(&w).is_err());
-        for bad in [["--rank", "-1"], ["--world", "0"], ["--suspect-below", "0"]] {
+        for bad in [
+            ["--rank", "-1"],
+            ["--world", "0"],
+            ["--suspect-below", "0"],
+            ["--warn-below", "101"],
+            ["--alpha", "0.7"],
+        ] {
             let mut w = vec!["cluster"];
             w.extend(bad);
             assert!(Cli::try_parse_from(&w).is_err(), "{bad:?}");

@@ -11,6 +11,8 @@
 //! * [`node`]: what a node reports (checks and compared facts);
 //! * [`consistency`]: facts that differ from the majority;
 //! * [`figures`]: per-node figures from a pair matrix;
+//! * [`decide`]: the statistical decision on a pair matrix (nodes, directions, rails, links);
+//! * [`synth`]: synthetic pair matrices for judging the decision (tests, `examples/oc.rs`);
 //! * [`verdict`]: the verdicts;
 //! * [`summary`]: the JSON document;
 //! * [`table`]: the verdict table printed at the end;
@@ -20,10 +22,12 @@
 
 pub mod args;
 pub mod consistency;
+pub mod decide;
 pub mod figures;
 pub mod node;
 pub mod run;
 pub mod summary;
+pub mod synth;
 pub mod table;
 pub mod verdict;
 

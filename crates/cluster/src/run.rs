@@ -246,7 +246,9 @@ pub fn run(
         alltoall: None,
         lost: Vec::new(),
         thresholds: Thresholds {
-            suspect_below: args.suspect_below / 100.0,
+            isolate_below: args.isolate_below / 100.0,
+            warn_below: args.warn_below / 100.0,
+            alpha: args.alpha,
             min_pair_gbps: args.min_pair_gbps,
             min_pair_from: args.min_pair_gbps.map(|_| "--min-pair-gbps".into()),
             ignore_checks: args.ignore_check.clone(),

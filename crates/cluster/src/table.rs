@@ -61,8 +61,8 @@ pub fn render_verdicts(s: &Summary) -> String {
         .unwrap_or(4)
         .max(4);
     out.push(format!(
-        "{:<w$}  {:<7}  {:>28}  {:>14}",
-        "host", "verdict", "pairs send/recv/others Gbps", "alltoall ratio"
+        "{:<w$}  {:<7}  {:>28}  {:>18}  {:>14}",
+        "host", "verdict", "pairs send/recv/others Gbps", "vs peers [interval]", "alltoall ratio"
     ));
     for n in &s.nodes {
         let med = |x: &Option<crate::figures::Stats>| x.map_or("-".to_string(), |s| gbps(s.median));
@@ -83,8 +83,20 @@ pub fn render_verdicts(s: &Summary) -> String {
             .as_ref()
             .and_then(|a| a.ratio)
             .map_or("-".to_string(), |r| format!("{:.0}%", r * 100.0));
+        let peers = n
+            .pairs
+            .as_ref()
+            .and_then(|p| p.estimate)
+            .map_or("-".to_string(), |e| {
+                format!(
+                    "{:.0}% [{:.0}-{:.0}%]",
+                    e.ratio * 100.0,
+                    e.low * 100.0,
+                    e.high * 100.0
+                )
+            });
         out.push(format!(
-            "{:<w$}  {:<7}  {pairs:>28}  {a2a:>14}",
+            "{:<w$}  {:<7}  {pairs:>28}  {peers:>18}  {a2a:>14}",
             n.host,
             n.verdict.as_str()
         ));

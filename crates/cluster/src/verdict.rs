@@ -2,13 +2,14 @@
 //!
 //! * **ISOLATE** — take the node out of the pool: a check fails on it but not on most nodes;
 //!   its hardware differs from the majority's (instance type, EFA devices, GPUs, link speed);
-//!   its pairs are slow against the pairs without it (`pairs`' localization on the matrix
-//!   between hosts, below
-//!   `suspect_below` of the reference) or below the absolute floor `min_pair_gbps`; it never
-//!   joined or died during a stage.
+//!   its pairs, or one rail's, are confidently below `isolate_below` of the pairs without it
+//!   ([`crate::decide`] on the matrix between hosts) or below the absolute floor
+//!   `min_pair_gbps`; it never joined or died during a stage.
 //! * **WARN** — usable, look at it: a check warns on it but not on most nodes; its software
 //!   (libfabric, driver, plugin, NCCL, CUDA, huge pages, kernel) differs from the majority's;
-//!   `alltoall` named it as its slowest node.
+//!   its pairs (or a rail's) are confidently below `warn_below` of its peers; one of its links
+//!   (a single pair) is confidently slow while neither end is; `alltoall` named it as its
+//!   slowest node.
 //! * **PASS** — none of the above.
 //!
 //! A check that fails (or warns) on most nodes says nothing about one node: it is the image or
@@ -23,6 +24,8 @@ use std::collections::BTreeMap;
 
 use efabench_bench::locate;
 use serde::{Deserialize, Serialize};
+
+use crate::decide::{self, Level, Scope};
 
 use crate::consistency::Consistency;
 use crate::figures::{gbps, Matrix, PairFigures};
@@ -120,12 +123,20 @@ pub struct NodeVerdict {
     pub alltoall: Option<PairFigures>,
 }
 
+/// `alltoall` names its slowest node (WARN) when its per-peer chunk rates are below this
+/// fraction of those without it: the all-to-all's rates come from one iteration's arrival
+/// times, with no windows to take a noise from, so only a clear gap is worth a WARN.
+pub const ALLTOALL_SLOWEST_BELOW: f64 = 0.6;
+
 /// The thresholds the verdicts use.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Thresholds {
-    /// A node is named when the median of its pairs (a direction) is below this fraction of the
-    /// median of the pairs without it.
-    pub suspect_below: f64,
+    /// ISOLATE a node confidently below this fraction of its peers.
+    pub isolate_below: f64,
+    /// WARN about a node confidently below this fraction of its peers.
+    pub warn_below: f64,
+    /// The chance, over the whole run, that the decision names a node of a healthy cluster.
+    pub alpha: f64,
     /// Absolute floor of a node's send and receive medians, Gbps, when known.
     pub min_pair_gbps: Option<f64>,
     /// Where the floor comes from (an option, or the instance type's link speed).
@@ -136,10 +147,24 @@ pub struct Thresholds {
     pub ignore_checks: Vec<String>,
 }
 
+impl Thresholds {
+    /// The decision's configuration.
+    pub fn config(&self) -> decide::Config {
+        decide::Config {
+            isolate_below: self.isolate_below,
+            warn_below: self.warn_below,
+            alpha: self.alpha,
+        }
+    }
+}
+
 impl Default for Thresholds {
     fn default() -> Thresholds {
+        let d = decide::Config::default();
         Thresholds {
-            suspect_below: 0.6,
+            isolate_below: d.isolate_below,
+            warn_below: d.warn_below,
+            alpha: d.alpha,
             min_pair_gbps: None,
             min_pair_from: None,
             ignore_checks: Vec::new(),
@@ -222,6 +247,17 @@ impl Judgement {
             RunVerdict::Pass | RunVerdict::Warn => 0,
         }
     }
+}
+
+/// The NIC (libfabric domain) of rail `rail` of host `by[node]`, from its first rank's pair
+/// records; `rail N` when they do not say.
+fn rail_name(m: &Matrix, rank_host: &[String], by: &[String], node: usize, rail: usize) -> String {
+    by.get(node)
+        .and_then(|h| rank_host.iter().position(|x| x == h))
+        .and_then(|r| m.nics.get(&r))
+        .and_then(|n| n.get(rail))
+        .cloned()
+        .unwrap_or_else(|| format!("rail {rail}"))
 }
 
 /// Hosts in order of their first rank, then hosts only known from `lost`.
@@ -323,24 +359,99 @@ pub fn judge(i: &Inputs) -> Judgement {
         cluster.push(s.describe());
     }
 
-    // Pairs: localization (relative to the cluster's own pairs) and the absolute floor.
+    // Pairs: the decision on the matrix between hosts (relative to the cluster's own pairs)
+    // and the absolute floor.
+    let mut estimates: BTreeMap<String, decide::Estimate> = BTreeMap::new();
     if let Some(m) = i.pairs {
-        let (by, pairs) = m.by_host(i.rank_host);
-        for s in locate::locate(by.len(), &pairs, i.thresholds.suspect_below) {
-            let host = by.get(s.rank).cloned().unwrap_or_default();
-            add(
-                &host,
-                Reason {
-                    stage: "pairs".into(),
-                    verdict: Verdict::Isolate,
-                    reason: format!(
-                        "slow {}: below {:.0}% of the pairs without it",
-                        s.direction.describe(),
-                        i.thresholds.suspect_below * 100.0
-                    ),
-                    evidence: format!("at {} B: {}", m.size_bytes, s.evidence()),
-                },
+        let (by, cells) = m.cells(i.rank_host);
+        let cfg = i.thresholds.config();
+        let d = decide::decide(by.len(), &cells, &cfg);
+        for (node, e) in d.nodes.iter().enumerate() {
+            let worst = e
+                .iter()
+                .flatten()
+                .min_by(|a, b| a.ratio.total_cmp(&b.ratio));
+            if let (Some(h), Some(w)) = (by.get(node), worst) {
+                estimates.insert(h.clone(), *w);
+            }
+        }
+        let name = |n: usize| by.get(n).cloned().unwrap_or_default();
+        let nic = |n: usize, rail: usize| rail_name(m, i.rank_host, &by, n, rail);
+        for f in &d.findings {
+            let verdict = match f.level {
+                Level::Isolate => Verdict::Isolate,
+                Level::Warn => Verdict::Warn,
+                Level::Pass => continue,
+            };
+            let line = match f.level {
+                Level::Isolate => cfg.isolate_below,
+                _ => cfg.warn_below,
+            };
+            let e = &f.estimate;
+            let conf = format!(
+                "confidently below {:.0}% of its peers ({:.2}% confidence)",
+                line * 100.0,
+                e.confidence * 100.0
             );
+            match f.scope {
+                Scope::Node { node, dir } => add(
+                    &name(node),
+                    Reason {
+                        stage: "pairs".into(),
+                        verdict,
+                        reason: format!("slow {}: {conf}", dir.describe()),
+                        evidence: format!(
+                            "at {} B: {}: {}; noise {:.1}% per pair",
+                            m.size_bytes,
+                            name(node),
+                            e.describe(),
+                            e.noise * 100.0
+                        ),
+                    },
+                ),
+                Scope::Rail { node, rail, dir } => add(
+                    &name(node),
+                    Reason {
+                        stage: "pairs".into(),
+                        verdict,
+                        reason: format!(
+                            "NIC {} (rail {rail}) slow {}: {conf}",
+                            nic(node, rail),
+                            dir.describe()
+                        ),
+                        evidence: format!(
+                            "at {} B, rail {rail} alone: {}: {}",
+                            m.size_bytes,
+                            name(node),
+                            e.describe()
+                        ),
+                    },
+                ),
+                Scope::Link { src, dst } => {
+                    for end in [src, dst] {
+                        add(
+                            &name(end),
+                            Reason {
+                                stage: "pairs".into(),
+                                verdict,
+                                reason: format!(
+                                    "link {} -> {} slow while neither end is: {}",
+                                    name(src),
+                                    name(dst),
+                                    conf.replace("its peers", "the other pairs")
+                                ),
+                                evidence: format!(
+                                    "at {} B: {:.0}% of the pairs without either end [{:.0}-{:.0}%]",
+                                    m.size_bytes,
+                                    e.ratio * 100.0,
+                                    e.low * 100.0,
+                                    e.high * 100.0
+                                ),
+                            },
+                        );
+                    }
+                }
+            }
         }
         if let Some(floor) = i.thresholds.min_pair_gbps {
             for h in &hosts {
@@ -375,7 +486,7 @@ pub fn judge(i: &Inputs) -> Judgement {
     // Alltoall: its slowest node, when the per-peer chunk rates name one.
     if let Some(m) = i.alltoall {
         let (by, pairs) = m.by_host(i.rank_host);
-        if let Some(s) = locate::locate(by.len(), &pairs, i.thresholds.suspect_below)
+        if let Some(s) = locate::locate(by.len(), &pairs, ALLTOALL_SLOWEST_BELOW)
             .into_iter()
             .next()
         {
@@ -433,7 +544,10 @@ pub fn judge(i: &Inputs) -> Judgement {
                 reasons: rs,
                 checks: report.map(|r| r.checks.clone()).unwrap_or_default(),
                 facts: report.map(|r| r.facts.clone()),
-                pairs: i.pairs.map(|m| m.figures(i.rank_host, h)),
+                pairs: i.pairs.map(|m| PairFigures {
+                    estimate: estimates.get(h).copied(),
+                    ..m.figures(i.rank_host, h)
+                }),
                 alltoall: i.alltoall.map(|m| m.figures(i.rank_host, h)),
             }
         })
@@ -497,6 +611,7 @@ mod tests {
         Matrix {
             size_bytes: 1 << 20,
             pairs,
+            ..Matrix::default()
         }
     }
 
@@ -552,10 +667,14 @@ mod tests {
         let n3 = &j.nodes[2];
         assert_eq!(n3.reasons[0].stage, "pairs");
         assert!(
-            n3.reasons[0].evidence.contains("without it"),
+            n3.reasons[0]
+                .evidence
+                .contains("node3: 11% of its peers [10-13%], 6 of 6 pairs below"),
             "{:?}",
             n3.reasons
         );
+        let est = n3.pairs.as_ref().unwrap().estimate.unwrap();
+        assert!(est.low < est.ratio && est.ratio < est.high && est.high < 0.85);
         assert!(n3
             .reasons
             .iter()

@@ -449,6 +449,7 @@ impl Pairs<'_> {
             .into(),
             per_rail: facts.per_rail,
             rail_gbps: facts.rail_gbps,
+            window_gbps: window_gbps(&m.samples_ns, spec.size as u64 * window),
         };
         Point {
             variant: "write-stream".into(),
@@ -498,6 +499,34 @@ pub struct PairsDetail {
     /// Each rail measured alone, Gbps (two rails or more).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rail_gbps: Option<Vec<f64>>,
+    /// Gbps of the timed windows, in order (at most [`MAX_WINDOWS`], evenly spread when there
+    /// were more): the pair's own spread, which the cluster verdict uses as noise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window_gbps: Option<Vec<f64>>,
+}
+
+/// Most window figures a pair's record carries.
+pub const MAX_WINDOWS: usize = 32;
+
+/// Gbps of each timed window of `bytes` (at most [`MAX_WINDOWS`] of them, evenly spread),
+/// four significant digits; none for no window.
+fn window_gbps(samples_ns: &[u64], bytes: u64) -> Option<Vec<f64>> {
+    if samples_ns.is_empty() {
+        return None;
+    }
+    let n = samples_ns.len();
+    let picks = n.min(MAX_WINDOWS);
+    Some(
+        (0..picks)
+            .map(|i| samples_ns[i * n / picks])
+            .map(|ns| {
+                let g = gbps(bytes, ns.max(1));
+                let digits = (3 - g.abs().max(1e-9).log10().floor() as i32).clamp(0, 12);
+                let f = 10f64.powi(digits);
+                (g * f).round() / f
+            })
+            .collect(),
+    )
 }
 
 impl PairsDetail {

@@ -7,6 +7,8 @@
 //!   two (PASS, WARN, ISOLATE), so an alert is `efabench_cluster_node_verdict{verdict="ISOLATE"} == 1`;
 //! * `efabench_cluster_pairs_gbps{host,direction,stat}`: the node's pairs (direction `send`,
 //!   `recv`, or `others` = the pairs without it), stat `median` or `min`;
+//! * `efabench_cluster_pairs_vs_peers{host,bound}`: the decision's estimate of the node's share
+//!   of its peers' speed (`estimate`) and its interval (`low`, `high`);
 //! * `efabench_cluster_pairs_ratio{host}`, `efabench_cluster_alltoall_ratio{host}`: the lower of
 //!   its send and receive medians over the median of the pairs without it;
 //! * `efabench_cluster_stage_seconds{stage,status}`: each stage's time;
@@ -71,6 +73,10 @@ pub fn render(s: &Summary) -> String {
         "efabench_cluster_pairs_ratio",
         "Lower of the node's send and receive pair medians over the median of the pairs without it",
     );
+    let mut peers = Family::new(
+        "efabench_cluster_pairs_vs_peers",
+        "The decision's estimate of the node's share of its peers' pair speed (slower direction), with its interval (bound low, high)",
+    );
     let mut a2a = Family::new(
         "efabench_cluster_alltoall_ratio",
         "Lower of the node's all-to-all per-peer chunk rate medians over those of the pairs without it",
@@ -110,6 +116,11 @@ pub fn render(s: &Summary) -> String {
             if let Some(r) = r {
                 ratio.push(vec![("host", n.host.clone())], *r);
             }
+            if let Some(e) = n.pairs.as_ref().and_then(|p| p.estimate) {
+                for (b, v) in [("estimate", e.ratio), ("low", e.low), ("high", e.high)] {
+                    peers.push(vec![("host", n.host.clone()), ("bound", b.into())], v);
+                }
+            }
         }
         if let Some(r) = n.alltoall.as_ref().and_then(|a| a.ratio) {
             a2a.push(vec![("host", n.host.clone())], r);
@@ -145,7 +156,9 @@ pub fn render(s: &Summary) -> String {
     );
     exit.push(Vec::new(), f64::from(s.exit_code));
     let mut out = String::new();
-    for f in [&verdict, &pairs, &ratio, &a2a, &stages, &cluster, &exit] {
+    for f in [
+        &verdict, &pairs, &ratio, &peers, &a2a, &stages, &cluster, &exit,
+    ] {
         f.render(&mut out);
     }
     out
@@ -166,6 +179,16 @@ mod tests {
             recv: Stats::of(&[0.45]),
             reference: Stats::of(&[3.0, 3.2]),
             ratio: Some(0.13),
+            estimate: Some(efabench_cluster::decide::Estimate {
+                ratio: 0.8,
+                low: 0.77,
+                high: 0.83,
+                confidence: 0.999,
+                pairs: 14,
+                below_slowest: 13,
+                reference: 42,
+                noise: 0.02,
+            }),
         };
         let node = |h: &str, v: Verdict| NodeVerdict {
             host: h.into(),
@@ -239,6 +262,13 @@ mod tests {
             Some(0.45)
         );
         assert_eq!(get("efabench_cluster_exit_code", &[]), Some(3.0));
+        assert_eq!(
+            get(
+                "efabench_cluster_pairs_vs_peers",
+                &[("host", "node3"), ("bound", "high")]
+            ),
+            Some(0.83)
+        );
         assert_eq!(
             get("efabench_cluster_verdict", &[("verdict", "FAIL")]),
             Some(1.0)
