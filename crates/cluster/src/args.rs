@@ -190,8 +190,10 @@ pub struct ClusterArgs {
     /// libfabric domain (NIC) of the benchmark stages.
     #[arg(long)]
     pub domain: Option<String>,
-    /// NICs (rails) per rank in the benchmark stages: a number or all.
-    #[arg(long, default_value = "1")]
+    /// NICs (rails) per rank in the benchmark stages: a number, all, or auto (all when every
+    /// node has EFA devices and the provider is efa, else 1): a rank alone on its node drives
+    /// every NIC of it, a rank per GPU the NICs of its GPU.
+    #[arg(long, default_value = "auto")]
     pub rails: String,
     /// Buffer memory of the benchmark stages: host, huge, pinned, cuda or managed.
     #[arg(long, default_value = "host")]
@@ -208,6 +210,32 @@ pub struct ClusterArgs {
 }
 
 impl ClusterArgs {
+    /// `--rails` as the benchmarks take it (`auto` not resolved yet counts as 1).
+    fn rails_word(&self) -> &str {
+        if self.rails == "auto" {
+            "1"
+        } else {
+            &self.rails
+        }
+    }
+
+    /// `--rails auto` resolved: `all` when every node has EFA devices and the provider is efa
+    /// (or left to the default, which is efa where present), else 1; other values as given.
+    pub fn resolve_rails(&self, every_node_has_efa: bool) -> String {
+        if self.rails != "auto" {
+            return self.rails.clone();
+        }
+        let efa = self
+            .provider
+            .as_deref()
+            .is_none_or(|p| p.starts_with("efa"));
+        if efa && every_node_has_efa {
+            "all".into()
+        } else {
+            "1".into()
+        }
+    }
+
     pub fn budget(&self, stage: Stage) -> f64 {
         match stage {
             Stage::Checks => self.checks_budget,
@@ -231,7 +259,7 @@ impl ClusterArgs {
             "--max-time".into(),
             format!("{max_time:.3}"),
             "--rails".into(),
-            self.rails.clone(),
+            self.rails_word().to_string(),
             "--mem".into(),
             self.mem.clone(),
             "--timeout".into(),
@@ -291,7 +319,11 @@ impl ClusterArgs {
     pub fn pairs_args(&self, world: u32) -> Result<PairsArgs, BenchError> {
         let probe = self.parse_pairs(1.0)?;
         let rounds = Plan::Rounds(probe.schedule).cost(world.max(2)).0.max(1) as f64;
-        let rails = if self.rails.trim() == "1" { 1.0 } else { 2.0 };
+        let rails = if self.rails_word().trim() == "1" {
+            1.0
+        } else {
+            2.0
+        };
         // 0.5: opening the mesh, connecting and the barriers between rounds take the rest;
         // 1.1: warm-up.
         let max_time =
@@ -367,6 +399,11 @@ mod tests {
         assert_eq!(p.groups.sweep.min_bytes, 64 << 10);
         assert_eq!(p.groups.fabric.provider.as_deref(), Some("tcp"));
         assert_eq!(p.suspect_below, 60.0);
+        // auto: every NIC where every node has EFA and the provider is efa; else one.
+        assert_eq!(a.resolve_rails(true), "1", "-p tcp");
+        assert_eq!(args(&[]).resolve_rails(true), "all");
+        assert_eq!(args(&[]).resolve_rails(false), "1");
+        assert_eq!(args(&["--rails", "2"]).resolve_rails(false), "2");
         let t = a.alltoall_args().unwrap();
         assert!((t.max_time - 36.0).abs() < 1e-9, "{}", t.max_time);
         assert_eq!(t.groups.sweep.max_bytes, 1 << 20);

@@ -49,7 +49,7 @@ pub const MIN_NOISE: f64 = 0.005;
 
 /// Degrees of freedom of a single pair's test: a pair's figure is one measurement, and a stall
 /// of its own (a descheduled rank, a retransmission) gives heavier tails than a normal's.
-pub const LINK_DF: usize = 3;
+pub const LINK_DF: usize = 4;
 
 /// Up to this many nodes the reference of a node excludes its own pairs exactly.
 pub const EXACT_UP_TO: usize = 64;
@@ -306,7 +306,7 @@ pub fn normal_quantile(p: f64) -> f64 {
     }
 }
 
-/// Student's t quantile with `df` degrees of freedom: exact for 1 and 2, else the
+/// Student's t quantile with `df` degrees of freedom: exact for 1, 2 and 4, else the
 /// Cornish-Fisher expansion around the normal quantile (within 1% from 3 on at the levels
 /// used here).
 pub fn t_quantile(p: f64, df: f64) -> f64 {
@@ -317,6 +317,11 @@ pub fn t_quantile(p: f64, df: f64) -> f64 {
     if df <= 2.0 {
         let a = 4.0 * p * (1.0 - p);
         return (2.0 * p - 1.0) * (2.0 / a).sqrt();
+    }
+    if df == 4.0 {
+        let a = 4.0 * p * (1.0 - p);
+        let q = (a.sqrt().acos() / 3.0).cos() / a.sqrt();
+        return (p - 0.5).signum() * 2.0 * (q - 1.0).sqrt();
     }
     let z = normal_quantile(p);
     let (z3, z5, z7) = (z.powi(3), z.powi(5), z.powi(7));
@@ -381,7 +386,7 @@ fn compare(
     // its own pairs and within the reference, pooled (a two-sample test), so a small
     // reference (three or four nodes) still gives a usable noise.
     let (s, df) = if single {
-        // One measurement is exposed to any stall of its own: heavy tails (3 degrees of
+        // One measurement is exposed to any stall of its own: heavy tails (4 degrees of
         // freedom) whatever the reference's size.
         (r.scale, (m - 1).min(LINK_DF))
     } else if k < 2 {

@@ -272,5 +272,7 @@ fn the_quantiles_match_their_tables() {
     assert!((t_quantile(0.975, 1.0) - 12.706).abs() < 1e-2);
     assert!((t_quantile(0.975, 2.0) - 4.303).abs() < 1e-3);
     assert!((t_quantile(0.975, 10.0) - 2.228).abs() < 1e-2);
+    assert!((t_quantile(0.975, 4.0) - 2.776).abs() < 1e-3);
+    assert!((t_quantile(0.9995, 4.0) - 8.610).abs() < 1e-2);
     assert!((t_quantile(0.999, 40.0) - 3.307).abs() < 3e-2);
 }

@@ -375,6 +375,32 @@ pub fn run(
         }
     }
 
+    // `--rails auto`: rank 0 decides from what the nodes reported (or its own node when the
+    // checks were skipped), every rank takes its word.
+    let resolved;
+    let args = if failed.is_none() && args.rails == "auto" {
+        let mine = if lead {
+            let efa = if state.reports.is_empty() {
+                !efabench_topology::Topology::discover(&efabench_topology::Root::system())
+                    .nics
+                    .is_empty()
+            } else {
+                state.reports.iter().all(|r| r.facts.efa_devices > 0)
+            };
+            args.resolve_rails(efa).into_bytes()
+        } else {
+            Vec::new()
+        };
+        let word = bs.broadcast(&mine).map_err(from_bootstrap)?;
+        resolved = ClusterArgs {
+            rails: String::from_utf8_lossy(&word).into_owned(),
+            ..args.clone()
+        };
+        &resolved
+    } else {
+        args
+    };
+
     // 3. pairs
     if failed.is_none() {
         let t = Instant::now();
@@ -386,9 +412,10 @@ pub fn run(
             let pa = args.pairs_args(world)?;
             if lead {
                 progress(&format!(
-                    "[3/4] pairs: {} at {}, --max-time {:.3} s per pair (budget {} s)",
+                    "[3/4] pairs: {} at {}, --rails {}, --max-time {:.3} s per pair (budget {} s)",
                     pa.schedule,
                     args.pairs_size,
+                    args.rails,
                     pa.max_time,
                     args.budget(Stage::Pairs)
                 ));

@@ -142,3 +142,101 @@ pub fn matrix(n: usize, noise: &Noise, faults: &[Fault], rng: &mut Rng) -> Vec<C
     }
     out
 }
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let l = v.len();
+    if l == 0 {
+        0.0
+    } else if l % 2 == 1 {
+        v[l / 2]
+    } else {
+        (v[l / 2 - 1] + v[l / 2]) / 2.0
+    }
+}
+
+fn robust_sd(v: &[f64]) -> f64 {
+    let m = median(&mut v.to_vec());
+    let mut d: Vec<f64> = v.iter().map(|x| (x - m).abs()).collect();
+    1.4826 * median(&mut d)
+}
+
+/// The model fitted to a measured matrix of `n` nodes (every ordered pair once): on the log of
+/// Gbps, a median polish (a few sweeps taking each sender's and each receiver's median out)
+/// gives the node offsets and the pairs' residuals; their robust spreads are `node_sd` and
+/// `pair_sd`, and the windows' robust spread around their pair is `window_sd`.
+pub fn fit(n: usize, cells: &[Cell]) -> Noise {
+    let ok: Vec<&Cell> = cells
+        .iter()
+        .filter(|c| c.gbps > 0.0 && c.src < n && c.dst < n)
+        .collect();
+    let mut res: Vec<f64> = ok.iter().map(|c| c.gbps.ln()).collect();
+    let base = median(&mut res.clone());
+    for r in &mut res {
+        *r -= base;
+    }
+    let (mut send, mut recv) = (vec![0.0; n], vec![0.0; n]);
+    for _ in 0..4 {
+        for (eff, by_src) in [(&mut send, true), (&mut recv, false)] {
+            for (node, e) in eff.iter_mut().enumerate() {
+                let mut mine: Vec<f64> = ok
+                    .iter()
+                    .zip(&res)
+                    .filter(|(c, _)| if by_src { c.src == node } else { c.dst == node })
+                    .map(|(_, r)| *r)
+                    .collect();
+                let m = median(&mut mine);
+                *e += m;
+                for (c, r) in ok.iter().zip(res.iter_mut()) {
+                    if (by_src && c.src == node) || (!by_src && c.dst == node) {
+                        *r -= m;
+                    }
+                }
+            }
+        }
+    }
+    let nodes: Vec<f64> = send.iter().chain(&recv).copied().collect();
+    let win: Vec<f64> = ok
+        .iter()
+        .flat_map(|c| {
+            c.windows
+                .iter()
+                .filter(|w| **w > 0.0)
+                .map(move |w| w.ln() - c.gbps.ln())
+        })
+        .collect();
+    let windows = if ok.is_empty() {
+        0
+    } else {
+        ok.iter().map(|c| c.windows.len()).sum::<usize>() / ok.len()
+    };
+    Noise {
+        gbps: base.exp(),
+        node_sd: robust_sd(&nodes),
+        pair_sd: robust_sd(&res),
+        window_sd: if win.len() > 2 { robust_sd(&win) } else { 0.0 },
+        windows,
+        rails: 1,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_fit_recovers_the_model_it_is_given() {
+        let truth = Noise {
+            node_sd: 0.02,
+            pair_sd: 0.05,
+            ..Noise::default()
+        };
+        let cells = matrix(32, &truth, &[], &mut Rng::new(1));
+        let f = fit(32, &cells);
+        assert!((f.pair_sd - 0.05).abs() < 0.01, "{f:?}");
+        assert!((f.node_sd - 0.02).abs() < 0.012, "{f:?}");
+        assert!((f.window_sd - 0.05).abs() < 0.01, "{f:?}");
+        assert!((f.gbps / 100.0 - 1.0).abs() < 0.02, "{f:?}");
+        assert_eq!(f.windows, 8);
+    }
+}

@@ -61,7 +61,7 @@ pub fn render_verdicts(s: &Summary) -> String {
         .unwrap_or(4)
         .max(4);
     out.push(format!(
-        "{:<w$}  {:<7}  {:>28}  {:>18}  {:>14}",
+        "{:<w$}  {:<7}  {:>28}  {:>18}  {:>14}  NICs",
         "host", "verdict", "pairs send/recv/others Gbps", "vs peers [interval]", "alltoall ratio"
     ));
     for n in &s.nodes {
@@ -95,8 +95,15 @@ pub fn render_verdicts(s: &Summary) -> String {
                     e.high * 100.0
                 )
             });
+        let nics = n.nics.as_ref().map_or("-".to_string(), |c| {
+            if c.efa_devices == 0 {
+                c.used.join(",")
+            } else {
+                format!("{} of {}", c.used.len().min(c.efa_devices), c.efa_devices)
+            }
+        });
         out.push(format!(
-            "{:<w$}  {:<7}  {pairs:>28}  {peers:>18}  {a2a:>14}",
+            "{:<w$}  {:<7}  {pairs:>28}  {peers:>18}  {a2a:>14}  {nics}",
             n.host,
             n.verdict.as_str()
         ));
@@ -200,6 +207,7 @@ mod tests {
             facts: None,
             pairs: None,
             alltoall: None,
+            nics: None,
         }
     }
 

@@ -121,6 +121,42 @@ pub struct NodeVerdict {
     pub facts: Option<NodeFacts>,
     pub pairs: Option<PairFigures>,
     pub alltoall: Option<PairFigures>,
+    /// The NICs the pairs stage drove on this node, against its EFA devices.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nics: Option<NicCoverage>,
+}
+
+/// Which of a node's NICs the pairs stage measured.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NicCoverage {
+    /// The libfabric domains its ranks drove (all rails of all its ranks).
+    pub used: Vec<String>,
+    /// EFA devices the node reported (0 when none, e.g. tcp on hosts without EFA).
+    pub efa_devices: usize,
+}
+
+impl NicCoverage {
+    /// All EFA devices measured (or no EFA device to measure).
+    pub fn complete(&self) -> bool {
+        self.efa_devices == 0 || self.used.len() >= self.efa_devices
+    }
+
+    /// "NICs covered: 16 of 16", or "1 NIC (eth0), no EFA device".
+    pub fn describe(&self) -> String {
+        if self.efa_devices == 0 {
+            format!(
+                "{} NIC(s) ({}), no EFA device",
+                self.used.len(),
+                self.used.join(",")
+            )
+        } else {
+            format!(
+                "NICs covered: {} of {}",
+                self.used.len().min(self.efa_devices),
+                self.efa_devices
+            )
+        }
+    }
 }
 
 /// `alltoall` names its slowest node (WARN) when its per-peer chunk rates are below this
@@ -526,6 +562,43 @@ pub fn judge(i: &Inputs) -> Judgement {
         );
     }
 
+    // NIC coverage: what the pairs stage drove on each node, against its EFA devices.
+    let coverage = |h: &str| -> Option<NicCoverage> {
+        let m = i.pairs?;
+        let mut used: Vec<String> = i
+            .rank_host
+            .iter()
+            .enumerate()
+            .filter(|(_, x)| *x == h)
+            .filter_map(|(r, _)| m.nics.get(&r))
+            .flatten()
+            .cloned()
+            .collect();
+        used.sort();
+        used.dedup();
+        let efa_devices = i
+            .reports
+            .iter()
+            .find(|r| r.host == h)
+            .map_or(0, |r| r.facts.efa_devices);
+        (!used.is_empty()).then_some(NicCoverage { used, efa_devices })
+    };
+    let partial: Vec<String> = hosts
+        .iter()
+        .filter_map(|h| {
+            coverage(h)
+                .filter(|c| !c.complete())
+                .map(|c| format!("{h} {}", c.describe()))
+        })
+        .collect();
+    if !partial.is_empty() {
+        cluster.push(format!(
+            "the pairs stage did not measure every NIC ({}): a NIC it did not drive can be slow \
+             unseen; run one rank per GPU (srun --ntasks-per-node=GPUs) with --rails all",
+            partial.join("; ")
+        ));
+    }
+
     let nodes = hosts
         .iter()
         .map(|h| {
@@ -549,6 +622,7 @@ pub fn judge(i: &Inputs) -> Judgement {
                     ..m.figures(i.rank_host, h)
                 }),
                 alltoall: i.alltoall.map(|m| m.figures(i.rank_host, h)),
+                nics: coverage(h),
             }
         })
         .collect();

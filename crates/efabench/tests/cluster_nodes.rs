@@ -16,6 +16,14 @@ use common::netns::{Cluster, Impair, Side};
 use common::{text, TmpDir};
 use serde_json::Value;
 use std::process::Output;
+use std::sync::{Mutex, MutexGuard};
+
+/// One simulated cluster at a time: clusters measured at once share the two cores.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 /// Every node's link, Mbit/s: well under what eight ranks on two cores move at once.
 const LINK_MBIT: u32 = 300;
@@ -68,6 +76,7 @@ fn verdicts(s: &Value) -> Vec<(String, String)> {
 
 #[test]
 fn eight_nodes_healthy_names_nobody_and_one_at_80_percent_is_named_with_its_interval() {
+    let _one = serial();
     let Some(mut c) = Cluster::new(8) else { return };
     for n in 0..8 {
         c.impair(n, Side::Both, Impair::rate(LINK_MBIT));
@@ -117,4 +126,51 @@ fn eight_nodes_healthy_names_nobody_and_one_at_80_percent_is_named_with_its_inte
     assert!((0.7..0.9).contains(&mid), "{est}");
     let line = if named == "ISOLATE" { 0.85 } else { 0.95 };
     assert!(hi < line, "{named} needs the interval under {line}: {est}");
+}
+
+/// Four nodes with two NICs each, every rail measured (`--rails 2`): node3's second NIC
+/// (eth1) throttled to half is named by host and domain, every node's NICs are listed, and the others
+/// pass.
+#[test]
+fn a_slow_nic_of_two_is_named_by_host_and_domain() {
+    let _one = serial();
+    let Some(mut c) = Cluster::with_nics(4, 2) else {
+        return;
+    };
+    for n in 0..4 {
+        for nic in 0..2 {
+            c.try_impair_nic(n, nic, Side::Both, Impair::rate(LINK_MBIT))
+                .expect("tc");
+        }
+    }
+    c.try_impair_nic(2, 1, Side::Both, Impair::rate(LINK_MBIT / 2))
+        .expect("tc on eth1");
+    let d = TmpDir::new("cluster-nodes-nic");
+    let sum = d.join("s.json");
+    let mut args: Vec<&str> = ARGS.to_vec();
+    let s = sum.to_str().unwrap().to_string();
+    args.extend(["--rails", "2", "--summary", &s]);
+    let mut outs = c.job(&args, |_| Vec::new());
+    let o = outs.remove(0);
+    let out = text(&o.stdout);
+    println!("{out}\n{}", text(&o.stderr));
+    let s: Value = serde_json::from_str(&std::fs::read_to_string(&sum).unwrap()).unwrap();
+    for n in s["nodes"].as_array().unwrap() {
+        assert_eq!(
+            n["nics"]["used"],
+            serde_json::json!(["eth0", "eth1"]),
+            "{n}"
+        );
+        if n["host"] == "node3" {
+            assert_ne!(n["verdict"], "PASS", "{out}");
+            let named = n["reasons"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|r| r["reason"].as_str().unwrap().contains("NIC eth1 (rail "));
+            assert!(named, "{n}");
+        } else {
+            assert_eq!(n["verdict"], "PASS", "{out}");
+        }
+    }
 }

@@ -234,7 +234,7 @@ fn srun_and_sbatch_across_simulated_nodes_isolate_the_throttled_node_alone() {
         n3["reasons"][0]["evidence"]
             .as_str()
             .unwrap()
-            .contains("without it"),
+            .contains("% of its peers ["),
         "{n3}"
     );
     assert!(

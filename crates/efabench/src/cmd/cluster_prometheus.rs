@@ -199,6 +199,7 @@ mod tests {
             facts: None,
             pairs: Some(fig.clone()),
             alltoall: None,
+            nics: None,
         };
         let s = Summary {
             schema: SCHEMA.into(),
