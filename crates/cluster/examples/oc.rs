@@ -222,7 +222,7 @@ fn main() {
             }
         }
     }
-    for sd in [0.01, 0.02, 0.05] {
+    for sd in [0.01, 0.02] {
         profiles.push((
             format!("pair spread {:.0}%", sd * 100.0),
             Noise {

@@ -164,7 +164,8 @@ fn robust_sd(v: &[f64]) -> f64 {
 /// The model fitted to a measured matrix of `n` nodes (every ordered pair once): on the log of
 /// Gbps, a median polish (a few sweeps taking each sender's and each receiver's median out)
 /// gives the node offsets and the pairs' residuals; their robust spreads are `node_sd` and
-/// `pair_sd`, and the windows' robust spread around their pair is `window_sd`.
+/// `pair_sd` (the latter corrected for the offsets fitted), and the windows' robust spread
+/// around their pair is `window_sd`.
 pub fn fit(n: usize, cells: &[Cell]) -> Noise {
     let ok: Vec<&Cell> = cells
         .iter()
@@ -195,6 +196,16 @@ pub fn fit(n: usize, cells: &[Cell]) -> Noise {
             }
         }
     }
+    // Below eight nodes the polish has too few pairs per node to tell a node's offset from its
+    // pairs' noise (at four, it fits 7 offsets to 12 pairs): all the spread is taken as the
+    // pairs', the conservative reading.
+    if n < 8 {
+        let raw: Vec<f64> = ok.iter().map(|c| c.gbps.ln()).collect();
+        send.iter_mut()
+            .chain(recv.iter_mut())
+            .for_each(|x| *x = 0.0);
+        res = raw;
+    }
     let nodes: Vec<f64> = send.iter().chain(&recv).copied().collect();
     let win: Vec<f64> = ok
         .iter()
@@ -210,10 +221,22 @@ pub fn fit(n: usize, cells: &[Cell]) -> Noise {
     } else {
         ok.iter().map(|c| c.windows.len()).sum::<usize>() / ok.len()
     };
+    // The polish spends 2n - 1 of the pairs' degrees of freedom on the offsets: scale the
+    // residuals' spread back up (a small matrix would otherwise look quieter than it is).
+    let free = if n < 8 {
+        ok.len() as f64 - 1.0
+    } else {
+        ok.len() as f64 - (2 * n) as f64 + 1.0
+    };
+    let dof = if free >= 1.0 {
+        (ok.len() as f64 / free).sqrt()
+    } else {
+        1.0
+    };
     Noise {
         gbps: base.exp(),
         node_sd: robust_sd(&nodes),
-        pair_sd: robust_sd(&res),
+        pair_sd: robust_sd(&res) * dof,
         window_sd: if win.len() > 2 { robust_sd(&win) } else { 0.0 },
         windows,
         rails: 1,
