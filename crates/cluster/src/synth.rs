@@ -164,8 +164,8 @@ fn robust_sd(v: &[f64]) -> f64 {
 /// The model fitted to a measured matrix of `n` nodes (every ordered pair once): on the log of
 /// Gbps, a median polish (a few sweeps taking each sender's and each receiver's median out)
 /// gives the node offsets and the pairs' residuals; their robust spreads are `node_sd` and
-/// `pair_sd` (the latter corrected for the offsets fitted), and the windows' robust spread
-/// around their pair is `window_sd`.
+/// `pair_sd` (the offsets' less their own estimation noise, the residuals' corrected for the
+/// offsets fitted), and the windows' robust spread around their pair is `window_sd`.
 pub fn fit(n: usize, cells: &[Cell]) -> Noise {
     let ok: Vec<&Cell> = cells
         .iter()
@@ -233,10 +233,15 @@ pub fn fit(n: usize, cells: &[Cell]) -> Noise {
     } else {
         1.0
     };
+    // Each fitted offset is a median of n - 1 noisy pairs: take that estimation noise
+    // (1.2533 pair_sd / sqrt(n - 1)) out of the offsets' spread.
+    let pair_sd = robust_sd(&res) * dof;
+    let seen = robust_sd(&nodes);
+    let est = 1.2533 * pair_sd / ((n.max(2) - 1) as f64).sqrt();
     Noise {
         gbps: base.exp(),
-        node_sd: robust_sd(&nodes),
-        pair_sd: robust_sd(&res) * dof,
+        node_sd: (seen * seen - est * est).max(0.0).sqrt(),
+        pair_sd,
         window_sd: if win.len() > 2 { robust_sd(&win) } else { 0.0 },
         windows,
         rails: 1,
