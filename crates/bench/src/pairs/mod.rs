@@ -541,3 +541,23 @@ impl PairsDetail {
 pub fn run_pairs(args: &PairsArgs, build: &harness::BuildInfo) -> Result<i32, BenchError> {
     run_on_mesh(&mut Pairs::new(args)?, args, build, |b| b.mesh.take())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn window_figures_are_capped_and_evenly_spread() {
+        assert_eq!(window_gbps(&[], 1000), None);
+        // 1 MB in 1 ms is 8 Gbps; in 2 ms, 4.
+        let w = window_gbps(&[1_000_000, 2_000_000], 1_000_000).unwrap();
+        assert_eq!(w, [8.0, 4.0]);
+        let many: Vec<u64> = (1..=100).map(|i| i * 1_000_000).collect();
+        let w = window_gbps(&many, 1_000_000).unwrap();
+        assert_eq!(w.len(), MAX_WINDOWS);
+        // The first window and then every 100/32-th: 8/1, 8/4 (index 3), ...
+        assert_eq!((w[0], w[1]), (8.0, 2.0));
+        // Four significant digits.
+        assert_eq!(window_gbps(&[3_000_000], 1_000_000).unwrap(), [2.667]);
+    }
+}
