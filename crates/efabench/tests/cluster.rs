@@ -10,7 +10,7 @@ mod common;
 mod exposition_check;
 
 use common::netns::Cluster;
-use common::{text, tmp, BIN};
+use common::{text, tmp, TmpDir, BIN};
 use serde_json::Value;
 use std::process::Command;
 
@@ -189,7 +189,8 @@ fn launch_runs_every_stage_and_writes_summary_records_and_prometheus() {
 /// node is to be isolated for it.
 #[test]
 fn a_check_failing_on_every_node_fails_the_cluster_with_exit_3() {
-    let d = tmp("cluster-wide");
+    let guard = TmpDir::new("cluster-wide");
+    let d = &guard.0;
     let root = d.join("root");
     std::fs::create_dir_all(&root).unwrap();
     let (sum, prom) = (d.join("s.json"), d.join("c.prom"));
