@@ -37,11 +37,29 @@ fn interval_arg(s: &str) -> Result<f64, String> {
     secs(s, "--interval", 0.0, 3600.0, "1")
 }
 
-fn pct_arg(s: &str) -> Result<f64, String> {
+fn pct(s: &str, what: &str, example: &str) -> Result<f64, String> {
     match s.trim().parse::<f64>() {
         Ok(v) if v > 0.0 && v <= 100.0 => Ok(v),
         _ => Err(format!(
-            "--suspect-below '{}' is not a percentage above 0 and at most 100; pass e.g. --suspect-below 60",
+            "{what} '{}' is not a percentage above 0 and at most 100; pass e.g. {what} {example}",
+            efabench_bench::size::clip(s)
+        )),
+    }
+}
+
+fn isolate_arg(s: &str) -> Result<f64, String> {
+    pct(s, "--isolate-below", "85")
+}
+
+fn warn_arg(s: &str) -> Result<f64, String> {
+    pct(s, "--warn-below", "95")
+}
+
+fn alpha_arg(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v > 0.0 && v < 0.5 => Ok(v),
+        _ => Err(format!(
+            "--alpha '{}' is not a probability above 0 and below 0.5; pass e.g. --alpha 0.01",
             efabench_bench::size::clip(s)
         )),
     }
@@ -138,10 +156,18 @@ pub struct ClusterArgs {
     /// Message size of the alltoall stage (bytes each rank sends in all).
     #[arg(long, default_value = "1M", value_parser = alltoall_size_arg, allow_hyphen_values = true)]
     pub alltoall_size: String,
-    /// ISOLATE a node when the median of its pairs (sending or receiving) is below this
-    /// percentage of the median of the pairs without it.
-    #[arg(long, default_value = "60", value_parser = pct_arg, allow_hyphen_values = true)]
-    pub suspect_below: f64,
+    /// ISOLATE a node whose pairs (sending, receiving, or one rail's) are confidently below this
+    /// percentage of the pairs without it (docs/cluster.md says how the confidence is
+    /// measured). `--suspect-below` is the old name.
+    #[arg(long, visible_alias = "suspect-below", default_value = "85", value_parser = isolate_arg, allow_hyphen_values = true)]
+    pub isolate_below: f64,
+    /// WARN about a node whose pairs are confidently below this percentage of its peers.
+    #[arg(long, default_value = "95", value_parser = warn_arg, allow_hyphen_values = true)]
+    pub warn_below: f64,
+    /// The chance, over the whole run, that a healthy cluster gets any node named (the
+    /// decision's family-wise error rate; Bonferroni over the nodes judged).
+    #[arg(long, default_value = "0.01", value_parser = alpha_arg, allow_hyphen_values = true)]
+    pub alpha: f64,
     /// ISOLATE a node whose pairs' median is below this many Gbps (default: --min-link-fraction
     /// of the link speed of the cluster's instance type, where efabench knows it).
     #[arg(long, value_parser = gbps_arg, allow_hyphen_values = true)]
@@ -150,6 +176,11 @@ pub struct ClusterArgs {
     /// ISOLATE it.
     #[arg(long, default_value = "0.5", value_parser = fraction_arg, allow_hyphen_values = true)]
     pub min_link_fraction: f64,
+    /// Checks to leave out of the verdicts (comma-separated ids, as `efabench doctor` prints
+    /// them), e.g. `efa-devices,memlock` when testing over tcp on hosts without EFA; they are
+    /// still run and reported.
+    #[arg(long, value_delimiter = ',', value_name = "CHECK")]
+    pub ignore_check: Vec<String>,
     /// Seconds between the two counter snapshots of the node checks (error counters rising).
     #[arg(long, default_value = "1", value_parser = interval_arg, allow_hyphen_values = true)]
     pub interval: f64,
@@ -159,8 +190,10 @@ pub struct ClusterArgs {
     /// libfabric domain (NIC) of the benchmark stages.
     #[arg(long)]
     pub domain: Option<String>,
-    /// NICs (rails) per rank in the benchmark stages: a number or all.
-    #[arg(long, default_value = "1")]
+    /// NICs (rails) per rank in the benchmark stages: a number, all, or auto (all when every
+    /// node has EFA devices and the provider is efa, else 1): a rank alone on its node drives
+    /// every NIC of it, a rank per GPU the NICs of its GPU.
+    #[arg(long, default_value = "auto")]
     pub rails: String,
     /// Buffer memory of the benchmark stages: host, huge, pinned, cuda or managed.
     #[arg(long, default_value = "host")]
@@ -177,6 +210,32 @@ pub struct ClusterArgs {
 }
 
 impl ClusterArgs {
+    /// `--rails` as the benchmarks take it (`auto` not resolved yet counts as 1).
+    fn rails_word(&self) -> &str {
+        if self.rails == "auto" {
+            "1"
+        } else {
+            &self.rails
+        }
+    }
+
+    /// `--rails auto` resolved: `all` when every node has EFA devices and the provider is efa
+    /// (or left to the default, which is efa where present), else 1; other values as given.
+    pub fn resolve_rails(&self, every_node_has_efa: bool) -> String {
+        if self.rails != "auto" {
+            return self.rails.clone();
+        }
+        let efa = self
+            .provider
+            .as_deref()
+            .is_none_or(|p| p.starts_with("efa"));
+        if efa && every_node_has_efa {
+            "all".into()
+        } else {
+            "1".into()
+        }
+    }
+
     pub fn budget(&self, stage: Stage) -> f64 {
         match stage {
             Stage::Checks => self.checks_budget,
@@ -200,7 +259,7 @@ impl ClusterArgs {
             "--max-time".into(),
             format!("{max_time:.3}"),
             "--rails".into(),
-            self.rails.clone(),
+            self.rails_word().to_string(),
             "--mem".into(),
             self.mem.clone(),
             "--timeout".into(),
@@ -225,6 +284,13 @@ impl ClusterArgs {
     /// before any stage runs: the stages' benchmarks would otherwise refuse a value only when
     /// their stage starts, in options the user never typed.
     pub fn validate(&self, world: u32) -> Result<(), BenchError> {
+        if self.warn_below < self.isolate_below {
+            return Err(BenchError::usage(format!(
+                "--warn-below {} is below --isolate-below {}: the WARN line must be at or above \
+                 the ISOLATE line; pass e.g. --isolate-below 85 --warn-below 95",
+                self.warn_below, self.isolate_below
+            )));
+        }
         let pairs = self.pairs_args(world)?;
         pairs.groups.sweep.sizes().map_err(|e| {
             BenchError::usage(format!(
@@ -253,7 +319,11 @@ impl ClusterArgs {
     pub fn pairs_args(&self, world: u32) -> Result<PairsArgs, BenchError> {
         let probe = self.parse_pairs(1.0)?;
         let rounds = Plan::Rounds(probe.schedule).cost(world.max(2)).0.max(1) as f64;
-        let rails = if self.rails.trim() == "1" { 1.0 } else { 2.0 };
+        let rails = if self.rails_word().trim() == "1" {
+            1.0
+        } else {
+            2.0
+        };
         // 0.5: opening the mesh, connecting and the barriers between rounds take the rest;
         // 1.1: warm-up.
         let max_time =
@@ -269,12 +339,7 @@ impl ClusterArgs {
         }
         let mut w = vec!["pairs".to_string()];
         w.extend(self.common_words(&self.pairs_size, max_time));
-        w.extend([
-            "--pairs".into(),
-            self.schedule.clone(),
-            "--suspect-below".into(),
-            self.suspect_below.to_string(),
-        ]);
+        w.extend(["--pairs".into(), self.schedule.clone()]);
         Words::try_parse_from(&w)
             .map(|p| p.args)
             .map_err(|e| BenchError::usage(format!("pairs stage: {}", first_line(&e.to_string()))))
@@ -334,6 +399,11 @@ mod tests {
         assert_eq!(p.groups.sweep.min_bytes, 64 << 10);
         assert_eq!(p.groups.fabric.provider.as_deref(), Some("tcp"));
         assert_eq!(p.suspect_below, 60.0);
+        // auto: every NIC where every node has EFA and the provider is efa; else one.
+        assert_eq!(a.resolve_rails(true), "1", "-p tcp");
+        assert_eq!(args(&[]).resolve_rails(true), "all");
+        assert_eq!(args(&[]).resolve_rails(false), "1");
+        assert_eq!(args(&["--rails", "2"]).resolve_rails(false), "2");
         let t = a.alltoall_args().unwrap();
         assert!((t.max_time - 36.0).abs() < 1e-9, "{}", t.max_time);
         assert_eq!(t.groups.sweep.max_bytes, 1 << 20);
@@ -370,6 +440,15 @@ mod tests {
             .validate(32)
             .unwrap();
         args(&[]).validate(1024).unwrap();
+        // The old option name sets the ISOLATE line; the WARN line may not be under it.
+        assert_eq!(args(&["--suspect-below", "70"]).isolate_below, 70.0);
+        let e = args(&["--isolate-below", "90", "--warn-below", "80"])
+            .validate(4)
+            .unwrap_err();
+        assert!(
+            e.is_usage() && e.to_string().contains("--warn-below 80"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -390,7 +469,13 @@ mod tests {
             .contains("floppy"));
         let mut w = vec!["cluster", "--stage-budget", "0"];
         assert!(Cli::try_parse_from(&w).is_err());
-        for bad in [["--rank", "-1"], ["--world", "0"], ["--suspect-below", "0"]] {
+        for bad in [
+            ["--rank", "-1"],
+            ["--world", "0"],
+            ["--suspect-below", "0"],
+            ["--warn-below", "101"],
+            ["--alpha", "0.7"],
+        ] {
             let mut w = vec!["cluster"];
             w.extend(bad);
             assert!(Cli::try_parse_from(&w).is_err(), "{bad:?}");

@@ -47,6 +47,10 @@ pub struct PairFigures {
     pub reference: Option<Stats>,
     /// The lower of the send and receive medians over the reference median.
     pub ratio: Option<f64>,
+    /// The decision's estimate of its share of its peers' speed, with its interval (the
+    /// slower direction; [`crate::decide`]); absent where it could not be judged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub estimate: Option<crate::decide::Estimate>,
 }
 
 /// A pair matrix of one size, by rank.
@@ -54,6 +58,12 @@ pub struct PairFigures {
 pub struct Matrix {
     pub size_bytes: u64,
     pub pairs: Vec<PairBw>,
+    /// Per pair (same index as `pairs`, or empty): its timed windows' Gbps.
+    pub windows: Vec<Vec<f64>>,
+    /// Per pair (same index, or empty): each rail alone, Gbps.
+    pub rails: Vec<Vec<f64>>,
+    /// Each rank's NICs (libfabric domains) in rail order, where the records name them.
+    pub nics: std::collections::BTreeMap<usize, Vec<String>>,
 }
 
 impl Matrix {
@@ -82,6 +92,7 @@ impl Matrix {
             recv,
             reference,
             ratio,
+            estimate: None,
         }
     }
 
@@ -92,23 +103,41 @@ impl Matrix {
             .filter(|r| r.bench == "pairs")
             .map(|r| r.size_bytes)
             .max()?;
-        let pairs = records
+        let numbers = |r: &Record, key: &str| -> Vec<f64> {
+            r.extra
+                .get(key)
+                .and_then(Value::as_array)
+                .map(|a| a.iter().filter_map(Value::as_f64).collect())
+                .unwrap_or_default()
+        };
+        let mut m = Matrix {
+            size_bytes: size,
+            ..Matrix::default()
+        };
+        for r in records
             .iter()
             .filter(|r| r.bench == "pairs" && r.size_bytes == size)
-            .filter_map(|r| {
-                let src = r.extra.get("src").and_then(Value::as_u64)? as usize;
-                let dst = r.peer? as usize;
-                Some(PairBw {
-                    src,
-                    dst,
-                    gbps: r.bw_gbps,
-                })
-            })
-            .collect();
-        Some(Matrix {
-            size_bytes: size,
-            pairs,
-        })
+        {
+            let (Some(src), Some(dst)) = (r.extra.get("src").and_then(Value::as_u64), r.peer)
+            else {
+                continue;
+            };
+            m.pairs.push(PairBw {
+                src: src as usize,
+                dst: dst as usize,
+                gbps: r.bw_gbps,
+            });
+            m.windows.push(numbers(r, "window_gbps"));
+            for (rank, key) in [(src as usize, "src_nic"), (dst as usize, "dst_nic")] {
+                if let Some(n) = r.extra.get(key).and_then(Value::as_str) {
+                    m.nics
+                        .entry(rank)
+                        .or_insert_with(|| n.split(',').map(str::to_string).collect());
+                }
+            }
+            m.rails.push(numbers(r, "rail_gbps"));
+        }
+        Some(m)
     }
 
     /// The per-peer chunk rates (`matrix_gbps`) of the `alltoall` record of the largest size.
@@ -130,7 +159,55 @@ impl Matrix {
         Some(Matrix {
             size_bytes: r.size_bytes,
             pairs,
+            ..Matrix::default()
         })
+    }
+
+    /// The matrix between hosts for the decision ([`crate::decide`]): each ordered pair of
+    /// distinct hosts, its figure the median of the rank pairs between them, its windows all
+    /// of theirs, its rails the per-rail medians (when every rank pair has the same rails).
+    pub fn cells(&self, rank_host: &[String]) -> (Vec<String>, Vec<crate::decide::Cell>) {
+        let (hosts, by) = self.by_host(rank_host);
+        let index = |r: usize| {
+            rank_host
+                .get(r)
+                .and_then(|h| hosts.iter().position(|x| x == h))
+        };
+        type Parts = (Vec<f64>, Vec<Vec<f64>>);
+        let mut parts: std::collections::BTreeMap<(usize, usize), Parts> =
+            std::collections::BTreeMap::new();
+        for (i, p) in self.pairs.iter().enumerate() {
+            if let (Some(a), Some(b)) = (index(p.src), index(p.dst)) {
+                let e = parts.entry((a, b)).or_default();
+                e.0.extend(self.windows.get(i).into_iter().flatten());
+                e.1.push(self.rails.get(i).cloned().unwrap_or_default());
+            }
+        }
+        let cells = by
+            .into_iter()
+            .map(|p| {
+                let (windows, rails) = parts.remove(&(p.src, p.dst)).unwrap_or_default();
+                let count = rails.first().map_or(0, Vec::len);
+                let rails = if count > 1 && rails.iter().all(|r| r.len() == count) {
+                    (0..count)
+                        .map(|j| {
+                            let v: Vec<f64> = rails.iter().map(|r| r[j]).collect();
+                            Stats::of(&v).map_or(f64::NAN, |s| s.median)
+                        })
+                        .collect()
+                } else {
+                    Vec::new()
+                };
+                crate::decide::Cell {
+                    src: p.src,
+                    dst: p.dst,
+                    gbps: p.gbps,
+                    windows,
+                    rails,
+                }
+            })
+            .collect();
+        (hosts, cells)
     }
 
     /// The matrix between hosts: each ordered pair of distinct hosts gets the median of the
@@ -200,6 +277,7 @@ mod tests {
         Matrix {
             size_bytes: 1 << 20,
             pairs,
+            ..Matrix::default()
         }
     }
 

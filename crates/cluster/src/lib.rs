@@ -5,12 +5,14 @@
 //! across nodes, `pairs` with localization, `alltoall`. Rank 0 turns what they found into one
 //! verdict per node ([`verdict`]: PASS, WARN or ISOLATE, each with reasons and evidence), prints
 //! them, writes `--summary` ([`summary`], schema in `docs/cluster.md`), and the job exits 1 when
-//! any node is ISOLATE.
+//! any node is ISOLATE, 3 when the cluster fails as a whole (a check failing on most nodes).
 //!
 //! * [`args`]: the options, and the word lists that configure the benchmark stages;
 //! * [`node`]: what a node reports (checks and compared facts);
 //! * [`consistency`]: facts that differ from the majority;
 //! * [`figures`]: per-node figures from a pair matrix;
+//! * [`decide`]: the statistical decision on a pair matrix (nodes, directions, rails, links);
+//! * [`synth`]: synthetic pair matrices for judging the decision (tests, `examples/oc.rs`);
 //! * [`verdict`]: the verdicts;
 //! * [`summary`]: the JSON document;
 //! * [`table`]: the verdict table printed at the end;
@@ -20,10 +22,12 @@
 
 pub mod args;
 pub mod consistency;
+pub mod decide;
 pub mod figures;
 pub mod node;
 pub mod run;
 pub mod summary;
+pub mod synth;
 pub mod table;
 pub mod verdict;
 

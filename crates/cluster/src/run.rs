@@ -93,7 +93,6 @@ impl State<'_> {
 
     fn summary(&self, complete: bool) -> Summary {
         let j = self.judge();
-        let worst = j.worst();
         let mut hosts: Vec<&String> = self.rank_host.iter().collect();
         hosts.sort();
         hosts.dedup();
@@ -105,8 +104,10 @@ impl State<'_> {
             written: efabench_record::now_rfc3339(),
             world: self.world,
             hosts: j.nodes.len().max(hosts.len()),
-            verdict: worst,
-            exit_code: i32::from(worst == verdict::Verdict::Isolate),
+            verdict: j.run_verdict(),
+            exit_code: j.exit_code(),
+            cluster_verdict: j.cluster_verdict(),
+            cluster_failures: j.cluster_failures,
             complete,
             thresholds: self.thresholds.clone(),
             stages: self.stages.clone(),
@@ -245,9 +246,12 @@ pub fn run(
         alltoall: None,
         lost: Vec::new(),
         thresholds: Thresholds {
-            suspect_below: args.suspect_below / 100.0,
+            isolate_below: args.isolate_below / 100.0,
+            warn_below: args.warn_below / 100.0,
+            alpha: args.alpha,
             min_pair_gbps: args.min_pair_gbps,
             min_pair_from: args.min_pair_gbps.map(|_| "--min-pair-gbps".into()),
+            ignore_checks: args.ignore_check.clone(),
         },
     };
     let bs = match Bootstrap::connect(&info, Duration::from_secs_f64(args.timeout)) {
@@ -371,6 +375,32 @@ pub fn run(
         }
     }
 
+    // `--rails auto`: rank 0 decides from what the nodes reported (or its own node when the
+    // checks were skipped), every rank takes its word.
+    let resolved;
+    let args = if failed.is_none() && args.rails == "auto" {
+        let mine = if lead {
+            let efa = if state.reports.is_empty() {
+                !efabench_topology::Topology::discover(&efabench_topology::Root::system())
+                    .nics
+                    .is_empty()
+            } else {
+                state.reports.iter().all(|r| r.facts.efa_devices > 0)
+            };
+            args.resolve_rails(efa).into_bytes()
+        } else {
+            Vec::new()
+        };
+        let word = bs.broadcast(&mine).map_err(from_bootstrap)?;
+        resolved = ClusterArgs {
+            rails: String::from_utf8_lossy(&word).into_owned(),
+            ..args.clone()
+        };
+        &resolved
+    } else {
+        args
+    };
+
     // 3. pairs
     if failed.is_none() {
         let t = Instant::now();
@@ -382,9 +412,10 @@ pub fn run(
             let pa = args.pairs_args(world)?;
             if lead {
                 progress(&format!(
-                    "[3/4] pairs: {} at {}, --max-time {:.3} s per pair (budget {} s)",
+                    "[3/4] pairs: {} at {}, --rails {}, --max-time {:.3} s per pair (budget {} s)",
                     pa.schedule,
                     args.pairs_size,
+                    args.rails,
                     pa.max_time,
                     args.budget(Stage::Pairs)
                 ));

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::verdict::{NodeVerdict, Thresholds, Verdict};
+use crate::verdict::{ClusterVerdict, NodeVerdict, RunVerdict, Thresholds};
 
 /// The `schema` field of the summary.
 pub const SCHEMA: &str = "efabench-cluster/1";
@@ -52,9 +52,17 @@ pub struct Summary {
     /// Ranks of the job and hosts among them.
     pub world: u32,
     pub hosts: usize,
-    /// The worst node verdict, and the exit status of the run (1 when any node is ISOLATE).
-    pub verdict: Verdict,
+    /// The run's verdict: FAIL when the cluster fails as a whole, else the worst node verdict;
+    /// and the exit status of the run (3 when the cluster fails as a whole, else 1 when any
+    /// node is ISOLATE, else 0).
+    pub verdict: RunVerdict,
     pub exit_code: i32,
+    /// The verdict on the cluster as a whole (PASS or FAIL), beside the per-node ones.
+    #[serde(default)]
+    pub cluster_verdict: ClusterVerdict,
+    /// The cluster-wide findings that make `cluster_verdict` FAIL.
+    #[serde(default)]
+    pub cluster_failures: Vec<String>,
     /// Whether every stage has ended (false in the summaries written between stages).
     pub complete: bool,
     pub thresholds: Thresholds,
@@ -154,14 +162,12 @@ mod tests {
             written: "2026-01-01T00:00:09Z".into(),
             world: 4,
             hosts: 4,
-            verdict: Verdict::Pass,
+            verdict: RunVerdict::Pass,
             exit_code: 0,
+            cluster_verdict: ClusterVerdict::Pass,
+            cluster_failures: Vec::new(),
             complete: true,
-            thresholds: Thresholds {
-                suspect_below: 0.6,
-                min_pair_gbps: None,
-                min_pair_from: None,
-            },
+            thresholds: Thresholds::default(),
             stages: vec![StageReport {
                 name: "pairs".into(),
                 status: StageStatus::Ok,
@@ -183,6 +189,8 @@ mod tests {
             "hosts",
             "verdict",
             "exit_code",
+            "cluster_verdict",
+            "cluster_failures",
             "complete",
             "thresholds",
             "stages",

@@ -61,8 +61,8 @@ pub fn render_verdicts(s: &Summary) -> String {
         .unwrap_or(4)
         .max(4);
     out.push(format!(
-        "{:<w$}  {:<7}  {:>28}  {:>14}",
-        "host", "verdict", "pairs send/recv/others Gbps", "alltoall ratio"
+        "{:<w$}  {:<7}  {:>28}  {:>18}  {:>14}  NICs",
+        "host", "verdict", "pairs send/recv/others Gbps", "vs peers [interval]", "alltoall ratio"
     ));
     for n in &s.nodes {
         let med = |x: &Option<crate::figures::Stats>| x.map_or("-".to_string(), |s| gbps(s.median));
@@ -83,8 +83,27 @@ pub fn render_verdicts(s: &Summary) -> String {
             .as_ref()
             .and_then(|a| a.ratio)
             .map_or("-".to_string(), |r| format!("{:.0}%", r * 100.0));
+        let peers = n
+            .pairs
+            .as_ref()
+            .and_then(|p| p.estimate)
+            .map_or("-".to_string(), |e| {
+                format!(
+                    "{:.0}% [{:.0}-{:.0}%]",
+                    e.ratio * 100.0,
+                    e.low * 100.0,
+                    e.high * 100.0
+                )
+            });
+        let nics = n.nics.as_ref().map_or("-".to_string(), |c| {
+            if c.efa_devices == 0 {
+                c.used.join(",")
+            } else {
+                format!("{} of {}", c.used.len().min(c.efa_devices), c.efa_devices)
+            }
+        });
         out.push(format!(
-            "{:<w$}  {:<7}  {pairs:>28}  {a2a:>14}",
+            "{:<w$}  {:<7}  {pairs:>28}  {peers:>18}  {a2a:>14}  {nics}",
             n.host,
             n.verdict.as_str()
         ));
@@ -114,6 +133,12 @@ pub fn render_verdicts(s: &Summary) -> String {
         .iter()
         .filter(|n| n.verdict == verdict::Verdict::Warn)
         .count();
+    if s.cluster_verdict == verdict::ClusterVerdict::Fail {
+        out.push(format!(
+            "# cluster verdict: FAIL: cluster-wide ({})",
+            s.cluster_failures.join("; ")
+        ));
+    }
     out.push(if isolate.is_empty() {
         format!(
             "# verdict: no node to isolate ({} PASS, {warn} WARN); exit {}",
@@ -136,7 +161,7 @@ pub fn render_verdicts(s: &Summary) -> String {
 mod tests {
     use super::*;
     use crate::summary::{self, Summary};
-    use crate::verdict::{NodeVerdict, Reason, Thresholds, Verdict};
+    use crate::verdict::{ClusterVerdict, NodeVerdict, Reason, RunVerdict, Thresholds, Verdict};
 
     fn doc(nodes: Vec<NodeVerdict>) -> Summary {
         let worst = nodes
@@ -152,14 +177,16 @@ mod tests {
             written: String::new(),
             world: 4,
             hosts: nodes.len(),
-            verdict: worst,
-            exit_code: i32::from(worst == Verdict::Isolate),
-            complete: true,
-            thresholds: Thresholds {
-                suspect_below: 0.6,
-                min_pair_gbps: None,
-                min_pair_from: None,
+            verdict: if worst == Verdict::Isolate {
+                RunVerdict::Isolate
+            } else {
+                RunVerdict::Pass
             },
+            exit_code: i32::from(worst == Verdict::Isolate),
+            cluster_verdict: ClusterVerdict::Pass,
+            cluster_failures: Vec::new(),
+            complete: true,
+            thresholds: Thresholds::default(),
             stages: Vec::new(),
             cluster: vec!["check x fails on 4 of 4 nodes".into()],
             nodes,
@@ -180,6 +207,7 @@ mod tests {
             facts: None,
             pairs: None,
             alltoall: None,
+            nics: None,
         }
     }
 
@@ -213,10 +241,22 @@ mod tests {
             t.starts_with("# cluster: 4 ranks, not all of them joined"),
             "{t}"
         );
-        let t = render_verdicts(&doc(vec![node("a", Vec::new()), node("b", Vec::new())]));
+        let mut d = doc(vec![node("a", Vec::new()), node("b", Vec::new())]);
+        let t = render_verdicts(&d);
         assert!(
             t.ends_with("# verdict: no node to isolate (2 PASS, 0 WARN); exit 0"),
             "{t}"
         );
+        // A check failing on every node fails the cluster, whatever the nodes' verdicts.
+        d.cluster_verdict = ClusterVerdict::Fail;
+        d.cluster_failures = vec!["check x fails on 4 of 4 nodes".into()];
+        d.verdict = RunVerdict::Fail;
+        d.exit_code = 3;
+        let t = render_verdicts(&d);
+        assert!(
+            t.contains("# cluster verdict: FAIL: cluster-wide (check x fails on 4 of 4 nodes)"),
+            "{t}"
+        );
+        assert!(t.ends_with("exit 3"), "{t}");
     }
 }

@@ -2,23 +2,30 @@
 //!
 //! * **ISOLATE** — take the node out of the pool: a check fails on it but not on most nodes;
 //!   its hardware differs from the majority's (instance type, EFA devices, GPUs, link speed);
-//!   its pairs are slow against the pairs without it (`pairs`' localization on the matrix
-//!   between hosts, below
-//!   `suspect_below` of the reference) or below the absolute floor `min_pair_gbps`; it never
-//!   joined or died during a stage.
+//!   its pairs, or one rail's, are confidently below `isolate_below` of the pairs without it
+//!   ([`crate::decide`] on the matrix between hosts) or below the absolute floor
+//!   `min_pair_gbps`; it never joined or died during a stage.
 //! * **WARN** — usable, look at it: a check warns on it but not on most nodes; its software
 //!   (libfabric, driver, plugin, NCCL, CUDA, huge pages, kernel) differs from the majority's;
-//!   `alltoall` named it as its slowest node.
+//!   its pairs (or a rail's) are confidently below `warn_below` of its peers; one of its links
+//!   (a single pair) is confidently slow while neither end is; `alltoall` named it as its
+//!   slowest node.
 //! * **PASS** — none of the above.
 //!
 //! A check that fails (or warns) on most nodes says nothing about one node: it is the image or
 //! the cluster's configuration. It goes to the cluster's findings, printed and kept in the
-//! summary, and makes no node ISOLATE; the cluster is judged by the nodes it should take out.
+//! summary, and makes no node ISOLATE. A check that *fails* on most nodes also fails the
+//! cluster as a whole ([`ClusterVerdict::Fail`], "FAIL: cluster-wide"): no node is to blame, but
+//! no job should be started on it either, so the run exits [`EXIT_CLUSTER`] (3), apart from 1
+//! (a node to isolate) and 2 (bad input). A check that only *warns* on most nodes stays a
+//! finding.
 
 use std::collections::BTreeMap;
 
 use efabench_bench::locate;
 use serde::{Deserialize, Serialize};
+
+use crate::decide::{self, Level, Scope};
 
 use crate::consistency::Consistency;
 use crate::figures::{gbps, Matrix, PairFigures};
@@ -39,6 +46,55 @@ impl Verdict {
             Verdict::Pass => "PASS",
             Verdict::Warn => "WARN",
             Verdict::Isolate => "ISOLATE",
+        }
+    }
+}
+
+/// Exit status when at least one node is ISOLATE (and the cluster as a whole does not fail).
+pub const EXIT_ISOLATE: i32 = 1;
+
+/// Exit status when the cluster fails as a whole (a check failing on most nodes): above
+/// [`EXIT_ISOLATE`], since draining nodes one by one would not fix it.
+pub const EXIT_CLUSTER: i32 = 3;
+
+/// The verdict on the cluster as a whole, beside the per-node ones.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum ClusterVerdict {
+    /// Nothing fails on most nodes.
+    #[default]
+    Pass,
+    /// Something fails on most nodes ("FAIL: cluster-wide").
+    Fail,
+}
+
+impl ClusterVerdict {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ClusterVerdict::Pass => "PASS",
+            ClusterVerdict::Fail => "FAIL",
+        }
+    }
+}
+
+/// The verdict of the whole run: the worst node verdict, or FAIL when the cluster fails as a
+/// whole.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum RunVerdict {
+    Pass,
+    Warn,
+    Isolate,
+    Fail,
+}
+
+impl RunVerdict {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunVerdict::Pass => "PASS",
+            RunVerdict::Warn => "WARN",
+            RunVerdict::Isolate => "ISOLATE",
+            RunVerdict::Fail => "FAIL",
         }
     }
 }
@@ -65,18 +121,91 @@ pub struct NodeVerdict {
     pub facts: Option<NodeFacts>,
     pub pairs: Option<PairFigures>,
     pub alltoall: Option<PairFigures>,
+    /// The NICs the pairs stage drove on this node, against its EFA devices.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nics: Option<NicCoverage>,
 }
+
+/// Which of a node's NICs the pairs stage measured.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NicCoverage {
+    /// The libfabric domains its ranks drove (all rails of all its ranks).
+    pub used: Vec<String>,
+    /// EFA devices the node reported (0 when none, e.g. tcp on hosts without EFA).
+    pub efa_devices: usize,
+}
+
+impl NicCoverage {
+    /// All EFA devices measured (or no EFA device to measure).
+    pub fn complete(&self) -> bool {
+        self.efa_devices == 0 || self.used.len() >= self.efa_devices
+    }
+
+    /// "NICs covered: 16 of 16", or "1 NIC (eth0), no EFA device".
+    pub fn describe(&self) -> String {
+        if self.efa_devices == 0 {
+            format!(
+                "{} NIC(s) ({}), no EFA device",
+                self.used.len(),
+                self.used.join(",")
+            )
+        } else {
+            format!(
+                "NICs covered: {} of {}",
+                self.used.len().min(self.efa_devices),
+                self.efa_devices
+            )
+        }
+    }
+}
+
+/// `alltoall` names its slowest node (WARN) when its per-peer chunk rates are below this
+/// fraction of those without it: the all-to-all's rates come from one iteration's arrival
+/// times, with no windows to take a noise from, so only a clear gap is worth a WARN.
+pub const ALLTOALL_SLOWEST_BELOW: f64 = 0.6;
 
 /// The thresholds the verdicts use.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Thresholds {
-    /// A node is named when the median of its pairs (a direction) is below this fraction of the
-    /// median of the pairs without it.
-    pub suspect_below: f64,
+    /// ISOLATE a node confidently below this fraction of its peers.
+    pub isolate_below: f64,
+    /// WARN about a node confidently below this fraction of its peers.
+    pub warn_below: f64,
+    /// The chance, over the whole run, that the decision names a node of a healthy cluster.
+    pub alpha: f64,
     /// Absolute floor of a node's send and receive medians, Gbps, when known.
     pub min_pair_gbps: Option<f64>,
     /// Where the floor comes from (an option, or the instance type's link speed).
     pub min_pair_from: Option<String>,
+    /// Checks left out of the verdicts (`--ignore-check`): known to fail where the run is
+    /// (e.g. `efa-devices` when testing over tcp on hosts without EFA).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ignore_checks: Vec<String>,
+}
+
+impl Thresholds {
+    /// The decision's configuration.
+    pub fn config(&self) -> decide::Config {
+        decide::Config {
+            isolate_below: self.isolate_below,
+            warn_below: self.warn_below,
+            alpha: self.alpha,
+        }
+    }
+}
+
+impl Default for Thresholds {
+    fn default() -> Thresholds {
+        let d = decide::Config::default();
+        Thresholds {
+            isolate_below: d.isolate_below,
+            warn_below: d.warn_below,
+            alpha: d.alpha,
+            min_pair_gbps: None,
+            min_pair_from: None,
+            ignore_checks: Vec::new(),
+        }
+    }
 }
 
 /// A node lost during the run: it never joined, or died in a stage.
@@ -104,7 +233,10 @@ pub struct Inputs<'a> {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Judgement {
     pub nodes: Vec<NodeVerdict>,
+    /// Every cluster-wide finding (failing ones included).
     pub cluster: Vec<String>,
+    /// The findings that fail the cluster as a whole (empty: the cluster passes).
+    pub cluster_failures: Vec<String>,
 }
 
 impl Judgement {
@@ -120,6 +252,48 @@ impl Judgement {
     pub fn count(&self, v: Verdict) -> usize {
         self.nodes.iter().filter(|n| n.verdict == v).count()
     }
+
+    /// The verdict on the cluster as a whole.
+    pub fn cluster_verdict(&self) -> ClusterVerdict {
+        if self.cluster_failures.is_empty() {
+            ClusterVerdict::Pass
+        } else {
+            ClusterVerdict::Fail
+        }
+    }
+
+    /// The run's verdict: FAIL when the cluster fails as a whole, else the worst node's.
+    pub fn run_verdict(&self) -> RunVerdict {
+        if self.cluster_verdict() == ClusterVerdict::Fail {
+            return RunVerdict::Fail;
+        }
+        match self.worst() {
+            Verdict::Pass => RunVerdict::Pass,
+            Verdict::Warn => RunVerdict::Warn,
+            Verdict::Isolate => RunVerdict::Isolate,
+        }
+    }
+
+    /// The run's exit status: [`EXIT_CLUSTER`] when the cluster fails as a whole,
+    /// [`EXIT_ISOLATE`] when a node is ISOLATE, else 0.
+    pub fn exit_code(&self) -> i32 {
+        match self.run_verdict() {
+            RunVerdict::Fail => EXIT_CLUSTER,
+            RunVerdict::Isolate => EXIT_ISOLATE,
+            RunVerdict::Pass | RunVerdict::Warn => 0,
+        }
+    }
+}
+
+/// The NIC (libfabric domain) of rail `rail` of host `by[node]`, from its first rank's pair
+/// records; `rail N` when they do not say.
+fn rail_name(m: &Matrix, rank_host: &[String], by: &[String], node: usize, rail: usize) -> String {
+    by.get(node)
+        .and_then(|h| rank_host.iter().position(|x| x == h))
+        .and_then(|r| m.nics.get(&r))
+        .and_then(|n| n.get(rail))
+        .cloned()
+        .unwrap_or_else(|| format!("rail {rail}"))
 }
 
 /// Hosts in order of their first rank, then hosts only known from `lost`.
@@ -138,6 +312,7 @@ pub fn judge(i: &Inputs) -> Judgement {
     let mut reasons: BTreeMap<String, Vec<Reason>> = BTreeMap::new();
     let mut add = |host: &str, r: Reason| reasons.entry(host.to_string()).or_default().push(r);
     let mut cluster = Vec::new();
+    let mut cluster_failures = Vec::new();
 
     // Checks: node-specific findings only; what most nodes share is the cluster's.
     let reported = i.reports.len();
@@ -153,14 +328,26 @@ pub fn judge(i: &Inputs) -> Judgement {
         }
     }
     for ((id, status), on) in &by_check {
-        if on.len() * 2 > reported {
+        if i.thresholds.ignore_checks.iter().any(|x| x == id) {
             cluster.push(format!(
+                "check {id} {}s on {} of {reported} nodes, left out of the verdicts (--ignore-check)",
+                status.as_str(),
+                on.len(),
+            ));
+            continue;
+        }
+        if on.len() * 2 > reported {
+            let finding = format!(
                 "check {id} {}s on {} of {reported} nodes (the image or the cluster's setup, not \
                  one node): {}",
                 status.as_str(),
                 on.len(),
                 on[0].1.summary
-            ));
+            );
+            if *status == CheckStatus::Fail {
+                cluster_failures.push(finding.clone());
+            }
+            cluster.push(finding);
             continue;
         }
         for (host, c) in on {
@@ -208,24 +395,99 @@ pub fn judge(i: &Inputs) -> Judgement {
         cluster.push(s.describe());
     }
 
-    // Pairs: localization (relative to the cluster's own pairs) and the absolute floor.
+    // Pairs: the decision on the matrix between hosts (relative to the cluster's own pairs)
+    // and the absolute floor.
+    let mut estimates: BTreeMap<String, decide::Estimate> = BTreeMap::new();
     if let Some(m) = i.pairs {
-        let (by, pairs) = m.by_host(i.rank_host);
-        for s in locate::locate(by.len(), &pairs, i.thresholds.suspect_below) {
-            let host = by.get(s.rank).cloned().unwrap_or_default();
-            add(
-                &host,
-                Reason {
-                    stage: "pairs".into(),
-                    verdict: Verdict::Isolate,
-                    reason: format!(
-                        "slow {}: below {:.0}% of the pairs without it",
-                        s.direction.describe(),
-                        i.thresholds.suspect_below * 100.0
-                    ),
-                    evidence: format!("at {} B: {}", m.size_bytes, s.evidence()),
-                },
+        let (by, cells) = m.cells(i.rank_host);
+        let cfg = i.thresholds.config();
+        let d = decide::decide(by.len(), &cells, &cfg);
+        for (node, e) in d.nodes.iter().enumerate() {
+            let worst = e
+                .iter()
+                .flatten()
+                .min_by(|a, b| a.ratio.total_cmp(&b.ratio));
+            if let (Some(h), Some(w)) = (by.get(node), worst) {
+                estimates.insert(h.clone(), *w);
+            }
+        }
+        let name = |n: usize| by.get(n).cloned().unwrap_or_default();
+        let nic = |n: usize, rail: usize| rail_name(m, i.rank_host, &by, n, rail);
+        for f in &d.findings {
+            let verdict = match f.level {
+                Level::Isolate => Verdict::Isolate,
+                Level::Warn => Verdict::Warn,
+                Level::Pass => continue,
+            };
+            let line = match f.level {
+                Level::Isolate => cfg.isolate_below,
+                _ => cfg.warn_below,
+            };
+            let e = &f.estimate;
+            let conf = format!(
+                "confidently below {:.0}% of its peers ({:.2}% confidence)",
+                line * 100.0,
+                e.confidence * 100.0
             );
+            match f.scope {
+                Scope::Node { node, dir } => add(
+                    &name(node),
+                    Reason {
+                        stage: "pairs".into(),
+                        verdict,
+                        reason: format!("slow {}: {conf}", dir.describe()),
+                        evidence: format!(
+                            "at {} B: {}: {}; noise {:.1}% per pair",
+                            m.size_bytes,
+                            name(node),
+                            e.describe(),
+                            e.noise * 100.0
+                        ),
+                    },
+                ),
+                Scope::Rail { node, rail, dir } => add(
+                    &name(node),
+                    Reason {
+                        stage: "pairs".into(),
+                        verdict,
+                        reason: format!(
+                            "NIC {} (rail {rail}) slow {}: {conf}",
+                            nic(node, rail),
+                            dir.describe()
+                        ),
+                        evidence: format!(
+                            "at {} B, rail {rail} alone: {}: {}",
+                            m.size_bytes,
+                            name(node),
+                            e.describe()
+                        ),
+                    },
+                ),
+                Scope::Link { src, dst } => {
+                    for end in [src, dst] {
+                        add(
+                            &name(end),
+                            Reason {
+                                stage: "pairs".into(),
+                                verdict,
+                                reason: format!(
+                                    "link {} -> {} slow while neither end is: {}",
+                                    name(src),
+                                    name(dst),
+                                    conf.replace("its peers", "the other pairs")
+                                ),
+                                evidence: format!(
+                                    "at {} B: {:.0}% of the pairs without either end [{:.0}-{:.0}%]",
+                                    m.size_bytes,
+                                    e.ratio * 100.0,
+                                    e.low * 100.0,
+                                    e.high * 100.0
+                                ),
+                            },
+                        );
+                    }
+                }
+            }
         }
         if let Some(floor) = i.thresholds.min_pair_gbps {
             for h in &hosts {
@@ -260,7 +522,7 @@ pub fn judge(i: &Inputs) -> Judgement {
     // Alltoall: its slowest node, when the per-peer chunk rates name one.
     if let Some(m) = i.alltoall {
         let (by, pairs) = m.by_host(i.rank_host);
-        if let Some(s) = locate::locate(by.len(), &pairs, i.thresholds.suspect_below)
+        if let Some(s) = locate::locate(by.len(), &pairs, ALLTOALL_SLOWEST_BELOW)
             .into_iter()
             .next()
         {
@@ -300,6 +562,43 @@ pub fn judge(i: &Inputs) -> Judgement {
         );
     }
 
+    // NIC coverage: what the pairs stage drove on each node, against its EFA devices.
+    let coverage = |h: &str| -> Option<NicCoverage> {
+        let m = i.pairs?;
+        let mut used: Vec<String> = i
+            .rank_host
+            .iter()
+            .enumerate()
+            .filter(|(_, x)| *x == h)
+            .filter_map(|(r, _)| m.nics.get(&r))
+            .flatten()
+            .cloned()
+            .collect();
+        used.sort();
+        used.dedup();
+        let efa_devices = i
+            .reports
+            .iter()
+            .find(|r| r.host == h)
+            .map_or(0, |r| r.facts.efa_devices);
+        (!used.is_empty()).then_some(NicCoverage { used, efa_devices })
+    };
+    let partial: Vec<String> = hosts
+        .iter()
+        .filter_map(|h| {
+            coverage(h)
+                .filter(|c| !c.complete())
+                .map(|c| format!("{h} {}", c.describe()))
+        })
+        .collect();
+    if !partial.is_empty() {
+        cluster.push(format!(
+            "the pairs stage did not measure every NIC ({}): a NIC it did not drive can be slow \
+             unseen; run one rank per GPU (srun --ntasks-per-node=GPUs) with --rails all",
+            partial.join("; ")
+        ));
+    }
+
     let nodes = hosts
         .iter()
         .map(|h| {
@@ -318,201 +617,22 @@ pub fn judge(i: &Inputs) -> Judgement {
                 reasons: rs,
                 checks: report.map(|r| r.checks.clone()).unwrap_or_default(),
                 facts: report.map(|r| r.facts.clone()),
-                pairs: i.pairs.map(|m| m.figures(i.rank_host, h)),
+                pairs: i.pairs.map(|m| PairFigures {
+                    estimate: estimates.get(h).copied(),
+                    ..m.figures(i.rank_host, h)
+                }),
                 alltoall: i.alltoall.map(|m| m.figures(i.rank_host, h)),
+                nics: coverage(h),
             }
         })
         .collect();
-    Judgement { nodes, cluster }
+    Judgement {
+        nodes,
+        cluster,
+        cluster_failures,
+    }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::consistency::compare;
-    use efabench_bench::locate::PairBw;
-
-    fn hosts(n: usize) -> Vec<String> {
-        (1..=n).map(|i| format!("node{i}")).collect()
-    }
-
-    fn report(
-        host: &str,
-        checks: &[(&str, CheckStatus)],
-        f: impl Fn(&mut NodeFacts),
-    ) -> NodeReport {
-        let mut facts = NodeFacts {
-            efa_devices: 4,
-            libfabric: Some("2.1.0".into()),
-            ..NodeFacts::default()
-        };
-        f(&mut facts);
-        NodeReport {
-            host: host.into(),
-            checks: checks
-                .iter()
-                .map(|(id, s)| NodeCheck {
-                    id: id.to_string(),
-                    status: *s,
-                    summary: format!("{id} summary"),
-                    fix: String::new(),
-                })
-                .collect(),
-            facts,
-        }
-    }
-
-    fn matrix(n: usize, f: impl Fn(usize, usize) -> f64) -> Matrix {
-        let mut pairs = Vec::new();
-        for s in 0..n {
-            for d in (0..n).filter(|&d| d != s) {
-                // A little spread, as measured pairs have.
-                let g = f(s, d) * (1.0 + ((s * 7 + d * 3) % 5) as f64 * 0.02);
-                pairs.push(PairBw {
-                    src: s,
-                    dst: d,
-                    gbps: g,
-                });
-            }
-        }
-        Matrix {
-            size_bytes: 1 << 20,
-            pairs,
-        }
-    }
-
-    fn relative() -> Thresholds {
-        Thresholds {
-            suspect_below: 0.6,
-            min_pair_gbps: None,
-            min_pair_from: None,
-        }
-    }
-
-    fn run(
-        reports: &[NodeReport],
-        pairs: Option<&Matrix>,
-        alltoall: Option<&Matrix>,
-        lost: &[Lost],
-        t: &Thresholds,
-    ) -> Judgement {
-        let h = hosts(4);
-        let c = compare(reports);
-        judge(&Inputs {
-            rank_host: &h,
-            reports,
-            consistency: &c,
-            pairs,
-            alltoall,
-            lost,
-            thresholds: t,
-        })
-    }
-
-    fn healthy() -> Vec<NodeReport> {
-        hosts(4)
-            .iter()
-            .map(|h| report(h, &[("efa-devices", CheckStatus::Fail)], |_| {}))
-            .collect()
-    }
-
-    #[test]
-    fn a_throttled_node_alone_is_isolated_with_its_evidence() {
-        let m = matrix(4, |s, d| if s == 2 || d == 2 { 0.4 } else { 3.5 });
-        let j = run(&healthy(), Some(&m), Some(&m), &[], &relative());
-        let v: Vec<(&str, Verdict)> = j
-            .nodes
-            .iter()
-            .map(|n| (n.host.as_str(), n.verdict))
-            .collect();
-        assert_eq!(
-            v,
-            [
-                ("node1", Verdict::Pass),
-                ("node2", Verdict::Pass),
-                ("node3", Verdict::Isolate),
-                ("node4", Verdict::Pass)
-            ]
-        );
-        let n3 = &j.nodes[2];
-        assert_eq!(n3.reasons[0].stage, "pairs");
-        assert!(
-            n3.reasons[0].evidence.contains("without it"),
-            "{:?}",
-            n3.reasons
-        );
-        assert!(n3
-            .reasons
-            .iter()
-            .any(|r| r.stage == "alltoall" && r.verdict == Verdict::Warn));
-        assert!(n3.pairs.as_ref().unwrap().ratio.unwrap() < 0.2);
-        assert_eq!(j.worst(), Verdict::Isolate);
-        // Failing everywhere (no EFA on any node) is the cluster's finding, not a node's.
-        assert_eq!(j.cluster.len(), 1, "{:?}", j.cluster);
-        assert!(
-            j.cluster[0].contains("efa-devices fails on 4 of 4"),
-            "{:?}",
-            j.cluster
-        );
-    }
-
-    #[test]
-    fn a_healthy_cluster_passes() {
-        let m = matrix(4, |_, _| 3.5);
-        let j = run(&healthy(), Some(&m), Some(&m), &[], &relative());
-        assert!(
-            j.nodes.iter().all(|n| n.verdict == Verdict::Pass),
-            "{:?}",
-            j.nodes
-        );
-        assert_eq!(j.worst(), Verdict::Pass);
-    }
-
-    #[test]
-    fn a_check_failing_on_one_node_isolates_it_and_a_version_warns() {
-        let mut r = healthy();
-        r[1] = report(
-            "node2",
-            &[
-                ("efa-devices", CheckStatus::Fail),
-                ("memlock", CheckStatus::Fail),
-            ],
-            |_| {},
-        );
-        r[3] = report("node4", &[("efa-devices", CheckStatus::Fail)], |f| {
-            f.libfabric = Some("1.18.0".into())
-        });
-        r[0] = report("node1", &[("efa-devices", CheckStatus::Fail)], |f| {
-            f.efa_devices = 3
-        });
-        let j = run(&r, None, None, &[], &relative());
-        assert_eq!(j.nodes[1].verdict, Verdict::Isolate);
-        assert!(j.nodes[1].reasons[0].reason.contains("memlock"));
-        assert_eq!(j.nodes[3].verdict, Verdict::Warn);
-        assert!(j.nodes[3].reasons[0].evidence.contains("1.18.0"));
-        assert_eq!(j.nodes[0].verdict, Verdict::Isolate);
-        assert_eq!(j.nodes[2].verdict, Verdict::Pass);
-    }
-
-    #[test]
-    fn the_floor_isolates_every_node_below_it_and_a_lost_node_is_named() {
-        let m = matrix(4, |_, _| 3.5);
-        let t = Thresholds {
-            suspect_below: 0.6,
-            min_pair_gbps: Some(50.0),
-            min_pair_from: Some("0.5 x 100 Gbps".into()),
-        };
-        let j = run(&healthy(), Some(&m), None, &[], &t);
-        assert!(j.nodes.iter().all(|n| n.verdict == Verdict::Isolate));
-        let lost = [Lost {
-            host: "node5".into(),
-            stage: "join".into(),
-            why: "rank 4 did not join".into(),
-        }];
-        let j = run(&healthy(), None, None, &lost, &relative());
-        assert_eq!(j.nodes.len(), 5);
-        assert_eq!(j.nodes[4].host, "node5");
-        assert_eq!(j.nodes[4].verdict, Verdict::Isolate);
-        assert_eq!(j.nodes[4].reasons[0].reason, "never joined the job");
-    }
-}
+#[path = "verdict_tests.rs"]
+mod tests;

@@ -10,7 +10,7 @@ mod common;
 mod exposition_check;
 
 use common::netns::Cluster;
-use common::{text, tmp, BIN};
+use common::{text, tmp, TmpDir, BIN};
 use serde_json::Value;
 use std::process::Command;
 
@@ -18,6 +18,9 @@ use std::process::Command;
 pub const QUICK: &[&str] = &[
     "-p",
     "tcp",
+    // No EFA device and a low memlock limit on every simulated node: known, not the verdict.
+    "--ignore-check",
+    "efa-devices,memlock",
     "--interval",
     "0",
     "--pairs-size",
@@ -179,6 +182,98 @@ fn launch_runs_every_stage_and_writes_summary_records_and_prometheus() {
         .any(|(n, l, v)| n == "efabench_cluster_node_verdict"
             && l.iter().any(|(k, x)| k == "verdict" && x == "PASS")
             && *v == 1.0));
+}
+
+/// A check that fails on every node (here no EFA device under an empty --root) fails the run
+/// as a whole: FAIL: cluster-wide, exit 3, in the table, the summary and Prometheus, while no
+/// node is to be isolated for it.
+#[test]
+fn a_check_failing_on_every_node_fails_the_cluster_with_exit_3() {
+    let guard = TmpDir::new("cluster-wide");
+    let d = &guard.0;
+    let root = d.join("root");
+    std::fs::create_dir_all(&root).unwrap();
+    let (sum, prom) = (d.join("s.json"), d.join("c.prom"));
+    let o = Command::new(BIN)
+        .args([
+            "launch",
+            "-n",
+            "2",
+            "--",
+            "cluster",
+            "-p",
+            "tcp",
+            "--interval",
+            "0",
+        ])
+        .args(["--skip", "pairs,alltoall", "--root"])
+        .arg(&root)
+        .arg("--summary")
+        .arg(&sum)
+        .arg("--prometheus")
+        .arg(&prom)
+        .output()
+        .unwrap();
+    let (out, err) = (text(&o.stdout), text(&o.stderr));
+    assert_eq!(o.status.code(), Some(3), "{out}\n{err}");
+    assert!(
+        out.contains(
+            "# cluster verdict: FAIL: cluster-wide (check efa-devices fails on 1 of 1 nodes"
+        ),
+        "{out}"
+    );
+    assert!(out.contains("# verdict: no node to isolate"), "{out}");
+    assert!(out.trim_end().ends_with("exit 3"), "{out}");
+    let s = summary(&sum);
+    assert_eq!(s["verdict"], "FAIL", "{s}");
+    assert_eq!(s["exit_code"], 3, "{s}");
+    assert_eq!(s["cluster_verdict"], "FAIL", "{s}");
+    assert!(s["cluster_failures"][0]
+        .as_str()
+        .unwrap()
+        .contains("efa-devices"));
+    assert_eq!(s["nodes"][0]["verdict"], "PASS", "{s}");
+    let p = std::fs::read_to_string(&prom).unwrap();
+    let samples = exposition_check::check_exposition(&p).unwrap_or_else(|e| panic!("{e}\n{p}"));
+    let get = |name: &str| {
+        samples
+            .iter()
+            .find(|(n, l, _)| {
+                n == name && (l.is_empty() || l.iter().any(|(k, v)| k == "verdict" && v == "FAIL"))
+            })
+            .map(|x| x.2)
+    };
+    assert_eq!(get("efabench_cluster_exit_code"), Some(3.0), "{p}");
+    assert_eq!(get("efabench_cluster_verdict"), Some(1.0), "{p}");
+    // Left out by name, the same check fails nothing.
+    let o = Command::new(BIN)
+        .args([
+            "launch",
+            "-n",
+            "2",
+            "--",
+            "cluster",
+            "-p",
+            "tcp",
+            "--interval",
+            "0",
+        ])
+        .args([
+            "--skip",
+            "pairs,alltoall",
+            "--ignore-check",
+            "efa-devices,memlock",
+            "--root",
+        ])
+        .arg(&root)
+        .output()
+        .unwrap();
+    let out = text(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{out}\n{}", text(&o.stderr));
+    assert!(
+        out.contains("left out of the verdicts (--ignore-check)"),
+        "{out}"
+    );
 }
 
 /// A rank that dies in the pairs stage (a crash inside the data path, node3) is named with

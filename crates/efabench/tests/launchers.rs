@@ -412,6 +412,8 @@ fn mpirun_across_simulated_nodes_runs_cluster_pairs_and_alltoall() {
         "tcp",
         "--domain",
         "eth0",
+        "--ignore-check",
+        "efa-devices,memlock",
         "--interval",
         "0",
         "--pairs-size",

@@ -696,12 +696,58 @@ pub fn plot_paths<P: AsRef<Path>>(
     plot_files(&inputs, opts, out)
 }
 
+/// Draws `series` (x, y in data units) with linear axes and the given titles to `out` (`.png`
+/// or `.svg`): for figures that are not records, e.g. the cluster verdict's simulated
+/// operating characteristics.
+pub fn plot_xy(
+    series: &[Series],
+    title: &str,
+    x_title: &str,
+    y_title: &str,
+    out: &Path,
+) -> Result<(), Error> {
+    let format = ImageFormat::from_path(out)?;
+    if series.iter().all(|s| s.points.is_empty()) {
+        return Err(Error::bad_input("no points to plot"));
+    }
+    ensure_font()?;
+    let frame = Frame {
+        title: title.to_string(),
+        x_title: x_title.to_string(),
+        y_title: y_title.to_string(),
+        x_scale: Scale::Linear,
+        y_scale: Scale::Linear,
+    };
+    let size = (1024, 640);
+    let result = match format {
+        ImageFormat::Png => draw_frame(
+            BitMapBackend::new(out, size).into_drawing_area(),
+            series,
+            &frame,
+        ),
+        ImageFormat::Svg => draw_frame(
+            SVGBackend::new(out, size).into_drawing_area(),
+            series,
+            &frame,
+        ),
+    };
+    result.map_err(|e| Error::failed(format!("cannot draw the plot to {}: {e}", out.display())))
+}
+
+/// A chart's titles and axis scales.
+struct Frame {
+    title: String,
+    x_title: String,
+    y_title: String,
+    x_scale: Scale,
+    y_scale: Scale,
+}
+
 fn draw<DB: DrawingBackend>(
     root: DrawingArea<DB, Shift>,
     series: &[Series],
     opts: &PlotOptions,
 ) -> Result<(), String> {
-    let e = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
     let x_scale = match (opts.log_x.unwrap_or(opts.x == Field::Size), opts.x) {
         (true, Field::Size) => Scale::Log2Size,
         (true, _) => Scale::Log2,
@@ -712,19 +758,6 @@ fn draw<DB: DrawingBackend>(
     } else {
         Scale::Linear
     };
-
-    let all = series.iter().flat_map(|s| s.points.iter());
-    let (mut x_lo, mut x_hi, mut y_lo, mut y_hi) = (f64::MAX, f64::MIN, f64::MAX, f64::MIN);
-    for &(x, y) in all {
-        let (cx, cy) = (x_scale.to_coord(x), y_scale.to_coord(y));
-        x_lo = x_lo.min(cx);
-        x_hi = x_hi.max(cx);
-        y_lo = y_lo.min(cy);
-        y_hi = y_hi.max(cy);
-    }
-    let (x0, x1, x_ticks) = x_scale.range_and_ticks(x_lo, x_hi, false);
-    let (y0, y1, y_ticks) = y_scale.range_and_ticks(y_lo, y_hi, true);
-
     let title = opts.title.clone().unwrap_or_else(|| {
         let mut benches: Vec<&str> = series
             .iter()
@@ -738,10 +771,39 @@ fn draw<DB: DrawingBackend>(
             format!("efabench: {what}")
         }
     });
+    let frame = Frame {
+        title,
+        x_title: opts.x.axis_title().to_string(),
+        y_title: opts.y.axis_title().to_string(),
+        x_scale,
+        y_scale,
+    };
+    draw_frame(root, series, &frame)
+}
+
+fn draw_frame<DB: DrawingBackend>(
+    root: DrawingArea<DB, Shift>,
+    series: &[Series],
+    frame: &Frame,
+) -> Result<(), String> {
+    let e = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
+    let (x_scale, y_scale) = (frame.x_scale, frame.y_scale);
+
+    let all = series.iter().flat_map(|s| s.points.iter());
+    let (mut x_lo, mut x_hi, mut y_lo, mut y_hi) = (f64::MAX, f64::MIN, f64::MAX, f64::MIN);
+    for &(x, y) in all {
+        let (cx, cy) = (x_scale.to_coord(x), y_scale.to_coord(y));
+        x_lo = x_lo.min(cx);
+        x_hi = x_hi.max(cx);
+        y_lo = y_lo.min(cy);
+        y_hi = y_hi.max(cy);
+    }
+    let (x0, x1, x_ticks) = x_scale.range_and_ticks(x_lo, x_hi, false);
+    let (y0, y1, y_ticks) = y_scale.range_and_ticks(y_lo, y_hi, true);
 
     root.fill(&WHITE).map_err(e)?;
     let mut chart = ChartBuilder::on(&root)
-        .caption(title, ("sans-serif", 24))
+        .caption(frame.title.as_str(), ("sans-serif", 24))
         .margin(18)
         .x_label_area_size(52)
         .y_label_area_size(76)
@@ -762,8 +824,8 @@ fn draw<DB: DrawingBackend>(
     let fy = move |v: &f64| y_scale.label(*v);
     chart
         .configure_mesh()
-        .x_desc(opts.x.axis_title())
-        .y_desc(opts.y.axis_title())
+        .x_desc(frame.x_title.as_str())
+        .y_desc(frame.y_title.as_str())
         .x_label_formatter(&fx)
         .y_label_formatter(&fy)
         .label_style(("sans-serif", 14))

@@ -7,8 +7,9 @@
 //! * Domain: `--domain` is honoured or refused — a name the provider does not offer exits 2 with
 //!   the list it does offer. tcp with every rank on this host binds to loopback unless a domain
 //!   was named.
-//! * Rails (`--rails N|all`): on EFA, the NICs that `topology` pairs with this rank's GPU; else
-//!   the distinct domains the provider offers; on loopback (one domain) N endpoints of that
+//! * Rails (`--rails N|all`): on EFA, the NICs that `topology` pairs with this rank's GPU (every
+//!   NIC of the node for a rank alone on its host with host memory); else the distinct domains
+//!   the provider offers; on loopback (one domain) N endpoints of that
 //!   domain, labelled *virtual rails* in the records and the table header.
 
 use efabench_fabric::{get_info, Hints, ProviderInfo, RailConfig, RailCount, RailGroup};
@@ -197,6 +198,14 @@ fn paired_domains(ctx: &Ctx, provider: &str, offered: &[ProviderInfo]) -> Vec<St
         return Vec::new();
     }
     let choice = ctx.opts.mem.as_ref().map_or(GpuChoice::Auto, |m| m.gpu);
+    // Host memory with this rank alone on its host (one rank per node, as `cluster` runs by
+    // default): no GPU to pair with, so `--rails all` means every NIC of the node.
+    let host_mem = !matches!(ctx.opts.mem_kind(), MemKind::Cuda | MemKind::Managed);
+    let me = ctx.hosts.get(ctx.rank as usize);
+    let alone = me.is_some_and(|h| ctx.hosts.iter().filter(|x| *x == h).count() == 1);
+    if host_mem && alone && matches!(choice, GpuChoice::Auto) {
+        return Vec::new();
+    }
     let gpu = match (ctx.device, choice) {
         (Some(d), _) => d as usize,
         (None, GpuChoice::Index(i)) => i as usize,

@@ -449,6 +449,7 @@ impl Pairs<'_> {
             .into(),
             per_rail: facts.per_rail,
             rail_gbps: facts.rail_gbps,
+            window_gbps: window_gbps(&m.samples_ns, spec.size as u64 * window),
         };
         Point {
             variant: "write-stream".into(),
@@ -498,6 +499,34 @@ pub struct PairsDetail {
     /// Each rail measured alone, Gbps (two rails or more).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rail_gbps: Option<Vec<f64>>,
+    /// Gbps of the timed windows, in order (at most [`MAX_WINDOWS`], evenly spread when there
+    /// were more): the pair's own spread, which the cluster verdict uses as noise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window_gbps: Option<Vec<f64>>,
+}
+
+/// Most window figures a pair's record carries.
+pub const MAX_WINDOWS: usize = 32;
+
+/// Gbps of each timed window of `bytes` (at most [`MAX_WINDOWS`] of them, evenly spread),
+/// four significant digits; none for no window.
+fn window_gbps(samples_ns: &[u64], bytes: u64) -> Option<Vec<f64>> {
+    if samples_ns.is_empty() {
+        return None;
+    }
+    let n = samples_ns.len();
+    let picks = n.min(MAX_WINDOWS);
+    Some(
+        (0..picks)
+            .map(|i| samples_ns[i * n / picks])
+            .map(|ns| {
+                let g = gbps(bytes, ns.max(1));
+                let digits = (3 - g.abs().max(1e-9).log10().floor() as i32).clamp(0, 12);
+                let f = 10f64.powi(digits);
+                (g * f).round() / f
+            })
+            .collect(),
+    )
 }
 
 impl PairsDetail {
@@ -511,4 +540,24 @@ impl PairsDetail {
 /// pair's record carries a [`Gate`], which the harness checks and names).
 pub fn run_pairs(args: &PairsArgs, build: &harness::BuildInfo) -> Result<i32, BenchError> {
     run_on_mesh(&mut Pairs::new(args)?, args, build, |b| b.mesh.take())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn window_figures_are_capped_and_evenly_spread() {
+        assert_eq!(window_gbps(&[], 1000), None);
+        // 1 MB in 1 ms is 8 Gbps; in 2 ms, 4.
+        let w = window_gbps(&[1_000_000, 2_000_000], 1_000_000).unwrap();
+        assert_eq!(w, [8.0, 4.0]);
+        let many: Vec<u64> = (1..=100).map(|i| i * 1_000_000).collect();
+        let w = window_gbps(&many, 1_000_000).unwrap();
+        assert_eq!(w.len(), MAX_WINDOWS);
+        // The first window and then every 100/32-th: 8/1, 8/4 (index 3), ...
+        assert_eq!((w[0], w[1]), (8.0, 2.0));
+        // Four significant digits.
+        assert_eq!(window_gbps(&[3_000_000], 1_000_000).unwrap(), [2.667]);
+    }
 }

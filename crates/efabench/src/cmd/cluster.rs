@@ -1,5 +1,6 @@
 //! `efabench cluster`: node checks, consistency, pairs and alltoall of a whole cluster in one
-//! job, one verdict per node; exit 1 when any node is ISOLATE.
+//! job, one verdict per node; exit 1 when any node is ISOLATE, 3 when the cluster fails as a
+//! whole.
 //!
 //! The stages and the verdicts live in `efabench_cluster`; this file gives them the node checks
 //! (the doctor's, on this host) and writes `--prometheus`.

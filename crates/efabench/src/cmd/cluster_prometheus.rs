@@ -7,15 +7,20 @@
 //!   two (PASS, WARN, ISOLATE), so an alert is `efabench_cluster_node_verdict{verdict="ISOLATE"} == 1`;
 //! * `efabench_cluster_pairs_gbps{host,direction,stat}`: the node's pairs (direction `send`,
 //!   `recv`, or `others` = the pairs without it), stat `median` or `min`;
+//! * `efabench_cluster_pairs_vs_peers{host,bound}`: the decision's estimate of the node's share
+//!   of its peers' speed (`estimate`) and its interval (`low`, `high`);
 //! * `efabench_cluster_pairs_ratio{host}`, `efabench_cluster_alltoall_ratio{host}`: the lower of
 //!   its send and receive medians over the median of the pairs without it;
 //! * `efabench_cluster_stage_seconds{stage,status}`: each stage's time;
-//! * `efabench_cluster_exit_code`: 1 when any node is ISOLATE.
+//! * `efabench_cluster_verdict{verdict}`: the verdict on the cluster as a whole, 1 for it and 0
+//!   for the other (PASS, FAIL: a check fails on most nodes);
+//! * `efabench_cluster_exit_code`: 3 when the cluster fails as a whole, else 1 when any node is
+//!   ISOLATE, else 0.
 
 use super::prometheus::label;
 use efabench_cluster::figures::{PairFigures, Stats};
 use efabench_cluster::summary::Summary;
-use efabench_cluster::verdict::Verdict;
+use efabench_cluster::verdict::{ClusterVerdict, Verdict};
 
 struct Family {
     name: &'static str,
@@ -68,6 +73,10 @@ pub fn render(s: &Summary) -> String {
         "efabench_cluster_pairs_ratio",
         "Lower of the node's send and receive pair medians over the median of the pairs without it",
     );
+    let mut peers = Family::new(
+        "efabench_cluster_pairs_vs_peers",
+        "The decision's estimate of the node's share of its peers' pair speed (slower direction), with its interval (bound low, high)",
+    );
     let mut a2a = Family::new(
         "efabench_cluster_alltoall_ratio",
         "Lower of the node's all-to-all per-peer chunk rate medians over those of the pairs without it",
@@ -107,6 +116,11 @@ pub fn render(s: &Summary) -> String {
             if let Some(r) = r {
                 ratio.push(vec![("host", n.host.clone())], *r);
             }
+            if let Some(e) = n.pairs.as_ref().and_then(|p| p.estimate) {
+                for (b, v) in [("estimate", e.ratio), ("low", e.low), ("high", e.high)] {
+                    peers.push(vec![("host", n.host.clone()), ("bound", b.into())], v);
+                }
+            }
         }
         if let Some(r) = n.alltoall.as_ref().and_then(|a| a.ratio) {
             a2a.push(vec![("host", n.host.clone())], r);
@@ -126,13 +140,25 @@ pub fn render(s: &Summary) -> String {
             st.elapsed_s,
         );
     }
+    let mut cluster = Family::new(
+        "efabench_cluster_verdict",
+        "Verdict of efabench cluster on the cluster as a whole: 1 for its verdict, 0 for the other",
+    );
+    for v in [ClusterVerdict::Pass, ClusterVerdict::Fail] {
+        cluster.push(
+            vec![("verdict", v.as_str().into())],
+            f64::from(u8::from(s.cluster_verdict == v)),
+        );
+    }
     let mut exit = Family::new(
         "efabench_cluster_exit_code",
-        "Exit status of efabench cluster: 1 when any node is ISOLATE",
+        "Exit status of efabench cluster: 3 when the cluster fails as a whole, else 1 when any node is ISOLATE, else 0",
     );
     exit.push(Vec::new(), f64::from(s.exit_code));
     let mut out = String::new();
-    for f in [&verdict, &pairs, &ratio, &a2a, &stages, &exit] {
+    for f in [
+        &verdict, &pairs, &ratio, &peers, &a2a, &stages, &cluster, &exit,
+    ] {
         f.render(&mut out);
     }
     out
@@ -143,7 +169,7 @@ mod tests {
     use super::*;
     use crate::cmd::prometheus::check_exposition as check;
     use efabench_cluster::summary::{StageReport, StageStatus, SCHEMA};
-    use efabench_cluster::verdict::{NodeVerdict, Thresholds};
+    use efabench_cluster::verdict::{NodeVerdict, RunVerdict, Thresholds};
 
     #[test]
     fn verdicts_and_figures_are_valid_exposition() {
@@ -153,6 +179,16 @@ mod tests {
             recv: Stats::of(&[0.45]),
             reference: Stats::of(&[3.0, 3.2]),
             ratio: Some(0.13),
+            estimate: Some(efabench_cluster::decide::Estimate {
+                ratio: 0.8,
+                low: 0.77,
+                high: 0.83,
+                confidence: 0.999,
+                pairs: 14,
+                below_slowest: 13,
+                reference: 42,
+                noise: 0.02,
+            }),
         };
         let node = |h: &str, v: Verdict| NodeVerdict {
             host: h.into(),
@@ -163,6 +199,7 @@ mod tests {
             facts: None,
             pairs: Some(fig.clone()),
             alltoall: None,
+            nics: None,
         };
         let s = Summary {
             schema: SCHEMA.into(),
@@ -172,14 +209,12 @@ mod tests {
             written: String::new(),
             world: 2,
             hosts: 2,
-            verdict: Verdict::Isolate,
-            exit_code: 1,
+            verdict: RunVerdict::Fail,
+            exit_code: 3,
+            cluster_verdict: ClusterVerdict::Fail,
+            cluster_failures: vec!["check efa-devices fails on 2 of 2 nodes".into()],
             complete: true,
-            thresholds: Thresholds {
-                suspect_below: 0.6,
-                min_pair_gbps: None,
-                min_pair_from: None,
-            },
+            thresholds: Thresholds::default(),
             stages: vec![StageReport {
                 name: "pairs".into(),
                 status: StageStatus::Ok,
@@ -227,7 +262,22 @@ mod tests {
             ),
             Some(0.45)
         );
-        assert_eq!(get("efabench_cluster_exit_code", &[]), Some(1.0));
+        assert_eq!(get("efabench_cluster_exit_code", &[]), Some(3.0));
+        assert_eq!(
+            get(
+                "efabench_cluster_pairs_vs_peers",
+                &[("host", "node3"), ("bound", "high")]
+            ),
+            Some(0.83)
+        );
+        assert_eq!(
+            get("efabench_cluster_verdict", &[("verdict", "FAIL")]),
+            Some(1.0)
+        );
+        assert_eq!(
+            get("efabench_cluster_verdict", &[("verdict", "PASS")]),
+            Some(0.0)
+        );
         assert_eq!(
             get(
                 "efabench_cluster_stage_seconds",

@@ -1,0 +1,176 @@
+//! The verdict of `efabench cluster` on eight simulated nodes (network namespaces on a bridge,
+//! tcp, `tc tbf` on every node's link both ways, as NICs bound a real cluster's pairs): a
+//! healthy cluster names nobody, and a node whose link is cut to 80% of the others' is named
+//! (WARN or ISOLATE, as far as the run's own noise lets the interval reach) with its estimate
+//! and its interval. One run each, no retries: the decision takes its noise
+//! from the measured pairs, so a healthy run's spread does not name a node and a 20% cut stands
+//! out of it.
+//!
+//! Every link is limited because eight ranks on two cores are otherwise bound by the CPU, and
+//! the CPU shares out unevenly: unlimited, pairs of a healthy run here spread by 18-30% (the
+//! decision then reports that noise and only names far slower nodes).
+
+mod common;
+
+use common::netns::{Cluster, Impair, Side};
+use common::{text, TmpDir};
+use serde_json::Value;
+use std::process::Output;
+use std::sync::{Mutex, MutexGuard};
+
+/// One simulated cluster at a time: clusters measured at once share the two cores.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Every node's link, Mbit/s: well under what eight ranks on two cores move at once.
+const LINK_MBIT: u32 = 300;
+
+/// Options of a short run: the pairs stage alone after the checks (all 56 ordered pairs of
+/// eight nodes in 7 rounds of about 1.5 s: a warm-up and a timed window of 8 MiB each), no
+/// all-to-all.
+const ARGS: &[&str] = &[
+    "cluster",
+    "-p",
+    "tcp",
+    "--ignore-check",
+    "efa-devices,memlock",
+    "--interval",
+    "0",
+    "--pairs-size",
+    "512K",
+    "--pairs-budget",
+    "4",
+    "--skip",
+    "alltoall",
+    "--timeout",
+    "20",
+];
+
+fn run(c: &mut Cluster, sum: &std::path::Path) -> (Output, Value) {
+    let mut args: Vec<&str> = ARGS.to_vec();
+    let s = sum.to_str().unwrap().to_string();
+    args.extend(["--summary", &s]);
+    let mut outs = c.job(&args, |_| Vec::new());
+    let o = outs.remove(0);
+    println!("{}\n{}", text(&o.stdout), text(&o.stderr));
+    let t = std::fs::read_to_string(sum).unwrap_or_else(|e| panic!("{}: {e}", sum.display()));
+    (o, serde_json::from_str(&t).unwrap())
+}
+
+fn verdicts(s: &Value) -> Vec<(String, String)> {
+    s["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| {
+            (
+                n["host"].as_str().unwrap().to_string(),
+                n["verdict"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn eight_nodes_healthy_names_nobody_and_one_at_80_percent_is_named_with_its_interval() {
+    let _one = serial();
+    let Some(mut c) = Cluster::new(8) else { return };
+    for n in 0..8 {
+        c.impair(n, Side::Both, Impair::rate(LINK_MBIT));
+    }
+    let d = TmpDir::new("cluster-nodes-80");
+    let (o, s) = run(&mut c, &d.join("healthy.json"));
+    let out = text(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{out}");
+    for (h, v) in verdicts(&s) {
+        assert_eq!(v, "PASS", "{h} in a healthy cluster:\n{out}");
+    }
+    let mbit = LINK_MBIT * 8 / 10;
+    c.impair(4, Side::Both, Impair::rate(mbit));
+    let (o, s) = run(&mut c, &d.join("node5.json"));
+    let out = text(&o.stdout);
+    let mut named = String::new();
+    for (h, v) in verdicts(&s) {
+        if h == "node5" {
+            // WARN or ISOLATE, as sure as the run's noise lets the interval be.
+            assert_ne!(v, "PASS", "node5 at {mbit} Mbit/s:\n{out}");
+            named = v;
+        } else {
+            assert_eq!(v, "PASS", "{h} with node5 at {mbit} Mbit/s:\n{out}");
+        }
+    }
+    let code = if named == "ISOLATE" { 1 } else { 0 };
+    assert_eq!(o.status.code(), Some(code), "{out}");
+    let n5 = s["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["host"] == "node5")
+        .unwrap();
+    let r = &n5["reasons"][0];
+    assert_eq!(r["stage"], "pairs", "{n5}");
+    // "node5: 82% of its peers [77-88%], 14 of 14 pairs below the slowest healthy pair"
+    let e = r["evidence"].as_str().unwrap();
+    assert!(e.contains("% of its peers ["), "{e}");
+    assert!(e.contains("below the slowest healthy pair"), "{e}");
+    let est = &n5["pairs"]["estimate"];
+    let (lo, mid, hi) = (
+        est["low"].as_f64().unwrap(),
+        est["ratio"].as_f64().unwrap(),
+        est["high"].as_f64().unwrap(),
+    );
+    assert!(lo <= mid && mid <= hi && hi < 0.95, "{est}");
+    assert!((0.7..0.9).contains(&mid), "{est}");
+    let line = if named == "ISOLATE" { 0.85 } else { 0.95 };
+    assert!(hi < line, "{named} needs the interval under {line}: {est}");
+}
+
+/// Four nodes with two NICs each, every rail measured (`--rails 2`): node3's second NIC
+/// (eth1) throttled to half is named by host and domain, every node's NICs are listed, and the others
+/// pass.
+#[test]
+fn a_slow_nic_of_two_is_named_by_host_and_domain() {
+    let _one = serial();
+    let Some(mut c) = Cluster::with_nics(4, 2) else {
+        return;
+    };
+    for n in 0..4 {
+        for nic in 0..2 {
+            c.try_impair_nic(n, nic, Side::Both, Impair::rate(LINK_MBIT))
+                .expect("tc");
+        }
+    }
+    c.try_impair_nic(2, 1, Side::Both, Impair::rate(LINK_MBIT / 2))
+        .expect("tc on eth1");
+    let d = TmpDir::new("cluster-nodes-nic");
+    let sum = d.join("s.json");
+    let mut args: Vec<&str> = ARGS.to_vec();
+    let s = sum.to_str().unwrap().to_string();
+    args.extend(["--rails", "2", "--summary", &s]);
+    let mut outs = c.job(&args, |_| Vec::new());
+    let o = outs.remove(0);
+    let out = text(&o.stdout);
+    println!("{out}\n{}", text(&o.stderr));
+    let s: Value = serde_json::from_str(&std::fs::read_to_string(&sum).unwrap()).unwrap();
+    for n in s["nodes"].as_array().unwrap() {
+        assert_eq!(
+            n["nics"]["used"],
+            serde_json::json!(["eth0", "eth1"]),
+            "{n}"
+        );
+        if n["host"] == "node3" {
+            assert_ne!(n["verdict"], "PASS", "{out}");
+            let named = n["reasons"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|r| r["reason"].as_str().unwrap().contains("NIC eth1 (rail "));
+            assert!(named, "{n}");
+        } else {
+            assert_eq!(n["verdict"], "PASS", "{out}");
+        }
+    }
+}
