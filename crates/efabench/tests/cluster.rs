@@ -10,7 +10,7 @@ mod common;
 mod exposition_check;
 
 use common::netns::Cluster;
-use common::{text, tmp, TmpDir, BIN};
+use common::{text, tmp, BIN};
 use serde_json::Value;
 use std::process::Command;
 
@@ -189,8 +189,7 @@ fn launch_runs_every_stage_and_writes_summary_records_and_prometheus() {
 /// node is to be isolated for it.
 #[test]
 fn a_check_failing_on_every_node_fails_the_cluster_with_exit_3() {
-    let guard = TmpDir::new("cluster-wide");
-    let d = &guard.0;
+    let d = tmp("cluster-wide");
     let root = d.join("root");
     std::fs::create_dir_all(&root).unwrap();
     let (sum, prom) = (d.join("s.json"), d.join("c.prom"));
@@ -365,14 +364,8 @@ fn a_node_with_another_nccl_than_the_majority_is_warned_about() {
 #[test]
 fn a_node_with_a_degraded_pcie_link_is_isolated() {
     let Some(mut c) = Cluster::new(3) else { return };
-    struct Gone(std::path::PathBuf);
-    impl Drop for Gone {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-    let d = Gone(tmp("cluster-pcie"));
-    let sum = d.0.join("s.json");
+    let d = tmp("cluster-pcie");
+    let sum = d.join("s.json");
     let fixtures = concat!(env!("CARGO_MANIFEST_DIR"), "/../../fixtures/");
     let port = common::free_port();
     let kids: Vec<_> = (0..3)

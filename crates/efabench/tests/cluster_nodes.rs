@@ -13,7 +13,7 @@
 mod common;
 
 use common::netns::{Cluster, Impair, Side};
-use common::{text, TmpDir};
+use common::{text, tmp};
 use serde_json::Value;
 use std::process::Output;
 use std::sync::{Mutex, MutexGuard};
@@ -81,7 +81,7 @@ fn eight_nodes_healthy_names_nobody_and_one_at_80_percent_is_named_with_its_inte
     for n in 0..8 {
         c.impair(n, Side::Both, Impair::rate(LINK_MBIT));
     }
-    let d = TmpDir::new("cluster-nodes-80");
+    let d = tmp("cluster-nodes-80");
     let (o, s) = run(&mut c, &d.join("healthy.json"));
     let out = text(&o.stdout);
     assert_eq!(o.status.code(), Some(0), "{out}");
@@ -145,7 +145,7 @@ fn a_slow_nic_of_two_is_named_by_host_and_domain() {
     }
     c.try_impair_nic(2, 1, Side::Both, Impair::rate(LINK_MBIT / 2))
         .expect("tc on eth1");
-    let d = TmpDir::new("cluster-nodes-nic");
+    let d = tmp("cluster-nodes-nic");
     let sum = d.join("s.json");
     let mut args: Vec<&str> = ARGS.to_vec();
     let s = sum.to_str().unwrap().to_string();

@@ -5,27 +5,11 @@
 //! tolerance and the noise). Whether the rerun passes depends on this machine's load, which a
 //! test cannot control: `scripts/compare-noise.py` counts that over 20 pairs.
 
+mod common;
+
 use serde_json::Value;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
-
-/// A directory removed when the test ends, passed or failed.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> TempDir {
-        let d = std::env::temp_dir().join(format!("efabench-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        TempDir(d)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 fn efabench(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_efabench"))
@@ -91,12 +75,8 @@ fn compare_json(base: &Path, cand: &Path) -> (i32, Value) {
 
 #[test]
 fn real_reruns_keep_identity_and_a_planted_slowdown_is_found() {
-    let d = TempDir::new("comparenoise");
-    let (a, b, slow) = (
-        d.0.join("a.jsonl"),
-        d.0.join("b.jsonl"),
-        d.0.join("s.jsonl"),
-    );
+    let d = common::tmp("comparenoise");
+    let (a, b, slow) = (d.join("a.jsonl"), d.join("b.jsonl"), d.join("s.jsonl"));
     sweep(&a);
     sweep(&b);
     slowed(&b, &slow);

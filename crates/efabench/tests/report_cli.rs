@@ -459,15 +459,8 @@ fn a_records_file_deleted_mid_run_fails_the_run() {
 /// `--strict-context` turns into a failure.
 #[test]
 fn compare_reads_runs_and_baseline_files_and_checks_the_context() {
-    /// Removes the directory when the test ends, passed or failed.
-    struct Guard(PathBuf);
-    impl Drop for Guard {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-    let guard = Guard(tempdir("comparebaseline"));
-    let d = guard.0.clone();
+    let guard = tempdir("comparebaseline");
+    let d = guard.to_path_buf();
     let p = |x: &PathBuf| x.to_str().unwrap().to_string();
     let runs: Vec<PathBuf> = [1.0, 1.01, 0.99]
         .iter()

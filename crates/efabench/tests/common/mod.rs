@@ -56,25 +56,6 @@ impl AsRef<std::ffi::OsStr> for TempDir {
     }
 }
 
-/// A directory under the temporary directory, removed with everything in it on drop.
-pub struct TmpDir(pub PathBuf);
-
-impl TmpDir {
-    pub fn new(name: &str) -> TmpDir {
-        TmpDir(tmp(name))
-    }
-
-    pub fn join(&self, p: &str) -> PathBuf {
-        self.0.join(p)
-    }
-}
-
-impl Drop for TmpDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 pub fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }

@@ -435,14 +435,8 @@ fn repeated_runs_and_a_baseline_file_judge_alike() {
     assert_eq!(direct.rows[0].lat_p50_us.baseline_runs, 3);
     assert_eq!(direct.regressions(), 1);
     // Through a baseline file and back.
-    struct Guard(std::path::PathBuf);
-    impl Drop for Guard {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-    let d = Guard(efabench_record::testing::tempdir("baselinefile"));
-    let path = d.0.join("base.json");
+    let d = efabench_record::testing::tempdir("baselinefile");
+    let path = d.join("base.json");
     Baseline::of(&base).save(&path).unwrap();
     let text = std::fs::read_to_string(&path).unwrap();
     let read = Baseline::parse(&path, &text)
