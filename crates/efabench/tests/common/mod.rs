@@ -5,7 +5,7 @@
 #![allow(dead_code)]
 
 use std::net::TcpListener;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_efabench");
@@ -19,42 +19,13 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-/// A fresh, empty directory for one test of this process, removed with everything in it when
-/// the guard is dropped (tests leave nothing behind in the temporary directory).
+/// A fresh, empty directory for one test, removed with everything in it when the guard drops
+/// (tests leave nothing behind in the temporary directory).
 pub fn tmp(name: &str) -> TempDir {
-    let d = std::env::temp_dir().join(format!("efabench-test-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    TempDir(d)
+    efabench_record::testing::tempdir(name)
 }
 
-/// A directory [`tmp`] made; it reads as the path it holds.
-pub struct TempDir(PathBuf);
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-impl std::ops::Deref for TempDir {
-    type Target = Path;
-    fn deref(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl AsRef<Path> for TempDir {
-    fn as_ref(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl AsRef<std::ffi::OsStr> for TempDir {
-    fn as_ref(&self) -> &std::ffi::OsStr {
-        self.0.as_os_str()
-    }
-}
+pub use efabench_record::testing::TempDir;
 
 pub fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
