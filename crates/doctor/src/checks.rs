@@ -27,6 +27,17 @@ impl Facts<'_> {
             .as_deref()
             .unwrap_or("unknown instance type")
     }
+    /// `; reconstructed: ...` after an expected figure, when the profile's figures were not
+    /// read in a source or seen on a real node (the others name their source in `topo`).
+    fn evidence(&self) -> String {
+        match self.profile {
+            Some(p) if p.evidence == efabench_topology::profiles::Evidence::Reconstructed => {
+                format!("; {}", p.provenance())
+            }
+            _ => String::new(),
+        }
+    }
+
     fn has_efa_hw(&self) -> bool {
         !self.topo.nics.is_empty() || !self.topo.efa_pci_without_rdma_device.is_empty()
     }
@@ -152,7 +163,7 @@ fn efa_devices(f: &Facts) -> Check {
                 subjects.push("/sys/class/infiniband".into());
             }
             Check::new(id, Status::Fail, format!(
-                "{n} EFA devices, {} should have {e}{}", f.instance(),
+                "{n} EFA devices, {} should have {e}{}{}", f.instance(), f.evidence(),
                 if unbound.is_empty() { String::new() } else { format!(" ({} PCI function(s) without an RDMA device)", unbound.len()) }))
                 .fix("check that the instance was launched with all EFA interfaces (one per network card), reload the driver, or stop/start the instance; p5en can enumerate late — rerun after a minute")
                 .subjects(subjects)
@@ -160,7 +171,11 @@ fn efa_devices(f: &Facts) -> Check {
         Some(e) => Check::new(
             id,
             Status::Pass,
-            format!("{n} EFA devices ({} expects {e})", f.instance()),
+            format!(
+                "{n} EFA devices ({} expects {e}{})",
+                f.instance(),
+                f.evidence()
+            ),
         )
         .subjects(names),
         None => Check::new(
@@ -532,8 +547,9 @@ fn gpus(f: &Facts) -> Check {
             id,
             Status::Fail,
             format!(
-                "{n} NVIDIA GPUs on the PCI bus, {} should have {e}",
-                f.instance()
+                "{n} NVIDIA GPUs on the PCI bus, {} should have {e}{}",
+                f.instance(),
+                f.evidence()
             ),
         )
         .fix("a GPU fell off the bus: check `dmesg` for Xid 79, then stop/start the instance")
@@ -546,7 +562,11 @@ fn gpus(f: &Facts) -> Check {
         Some(e) if e > 0 => Check::new(
             id,
             Status::Pass,
-            format!("{n} NVIDIA GPUs ({} expects {e})", f.instance()),
+            format!(
+                "{n} NVIDIA GPUs ({} expects {e}{})",
+                f.instance(),
+                f.evidence()
+            ),
         )
         .subjects(ids),
         _ => Check::new(id, Status::Pass, format!("{n} NVIDIA GPU(s)")).subjects(ids),

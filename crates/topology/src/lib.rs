@@ -21,6 +21,7 @@ pub mod gpu_health;
 pub mod installed;
 pub mod libfabric;
 pub mod pcie;
+pub mod profiles;
 pub mod root;
 pub mod topo;
 

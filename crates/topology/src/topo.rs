@@ -243,7 +243,22 @@ impl Topology {
 
     /// The JSON of `topo --json` (the shape in `docs/json.md`).
     pub fn to_json(&self) -> serde_json::Value {
-        serde_json::to_value(self).unwrap_or(serde_json::Value::Null)
+        let mut v = serde_json::to_value(self).unwrap_or(serde_json::Value::Null);
+        let profile = self.instance_type.as_deref().and_then(instance_profile);
+        if let (Some(p), Some(map)) = (profile, v.as_object_mut()) {
+            map.insert(
+                "expected".into(),
+                serde_json::json!({
+                    "accelerators": p.accelerators,
+                    "gpus": p.gpus,
+                    "efa_devices": p.efa_devices,
+                    "gbps_per_efa": p.gbps_per_efa,
+                    "evidence": p.evidence.name(),
+                    "source": p.source,
+                }),
+            );
+        }
+        v
     }
 }
 
@@ -466,34 +481,7 @@ fn pair(gpus: &mut [Gpu], nics: &mut [Nic]) {
     }
 }
 
-/// What an instance type should have: (EFA devices, Gb/s per EFA, GPUs). From
-/// the AWS health-check instance profiles.
-pub fn instance_profile(instance_type: &str) -> Option<InstanceProfile> {
-    let (efa, gbps, gpus) = match instance_type.trim() {
-        "p4d.24xlarge" | "p4de.24xlarge" => (4, 100.0, 8),
-        "p5.48xlarge" | "p5e.48xlarge" => (32, 100.0, 8),
-        "p5en.48xlarge" => (16, 200.0, 8),
-        "p6-b200.48xlarge" => (8, 400.0, 8),
-        "p6-b300.48xlarge" => (16, 400.0, 8),
-        "trn1.32xlarge" => (8, 100.0, 0),
-        "trn1n.32xlarge" => (16, 100.0, 0),
-        "trn2.48xlarge" => (16, 200.0, 0),
-        _ => return None,
-    };
-    Some(InstanceProfile {
-        efa_devices: efa,
-        gbps_per_efa: gbps,
-        gpus,
-    })
-}
-
-/// Expected hardware of an instance type.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct InstanceProfile {
-    pub efa_devices: usize,
-    pub gbps_per_efa: f64,
-    pub gpus: usize,
-}
+pub use crate::profiles::{instance_profile, InstanceProfile};
 
 #[cfg(test)]
 mod tests {

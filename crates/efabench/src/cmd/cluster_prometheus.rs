@@ -260,7 +260,8 @@ mod tests {
                 "efabench_cluster_pairs_gbps",
                 &[("host", "node3"), ("direction", "send"), ("stat", "median")]
             ),
-            Some(0.45)
+            // The median of two is the lower one (p50, docs/metrics.md).
+            Some(0.4)
         );
         assert_eq!(get("efabench_cluster_exit_code", &[]), Some(3.0));
         assert_eq!(

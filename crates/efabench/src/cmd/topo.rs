@@ -200,6 +200,19 @@ pub fn render(t: &Topology, root: &Root) -> String {
             .map(|v| format!(" ({v})"))
             .unwrap_or_default()
     ));
+    if let Some(p) = t
+        .instance_type
+        .as_deref()
+        .and_then(efabench_topology::profiles::instance_profile)
+    {
+        out.push_str(&format!(
+            "expected: {}, {} EFA x {} Gb/s; {}\n",
+            p.accelerators,
+            p.efa_devices,
+            p.gbps_per_efa,
+            p.provenance()
+        ));
+    }
     if !root.is_system() {
         out.push_str(&format!("root: {}\n", root.dir().display()));
     }
