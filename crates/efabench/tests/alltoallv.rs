@@ -137,8 +137,7 @@ fn alltoallv(
 
 /// A 5 x 5 matrix file (cut to the job's ranks), with zeros, a diagonal and values that round
 /// down to 16 bytes.
-fn matrix_file(name: &str) -> String {
-    let dir = tmp(name);
+fn matrix_file(dir: &std::path::Path) -> String {
     let p = dir.join("m.txt");
     std::fs::write(
         &p,
@@ -150,7 +149,8 @@ fn matrix_file(name: &str) -> String {
 
 #[test]
 fn alltoallv_shm_every_generator_and_a_matrix_file() {
-    let file = format!("file:{}", matrix_file("shm-matrix"));
+    let dir = tmp("shm-matrix");
+    let file = format!("file:{}", matrix_file(&dir));
     for n in [2, 3, 4] {
         let u = alltoallv("shm", n, "uniform", ("1K", "16K"), 3);
         // uniform is alltoall's chunks: size / n rounded down to 16.
@@ -169,7 +169,8 @@ fn alltoallv_shm_every_generator_and_a_matrix_file() {
 
 #[test]
 fn alltoallv_tcp_every_generator_and_a_matrix_file() {
-    let file = format!("file:{}", matrix_file("tcp-matrix"));
+    let dir = tmp("tcp-matrix");
+    let file = format!("file:{}", matrix_file(&dir));
     for n in [2, 3, 4] {
         alltoallv("tcp", n, "zipf:0.8", ("1K", "4K"), 2);
         alltoallv("tcp", n, &format!("moe:8,64,3,{}", 3 * n), ("8K", "8K"), 1);
@@ -327,9 +328,10 @@ fn a_killed_rank_fails_the_job_fast_and_is_named() {
 
 #[test]
 fn bad_counts_exit_2_with_a_fix() {
-    let small = matrix_file("v-bad");
+    let dir = tmp("v-bad");
+    let small = matrix_file(&dir);
     std::fs::write(&small, "16 16\n16 16\n").unwrap();
-    let missing = format!("file:{}", tmp("v-missing").join("none.txt").display());
+    let missing = format!("file:{}", dir.join("none.txt").display());
     let small = format!("file:{small}");
     for (counts, sizes, says) in [
         ("zipf", ("1K", "1K"), "--counts"),

@@ -47,10 +47,15 @@ pub fn sample(bench: &str, variant: &str, size: u64, bw: f64, p50: f64) -> Recor
 
 /// A fresh, empty directory for one test, removed with everything in it when the guard drops.
 pub fn tempdir(name: &str) -> TempDir {
+    // The thread's number keeps parallel tests apart; digits only, so the path is safe in a
+    // shell script a test writes there.
+    let thread: String = format!("{:?}", std::thread::current().id())
+        .chars()
+        .filter(char::is_ascii_digit)
+        .collect();
     let d = std::env::temp_dir().join(format!(
-        "efabench-record-{name}-{}-{:?}",
-        std::process::id(),
-        std::thread::current().id()
+        "efabench-test-{name}-{}-{thread}",
+        std::process::id()
     ));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
