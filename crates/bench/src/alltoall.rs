@@ -11,7 +11,10 @@
 //!   halves) per rank, registered once per run on every rail.
 //! * `lat_us` is the slowest rank's time per iteration (each sample: from the end of one timed
 //!   iteration to the end of the next on that rank); `matrix_gbps[src][dst]` is the chunk over
-//!   its mean arrival time at `dst` after `dst` started the iteration (`--matrix` prints it).
+//!   its mean arrival time at `dst` after `dst` started the iteration (`--matrix` prints it),
+//!   `probe_matrix_gbps` the same over its median in the probes (three iterations after the
+//!   timed loop, each started after a barrier); the slowest node is named where both agree
+//!   ([`crate::locate::arrival_suspect`]).
 //!
 //! # Timing and verification
 //! Per point: a bootstrap barrier, then the warm-up iterations, **each verified**: the sender
@@ -19,8 +22,9 @@
 //! stripe)`, and the receiver checks every chunk it got once the iteration completed. Then the
 //! timed iterations run **back to back**, as nccl-tests and `MPI_Alltoall` loops do: no barrier
 //! and no fill or check between them; an iteration ends on a rank when every stripe of every
-//! peer's chunk for *that* iteration has arrived and its own writes completed. Then one more
-//! verified iteration checks that the buffers still carry correct data after the timed loop. As
+//! peer's chunk for *that* iteration has arrived and its own writes completed. Then three probe
+//! iterations, each after a barrier, time every chunk's arrival from a common start; the last
+//! of them is verified, so the buffers are shown to carry correct data after the timed loop. As
 //! in nccl-tests, the payload of each *timed* iteration is not checked (that would put a fill and
 //! a check of the whole buffer inside the loop); its arrival is, stripe by stripe. The exchange
 //! itself (and why back to back is safe) is the all-to-all engine `alltoall` shares with
@@ -38,7 +42,7 @@
 //! it decides when this rank's budget ran out, and the exchange marks that iteration's chunks so
 //! every rank ends on it. A sample spans the end of one timed iteration to the
 //! end of the next (one clock read per iteration). The exchange adds the barriers around the
-//! warm-up and the final verified iteration.
+//! warm-up and before each probe.
 //!
 //! # Posting window and placement
 //! `--window` (how many chunks each rank keeps in flight) and `--bind` (where its data-path

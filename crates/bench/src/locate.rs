@@ -53,6 +53,58 @@ pub fn comparable_sizes<R: AsRef<[u64]>>(rows: &[R]) -> bool {
     b[0] * 2 >= m && b[b.len() - 1] <= m * 2
 }
 
+/// What the two arrival matrices of an all-to-all say together ([`arrival_suspect`]).
+#[derive(Clone, Debug, PartialEq)]
+pub enum ArrivalVerdict {
+    /// The loop names no node (the probes alone, a few iterations with the barrier's release
+    /// skew, are no verdict).
+    Nobody,
+    /// Both name the same node: the loop's suspect and the probes' (same rank).
+    Named { looped: Suspect, probed: Suspect },
+    /// The loop names a node the probes do not: another one, or none.
+    Unclear {
+        looped: Suspect,
+        probed: Option<Suspect>,
+    },
+}
+
+/// The slow node of an all-to-all, from its two arrival matrices: `looped`, each chunk's mean
+/// arrival time in the back-to-back timed loop, and `probed`, its median in the iterations
+/// that each start after a barrier. Both are a transfer time plus a skew. In the loop a rank
+/// starts iteration i+1 when the slowest chunk of i reached *it*, so behind a slow node every
+/// start drifts with that node's send order, and a healthy node's median can fall under the
+/// margin (four ranks on two cores, a node at 20 Mbit/s, 64 KiB chunks: a healthy node at 52%
+/// while the slow one was at 17%). The probes are free of that drift but are few, and carry
+/// the barrier's release skew (on that host it alone put healthy nodes at 10-50%). So the loop
+/// proposes and the probes confirm: where both name the same node it is named; where the loop
+/// names one the probes do not, it is unclear and `pairs` is the measurement to run; where the
+/// loop names nobody, nobody is named. Without probes (records written before they existed)
+/// the loop's verdict stands alone.
+pub fn arrival_suspect(
+    n: usize,
+    looped: &[PairBw],
+    probed: &[PairBw],
+    margin: f64,
+) -> ArrivalVerdict {
+    let a = locate(n, looped, margin).into_iter().next();
+    if probed.is_empty() {
+        return match a {
+            Some(s) => ArrivalVerdict::Named {
+                looped: s.clone(),
+                probed: s,
+            },
+            None => ArrivalVerdict::Nobody,
+        };
+    }
+    let Some(looped) = a else {
+        return ArrivalVerdict::Nobody;
+    };
+    match locate(n, probed, margin).into_iter().next() {
+        Some(p) if p.rank == looped.rank => ArrivalVerdict::Named { looped, probed: p },
+        probed => ArrivalVerdict::Unclear { looped, probed },
+    }
+}
+
 /// One measured ordered pair.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct PairBw {
@@ -128,13 +180,13 @@ impl Suspect {
     /// 0.42), the 2 pairs without it at median 3.65 Gbps (12%)".
     pub fn evidence(&self) -> String {
         let range = if self.mine.count == 1 {
-            format!("{} Gbps", g(self.mine.min))
+            format!("{} Gbps", gbps_text(self.mine.min))
         } else {
             format!(
                 "{}-{} Gbps (median {})",
-                g(self.mine.min),
-                g(self.mine.max),
-                g(self.mine.median)
+                gbps_text(self.mine.min),
+                gbps_text(self.mine.max),
+                gbps_text(self.mine.median)
             )
         };
         format!(
@@ -144,14 +196,14 @@ impl Suspect {
             self.direction.describe(),
             self.others.count,
             if self.others.count == 1 { "" } else { "s" },
-            g(self.others.median),
+            gbps_text(self.others.median),
             self.ratio() * 100.0
         )
     }
 }
 
 /// Gbps with two decimals, three significant digits below 1 (0.0123, not 0.01).
-fn g(v: f64) -> String {
+pub fn gbps_text(v: f64) -> String {
     if v >= 1.0 || v == 0.0 {
         format!("{v:.2}")
     } else {
@@ -422,10 +474,10 @@ mod tests {
 
     #[test]
     fn small_bandwidths_keep_three_digits() {
-        assert_eq!(g(0.0123), "0.0123");
-        assert_eq!(g(0.4), "0.400");
-        assert_eq!(g(4.1), "4.10");
-        assert_eq!(g(0.0), "0.00");
+        assert_eq!(gbps_text(0.0123), "0.0123");
+        assert_eq!(gbps_text(0.4), "0.400");
+        assert_eq!(gbps_text(4.1), "4.10");
+        assert_eq!(gbps_text(0.0), "0.00");
     }
 
     #[test]
@@ -449,5 +501,71 @@ mod tests {
         .filter(|p| p.dst == (p.src + 1) % n || p.src == (p.dst + 1) % n)
         .collect();
         assert_eq!(ranks(&locate(n, &m, MARGIN)), vec![4]);
+    }
+
+    /// `matrix_gbps[src][dst]` as ordered pairs (zeros and the diagonal left out).
+    fn from_rows(rows: &[[f64; 4]; 4]) -> Vec<PairBw> {
+        let mut v = Vec::new();
+        for (src, row) in rows.iter().enumerate() {
+            for (dst, &gbps) in row.iter().enumerate() {
+                if src != dst && gbps > 0.0 {
+                    v.push(PairBw { src, dst, gbps });
+                }
+            }
+        }
+        v
+    }
+
+    #[test]
+    fn arrival_matrices_name_a_node_only_where_loop_and_probes_agree() {
+        // The loop's matrix of four ranks sharing two cores, node3 (rank 2) throttled to
+        // 20 Mbit/s, 64 KiB chunks: the start drift put rank 1's sending median at 52% of the
+        // rest, and the median rule names it.
+        let looped = from_rows(&[
+            [0.0, 0.0323, 0.0132, 0.0127],
+            [0.0096, 0.0, 0.0049, 0.0066],
+            [0.0074, 0.0042, 0.0, 0.0085],
+            [6.6275, 9.0106, 0.0156, 0.0],
+        ]);
+        assert_eq!(locate(4, &looped, MARGIN)[0].rank, 1);
+        // The probes of the same point: rank 2's pairs at 1% of the rest.
+        let probed = from_rows(&[
+            [0.0, 1.9, 0.0101, 2.2],
+            [1.7, 0.0, 0.0096, 1.1],
+            [0.0065, 0.0223, 0.0, 0.0093],
+            [1.03, 0.8, 0.011, 0.0],
+        ]);
+        match arrival_suspect(4, &looped, &probed, MARGIN) {
+            ArrivalVerdict::Unclear { looped, probed } => {
+                assert_eq!(looped.rank, 1);
+                assert_eq!(probed.map(|s| s.rank), Some(2));
+            }
+            v => panic!("{v:?}"),
+        }
+        // Where the loop's drift is smaller than the throttle's cost, both name rank 2.
+        let clear = from_rows(&[
+            [0.0, 0.0323, 0.0012, 0.0127],
+            [0.0096, 0.0, 0.0009, 0.0166],
+            [0.0014, 0.0011, 0.0, 0.0015],
+            [6.6275, 9.0106, 0.0016, 0.0],
+        ]);
+        match arrival_suspect(4, &clear, &probed, MARGIN) {
+            ArrivalVerdict::Named { looped, probed } => {
+                assert_eq!((looped.rank, probed.rank), (2, 2));
+                assert_eq!(looped.direction, Direction::Both);
+            }
+            v => panic!("{v:?}"),
+        }
+        // A healthy loop names nobody, whatever the probes say; records without probes: the
+        // loop alone.
+        let healthy = matrix(4, 3.0, 0.2, |_, _| 1.0);
+        assert_eq!(
+            arrival_suspect(4, &healthy, &probed, MARGIN),
+            ArrivalVerdict::Nobody
+        );
+        assert!(matches!(
+            arrival_suspect(4, &clear, &[], MARGIN),
+            ArrivalVerdict::Named { .. }
+        ));
     }
 }

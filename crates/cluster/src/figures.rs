@@ -3,6 +3,7 @@
 //! and the pairs that involve neither end on it (the reference its own pairs are judged
 //! against, as [`efabench_bench::locate`] judges ranks).
 
+use efabench_bench::collective::report::matrix_pairs;
 use efabench_bench::locate::PairBw;
 use efabench_record::Record;
 use serde::{Deserialize, Serialize};
@@ -64,6 +65,9 @@ pub struct Matrix {
     pub rails: Vec<Vec<f64>>,
     /// Each rank's NICs (libfabric domains) in rail order, where the records name them.
     pub nics: std::collections::BTreeMap<usize, Vec<String>>,
+    /// `alltoall`: the per-peer chunk rates after a barrier (`probe_matrix_gbps`), beside
+    /// `pairs`, those of the timed loop.
+    pub probe: Vec<PairBw>,
 }
 
 impl Matrix {
@@ -140,25 +144,23 @@ impl Matrix {
         Some(m)
     }
 
-    /// The per-peer chunk rates (`matrix_gbps`) of the `alltoall` record of the largest size.
+    /// The per-peer chunk rates (`matrix_gbps`, and `probe_matrix_gbps` where the record has
+    /// it) of the `alltoall` record of the largest size.
     pub fn from_alltoall(records: &[Record]) -> Option<Matrix> {
         let r = records
             .iter()
             .filter(|r| r.bench == "alltoall" && r.extra.contains_key("matrix_gbps"))
             .max_by_key(|r| r.size_bytes)?;
-        let rows = r.extra.get("matrix_gbps")?.as_array()?;
-        let mut pairs = Vec::new();
-        for (src, row) in rows.iter().enumerate() {
-            for (dst, c) in row.as_array().into_iter().flatten().enumerate() {
-                match c.as_f64() {
-                    Some(g) if src != dst && g > 0.0 => pairs.push(PairBw { src, dst, gbps: g }),
-                    _ => {}
-                }
-            }
-        }
+        let rows = |key: &str| -> Vec<Vec<f64>> {
+            r.extra
+                .get(key)
+                .and_then(|v| serde_json::from_value(v.clone()).ok())
+                .unwrap_or_default()
+        };
         Some(Matrix {
             size_bytes: r.size_bytes,
-            pairs,
+            pairs: matrix_pairs(&rows("matrix_gbps")),
+            probe: matrix_pairs(&rows("probe_matrix_gbps")),
             ..Matrix::default()
         })
     }

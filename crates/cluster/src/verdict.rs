@@ -160,8 +160,9 @@ impl NicCoverage {
 }
 
 /// `alltoall` names its slowest node (WARN) when its per-peer chunk rates are below this
-/// fraction of those without it: the all-to-all's rates come from one iteration's arrival
-/// times, with no windows to take a noise from, so only a clear gap is worth a WARN.
+/// fraction of those without it, in the timed loop and after a barrier alike
+/// ([`locate::arrival_suspect`]): one iteration's arrival times carry the skew of the ranks'
+/// starts, so only a gap both views show is worth a WARN.
 pub const ALLTOALL_SLOWEST_BELOW: f64 = 0.6;
 
 /// The thresholds the verdicts use.
@@ -522,9 +523,13 @@ pub fn judge(i: &Inputs) -> Judgement {
     // Alltoall: its slowest node, when the per-peer chunk rates name one.
     if let Some(m) = i.alltoall {
         let (by, pairs) = m.by_host(i.rank_host);
-        if let Some(s) = locate::locate(by.len(), &pairs, ALLTOALL_SLOWEST_BELOW)
-            .into_iter()
-            .next()
+        let probe = Matrix {
+            pairs: m.probe.clone(),
+            ..Matrix::default()
+        };
+        let (_, probed) = probe.by_host(i.rank_host);
+        if let locate::ArrivalVerdict::Named { looped: s, .. } =
+            locate::arrival_suspect(by.len(), &pairs, &probed, ALLTOALL_SLOWEST_BELOW)
         {
             let host = by.get(s.rank).cloned().unwrap_or_default();
             add(

@@ -11,7 +11,8 @@
 //!   slowest rank's mean time per iteration: nccl-tests' alltoallv definitions.
 //! * `size_bytes` is the sweep's size (one rank's send buffer, as `-b/-e` say);
 //!   `counts_bytes[src][dst]` the matrix; `matrix_gbps[src][dst]` each cell over its mean arrival
-//!   time at `dst`; `slowest_rank`, `rank_lat_us` and `rank_bytes` every rank's share.
+//!   time at `dst` in the timed loop, `probe_matrix_gbps` over its median arrival time in the
+//!   barrier-started probes after it; `slowest_rank`, `rank_lat_us` and `rank_bytes` every rank's share.
 //!
 //! The exchange is `alltoall`'s ([`collective::exchange`]): RDMA writes with remote CQ data, every chunk
 //! (stripe) filled with the pattern of (iteration, source, destination, stripe) and checked in

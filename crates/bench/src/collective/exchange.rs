@@ -13,8 +13,9 @@
 //! posts only after finishing i−1 (checks included), so a peer is never more than one iteration
 //! ahead: arrivals are counted by iteration parity. Checked iterations alternate receive halves
 //! (the half a peer one iteration ahead writes was already checked); the timed iterations all
-//! land in half 0 (the footprint of `MPI_Alltoall`'s one receive buffer); the final check uses
-//! half 1, where no late write of the timed loop lands (EFA orders no writes).
+//! land in half 0 (the footprint of `MPI_Alltoall`'s one receive buffer); the probes after the
+//! loop (each after a barrier, the last one checked) use half 1, where no late write of the timed
+//! loop lands (EFA orders no writes).
 //!
 //! # Stopping together
 //! A rank whose time budget ran out (the budgeted loop decides) marks the chunks of its next
@@ -112,10 +113,15 @@ impl Plan {
     }
 }
 
+/// Iterations after the timed loop that each start on every rank at once (a barrier before
+/// each) and time every source's arrival; the last of them is checked.
+pub const ARRIVAL_PROBES: u64 = 3;
+
 /// One measured point on this rank: barrier, the checked warm-up, barrier, the timed loop back
-/// to back, one more checked iteration; the harness's [`budget_loop`] runs the two phases.
-/// `extra` carries `per_rail`, `warmup_done`, `stopped_by` and `src_delay_ns` (mean arrival time
-/// of each source's chunk after the iteration started).
+/// to back, then [`ARRIVAL_PROBES`] iterations each after a barrier (the last one checked); the
+/// harness's [`budget_loop`] runs the first two phases. `extra` carries `per_rail`,
+/// `warmup_done`, `stopped_by`, `src_delay_ns` (each source's mean arrival time after this rank
+/// started the iteration, in the timed loop) and `src_probe_ns` (its median in the probes).
 pub fn measure(
     ctx: &Ctx,
     mesh: &mut Mesh,
@@ -124,7 +130,7 @@ pub fn measure(
     b: Budget,
 ) -> Result<Measured, BenchError> {
     let verify = ctx.opts.job.verify();
-    let mut run = Run::new(mesh, plan, op, b.warmup + b.iters + 1)?;
+    let mut run = Run::new(mesh, plan, op, b.warmup + b.iters + ARRIVAL_PROBES)?;
     // Nobody writes the new layout while a peer still checks the previous point.
     ctx.bs.barrier()?;
     run.start()?;
@@ -137,20 +143,30 @@ pub fn measure(
     };
     let spent = budget_loop(b, Span::Between, &mut phases)?;
     let mut run = phases.run;
-    run.timing = false;
     run.mesh.count_from_now(false);
     let per_rail = serde_json::from_value(run.mesh.per_rail()).unwrap_or_default();
-    // After the timed loop: half 1, where none of its late writes lands.
-    run.fill_if(verify)?;
-    run.exchange(1, false, 0)?;
-    let errors = spent.errors + run.finish(verify, 1)?;
+    // The arrival probes (see `locate::arrival_suspect` for what they are for). In the
+    // back-to-back loop a rank starts iteration i+1 when the slowest chunk of i reached *it*, so
+    // behind a slow node the ranks' starts drift apart; after a barrier every rank starts
+    // together. They land in half 1, where no late write of the timed loop lands; every chunk
+    // of a probe has arrived everywhere before the next barrier, so the checked last probe
+    // sees only its own writes.
+    let mut errors = spent.errors;
+    run.timing = Timing::Probe;
+    for k in 0..ARRIVAL_PROBES {
+        let last = k + 1 == ARRIVAL_PROBES;
+        run.fill_if(verify && last)?;
+        ctx.bs.barrier()?;
+        run.exchange(1, false, ARRIVAL_PROBES - k - 1)?;
+        errors += run.finish(verify && last, 1)?;
+    }
     run.mesh.drain_local()?;
-    let iters = spent.samples_ns.len().max(1) as u128;
     let outcome = RankOutcome {
         per_rail,
         warmup_done: spent.warmup_done,
         stopped_by: spent.stopped_by.name().to_string(),
-        src_delay_ns: run.delays.iter().map(|d| (d / iters) as u64).collect(),
+        src_delay_ns: run.loop_arrival_ns(spent.samples_ns.len() as u64),
+        src_probe_ns: run.probe_arrival_ns(),
     };
     Ok(Measured {
         samples_ns: spent.samples_ns,
@@ -160,8 +176,7 @@ pub fn measure(
 }
 
 /// The two phases of a point as the budgeted loop sees them: warm-up iterations are checked
-/// (when verifying) and alternate receive halves; timed ones land in half 0, unchecked, and
-/// time each source's arrival.
+/// (when verifying) and alternate receive halves; timed ones land in half 0, unchecked.
 struct Phases<'c, 'm> {
     run: Run<'m>,
     bs: &'c Bootstrap,
@@ -186,13 +201,17 @@ impl Budgeted for Phases<'_, '_> {
     }
 
     fn body(&mut self, phase: Phase, last: Option<Stop>) -> Result<bool, BenchError> {
-        // When the loop stops here: after the warm-up come the timed iterations and the final
-        // check, after the timed part only the final check.
+        // When the loop stops here: after the warm-up come the timed iterations and the
+        // probes, after the timed part only the probes.
         let after = match phase {
-            Phase::Warmup => self.iters + 1,
-            Phase::Timed => 1,
+            Phase::Warmup => self.iters + ARRIVAL_PROBES,
+            Phase::Timed => ARRIVAL_PROBES,
         };
-        self.run.timing = phase == Phase::Timed;
+        self.run.timing = if phase == Phase::Timed {
+            Timing::Loop
+        } else {
+            Timing::Off
+        };
         let half = self.half(phase);
         self.run.exchange(half, last.is_some(), after)
     }
@@ -210,6 +229,16 @@ impl Budgeted for Phases<'_, '_> {
         self.run.mesh.count_from_now(true);
         Ok(())
     }
+}
+
+/// Which arrivals [`Run::count`] times.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Timing {
+    Off,
+    /// The timed loop's back-to-back iterations.
+    Loop,
+    /// The barrier-started probes after it.
+    Probe,
 }
 
 /// A receive posted for `Op::Sendrecv`: where it lands and which stripe of a chunk it takes.
@@ -256,10 +285,11 @@ struct Run<'m> {
     slots: Vec<RecvSlot>,
     landed: Vec<(usize, u64, u32)>,
     to_post: u64,
-    /// Timed iterations: the summed arrival time of each source's chunk after the iteration
-    /// started, ns.
-    timing: bool,
-    delays: Vec<u128>,
+    /// Which arrivals are timed now; by source, the summed arrival times of the timed loop and
+    /// each probe's arrival time, ns after the iteration started on this rank.
+    timing: Timing,
+    loop_ns: Vec<u128>,
+    probe_ns: Vec<Vec<u64>>,
     /// The iteration being posted: the next peer (as an offset from this rank), the receive
     /// half and the CQ data of its chunks.
     next: u32,
@@ -341,8 +371,9 @@ impl<'m> Run<'m> {
             slots,
             landed: Vec::new(),
             to_post: expected * total_iters,
-            timing: false,
-            delays: vec![0; n as usize],
+            timing: Timing::Off,
+            loop_ns: vec![0; n as usize],
+            probe_ns: vec![Vec::new(); n as usize],
             next: 0,
             post_half: 0,
             post_data: 0,
@@ -370,9 +401,29 @@ impl<'m> Run<'m> {
         self.mesh.post_recv(i, s.rail, s.off, s.len)
     }
 
+    /// Each source's mean arrival time in the timed loop (`iters` iterations; a chunk of
+    /// iteration i+1 that arrived before this rank started it counts 0), ns.
+    fn loop_arrival_ns(&self, iters: u64) -> Vec<u64> {
+        self.loop_ns
+            .iter()
+            .map(|&t| u64::try_from(t / u128::from(iters.max(1))).unwrap_or(u64::MAX))
+            .collect()
+    }
+
+    /// Each source's median arrival time over the probes, ns.
+    fn probe_arrival_ns(&mut self) -> Vec<u64> {
+        self.probe_ns
+            .iter_mut()
+            .map(|v| {
+                v.sort_unstable();
+                crate::stats::median(v).unwrap_or(0)
+            })
+            .collect()
+    }
+
     /// Counts one arrival of `data` (kind, iteration, source); returns its iteration. While
-    /// timing, the arrival that completes a source's chunk of this iteration adds the time since
-    /// `t0` (the iteration's start) to that source's delay.
+    /// timing, the arrival that completes a source's chunk of this iteration records the time
+    /// since `t0` (the iteration's start) for that source.
     fn count(&mut self, data: u64, t0: Instant) -> Result<u64, BenchError> {
         let (kind, it, src) = parse_cq_data(data)
             .filter(|(k, _, s)| {
@@ -398,11 +449,13 @@ impl<'m> Run<'m> {
         self.got[p] += 1;
         self.stop[p] |= kind == Kind::Stop;
         self.got_from[p][src as usize] += 1;
-        if self.timing
-            && g == self.g
-            && self.got_from[p][src as usize] == self.want_from[src as usize]
-        {
-            self.delays[src as usize] += t0.elapsed().as_nanos();
+        if g == self.g && self.got_from[p][src as usize] == self.want_from[src as usize] {
+            let ns = t0.elapsed().as_nanos();
+            match self.timing {
+                Timing::Off => {}
+                Timing::Loop => self.loop_ns[src as usize] += ns,
+                Timing::Probe => self.probe_ns[src as usize].push(ns as u64),
+            }
         }
         Ok(g)
     }

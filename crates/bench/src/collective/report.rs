@@ -20,8 +20,12 @@ pub struct RankOutcome {
     pub warmup_done: u64,
     /// What ended the timed loop: `count` or `time`.
     pub stopped_by: String,
-    /// Mean arrival time of each source's chunk after this rank started the iteration, ns.
+    /// Mean arrival time of each source's chunk after this rank started the iteration, in the
+    /// timed loop, ns.
     pub src_delay_ns: Vec<u64>,
+    /// Median arrival time of each source's chunk in the barrier-started probes, ns.
+    #[serde(default)]
+    pub src_probe_ns: Vec<u64>,
 }
 
 impl RankOutcome {
@@ -68,8 +72,10 @@ pub struct Outcome {
     pub stopped_by: String,
     /// Every rank's per-rail counts, summed by rail.
     pub per_rail: Vec<RailBytes>,
-    /// `delay_ns[dst][src]`: mean arrival time at `dst` of `src`'s chunk.
+    /// `delay_ns[dst][src]`: mean arrival time at `dst` of `src`'s chunk in the timed loop;
+    /// `probe_ns[dst][src]` its median in the probes.
     delay_ns: Vec<Vec<u64>>,
+    probe_ns: Vec<Vec<u64>>,
 }
 
 impl Outcome {
@@ -121,6 +127,7 @@ impl Outcome {
             stopped_by: first.stopped_by,
             ranks,
             per_rail,
+            probe_ns: outs.iter().map(|o| o.src_probe_ns.clone()).collect(),
             delay_ns: outs.into_iter().map(|o| o.src_delay_ns).collect(),
         }
     }
@@ -134,12 +141,12 @@ impl Outcome {
         }
     }
 
-    /// `matrix[src][dst]`: the bytes `src` sent `dst` (`bytes(src, dst)`) over their mean
-    /// arrival time at `dst`, Gbps; 0 on the diagonal and where nothing was timed.
-    pub fn matrix(&self, bytes: impl Fn(usize, usize) -> u64) -> Vec<Vec<f64>> {
+    /// `matrix[src][dst]`: the bytes `src` sent `dst` (`bytes(src, dst)`) over their arrival
+    /// time at `dst` (`delay_ns[dst][src]`), Gbps; 0 on the diagonal and where nothing was timed.
+    fn matrix(&self, delay_ns: &[Vec<u64>], bytes: impl Fn(usize, usize) -> u64) -> Vec<Vec<f64>> {
         let n = self.ranks.len();
         let mut m = vec![vec![0f64; n]; n];
-        for (dst, d) in self.delay_ns.iter().enumerate().take(n) {
+        for (dst, d) in delay_ns.iter().enumerate().take(n) {
             for (src, &ns) in d.iter().enumerate().take(n) {
                 if src != dst && ns > 0 {
                     m[src][dst] = (bytes(src, dst) as f64 * 8.0 / ns as f64 * 1e4).round() / 1e4;
@@ -154,7 +161,7 @@ impl Outcome {
     /// `cell(src, dst)` the bytes of each chunk for the arrival matrix, `messages` the chunks
     /// one rank sends per iteration; `own` the benchmark's own fields, beside the fields every
     /// all-to-all record has (`lat_kind`, `busbw_def`, `stopped_by`, the slowest rank, `rank_lat_us`,
-    /// `matrix_gbps`, `per_rail`, `bw_GBps`).
+    /// `matrix_gbps`, `probe_matrix_gbps`, `per_rail`, `bw_GBps`).
     pub fn point(
         &self,
         n: usize,
@@ -172,7 +179,8 @@ impl Outcome {
             slowest_rank: self.slowest,
             slowest_host: self.slowest_host.clone(),
             rank_lat_us: self.ranks.clone(),
-            matrix_gbps: self.matrix(cell),
+            matrix_gbps: self.matrix(&self.delay_ns, &cell),
+            probe_matrix_gbps: self.matrix(&self.probe_ns, &cell),
             per_rail: self.per_rail.clone(),
             bw_gbytes_per_s: bw / 8.0,
         };
@@ -207,6 +215,7 @@ struct ExchangeFields {
     slowest_host: Option<String>,
     rank_lat_us: Vec<RankTime>,
     matrix_gbps: Vec<Vec<f64>>,
+    probe_matrix_gbps: Vec<Vec<f64>>,
     per_rail: Vec<RailBytes>,
     #[serde(rename = "bw_GBps")]
     bw_gbytes_per_s: f64,
@@ -218,6 +227,8 @@ struct Seen {
     slowest_rank: usize,
     slowest_host: Option<String>,
     matrix_gbps: Vec<Vec<f64>>,
+    #[serde(default)]
+    probe_matrix_gbps: Vec<Vec<f64>>,
     rank_lat_us: Vec<SeenRank>,
 }
 
@@ -286,44 +297,65 @@ pub fn summary(records: &[Record], suspects: bool, matrix: bool) -> Vec<String> 
     out
 }
 
-/// The slowest node of one record from its `matrix_gbps` (bytes / mean arrival time per
-/// ordered pair), judged as `pairs` judges its pair matrix ([`crate::locate`]).
-fn slowest_node(size: u64, s: &Seen) -> Vec<String> {
-    let n = s.matrix_gbps.len();
+/// Ordered pairs of a `[src][dst]` Gbps matrix (the diagonal and zeros left out).
+pub fn matrix_pairs(m: &[Vec<f64>]) -> Vec<crate::locate::PairBw> {
     let mut pairs = Vec::new();
-    for (src, row) in s.matrix_gbps.iter().enumerate() {
+    for (src, row) in m.iter().enumerate() {
         for (dst, &gbps) in row.iter().enumerate() {
             if src != dst && gbps > 0.0 {
                 pairs.push(crate::locate::PairBw { src, dst, gbps });
             }
         }
     }
+    pairs
+}
+
+/// The slowest node of one record from its two arrival matrices (`matrix_gbps`, the timed
+/// loop's; `probe_matrix_gbps`, the barrier-started probes'), judged as `pairs` judges its
+/// pair matrix and named where both agree ([`crate::locate::arrival_suspect`]).
+fn slowest_node(size: u64, s: &Seen) -> Vec<String> {
+    use crate::locate::{arrival_suspect, ArrivalVerdict, Suspect};
+    let n = s.matrix_gbps.len();
     let host = |rank: usize| {
         s.rank_lat_us
             .get(rank)
             .and_then(|x| x.host.clone())
             .unwrap_or_else(|| "?".into())
     };
-    let found = crate::locate::locate(n, &pairs, SUSPECT_BELOW_PCT / 100.0);
-    if found.is_empty() && n >= 3 {
-        return vec![format!(
-            "# no suspect at {size} B: every rank's chunks (sent and received) arrive at \
-             {SUSPECT_BELOW_PCT}% or more of the per-peer rate of the pairs without it"
-        )];
-    }
+    let looped = matrix_pairs(&s.matrix_gbps);
+    let probed = matrix_pairs(&s.probe_matrix_gbps);
+    let named = |x: &Suspect| {
+        format!(
+            "rank {} on {} ({})",
+            x.rank,
+            host(x.rank),
+            x.direction.describe()
+        )
+    };
     // Only the worst: once its chunks are late every rank's next iteration starts late, so the
     // arrival rates of the others are not clean pair measurements (`pairs` judges further nodes).
-    found
-        .first()
-        .map(|x| {
-            format!(
-                "# slowest node at {size} B: rank {} on {} ({}), per-peer chunk rate: {}",
-                x.rank,
-                host(x.rank),
-                x.direction.describe(),
-                x.evidence()
-            )
-        })
-        .into_iter()
-        .collect()
+    match arrival_suspect(n, &looped, &probed, SUSPECT_BELOW_PCT / 100.0) {
+        ArrivalVerdict::Nobody if n >= 3 => vec![format!(
+            "# no suspect at {size} B: every rank's chunks (sent and received) arrive at \
+             {SUSPECT_BELOW_PCT}% or more of the per-peer rate of the pairs without it"
+        )],
+        ArrivalVerdict::Nobody => Vec::new(),
+        ArrivalVerdict::Named { looped, probed } => vec![format!(
+            "# slowest node at {size} B: {}, per-peer chunk rate: {}; after a barrier: {:.0}%",
+            named(&looped),
+            looped.evidence(),
+            probed.ratio() * 100.0
+        )],
+        ArrivalVerdict::Unclear { looped, probed } => vec![format!(
+            "# no clear suspect at {size} B: the timed loop's arrivals point at {} at {:.0}%, \
+             those after a barrier at {}; run `pairs` to measure each node alone",
+            named(&looped),
+            looped.ratio() * 100.0,
+            probed.as_ref().map_or("nobody".to_string(), |x| format!(
+                "{} at {:.0}%",
+                named(x),
+                x.ratio() * 100.0
+            ))
+        )],
+    }
 }
