@@ -17,9 +17,10 @@
 //! CSV columns are derived from the records (see [`csv_columns`]), so a field a benchmark adds
 //! shows up without a change here.
 //!
-//! A new header block starts whenever the configuration of the incoming record differs from the
+//! A new table starts whenever the configuration of the incoming record differs from the
 //! previous one (bench, variant, provider, domains, memory, peer, ...), so a sink can be fed a
-//! whole multi-benchmark run. A closed stdout (`efabench ... | head`) stops the printing but not
+//! whole multi-benchmark run; the run's header is printed once, and a later table repeats only
+//! its title, the header lines that differ from what was printed, and its column line. A closed stdout (`efabench ... | head`) stops the printing but not
 //! the run: the records still go to the `-o` file.
 
 use crate::error::{io_reason, Error};
@@ -95,6 +96,9 @@ pub struct Sink<W: Write> {
     /// The CSV header once written (derived from the first record).
     csv_columns: Option<Vec<String>>,
     group: Option<(GroupKey, GroupStats)>,
+    /// The header lines printed so far in this run: a later table repeats only its title, the
+    /// lines that differ and its column line.
+    said: Vec<String>,
     records: u64,
     errors: u64,
 }
@@ -114,6 +118,7 @@ impl<W: Write> Sink<W> {
             closed: false,
             csv_columns: None,
             group: None,
+            said: Vec::new(),
             records: 0,
             errors: 0,
         }
@@ -189,7 +194,17 @@ impl<W: Write> Sink<W> {
                     if let Some((k, st)) = self.group.take() {
                         lines.extend(summary_block(&k, &st));
                     }
-                    lines.extend(header_block(r, &key));
+                    let block = header_block(r, &key);
+                    let last = block.len().saturating_sub(2);
+                    for (i, l) in block.into_iter().enumerate() {
+                        // The title, the blank `#` and the column line always; the rest once.
+                        if i == 0 || i >= last || !self.said.contains(&l) {
+                            if i != 0 && i < last {
+                                self.said.push(l.clone());
+                            }
+                            lines.push(l);
+                        }
+                    }
                     self.group = Some((key, GroupStats::default()));
                 }
                 let (key, st) = self.group.as_mut().expect("group was set just above");

@@ -134,6 +134,25 @@ fn new_group_starts_a_new_header_and_errors_fail() {
 }
 
 #[test]
+fn a_later_table_repeats_only_the_header_lines_that_changed() {
+    let a = sample("sendrecv", "pingpong", 8, 0.1, 3.0);
+    let b = sample("sendrecv", "stream", 8, 0.5, 1.0);
+    let out = render(Format::Table, &[a.clone(), b]);
+    let provider = out.lines().find(|l| l.starts_with("# provider")).unwrap();
+    assert_eq!(out.matches(provider).count(), 1, "{out}");
+    assert_eq!(out.matches("# util: ").count(), 1, "{out}");
+    // Each table keeps its title and its column line.
+    assert_eq!(out.matches("# efabench sendrecv / ").count(), 2, "{out}");
+    assert_eq!(out.matches("#    size(B)").count(), 2, "{out}");
+    // A line that differs is printed again: another host.
+    let mut c = a;
+    c.host = "other".into();
+    c.variant = "stream".into();
+    let out = render(Format::Table, &[sample("sendrecv", "pingpong", 8, 0.1, 3.0), c]);
+    assert!(out.contains("host other"), "{out}");
+}
+
+#[test]
 fn pair_rows_are_summed_as_pairs_not_as_sizes_of_a_peer() {
     // Three sources to one destination at one size: not "over 3 sizes".
     let rs: Vec<Record> = (0..3u32)
