@@ -80,6 +80,9 @@ pub enum RoutingSpec {
     Uniform,
     /// Expert e drawn with weight 1/(e+1)^S: the first experts (on the first ranks) are hot.
     Zipf(f64),
+    /// One hot expert: each token picks `expert` with probability `share`, its other choices
+    /// uniformly among the rest.
+    Hot { expert: u32, share: f64 },
     /// Read from a file (format in [`crate::ep::routing`]).
     File(PathBuf),
 }
@@ -89,6 +92,7 @@ impl std::fmt::Display for RoutingSpec {
         match self {
             RoutingSpec::Uniform => f.write_str("uniform"),
             RoutingSpec::Zipf(s) => write!(f, "zipf:{s}"),
+            RoutingSpec::Hot { expert, share } => write!(f, "hot:{expert}:{share}"),
             RoutingSpec::File(p) => write!(f, "file:{}", p.display()),
         }
     }
@@ -108,11 +112,26 @@ fn routing_arg(s: &str) -> Result<RoutingSpec, String> {
             )),
         };
     }
+    if let Some(x) = t.strip_prefix("hot:") {
+        let bad = || {
+            format!(
+                "--routing hot:{} needs an expert and the share of tokens that pick it (above 0, at most 1), e.g. --routing hot:0:0.5",
+                crate::size::clip(x)
+            )
+        };
+        let (e, p) = x.split_once(':').ok_or_else(bad)?;
+        let expert = e.trim().parse::<u32>().map_err(|_| bad())?;
+        let share = p.trim().parse::<f64>().map_err(|_| bad())?;
+        if !(share > 0.0 && share <= 1.0) {
+            return Err(bad());
+        }
+        return Ok(RoutingSpec::Hot { expert, share });
+    }
     if let Some(p) = t.strip_prefix("file:") {
         return Ok(RoutingSpec::File(PathBuf::from(p)));
     }
     Err(format!(
-        "unknown --routing '{}': use uniform, zipf:S (e.g. zipf:1.2) or file:PATH",
+        "unknown --routing '{}': use uniform, zipf:S (e.g. zipf:1.2), hot:E:P (e.g. hot:0:0.5) or file:PATH",
         crate::size::clip(t)
     ))
 }
@@ -175,7 +194,8 @@ pub struct EpArgs {
     /// Dispatch element type: bf16, or fp8 with one f32 scale per 128 elements.
     #[arg(long, value_enum, default_value_t = Dtype::Bf16)]
     pub dtype: Dtype,
-    /// Routing: uniform, zipf:S, or file:PATH (seeded, identical on every rank).
+    /// Routing: uniform, zipf:S, hot:E:P (expert E in a share P of the tokens) or file:PATH
+    /// (seeded, identical on every rank).
     #[arg(long, default_value = "uniform", value_parser = routing_arg)]
     pub routing: RoutingSpec,
     /// Receive layout: ll (`[local expert][source rank][slot]`) or per-rank (each token once per
@@ -286,6 +306,9 @@ mod tests {
             (vec!["--tokens", "-3"], "negative"),
             (vec!["--routing", "zipf:x"], "exponent"),
             (vec!["--routing", "pareto"], "uniform, zipf:S"),
+            (vec!["--routing", "hot:0"], "needs an expert and the share"),
+            (vec!["--routing", "hot:0:0"], "above 0, at most 1"),
+            (vec!["--routing", "hot:x:0.5"], "hot:x:0.5"),
             (vec!["--initiator", "nic"], "cpu, gpu"),
             (vec!["-n", "0"], "1 to 10000000"),
             (vec!["-b", "8"], "unexpected argument"),

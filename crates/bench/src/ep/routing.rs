@@ -5,6 +5,10 @@
 //! * `uniform`: each token draws `K` distinct experts uniformly at random.
 //! * `zipf:S`: each draw picks expert `e` with weight `1/(e+1)^S`, so the first experts, and the
 //!   rank that holds them, are hot destinations; a token never picks one expert twice.
+//! * `hot:E:P`: expert `E` is among a token's `K` choices with probability `P` (one draw per
+//!   token); the other choices are uniform among the other experts. The rank holding `E` receives
+//!   a share `P` of the tokens from every rank on top of its even share: the one-hot-expert skew
+//!   that a popular expert of a trained model puts on one rank.
 //! * `file:PATH`: one line per token, `world × tokens` lines in rank order (rank 0's tokens
 //!   first), each with `K` expert numbers separated by spaces or commas; `#` starts a comment and
 //!   blank lines are skipped. The weights are still drawn from `--seed`.
@@ -57,6 +61,15 @@ impl Routing {
                 draw(world, tokens, topk, experts, seed, move |e| {
                     1.0 / ((e + 1) as f64).powf(s)
                 })
+            }
+            RoutingSpec::Hot { expert, share } => {
+                if *expert >= experts {
+                    return Err(format!(
+                        "--routing hot:{expert}:{share} names expert {expert}, but there are {experts} (0 to {}); pick one of them",
+                        experts - 1
+                    ));
+                }
+                hot(world, tokens, topk, experts, seed, *expert, *share)
             }
             RoutingSpec::File(p) => read_file(p, world, tokens, topk, experts)?,
         };
@@ -180,6 +193,46 @@ fn draw(
                             }
                         }
                         chosen.push(e);
+                    }
+                    chosen
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// `hot:E:P`: per token, one draw decides whether `hot` is among its experts; the other
+/// choices are drawn uniformly among the rest.
+fn hot(
+    world: u32,
+    tokens: u32,
+    topk: u32,
+    experts: u32,
+    seed: u64,
+    hot: u32,
+    share: f64,
+) -> Vec<Vec<Vec<u32>>> {
+    // Uniform draws over every expert but `hot`, then `hot` put in the first place of the
+    // tokens that pick it (the last choice makes room).
+    let rest = draw(world, tokens, topk, experts, seed, |e| {
+        if e == hot {
+            0.0
+        } else {
+            1.0
+        }
+    });
+    rest.into_iter()
+        .enumerate()
+        .map(|(r, toks)| {
+            toks.into_iter()
+                .enumerate()
+                .map(|(t, mut chosen)| {
+                    // (`draw` gives `hot` only as a last resort, when nothing else is free.)
+                    if !chosen.contains(&hot)
+                        && uniform01(seed ^ 0x407, r as u32, t as u32, u32::MAX) < share
+                    {
+                        chosen.pop();
+                        chosen.insert(0, hot);
                     }
                     chosen
                 })
@@ -325,6 +378,63 @@ mod tests {
             s.dedup();
             assert_eq!(s.len(), 8);
         }
+    }
+
+    #[test]
+    fn one_hot_expert_takes_its_share_of_the_tokens() {
+        let spec = RoutingSpec::Hot {
+            expert: 5,
+            share: 0.5,
+        };
+        let h = Routing::build(&spec, 4, 1024, 4, 64, 3).unwrap();
+        let per_expert = h.pairs_per_expert();
+        let tokens = 4 * 1024;
+        let got = per_expert[5] as f64 / tokens as f64;
+        assert!((got - 0.5).abs() < 0.03, "{got}");
+        for t in h.idx.iter().flatten() {
+            let mut s = t.clone();
+            s.sort_unstable();
+            s.dedup();
+            assert_eq!(s.len(), 4, "distinct experts: {t:?}");
+        }
+        // Every other expert stays near the even share of the remaining choices.
+        let even = (tokens as f64 * 4.0 - per_expert[5] as f64) / 63.0;
+        for (e, &n) in per_expert.iter().enumerate().filter(|x| x.0 != 5) {
+            assert!(
+                (n as f64 - even).abs() < even * 0.35,
+                "expert {e}: {n} vs {even}"
+            );
+        }
+        // The rank holding expert 5 (rank 0 of 4, 16 experts each) is the hottest.
+        let load = h.pairs_per_rank();
+        assert_eq!(load.iter().enumerate().max_by_key(|x| x.1).unwrap().0, 0);
+        // Every token picks it with share 1; an expert that does not exist is refused.
+        let all = Routing::build(
+            &RoutingSpec::Hot {
+                expert: 63,
+                share: 1.0,
+            },
+            2,
+            64,
+            2,
+            64,
+            1,
+        )
+        .unwrap();
+        assert!(all.idx.iter().flatten().all(|t| t.contains(&63)));
+        let e = Routing::build(
+            &RoutingSpec::Hot {
+                expert: 64,
+                share: 0.5,
+            },
+            2,
+            8,
+            2,
+            64,
+            1,
+        )
+        .unwrap_err();
+        assert!(e.contains("names expert 64, but there are 64"), "{e}");
     }
 
     #[test]

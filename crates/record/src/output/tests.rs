@@ -148,7 +148,10 @@ fn a_later_table_repeats_only_the_header_lines_that_changed() {
     let mut c = a;
     c.host = "other".into();
     c.variant = "stream".into();
-    let out = render(Format::Table, &[sample("sendrecv", "pingpong", 8, 0.1, 3.0), c]);
+    let out = render(
+        Format::Table,
+        &[sample("sendrecv", "pingpong", 8, 0.1, 3.0), c],
+    );
     assert!(out.contains("host other"), "{out}");
 }
 
