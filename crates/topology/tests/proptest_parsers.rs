@@ -19,7 +19,6 @@ use efabench_topology::{Root, Snapshot, Topology};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
 
 /// Cases per property: small by default so `cargo test` stays fast.
 fn config() -> ProptestConfig {
@@ -33,16 +32,14 @@ fn config() -> ProptestConfig {
     }
 }
 
-/// The shared fixture copy and its regular files (relative paths), made once per process.
-fn tree() -> &'static (variants::Tree, Vec<PathBuf>) {
-    static TREE: OnceLock<(variants::Tree, Vec<PathBuf>)> = OnceLock::new();
-    TREE.get_or_init(|| {
-        let t = variants::copy("p4d.24xlarge");
-        let mut files = Vec::new();
-        collect(t.path(), t.path(), &mut files);
-        files.sort();
-        (t, files)
-    })
+/// A fresh copy of the fixture and its regular files (relative paths), one per case: dropped
+/// with the case, so nothing is left in the temp dir (a copy held in a static never is).
+fn tree() -> (variants::Tree, Vec<PathBuf>) {
+    let t = variants::copy("p4d.24xlarge");
+    let mut files = Vec::new();
+    collect(t.path(), t.path(), &mut files);
+    files.sort();
+    (t, files)
 }
 
 fn collect(base: &Path, dir: &Path, out: &mut Vec<PathBuf>) {
@@ -115,18 +112,10 @@ proptest! {
         let (t, files) = tree();
         let root = Root::new(t.path()).unwrap();
         let baseline = Snapshot::read(&root);
-        let mut saved = Vec::new();
         for (idx, bytes) in &picks {
-            let rel = idx.get(files);
-            let host = t.path().join(rel);
-            saved.push((host.clone(), std::fs::read(&host).unwrap()));
-            std::fs::write(&host, bytes).unwrap();
+            std::fs::write(t.path().join(idx.get(&files)), bytes).unwrap();
         }
         read_everything(&root, baseline.as_ref());
-        // Restore in reverse, so a file picked twice gets its original contents back.
-        for (host, bytes) in saved.into_iter().rev() {
-            std::fs::write(host, bytes).unwrap();
-        }
     }
 
     #[test]
