@@ -129,6 +129,15 @@ pub struct ClusterArgs {
     /// (node_exporter's textfile collector), `-` for stdout.
     #[arg(long, value_name = "FILE")]
     pub prometheus: Option<PathBuf>,
+    /// Compare this run's pairs with a baseline file saved from an earlier healthy run
+    /// (`--save-baseline`, `efabench baseline`), matched by rank: a cluster whose every node is
+    /// equally slow is a cluster-wide finding (exit 3 below --isolate-below of it).
+    #[arg(long, value_name = "FILE")]
+    pub baseline: Option<PathBuf>,
+    /// After the run, write its pairs and alltoall records to this baseline file; a run of the
+    /// same context (libfabric, provider, NICs) is appended to the runs already there.
+    #[arg(long, value_name = "FILE")]
+    pub save_baseline: Option<PathBuf>,
     /// Append the JSON Lines records of every measurement (pairs, alltoall) to this file.
     #[arg(short = 'o', long, value_name = "FILE")]
     pub output: Option<PathBuf>,

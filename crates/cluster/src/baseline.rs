@@ -243,6 +243,16 @@ pub enum Finding {
     Fail,
 }
 
+impl Finding {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Finding::Pass => "PASS",
+            Finding::Warn => "WARN",
+            Finding::Fail => "FAIL",
+        }
+    }
+}
+
 /// One node's pairs against the baseline.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct NodeRatio {
@@ -312,8 +322,21 @@ impl Comparison {
             }
         })
         .collect();
+        let cluster = match &self.cluster {
+            Some(c) => format!(
+                "; pairs at {} of it ({} {})",
+                c.describe(),
+                self.finding.as_str(),
+                if self.left_out.is_empty() {
+                    "over every matched pair".to_string()
+                } else {
+                    format!("without {}", self.left_out.join(", "))
+                }
+            ),
+            None => String::new(),
+        };
         format!(
-            "{head}: {} of {} pair point(s) matched by rank (src, peer), {} alltoall{}; {}",
+            "{head}: {} of {} pair point(s) matched by rank (src, peer), {} alltoall{}{cluster}; {}",
             self.matched_pairs,
             self.run_pairs,
             self.matched_alltoall,

@@ -92,6 +92,8 @@ fn a_healthy_run_matches_its_baseline() {
         "{line}"
     );
     assert!(line.contains("libfabric 2.1.0 (same)"), "{line}");
+    assert!(line.contains("; pairs at 10"), "{line}");
+    assert!(line.contains("(PASS over every matched pair)"), "{line}");
 }
 
 #[test]
