@@ -8,8 +8,10 @@
 //! from an earlier healthy run is the expectation instead, with its noise.
 //!
 //! # Matching
-//! Points are matched by their [`Key`](efabench_report::compare::Key): bench, size, world, provider, rails, memory and, for a
-//! pair, its source rank (`src`) and destination rank (`peer`). Host names are not in the key:
+//! Points are matched by their [`Key`]: bench, size, world, rails, memory and, for a pair, its
+//! source rank (`src`) and destination rank (`peer`). The provider is not compared: a run that
+//! fell back to another provider is exactly what the baseline is to catch, so it is measured
+//! against it (the context line names the change). Host names are not in the key either:
 //! a new allocation gets other hosts, and rank `r` of this run is compared with rank `r` of the
 //! baseline's runs. Where a node's ranks sit decides only which pairs are its own.
 //!
@@ -41,7 +43,7 @@ use std::path::Path;
 
 use efabench_record::Record;
 use efabench_report::compare::{
-    estimate, Baseline, BaselinePoint, Context, ContextChange, RunPoint, Side, Spread,
+    estimate, Baseline, BaselinePoint, Context, ContextChange, Key, RunPoint, Side, Spread,
     BASELINE_SCHEMA,
 };
 use serde::{Deserialize, Serialize};
@@ -352,6 +354,17 @@ impl Comparison {
     }
 }
 
+/// Whether two keys name the same point, whatever the provider: a run that fell back from
+/// `efa` to `tcp` measured the same pairs, and is to be judged against the baseline, not left
+/// unmatched (the context line names the change).
+fn same_point(a: &Key, b: &Key) -> bool {
+    let loose = |k: &Key| Key {
+        provider: String::new(),
+        ..k.clone()
+    };
+    loose(a) == loose(b)
+}
+
 /// One matched pair: the log of its ratio and its noise.
 #[derive(Clone, Copy, Debug, PartialEq)]
 struct PairRatio {
@@ -457,7 +470,7 @@ pub fn judge(
         if key.bench == "pairs" {
             run_pairs += 1;
         }
-        let Some(bp) = b.points.iter().find(|p| p.key == *key) else {
+        let Some(bp) = b.points.iter().find(|p| same_point(&p.key, key)) else {
             continue;
         };
         match key.bench.as_str() {
@@ -507,7 +520,7 @@ pub fn judge(
     let message = if pairs.is_empty() {
         Some(format!(
             "none of this run's {run_pairs} pair point(s) matches one of its {baseline_pairs} \
-             (matched by bench, size, world, src and peer ranks, provider, rails, mem): save the \
+             (matched by bench, size, world, src and peer ranks, rails, mem): save the \
              baseline from a run of the same job shape and sizes"
         ))
     } else if cluster.is_none() {

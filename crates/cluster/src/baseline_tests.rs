@@ -99,7 +99,17 @@ fn a_healthy_run_matches_its_baseline() {
 #[test]
 fn a_cluster_slow_alike_fails_as_a_whole() {
     let b = baseline_of(&[run(4, 0, |_, _| 10.0)]);
-    let (j, c) = judged(4, &run(4, 2, |_, _| 7.0), &b);
+    // A fallback to another provider is measured against the baseline, not left unmatched.
+    let mut slow = run(4, 2, |_, _| 7.0);
+    for r in &mut slow {
+        r.provider = "tcp".into();
+    }
+    let (j, c) = judged(4, &slow, &b);
+    assert!(
+        c.describe().contains("provider efa -> tcp"),
+        "{}",
+        c.describe()
+    );
     // Relative to each other the nodes are fine: no node is named.
     assert!(j.nodes.iter().all(|n| n.verdict == Verdict::Pass), "{j:?}");
     assert_eq!(c.finding, Finding::Fail);
