@@ -222,13 +222,20 @@ pub struct Ratio {
 }
 
 impl Ratio {
-    /// "51% [47-55%]".
+    /// "51% [47-55%]"; a tenth of a percent below 10%.
     pub fn describe(&self) -> String {
+        let pct = |v: f64| {
+            if v < 0.1 {
+                format!("{:.1}", v * 100.0)
+            } else {
+                format!("{:.0}", v * 100.0)
+            }
+        };
         format!(
-            "{:.0}% [{:.0}-{:.0}%]",
-            self.ratio * 100.0,
-            self.low * 100.0,
-            self.high * 100.0
+            "{}% [{}-{}%]",
+            pct(self.ratio),
+            pct(self.low),
+            pct(self.high)
         )
     }
 }
