@@ -300,6 +300,11 @@ impl ClusterArgs {
                 self.warn_below, self.isolate_below
             )));
         }
+        if self.baseline.is_some() && !self.runs(Stage::Pairs) {
+            return Err(BenchError::usage(
+                "--baseline compares the pairs stage with the baseline's, and --skip pairs leaves it out; drop one of them",
+            ));
+        }
         let pairs = self.pairs_args(world)?;
         pairs.groups.sweep.sizes().map_err(|e| {
             BenchError::usage(format!(
@@ -458,6 +463,17 @@ mod tests {
             e.is_usage() && e.to_string().contains("--warn-below 80"),
             "{e}"
         );
+        // A baseline compares the pairs stage: not with it skipped.
+        let e = args(&["--baseline", "b.json", "--skip", "pairs"])
+            .validate(4)
+            .unwrap_err();
+        assert!(
+            e.is_usage() && e.to_string().contains("--skip pairs"),
+            "{e}"
+        );
+        args(&["--baseline", "b.json", "--skip", "alltoall"])
+            .validate(4)
+            .unwrap();
     }
 
     #[test]

@@ -33,8 +33,9 @@
 //!
 //! # The finding
 //! The cluster's ratio is the median over every matched pair that touches no node the relative
-//! decision named: a single slow node is that decision's finding (its baseline ratio is added
-//! to its evidence), and on a small cluster its pairs would otherwise drag the median. When the
+//! decision named (while those are fewer than half the nodes): a single slow node is that
+//! decision's finding (its baseline ratio is added to its evidence), and on a small cluster its
+//! pairs would otherwise drag the median. When the
 //! interval's upper end is below `--isolate-below` the cluster fails as a whole (exit 3, as a
 //! check failing on most nodes); below `--warn-below` it is a cluster-wide WARN.
 
@@ -495,12 +496,19 @@ pub fn judge(
             hosts.push(h);
         }
     }
-    let left_out: Vec<String> = j
+    let named: Vec<String> = j
         .nodes
         .iter()
         .filter(|n| n.reasons.iter().any(|r| r.stage == "pairs"))
         .map(|n| n.host.clone())
         .collect();
+    // A few named nodes are the per-node decision's; half the cluster or more named (the
+    // floor under every node, say) is the cluster's own state, measured whole.
+    let left_out = if named.len() * 2 < hosts.len() {
+        named
+    } else {
+        Vec::new()
+    };
     let tests = hosts.len() + 1;
     let touches = |p: &PairRatio, h: &str| host_of(p.src) == Some(h) || host_of(p.dst) == Some(h);
     let nodes: Vec<NodeRatio> = hosts

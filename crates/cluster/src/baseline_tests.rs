@@ -51,9 +51,17 @@ fn hosts(n: usize) -> Vec<String> {
 
 /// The relative verdicts on `records`, then the baseline's.
 fn judged(n: usize, records: &[Record], b: &Loaded) -> (Judgement, Comparison) {
+    judged_with(n, records, b, &Thresholds::default())
+}
+
+fn judged_with(
+    n: usize,
+    records: &[Record],
+    b: &Loaded,
+    t: &Thresholds,
+) -> (Judgement, Comparison) {
     let h = hosts(n);
     let m = Matrix::from_pairs(records);
-    let t = Thresholds::default();
     let mut j = verdict::judge(&Inputs {
         rank_host: &h,
         reports: &[],
@@ -61,9 +69,9 @@ fn judged(n: usize, records: &[Record], b: &Loaded) -> (Judgement, Comparison) {
         pairs: m.as_ref(),
         alltoall: None,
         lost: &[],
-        thresholds: &t,
+        thresholds: t,
     });
-    let c = judge(&mut j, &h, records, b, &t);
+    let c = judge(&mut j, &h, records, b, t);
     (j, c)
 }
 
@@ -133,6 +141,18 @@ fn a_cluster_slow_alike_fails_as_a_whole() {
         "{}",
         j.cluster[0]
     );
+    // Every node under an absolute floor: the cluster's state, still measured whole.
+    let floor = Thresholds {
+        min_pair_gbps: Some(8.0),
+        ..Thresholds::default()
+    };
+    let (j, c) = judged_with(4, &run(4, 2, |_, _| 7.0), &b, &floor);
+    assert!(
+        j.nodes.iter().all(|n| n.verdict == Verdict::Isolate),
+        "{j:?}"
+    );
+    assert!(c.left_out.is_empty(), "{c:?}");
+    assert_eq!(c.finding, Finding::Fail);
 }
 
 #[test]
