@@ -129,6 +129,15 @@ pub struct ClusterArgs {
     /// (node_exporter's textfile collector), `-` for stdout.
     #[arg(long, value_name = "FILE")]
     pub prometheus: Option<PathBuf>,
+    /// Compare this run's pairs with a baseline file saved from an earlier healthy run
+    /// (`--save-baseline`, `efabench baseline`), matched by rank: a cluster whose every node is
+    /// equally slow is a cluster-wide finding (exit 3 below --isolate-below of it).
+    #[arg(long, value_name = "FILE")]
+    pub baseline: Option<PathBuf>,
+    /// After the run, write its pairs and alltoall records to this baseline file; a run of the
+    /// same context (libfabric, provider, NICs) is appended to the runs already there.
+    #[arg(long, value_name = "FILE")]
+    pub save_baseline: Option<PathBuf>,
     /// Append the JSON Lines records of every measurement (pairs, alltoall) to this file.
     #[arg(short = 'o', long, value_name = "FILE")]
     pub output: Option<PathBuf>,
@@ -291,6 +300,11 @@ impl ClusterArgs {
                 self.warn_below, self.isolate_below
             )));
         }
+        if self.baseline.is_some() && !self.runs(Stage::Pairs) {
+            return Err(BenchError::usage(
+                "--baseline compares the pairs stage with the baseline's, and --skip pairs leaves it out; drop one of them",
+            ));
+        }
         let pairs = self.pairs_args(world)?;
         pairs.groups.sweep.sizes().map_err(|e| {
             BenchError::usage(format!(
@@ -449,6 +463,17 @@ mod tests {
             e.is_usage() && e.to_string().contains("--warn-below 80"),
             "{e}"
         );
+        // A baseline compares the pairs stage: not with it skipped.
+        let e = args(&["--baseline", "b.json", "--skip", "pairs"])
+            .validate(4)
+            .unwrap_err();
+        assert!(
+            e.is_usage() && e.to_string().contains("--skip pairs"),
+            "{e}"
+        );
+        args(&["--baseline", "b.json", "--skip", "alltoall"])
+            .validate(4)
+            .unwrap();
     }
 
     #[test]

@@ -211,7 +211,7 @@ impl Decision {
     }
 }
 
-fn median(v: &mut [f64]) -> f64 {
+pub(crate) fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);
     let l = v.len();
     if l == 0 {
@@ -226,7 +226,7 @@ fn median(v: &mut [f64]) -> f64 {
 
 /// 1.4826 x the median absolute deviation: the standard deviation of normal data, robust to a
 /// few wild values.
-fn robust_scale(v: &[f64]) -> f64 {
+pub(crate) fn robust_scale(v: &[f64]) -> f64 {
     if v.len() < 2 {
         return 0.0;
     }

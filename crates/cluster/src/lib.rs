@@ -8,6 +8,7 @@
 //! any node is ISOLATE, 3 when the cluster fails as a whole (a check failing on most nodes).
 //!
 //! * [`args`]: the options, and the word lists that configure the benchmark stages;
+//! * [`baseline`]: this run against a baseline file saved from a healthy run;
 //! * [`node`]: what a node reports (checks and compared facts);
 //! * [`consistency`]: facts that differ from the majority;
 //! * [`figures`]: per-node figures from a pair matrix;
@@ -21,6 +22,7 @@
 #![forbid(unsafe_code)]
 
 pub mod args;
+pub mod baseline;
 pub mod consistency;
 pub mod decide;
 pub mod figures;

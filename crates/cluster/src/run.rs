@@ -23,6 +23,7 @@ use efabench_bootstrap::{Bootstrap, BootstrapError};
 use efabench_record::Record;
 
 use crate::args::{ClusterArgs, Stage};
+use crate::baseline::{self, Loaded};
 use crate::consistency::{self, Consistency};
 use crate::figures::Matrix;
 use crate::node::NodeReport;
@@ -71,6 +72,10 @@ struct State<'a> {
     alltoall: Option<Matrix>,
     lost: Vec<Lost>,
     thresholds: Thresholds,
+    /// `--baseline`, read before the stages.
+    baseline: Option<Loaded>,
+    /// The records of the benchmark stages, for the baseline comparison and file.
+    records: Vec<Record>,
 }
 
 impl State<'_> {
@@ -92,7 +97,17 @@ impl State<'_> {
     }
 
     fn summary(&self, complete: bool) -> Summary {
-        let j = self.judge();
+        let mut j = self.judge();
+        let compared = match (&self.baseline, &self.pairs) {
+            (Some(b), Some(_)) => Some(baseline::judge(
+                &mut j,
+                &self.rank_host,
+                &self.records,
+                b,
+                &self.thresholds,
+            )),
+            _ => None,
+        };
         let mut hosts: Vec<&String> = self.rank_host.iter().collect();
         hosts.sort();
         hosts.dedup();
@@ -113,6 +128,7 @@ impl State<'_> {
             stages: self.stages.clone(),
             cluster: j.cluster,
             nodes: j.nodes,
+            baseline: compared,
         }
     }
 
@@ -132,8 +148,8 @@ impl State<'_> {
     }
 }
 
-/// Paths rank 0 writes, checked before anything runs.
-fn preflight(args: &ClusterArgs) -> Result<(), String> {
+/// Paths rank 0 writes, and the baseline it reads, checked before anything runs.
+fn preflight(args: &ClusterArgs) -> Result<Option<Loaded>, String> {
     if let Some(p) = &args.summary {
         summary::check_writable(p)?;
     }
@@ -142,7 +158,10 @@ fn preflight(args: &ClusterArgs) -> Result<(), String> {
             summary::check_writable(p).map_err(|e| e.replacen("--summary", "--prometheus", 1))?;
         }
     }
-    Ok(())
+    if let Some(p) = &args.save_baseline {
+        baseline::check_save_path(p)?;
+    }
+    args.baseline.as_deref().map(baseline::load).transpose()
 }
 
 /// Host of each rank as the launcher placed them (Slurm's node list and tasks per node, block
@@ -210,10 +229,13 @@ pub fn run(
     let info = efabench_bootstrap::detect_from_process_env(&flags).map_err(from_bootstrap)?;
     // The job's size is known now: refuse what no stage of it could run, on every rank alike.
     args.validate(info.world)?;
-    let bad_path = if info.rank == 0 {
-        preflight(args).err()
+    let (bad_path, loaded) = if info.rank == 0 {
+        match preflight(args) {
+            Ok(l) => (None, l),
+            Err(e) => (Some(e), None),
+        }
     } else {
-        None
+        (None, None)
     };
     if let (Some(e), 1) = (&bad_path, info.world) {
         return Err(BenchError::usage(e.clone()));
@@ -253,6 +275,8 @@ pub fn run(
             min_pair_from: args.min_pair_gbps.map(|_| "--min-pair-gbps".into()),
             ignore_checks: args.ignore_check.clone(),
         },
+        baseline: loaded,
+        records: Vec::new(),
     };
     let bs = match Bootstrap::connect(&info, Duration::from_secs_f64(args.timeout)) {
         Ok(bs) => bs,
@@ -428,6 +452,7 @@ pub fn run(
                     if lead {
                         state.pairs = Matrix::from_pairs(&records);
                         floor_from_instance(&mut state, &records);
+                        state.records.extend(records.iter().cloned());
                         done(&mut state, "pairs", t, code, &records);
                     }
                 }
@@ -468,6 +493,7 @@ pub fn run(
                 Ok((code, records)) => {
                     if lead {
                         state.alltoall = Matrix::from_alltoall(&records);
+                        state.records.extend(records.iter().cloned());
                         done(&mut state, "alltoall", t, code, &records);
                     }
                 }
@@ -485,6 +511,12 @@ pub fn run(
         }
         let s = state.save(true);
         crate::table::print_verdicts(&s);
+        if let Some(p) = &args.save_baseline {
+            progress(&format!(
+                "--save-baseline {}: not written, a stage failed (a baseline is a whole run)",
+                p.display()
+            ));
+        }
         return Ok(Outcome {
             exit_code: s.exit_code.max(1),
             summary: Some(s),
@@ -493,6 +525,9 @@ pub fn run(
     let summary = lead.then(|| {
         let s = state.save(true);
         crate::table::print_verdicts(&s);
+        if let Some(p) = &args.save_baseline {
+            save_baseline(p, &state, &s);
+        }
         s
     });
     let code = summary.as_ref().map_or(0, |s| s.exit_code);
@@ -508,6 +543,21 @@ pub fn run(
         exit_code: code,
         summary,
     })
+}
+
+/// Writes `--save-baseline` after a run; a failure to write is reported, not fatal (the
+/// verdicts stand).
+fn save_baseline(path: &Path, state: &State, s: &Summary) {
+    let source = format!("efabench cluster {} ({} ranks)", state.started, state.world);
+    let line = match baseline::save(path, &state.records, &source) {
+        Ok(line) if s.verdict == crate::verdict::RunVerdict::Pass => line,
+        Ok(line) => format!(
+            "{line}; this run's verdict is {}: a baseline should come from a healthy run",
+            s.verdict.as_str()
+        ),
+        Err(e) => e,
+    };
+    progress(&line);
 }
 
 fn secs(t: Instant) -> f64 {

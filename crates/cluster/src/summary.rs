@@ -6,6 +6,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use crate::baseline::Comparison;
 use crate::verdict::{ClusterVerdict, NodeVerdict, RunVerdict, Thresholds};
 
 /// The `schema` field of the summary.
@@ -71,6 +72,9 @@ pub struct Summary {
     /// majority value).
     pub cluster: Vec<String>,
     pub nodes: Vec<NodeVerdict>,
+    /// This run against `--baseline` (absent without it, or before the pairs stage ended).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub baseline: Option<Comparison>,
 }
 
 /// Refuses a summary path that cannot be written, before anything runs: a directory, a
@@ -177,6 +181,7 @@ mod tests {
             }],
             cluster: Vec::new(),
             nodes: Vec::new(),
+            baseline: None,
         };
         let p = d.join("summary.json");
         write(&p, &s).unwrap();

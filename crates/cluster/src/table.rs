@@ -53,6 +53,9 @@ pub fn render_verdicts(s: &Summary) -> String {
     for c in &s.cluster {
         out.push(format!("# cluster-wide: {c}"));
     }
+    if let Some(b) = &s.baseline {
+        out.push(format!("# {}", b.describe()));
+    }
     let w = s
         .nodes
         .iter()
@@ -190,6 +193,7 @@ mod tests {
             stages: Vec::new(),
             cluster: vec!["check x fails on 4 of 4 nodes".into()],
             nodes,
+            baseline: None,
         }
     }
 

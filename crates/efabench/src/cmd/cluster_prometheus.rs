@@ -14,6 +14,9 @@
 //! * `efabench_cluster_stage_seconds{stage,status}`: each stage's time;
 //! * `efabench_cluster_verdict{verdict}`: the verdict on the cluster as a whole, 1 for it and 0
 //!   for the other (PASS, FAIL: a check fails on most nodes);
+//! * `efabench_cluster_baseline_ratio{bound}`: with `--baseline`, the median ratio of the
+//!   cluster's pairs to the baseline's (`estimate`) and its interval (`low`, `high`); absent
+//!   without a baseline or a matched pair;
 //! * `efabench_cluster_exit_code`: 3 when the cluster fails as a whole, else 1 when any node is
 //!   ISOLATE, else 0.
 
@@ -156,11 +159,20 @@ pub fn render(s: &Summary) -> String {
     );
     exit.push(Vec::new(), f64::from(s.exit_code));
     let mut out = String::new();
-    for f in [
-        &verdict, &pairs, &ratio, &peers, &a2a, &stages, &cluster, &exit,
-    ] {
+    for f in [&verdict, &pairs, &ratio, &peers, &a2a, &stages, &cluster] {
         f.render(&mut out);
     }
+    if let Some(c) = s.baseline.as_ref().and_then(|b| b.cluster) {
+        let mut base = Family::new(
+            "efabench_cluster_baseline_ratio",
+            "Median ratio of the cluster's pairs to the --baseline file's, with its interval (bound low, high)",
+        );
+        for (b, v) in [("estimate", c.ratio), ("low", c.low), ("high", c.high)] {
+            base.push(vec![("bound", b.into())], v);
+        }
+        base.render(&mut out);
+    }
+    exit.render(&mut out);
     out
 }
 
@@ -168,8 +180,10 @@ pub fn render(s: &Summary) -> String {
 mod tests {
     use super::*;
     use crate::cmd::prometheus::check_exposition as check;
+    use efabench_cluster::baseline::{Comparison, Finding, Ratio};
     use efabench_cluster::summary::{StageReport, StageStatus, SCHEMA};
     use efabench_cluster::verdict::{NodeVerdict, RunVerdict, Thresholds};
+    use efabench_report::compare::Context;
 
     #[test]
     fn verdicts_and_figures_are_valid_exposition() {
@@ -227,6 +241,29 @@ mod tests {
                 node("node\"1", Verdict::Pass),
                 node("node3", Verdict::Isolate),
             ],
+            baseline: Some(Comparison {
+                file: "b.json".into(),
+                baseline_points: 2,
+                baseline_runs: 1,
+                run_pairs: 2,
+                matched_pairs: 2,
+                matched_alltoall: 0,
+                alltoall_ratio: None,
+                cluster: Some(Ratio {
+                    ratio: 0.5,
+                    low: 0.45,
+                    high: 0.55,
+                    confidence: 0.99,
+                    pairs: 2,
+                    noise: 0.02,
+                }),
+                left_out: Vec::new(),
+                finding: Finding::Fail,
+                nodes: Vec::new(),
+                baseline_context: Context::default(),
+                run_context: Context::default(),
+                message: None,
+            }),
         };
         let text = render(&s);
         let samples = check(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
@@ -264,6 +301,10 @@ mod tests {
             Some(0.4)
         );
         assert_eq!(get("efabench_cluster_exit_code", &[]), Some(3.0));
+        assert_eq!(
+            get("efabench_cluster_baseline_ratio", &[("bound", "high")]),
+            Some(0.55)
+        );
         assert_eq!(
             get(
                 "efabench_cluster_pairs_vs_peers",
