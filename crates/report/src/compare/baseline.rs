@@ -102,16 +102,16 @@ impl Baseline {
     /// Reads `text` as a baseline file when it is one: `None` for anything else (a records
     /// file), an error for a baseline that does not parse.
     pub fn parse(path: &Path, text: &str) -> Result<Option<Baseline>, Error> {
-        let head: String = text
-            .chars()
-            .take(4096)
-            .filter(|c| !c.is_whitespace())
-            .collect();
-        if !head.starts_with('{') || !head.contains(&format!("\"schema\":\"{BASELINE_SCHEMA}\"")) {
+        if !text.trim_start().starts_with('{') {
             return Ok(None);
         }
-        // A records file's first line also starts with a schema: a baseline is one object.
-        if serde_json::from_str::<serde_json::Value>(text).is_err() {
+        // A records file's first line also starts with a schema: a baseline is one object,
+        // whose `schema` may sit anywhere in it (a tool that sorts keys moves it to the end).
+        let Ok(serde_json::Value::Object(o)) = serde_json::from_str::<serde_json::Value>(text)
+        else {
+            return Ok(None);
+        };
+        if o.get("schema").and_then(|v| v.as_str()) != Some(BASELINE_SCHEMA) {
             return Ok(None);
         }
         serde_json::from_str(text).map(Some).map_err(|e| {
