@@ -214,6 +214,11 @@ pub struct ClusterArgs {
     /// named.
     #[arg(long, default_value = "30", value_parser = timeout_arg, allow_hyphen_values = true)]
     pub timeout: f64,
+    /// Also print the stages' own tables: a row per ordered pair (n(n-1) of them), the pairs'
+    /// suspect lines and the all-to-all table. Without it the verdict table is the output; the
+    /// records of every measurement go to `-o` either way.
+    #[arg(short = 'v', long)]
+    pub verbose: bool,
     #[command(flatten)]
     pub launch: LaunchArgs,
 }

@@ -339,6 +339,11 @@ pub fn run(
     distinct.sort();
     distinct.dedup();
     let lead = rank == 0;
+    let echo = if args.verbose {
+        harness::Echo::Tables
+    } else {
+        harness::Echo::Quiet
+    };
     if lead {
         progress(&format!(
             "{world} ranks on {} host(s); stages: checks, consistency, pairs, alltoall",
@@ -447,7 +452,7 @@ pub fn run(
                 state.save(false);
             }
             let mut b = Pairs::new(&pa)?;
-            match harness::run_on(&mut b, &pa, build, &bs) {
+            match harness::run_on(&mut b, &pa, build, &bs, echo) {
                 Ok((code, records)) => {
                     if lead {
                         state.pairs = Matrix::from_pairs(&records);
@@ -489,7 +494,7 @@ pub fn run(
                 state.save(false);
             }
             let mut b = Alltoall::new(&aa)?;
-            match harness::run_on(&mut b, &aa, build, &bs) {
+            match harness::run_on(&mut b, &aa, build, &bs, echo) {
                 Ok((code, records)) => {
                     if lead {
                         state.alltoall = Matrix::from_alltoall(&records);

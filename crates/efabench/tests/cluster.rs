@@ -126,6 +126,26 @@ fn a_summary_that_cannot_be_written_is_refused_before_anything_runs() {
     assert!(!d.join("r.jsonl").exists(), "nothing may run: {err}");
 }
 
+/// `-v` prints the stages' own tables too: the pairs table with a row per ordered pair.
+#[test]
+fn verbose_adds_the_stage_tables() {
+    let o = Command::new(BIN)
+        .args(["launch", "-n", "3", "--", "cluster"])
+        .args(QUICK)
+        .args(["--skip", "checks,alltoall", "-v"])
+        .output()
+        .unwrap();
+    let (out, err) = (text(&o.stdout), text(&o.stderr));
+    assert_eq!(o.status.code(), Some(0), "{out}\n{err}");
+    assert!(out.contains("# efabench pairs"), "{out}");
+    let rows = out
+        .lines()
+        .filter(|l| !l.starts_with('#') && l.trim_start().starts_with("262144"))
+        .count();
+    assert_eq!(rows, 6, "a row per ordered pair of 3 ranks:\n{out}");
+    assert!(out.contains("# verdict: no node to isolate"), "{out}");
+}
+
 #[test]
 fn launch_runs_every_stage_and_writes_summary_records_and_prometheus() {
     let d = tmp("cluster-launch");
@@ -150,6 +170,9 @@ fn launch_runs_every_stage_and_writes_summary_records_and_prometheus() {
         );
     }
     assert!(out.contains("# verdict: no node to isolate"), "{out}");
+    // The verdict table is the output: no row per pair, no stage table (the records have them).
+    assert!(!out.contains("# efabench pairs"), "{out}");
+    assert!(!out.contains("size(B)"), "{out}");
     let s = summary(&sum);
     assert_eq!(s["schema"], "efabench-cluster/1");
     assert_eq!(s["world"], 3);

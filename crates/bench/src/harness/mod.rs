@@ -311,7 +311,17 @@ pub fn run<B: Benchmark>(
     // A rank stuck inside a provider call (shm's spin lock after a peer died) never returns to
     // check the bootstrap: the watchdog ends it with the job's reason.
     bs.arm_watchdog(WATCHDOG_GRACE);
-    run_on(bench, opts, build, &bs).map(|(code, _)| code)
+    run_on(bench, opts, build, &bs, Echo::Tables).map(|(code, _)| code)
+}
+
+/// What rank 0 prints of a run on stdout and stderr besides progress and failures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Echo {
+    /// The header, the table (or JSON Lines, CSV) and the benchmark's summary lines.
+    Tables,
+    /// Nothing: the caller prints its own digest of the records (`efabench cluster`, whose
+    /// pairs table has n(n-1) rows). The records still go to the `-o` file.
+    Quiet,
 }
 
 /// Runs one rank of `bench` on a bootstrap the caller connected (and keeps: several benchmarks
@@ -323,11 +333,12 @@ pub fn run_on<B: Benchmark>(
     opts: &(impl Options + ?Sized),
     build: &BuildInfo,
     bs: &Bootstrap,
+    echo: Echo,
 ) -> Result<(i32, Vec<Record>), BenchError> {
     let groups = Groups::of(opts);
     let args = &groups.job;
     bench.needs().check_world(bench.name(), bs.world())?;
-    match run_connected(bench, &groups, build, bs) {
+    match run_connected(bench, &groups, build, bs, echo) {
         Ok(done) => Ok(done),
         Err(e) => {
             // A data-path timeout ("waited 30 s for a completion") is usually a peer that froze
@@ -352,8 +363,10 @@ fn run_connected<B: Benchmark>(
     groups: &Groups,
     build: &BuildInfo,
     bs: &Bootstrap,
+    echo: Echo,
 ) -> Result<(i32, Vec<Record>), BenchError> {
     let (rank, world) = (bs.rank(), bs.world());
+    let shows = rank == 0 && echo == Echo::Tables;
     let args = &groups.job;
     let fp = format!(
         "{} {} {}",
@@ -473,8 +486,8 @@ fn run_connected<B: Benchmark>(
         git: build.git.clone(),
         extra: facts.extra.clone(),
     };
-    let mut sink = (rank == 0).then(|| Sink::stdout(args.format));
-    if rank == 0 && args.format == efabench_record::Format::Table {
+    let mut sink = shows.then(|| Sink::stdout(args.format));
+    if shows && args.format == efabench_record::Format::Table {
         for line in &facts.header {
             println!("{line}");
         }
