@@ -1,6 +1,6 @@
 //! The CUDA driver surface: loading, contexts, streams, events, kernels and raw memory calls.
 //!
-//! This is the crate's one FFI module (with `buffer.rs` and `ipc.rs`, which call the same `sys`
+//! This is the crate's one FFI module (with `buffer/` and `ipc.rs`, which call the same `sys`
 //! functions for what cudarc has no safe wrapper for). It uses cudarc's raw `sys`/`result` layer
 //! rather than `CudaContext`, for three reasons: cudarc's loader panics when `libcuda.so.1` is
 //! missing (we check [`driver`] first and return [`GpuError::NoDriver`]); its `alloc` takes
