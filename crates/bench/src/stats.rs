@@ -3,7 +3,8 @@
 //! re-exports it under the name the benchmarks use.
 
 pub use efabench_record::stats::{
-    block_medians_us, gbps, median, median_of, mops, nearest_rank, Samples, BLOCK_MEDIANS_FIELD,
+    block_medians_us, gbps, median, median_ci95, median_of, mops, nearest_rank, Samples,
+    BLOCK_MEDIANS_FIELD,
 };
 
 #[cfg(test)]

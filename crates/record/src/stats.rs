@@ -162,6 +162,43 @@ pub fn mops(messages: u64, ns: u64) -> f64 {
     messages as f64 * 1000.0 / ns as f64
 }
 
+/// Resamples of [`median_ci95`].
+pub const BOOTSTRAP_RESAMPLES: usize = 1000;
+
+/// The 95% bootstrap interval of the median of `samples` (any order): the nearest-rank 2.5% and
+/// 97.5% quantiles of the medians of [`BOOTSTRAP_RESAMPLES`] resamples drawn with replacement
+/// (a fixed-seed generator, so the same samples give the same interval). AWS's comparison of EP
+/// backends reports its median this way. `None` with fewer than two samples.
+pub fn median_ci95(samples: &[u64]) -> Option<(u64, u64)> {
+    let n = samples.len();
+    if n < 2 {
+        return None;
+    }
+    let mut state = 0x9E37_79B9_7F4A_7C15u64 ^ n as u64;
+    let mut next = move || {
+        // xorshift64*: enough for picking indices.
+        state ^= state >> 12;
+        state ^= state << 25;
+        state ^= state >> 27;
+        state.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    };
+    let mut draw = vec![0u64; n];
+    let mut medians: Vec<u64> = (0..BOOTSTRAP_RESAMPLES)
+        .map(|_| {
+            for d in draw.iter_mut() {
+                *d = samples[(next() % n as u64) as usize];
+            }
+            draw.sort_unstable();
+            median(&draw).unwrap_or(0)
+        })
+        .collect();
+    medians.sort_unstable();
+    Some((
+        nearest_rank(&medians, 0.025)?,
+        nearest_rank(&medians, 0.975)?,
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -245,5 +282,21 @@ mod tests {
         assert_eq!(gbps(1_000_000_000, 1_000_000_000), 8.0);
         assert_eq!(mops(1_000_000, 1_000_000_000), 1.0);
         assert_eq!(gbps(1, 0), 0.0);
+    }
+
+    #[test]
+    fn the_medians_bootstrap_interval_holds_it_and_narrows_with_more_samples() {
+        let few: Vec<u64> = (0..20).map(|i| 1000 + (i * 7919 % 200)).collect();
+        let many: Vec<u64> = (0..2000).map(|i| 1000 + (i * 7919 % 200)).collect();
+        let (lo, hi) = median_ci95(&few).unwrap();
+        let mut sorted = few.clone();
+        sorted.sort_unstable();
+        let m = median(&sorted).unwrap();
+        assert!(lo <= m && m <= hi, "{lo} {m} {hi}");
+        let (lo2, hi2) = median_ci95(&many).unwrap();
+        assert!(hi2 - lo2 < hi - lo, "{lo2}-{hi2} against {lo}-{hi}");
+        assert_eq!(median_ci95(&few), median_ci95(&few), "seeded");
+        assert_eq!(median_ci95(&[5]), None);
+        assert_eq!(median_ci95(&[7, 7, 7]), Some((7, 7)));
     }
 }

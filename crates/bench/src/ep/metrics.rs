@@ -104,6 +104,8 @@ pub struct Stages {
 #[derive(Clone, Debug, Serialize)]
 pub struct EpDetail {
     pub phase: &'static str,
+    /// 95% bootstrap interval of `lat_us.p50` (the slowest rank per iteration), µs.
+    pub lat_p50_ci95_us: Option<[f64; 2]>,
     pub initiator: &'static str,
     /// What stood behind `gpu`: `gpu` (a kernel) or `host` (a CPU thread); null for `cpu`.
     pub producer: Option<&'static str>,

@@ -50,8 +50,11 @@ impl Ep<'_> {
             Part::Total => msgs * (plan_msg + out_msg),
         };
         let routing = self.routing.as_ref();
+        let ci =
+            crate::stats::median_ci95(&per_iter.iter().map(|x| x.1.total_ns).collect::<Vec<_>>());
         let detail = EpDetail {
             phase: part.name(),
+            lat_p50_ci95_us: ci.map(|(lo, hi)| [lo as f64 / 1000.0, hi as f64 / 1000.0]),
             initiator: spec.initiator.name(),
             producer: self.producer_name(spec.initiator),
             proxy_merge: (spec.initiator == Initiator::Gpu).then_some(!a.no_merge),
@@ -153,15 +156,19 @@ impl Ep<'_> {
     pub(super) fn summary_lines(&self, records: &[Record]) -> Vec<String> {
         let get = |r: &Record, k: &str| r.extra.get(k).cloned().unwrap_or(Value::Null);
         let mut out = vec![
-            "# ep: p50 of the slowest rank per iteration; stages of the slowest rank's median iteration (us), which add up to its time: launch / post / copy / feed / quiet / network / arrival / settle / reduce (= total); push: the producer's span, overlapping them".to_string(),
+            "# ep: p50 of the slowest rank per iteration with its 95% bootstrap interval; stages of the slowest rank's median iteration (us), which add up to its time: launch / post / copy / feed / quiet / network / arrival / settle / reduce (= total); push: the producer's span, overlapping them".to_string(),
         ];
         for r in records {
             let s = get(r, "ep_stages");
             let f = |k: &str| s.get(k).and_then(Value::as_f64).unwrap_or(0.0);
             out.push(format!(
-                "#   {:<26} p50 {:>10.2} us  p99 {:>10.2} us  {:>8.3} GB/s  {:>12.0} tokens/s  stages {:.1} / {:.1} / {:.1} / {:.1} / {:.1} / {:.1} / {:.1} / {:.1} / {:.1} (= {:.1})  push {:.1}  writes {}  merged {}  slowest rank {}",
+                "#   {:<26} p50 {:>10.2} us {:<22} p99 {:>10.2} us  {:>8.3} GB/s  {:>12.0} tokens/s  stages {:.1} / {:.1} / {:.1} / {:.1} / {:.1} / {:.1} / {:.1} / {:.1} / {:.1} (= {:.1})  push {:.1}  writes {}  merged {}  slowest rank {}",
                 r.variant,
                 r.lat_us.p50,
+                get(r, "lat_p50_ci95_us")
+                    .as_array()
+                    .and_then(|v| Some(format!("[95% {:.1}-{:.1}]", v.first()?.as_f64()?, v.get(1)?.as_f64()?)))
+                    .unwrap_or_default(),
                 r.lat_us.p99,
                 get(r, "ep_GBps").as_f64().unwrap_or(0.0),
                 get(r, "tokens_per_s").as_f64().unwrap_or(0.0),
