@@ -17,7 +17,10 @@
 //! taken out of the reference of the ranks judged after them, worst first, so two slow nodes of
 //! eight do not lift each other. A rank judged after another was named must have a reference
 //! of more pairs than its own: with four nodes and one named, the two pairs left without a
-//! candidate are too few to be the healthy level (so 2 slow nodes of 4 name the worst only).
+//! candidate are too few to be the healthy level (so 2 slow nodes of 4 name the worst only), and
+//! its pairs must stand apart from that reference (their upper quartile below its lower
+//! quartile): the pairs left were measured beside the named node's and carry its effect on a
+//! shared host.
 //!
 //! The margin is a fraction of the reference, not a count of deviations: a degraded port, a
 //! link trained at a lower speed, one rail of two down or a lossy cable costs a half or more
@@ -139,7 +142,10 @@ impl Direction {
 pub struct Spread {
     pub count: usize,
     pub min: f64,
+    /// Lower and upper quartiles (nearest rank, like every percentile here).
+    pub q1: f64,
     pub median: f64,
+    pub q3: f64,
     pub max: f64,
 }
 
@@ -153,7 +159,9 @@ impl Spread {
         Some(Spread {
             count: s.len(),
             min: s[0],
+            q1: crate::stats::nearest_rank(&s, 0.25).unwrap_or(0.0),
             median: crate::stats::median(&s).unwrap_or(0.0),
+            q3: crate::stats::nearest_rank(&s, 0.75).unwrap_or(0.0),
             max: s[s.len() - 1],
         })
     }
@@ -174,6 +182,12 @@ impl Suspect {
     /// Its pairs' median as a fraction of the reference.
     pub fn ratio(&self) -> f64 {
         self.mine.median / self.others.median.max(f64::MIN_POSITIVE)
+    }
+
+    /// Whether its pairs stand apart from the reference: their upper quartile below the
+    /// reference's lower quartile.
+    pub fn stands_apart(&self) -> bool {
+        self.mine.q3 < self.others.q1
     }
 
     /// One line of evidence: "its 4 pairs sending and receiving at 0.40-0.44 Gbps (median
@@ -277,8 +291,15 @@ pub fn locate(n: usize, pairs: &[PairBw], margin: f64) -> Vec<Suspect> {
             .filter_map(|c| judge(pairs, c, &excluded, margin))
             // A further suspect needs a reference larger than its own pairs: with four
             // nodes and one named, the two pairs left without a candidate shared rounds with
-            // the named node and are no healthy level.
-            .filter(|s| excluded.is_empty() || s.others.count > own_pairs(pairs, s.rank, &excluded))
+            // the named node and are no healthy level. And its pairs must stand apart from
+            // that reference: the pairs left were measured in rounds beside the named node's,
+            // and on a shared host they run faster or slower with it (eight simulated nodes,
+            // two throttled to 1% of the rest: healthy nodes' receiving medians at 56-57% of
+            // the pairs left, their pairs overlapping them).
+            .filter(|s| {
+                excluded.is_empty()
+                    || (s.others.count > own_pairs(pairs, s.rank, &excluded) && s.stands_apart())
+            })
             .min_by(|a, b| a.ratio().total_cmp(&b.ratio()));
         match worst {
             Some(s) => named.push(s),
@@ -514,6 +535,30 @@ mod tests {
             }
         }
         v
+    }
+
+    #[test]
+    fn after_two_slow_nodes_a_node_whose_pairs_overlap_the_rest_is_not_named() {
+        // Two nodes at 1%; node 2 receives from the five others at 0.38-1.21 (median 0.55)
+        // while the pairs left sit around 1.0: its median is under the line, its pairs are not
+        // apart from the rest (CI, eight simulated nodes on two cores).
+        let bad = [1, 6];
+        let mut m = matrix(8, 1.0, 0.1, |s, d| {
+            if bad.contains(&s) || bad.contains(&d) {
+                0.01
+            } else {
+                1.0
+            }
+        });
+        let spread = [0.38, 0.5, 0.55, 1.0, 1.21];
+        let mut k = 0;
+        for p in m.iter_mut().filter(|p| p.dst == 2 && !bad.contains(&p.src)) {
+            p.gbps = spread[k];
+            k += 1;
+        }
+        assert_eq!(k, 5);
+        let got = locate(8, &m, MARGIN);
+        assert_eq!(ranks(&got), bad.to_vec(), "{got:?}");
     }
 
     #[test]
