@@ -26,7 +26,10 @@
 //!   without closing its endpoint (named `PID:UID:N` after the rank's pid, in libfabric 1.17 and
 //!   2.x alike), only for its own children's pids, once they are dead;
 //! * exits with the first failing rank's status (a bad option still exits 2), or 128 + signal
-//!   when a rank was killed by a signal, and says which.
+//!   when a rank was killed by a signal, and says which. A crash wins over an earlier plain
+//!   exit: a crashing rank tells the job before the kernel ends it, so the ranks that follow it
+//!   can be reaped first; launch waits a moment for a crash before naming the first failure, and
+//!   a crash seen later still sets the job's status.
 
 use std::ffi::OsString;
 use std::io::{Read, Write};
@@ -376,6 +379,37 @@ fn pump(rank: u32, mut from: impl Read) {
 }
 
 /// Wait (at most `limit`) until a pump thread has copied everything its rank wrote.
+/// How long a first failure by exit status waits for another rank to show a crash.
+const CRASH_SETTLE: Duration = Duration::from_secs(1);
+
+/// Poll the ranks still running for up to `limit`, adding those that end to `ended`; returns
+/// early once one of them died on a signal.
+fn settle_for_crash(
+    children: &mut [Child],
+    status: &mut [Option<ExitStatus>],
+    ended: &mut Vec<(u32, ExitStatus)>,
+    limit: Duration,
+) {
+    let until = Instant::now() + limit;
+    loop {
+        for (r, c) in children.iter_mut().enumerate() {
+            if status[r].is_some() {
+                continue;
+            }
+            if let Ok(Some(st)) = c.try_wait() {
+                status[r] = Some(st);
+                ended.push((r as u32, st));
+            }
+        }
+        let crashed = ended.iter().any(|(_, st)| st.signal().is_some());
+        let running = status.iter().any(Option::is_none);
+        if crashed || !running || Instant::now() >= until {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 fn drain(pump: Option<&JoinHandle<()>>, limit: Duration) {
     let until = Instant::now() + limit;
     while pump.is_some_and(|p| !p.is_finished()) && Instant::now() < until {
@@ -459,6 +493,8 @@ pub fn launch(opts: &LaunchOptions) -> Result<i32, BootstrapError> {
     }
 
     let mut status: Vec<Option<ExitStatus>> = vec![None; n as usize];
+    // Ranks this launcher signalled: their deaths by signal are not crashes.
+    let mut stopped_by_us = vec![false; n as usize];
     let mut first: Option<(u32, ExitStatus)> = None;
     let mut signalled: Option<i32> = None;
     let mut term_at: Option<Instant> = None;
@@ -490,6 +526,7 @@ pub fn launch(opts: &LaunchOptions) -> Result<i32, BootstrapError> {
             for (r, c) in children.iter().enumerate() {
                 if status[r].is_none() {
                     send_signal(c, pass);
+                    stopped_by_us[r] = true;
                 }
             }
         }
@@ -507,6 +544,12 @@ pub fn launch(opts: &LaunchOptions) -> Result<i32, BootstrapError> {
             };
             status[r] = Some(st);
             ended.push((r as u32, st));
+        }
+        if first.is_none() && signalled.is_none() && ended.iter().any(|(_, st)| !st.success()) {
+            // A rank that crashes tells the job before the kernel ends it (and a core dump can
+            // take a while), so the ranks that follow it may be reaped first. Give the others a
+            // moment to show a crash before naming the first failure.
+            settle_for_crash(&mut children, &mut status, &mut ended, CRASH_SETTLE);
         }
         ended.sort_by_key(|(r, st)| (st.signal().is_none(), *r));
         let running: Vec<u32> = (0..n).filter(|&r| status[r as usize].is_none()).collect();
@@ -552,12 +595,14 @@ pub fn launch(opts: &LaunchOptions) -> Result<i32, BootstrapError> {
             }
             for &r in &running {
                 send_signal(&children[r as usize], Signal::TERM);
+                stopped_by_us[r as usize] = true;
             }
         }
         if kill_at.is_some_and(|t| now >= t) {
             kill_at = None;
             for &r in &running {
                 let _ = children[r as usize].kill();
+                stopped_by_us[r as usize] = true;
             }
         }
         std::thread::sleep(Duration::from_millis(10));
@@ -572,6 +617,19 @@ pub fn launch(opts: &LaunchOptions) -> Result<i32, BootstrapError> {
     }
     for p in pumps.into_iter().flatten() {
         let _ = p.join();
+    }
+    // A crash is the job's cause even when a rank that followed it was reaped first.
+    let crash = (0..n as usize)
+        .find(|&r| !stopped_by_us[r] && status[r].is_some_and(|st| st.signal().is_some()));
+    if let (Some(c), Some((f, _))) = (crash, first) {
+        if c as u32 != f {
+            let st = status[c].expect("reaped");
+            note(&format!(
+                "rank {c} {} after rank {f} failed; the job ends with rank {c}'s status",
+                describe_status(st)
+            ));
+            first = Some((c as u32, st));
+        }
     }
     Ok(match (first, signalled) {
         (Some((_, st)), _) => exit_code(st),
@@ -689,5 +747,31 @@ mod tests {
             env: vec![],
         };
         assert!(launch(&opts).unwrap_err().is_usage());
+    }
+
+    /// Two bash ranks that tell launch they joined; rank 0 exits with status 1 at once (as a
+    /// rank that learned of a crash does), rank 1 dies of SIGSEGV after `crash_after` seconds.
+    fn follower_before_crash(crash_after: &str) -> i32 {
+        let script = format!(
+            "ctl=$EFABENCH_LAUNCH_CTL; \
+             echo \"joined $EFABENCH_RANK $EFABENCH_JOB_TOKEN\" > /dev/tcp/${{ctl%:*}}/${{ctl##*:}}; \
+             if [ \"$EFABENCH_RANK\" = 0 ]; then sleep 0.2; exit 1; fi; \
+             sleep {crash_after}; kill -SEGV $$"
+        );
+        let opts = LaunchOptions {
+            ranks: 2,
+            program: "/bin/bash".into(),
+            args: vec!["-c".into(), script.into()],
+            grace: Duration::from_secs(8),
+            env: vec![],
+        };
+        launch(&opts).unwrap()
+    }
+
+    #[test]
+    fn a_crash_reaped_after_its_follower_sets_the_status() {
+        // Within the settle window, and after it (the crash still wins at the end).
+        assert_eq!(follower_before_crash("0.5"), 128 + 11);
+        assert_eq!(follower_before_crash("2"), 128 + 11);
     }
 }
