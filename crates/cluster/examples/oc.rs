@@ -122,11 +122,15 @@ impl Tally {
 
 /// Runs `trials` clusters of `n` nodes with `faults(rng)`; a trial detects when `hit` says so
 /// of the decision. Nodes not in `faulty` are healthy.
+///
+/// With `shifts`, each trial keeps the pairs of that many shifts drawn at random (pair (s, d)
+/// has shift (d - s) mod n), as a `random:K` schedule measures them.
 fn simulate(
     n: usize,
     noise: &Noise,
     trials: usize,
     seed: u64,
+    shifts: Option<usize>,
     faults: &dyn Fn(&mut Rng) -> Vec<Fault>,
 ) -> Tally {
     let cfg = Config::default();
@@ -134,7 +138,16 @@ fn simulate(
     let mut t = Tally::default();
     for _ in 0..trials {
         let f = faults(&mut rng);
-        let cells = matrix(n, noise, &f, &mut rng);
+        let mut cells = matrix(n, noise, &f, &mut rng);
+        if let Some(k) = shifts.filter(|&k| k + 1 < n) {
+            let mut pick: Vec<usize> = (1..n).collect();
+            for i in 0..k {
+                let j = i + rng.below(pick.len() - i);
+                pick.swap(i, j);
+            }
+            pick.truncate(k);
+            cells.retain(|c| pick.contains(&((c.dst + n - c.src) % n)));
+        }
         let d = decide(n, &cells, &cfg);
         t.runs += 1;
         let mut faulty: Vec<usize> = Vec::new();
@@ -257,7 +270,7 @@ fn main() {
             let mut pts = Vec::new();
             for (k, &s) in slowdowns.iter().enumerate() {
                 let seed = (pi * 1000 + n * 10 + k) as u64;
-                let t = simulate(n, noise, trials, seed, &|r: &mut Rng| {
+                let t = simulate(n, noise, trials, seed, None, &|r: &mut Rng| {
                     vec![Fault::Node {
                         node: r.below(n),
                         factor: s,
@@ -275,6 +288,7 @@ fn main() {
                 noise,
                 trials,
                 (pi * 1000 + n) as u64 + 7,
+                None,
                 &|_: &mut Rng| Vec::new(),
             );
             row.push_str(&format!(
@@ -370,7 +384,7 @@ fn main() {
             ),
         ];
         for (k, (what, nz, f)) in kinds.iter().enumerate() {
-            let t = simulate(n, nz, trials, (pi * 7919 + k) as u64, f.as_ref());
+            let t = simulate(n, nz, trials, (pi * 7919 + k) as u64, None, f.as_ref());
             println!(
                 "| {what} | {} ({}) | {} | {} |",
                 Tally::pct(t.named, t.runs),
@@ -381,6 +395,7 @@ fn main() {
         }
         println!();
     }
+    schedule_by_size(&profiles, o.trials);
     if let Some(p) = &o.plot {
         if let Err(e) = efabench_report::plot::plot_xy(
             &curves,
@@ -394,4 +409,71 @@ fn main() {
         }
         println!("plot: {}", p.display());
     }
+}
+
+/// The default pairs schedule (`--pairs auto`) by cluster size, from the real option code: its
+/// rounds, pair measurements and time per pair under the default 60 s budget; then the
+/// decision's detection and false alarms on the pairs that schedule measures, from 64 nodes up
+/// (where it stops measuring every pair).
+fn schedule_by_size(profiles: &[(String, Noise)], base_trials: usize) {
+    use clap::Parser;
+    use efabench_bench::pairs::Plan;
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        a: efabench_cluster::args::ClusterArgs,
+    }
+    let args = Cli::try_parse_from(["cluster"])
+        .expect("the defaults parse")
+        .a;
+    println!("### The default schedule by cluster size\n");
+    println!("`--pairs auto`, one rank per node, one rail, the default 60 s pairs budget (half of it shared by the rounds as `--max-time` per pair, the rest for opening, connecting and the barriers):\n");
+    println!("| nodes | schedule | rounds | pair measurements | --max-time per pair |\n|---|---|---|---|---|");
+    for n in [8u32, 16, 32, 63, 64, 128, 256, 512, 1024] {
+        let pa = args.pairs_args(n).expect("the default pairs options");
+        let (rounds, pairs) = Plan::Rounds(pa.schedule).cost(n);
+        println!(
+            "| {n} | {} | {rounds} | {pairs} | {:.3} s |",
+            args.schedule_for(n),
+            pa.max_time
+        );
+    }
+    let shifts = efabench_cluster::args::AUTO_PARTNERS as usize + 2;
+    println!("\nDetection (WARN or ISOLATE; ISOLATE in brackets) of one node slow both ways and false alarms per healthy node, on the pairs of {shifts} random shifts (the schedule's 8 plus its 2 retest rounds, drawn at random here: the real retests pair each suspect with nodes not named, which only adds clean comparisons):\n");
+    println!("| profile | nodes | 70% | 80% | 85% | 90% | false WARN | false ISOLATE |\n|---|---|---|---|---|---|---|---|");
+    for (pi, (name, noise)) in profiles.iter().enumerate() {
+        for n in [64usize, 256, 1024] {
+            let trials = trials_for(n, base_trials);
+            let mut row = format!("| {name} | {n} |");
+            for (k, s) in [0.7, 0.8, 0.85, 0.9].into_iter().enumerate() {
+                let seed = (pi * 31 + n * 7 + k) as u64 + 5;
+                let t = simulate(n, noise, trials, seed, Some(shifts), &|r: &mut Rng| {
+                    vec![Fault::Node {
+                        node: r.below(n),
+                        factor: s,
+                    }]
+                });
+                row.push_str(&format!(
+                    " {} ({}) |",
+                    Tally::pct(t.named, t.runs),
+                    Tally::pct(t.isolated, t.runs)
+                ));
+            }
+            let h = simulate(
+                n,
+                noise,
+                trials,
+                (pi * 31 + n) as u64 + 11,
+                Some(shifts),
+                &|_: &mut Rng| Vec::new(),
+            );
+            row.push_str(&format!(
+                " {} | {} |",
+                Tally::pct(h.false_warn, h.healthy),
+                Tally::pct(h.false_isolate, h.healthy)
+            ));
+            println!("{row}");
+        }
+    }
+    println!();
 }

@@ -15,6 +15,17 @@ use efabench_bench::BenchError;
 /// Longest stage budget, seconds.
 const MAX_BUDGET_S: f64 = 86_400.0;
 
+/// From this many ranks up, `--pairs auto` measures random partners instead of every pair: all
+/// pairs take n - 1 rounds, and at 64 ranks on a real cluster the pairs stage's 60 s budget
+/// leaves under half a second per pair.
+pub const AUTO_RANDOM_FROM: u32 = 64;
+
+/// Partners each way per rank under `--pairs auto` from [`AUTO_RANDOM_FROM`] ranks up: 8 shifts
+/// plus the 2 retest rounds that pair each suspect with ranks not named, 10 rounds at any size.
+/// Sixteen pairs per node (eight each way) put a node at 80% of its peers outside the pair
+/// noise of a NIC-bound cluster (docs/verdict-accuracy.md measures it).
+pub const AUTO_PARTNERS: u32 = 8;
+
 fn secs(s: &str, what: &str, lo: f64, hi: f64, example: &str) -> Result<f64, String> {
     match s.trim().parse::<f64>() {
         Ok(v) if v.is_finite() && v >= lo && v <= hi => Ok(v),
@@ -156,8 +167,10 @@ pub struct ClusterArgs {
     /// Stages to leave out (comma-separated): checks, pairs, alltoall.
     #[arg(long, value_enum, value_delimiter = ',')]
     pub skip: Vec<Stage>,
-    /// Which pairs the pairs stage measures: all, ring or `random:K[:SEED]` (as `pairs --pairs`).
-    #[arg(long = "pairs", default_value = "all")]
+    /// Which pairs the pairs stage measures: auto (all below 64 ranks, else random:8 with
+    /// retests, so the rounds stop growing with the cluster), all, ring or `random:K[:SEED]`
+    /// (as `pairs --pairs`).
+    #[arg(long = "pairs", default_value = "auto")]
     pub schedule: String,
     /// Message size of the pairs stage.
     #[arg(long, default_value = "1M", value_parser = pairs_size_arg, allow_hyphen_values = true)]
@@ -336,7 +349,7 @@ impl ClusterArgs {
     /// The pairs stage's options for `world` ranks: `--max-time` per pair is the stage budget
     /// shared by the rounds of the schedule (each rail alone too when there are several).
     pub fn pairs_args(&self, world: u32) -> Result<PairsArgs, BenchError> {
-        let probe = self.parse_pairs(1.0)?;
+        let probe = self.parse_pairs(world, 1.0)?;
         let rounds = Plan::Rounds(probe.schedule).cost(world.max(2)).0.max(1) as f64;
         let rails = if self.rails_word().trim() == "1" {
             1.0
@@ -347,10 +360,22 @@ impl ClusterArgs {
         // 1.1: warm-up.
         let max_time =
             (self.budget(Stage::Pairs) * 0.5 / (rounds * rails * 1.1)).clamp(0.001, 3600.0);
-        self.parse_pairs(max_time)
+        self.parse_pairs(world, max_time)
     }
 
-    fn parse_pairs(&self, max_time: f64) -> Result<PairsArgs, BenchError> {
+    /// The `--pairs` schedule for `world` ranks, `auto` resolved.
+    pub fn schedule_for(&self, world: u32) -> String {
+        if self.schedule.trim() != "auto" {
+            return self.schedule.clone();
+        }
+        if world >= AUTO_RANDOM_FROM {
+            format!("random:{AUTO_PARTNERS}")
+        } else {
+            "all".into()
+        }
+    }
+
+    fn parse_pairs(&self, world: u32, max_time: f64) -> Result<PairsArgs, BenchError> {
         #[derive(Parser)]
         struct Words {
             #[command(flatten)]
@@ -358,7 +383,7 @@ impl ClusterArgs {
         }
         let mut w = vec!["pairs".to_string()];
         w.extend(self.common_words(&self.pairs_size, max_time));
-        w.extend(["--pairs".into(), self.schedule.clone()]);
+        w.extend(["--pairs".into(), self.schedule_for(world)]);
         Words::try_parse_from(&w)
             .map(|p| p.args)
             .map_err(|e| BenchError::usage(format!("pairs stage: {}", first_line(&e.to_string()))))
@@ -426,6 +451,32 @@ mod tests {
         let t = a.alltoall_args().unwrap();
         assert!((t.max_time - 36.0).abs() < 1e-9, "{}", t.max_time);
         assert_eq!(t.groups.sweep.max_bytes, 1 << 20);
+    }
+
+    #[test]
+    fn the_default_schedule_stops_growing_at_64_ranks() {
+        use efabench_bench::pairs::Schedule;
+        let a = args(&[]);
+        assert_eq!(a.schedule_for(63), "all");
+        assert_eq!(a.schedule_for(64), "random:8");
+        let rounds = |n: u32| {
+            let p = a.pairs_args(n).unwrap();
+            (Plan::Rounds(p.schedule).cost(n).0, p.max_time)
+        };
+        assert_eq!(rounds(63).0, 62);
+        // 8 random shifts and 2 retest rounds, whatever the size; each pair gets 60 x 0.5 / 11.
+        for n in [64, 256, 1024] {
+            let (r, t) = rounds(n);
+            assert_eq!(r, 10, "{n} ranks");
+            assert!((t - 30.0 / 11.0).abs() < 1e-3, "{t}");
+        }
+        assert!(matches!(
+            a.pairs_args(64).unwrap().schedule,
+            Schedule::Random { k: 8, .. }
+        ));
+        // An explicit schedule is kept at any size.
+        assert_eq!(args(&["--pairs", "all"]).schedule_for(1024), "all");
+        assert_eq!(args(&["--pairs", "ring"]).schedule_for(8), "ring");
     }
 
     #[test]

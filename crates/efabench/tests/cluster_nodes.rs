@@ -177,3 +177,179 @@ fn a_slow_nic_of_two_is_named_by_host_and_domain() {
         }
     }
 }
+
+/// A study of the verdict's error rates, not a CI test (minutes per cluster size): healthy
+/// clusters and clusters with `slow_nodes` nodes at `slow` of the link, every run scored.
+/// `scripts/cluster-study.sh` runs it and says how; the settings come from `EFABENCH_STUDY`
+/// (`nodes=8 healthy=20 faulty=20 slow=0.8 slow_nodes=1 budget=4 seed=1 alltoall=0`; `alltoall=1`
+/// adds the alltoall stage with the same budget) and the runs and counts
+/// go to the directory `EFABENCH_STUDY_OUT`.
+#[test]
+#[ignore]
+fn study() {
+    let Ok(out_dir) = std::env::var("EFABENCH_STUDY_OUT") else {
+        eprintln!("EFABENCH_STUDY_OUT is not set: run scripts/cluster-study.sh");
+        return;
+    };
+    let spec = std::env::var("EFABENCH_STUDY").unwrap_or_default();
+    let get = |k: &str, d: f64| -> f64 {
+        spec.split_whitespace()
+            .filter_map(|kv| kv.split_once('='))
+            .find(|(key, _)| *key == k)
+            .map(|(_, v)| {
+                v.parse()
+                    .unwrap_or_else(|_| panic!("{k}={v} is not a number"))
+            })
+            .unwrap_or(d)
+    };
+    let nodes = get("nodes", 8.0) as usize;
+    let healthy = get("healthy", 20.0) as usize;
+    let faulty = get("faulty", 20.0) as usize;
+    let slow = get("slow", 0.8);
+    let slow_nodes = get("slow_nodes", 1.0) as usize;
+    let budget = get("budget", 4.0);
+    let mut seed = get("seed", 1.0) as u64;
+    let with_alltoall = get("alltoall", 0.0) != 0.0;
+    let _one = serial();
+    let Some(mut c) = Cluster::new(nodes) else {
+        panic!("simulated nodes need root, ip and tc");
+    };
+    for n in 0..nodes {
+        c.impair(n, Side::Both, Impair::rate(LINK_MBIT));
+    }
+    let out = std::path::PathBuf::from(&out_dir);
+    std::fs::create_dir_all(&out).expect("EFABENCH_STUDY_OUT");
+    let mut runs = String::new();
+    // (healthy-node verdicts: PASS, WARN, ISOLATE), (slow-node verdicts: same), runs, exit codes.
+    let mut healthy_counts = [0usize; 3];
+    let mut slow_counts = [0usize; 3];
+    let mut bad_exit = 0usize;
+    let mut pairs_over_budget = 0usize;
+    let budget_s = budget.to_string();
+    let sum = out.join("summary-of-last-run.json");
+    for trial in 0..healthy + faulty {
+        let fault = trial >= healthy;
+        let mut slow_set = Vec::new();
+        if fault {
+            while slow_set.len() < slow_nodes.min(nodes) {
+                // xorshift: the same seed picks the same nodes.
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                let n = (seed % nodes as u64) as usize;
+                if !slow_set.contains(&n) {
+                    slow_set.push(n);
+                }
+            }
+            for &n in &slow_set {
+                let mbit = (LINK_MBIT as f64 * slow).round() as u32;
+                c.impair(n, Side::Both, Impair::rate(mbit));
+            }
+        }
+        let mut args: Vec<&str> = ARGS.to_vec();
+        let at = args.iter().position(|a| *a == "--pairs-budget").unwrap();
+        args[at + 1] = &budget_s;
+        if with_alltoall {
+            let at = args.iter().position(|a| *a == "--skip").unwrap();
+            args.drain(at..at + 2);
+            args.extend(["--alltoall-size", "256K", "--alltoall-budget", &budget_s]);
+        }
+        let s = sum.to_str().unwrap().to_string();
+        args.extend(["--summary", &s]);
+        let t = std::time::Instant::now();
+        let mut outs = c.job(&args, |_| Vec::new());
+        let o = outs.remove(0);
+        let wall = t.elapsed().as_secs_f64();
+        let summary: Value = std::fs::read_to_string(&sum)
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok())
+            .unwrap_or(Value::Null);
+        let slow_hosts: Vec<String> = slow_set.iter().map(|n| format!("node{}", n + 1)).collect();
+        let idx = |v: &str| match v {
+            "PASS" => 0,
+            "WARN" => 1,
+            _ => 2,
+        };
+        let mut named = Vec::new();
+        for (h, v) in verdicts(&summary) {
+            if slow_hosts.contains(&h) {
+                slow_counts[idx(&v)] += 1;
+            } else {
+                healthy_counts[idx(&v)] += 1;
+            }
+            if v != "PASS" {
+                named.push(format!("{h} {v}"));
+            }
+        }
+        let want_exit = if slow_counts.iter().sum::<usize>() > 0 && fault {
+            None
+        } else {
+            Some(0)
+        };
+        if want_exit.is_some_and(|w| o.status.code() != Some(w)) {
+            bad_exit += 1;
+        }
+        let pairs_stage = summary["stages"]
+            .as_array()
+            .and_then(|s| s.iter().find(|st| st["name"] == "pairs"))
+            .cloned()
+            .unwrap_or(Value::Null);
+        if pairs_stage["elapsed_s"].as_f64().unwrap_or(f64::INFINITY)
+            > pairs_stage["budget_s"].as_f64().unwrap_or(0.0)
+        {
+            pairs_over_budget += 1;
+        }
+        let estimates: serde_json::Map<String, Value> = summary["nodes"]
+            .as_array()
+            .map(|ns| {
+                ns.iter()
+                    .map(|n| {
+                        (
+                            n["host"].as_str().unwrap_or("?").to_string(),
+                            n["pairs"]["estimate"].clone(),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let line = serde_json::json!({
+            "trial": trial,
+            "nodes": nodes,
+            "slow_hosts": slow_hosts,
+            "slow_fraction_of_link": if fault { slow } else { 1.0 },
+            "exit_code": o.status.code(),
+            "named": named,
+            "pairs_stage": pairs_stage,
+            "wall_s": (wall * 10.0).round() / 10.0,
+            "estimates": estimates,
+        });
+        println!("{line}");
+        runs.push_str(&line.to_string());
+        runs.push('\n');
+        std::fs::write(out.join("runs.jsonl"), &runs).expect("runs.jsonl");
+        for &n in &slow_set {
+            c.impair(n, Side::Both, Impair::rate(LINK_MBIT));
+        }
+    }
+    let _ = std::fs::remove_file(&sum);
+    let counts = serde_json::json!({
+        "nodes": nodes,
+        "link_mbit": LINK_MBIT,
+        "pairs_budget_s": budget,
+        "alltoall_stage": with_alltoall,
+        "healthy_runs": healthy,
+        "faulty_runs": faulty,
+        "slow_nodes_per_faulty_run": slow_nodes,
+        "slow_fraction_of_link": slow,
+        "healthy_node_verdicts": {"PASS": healthy_counts[0], "WARN": healthy_counts[1], "ISOLATE": healthy_counts[2]},
+        "slow_node_verdicts": {"PASS": slow_counts[0], "WARN": slow_counts[1], "ISOLATE": slow_counts[2]},
+        "runs_with_unexpected_exit": bad_exit,
+        "runs_with_pairs_over_budget": pairs_over_budget,
+    });
+    println!("{counts:#}");
+    std::fs::write(
+        out.join("counts.json"),
+        serde_json::to_string_pretty(&counts).unwrap() + "\n",
+    )
+    .expect("counts.json");
+}
