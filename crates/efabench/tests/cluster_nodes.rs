@@ -236,7 +236,7 @@ fn study() {
                 seed ^= seed << 13;
                 seed ^= seed >> 7;
                 seed ^= seed << 17;
-                let n = (seed % nodes as u64) as usize;
+                let n = ((seed >> 33) % nodes as u64) as usize;
                 if !slow_set.contains(&n) {
                     slow_set.push(n);
                 }
