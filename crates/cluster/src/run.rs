@@ -438,10 +438,13 @@ pub fn run(
         } else if world < 2 {
             skip(&mut state, &["pairs"], "one rank: pairs needs two or more");
         } else {
-            let pa = args.pairs_args(world)?;
+            let mut pa = args.pairs_args(world)?;
+            // Setup and connection come out of the stage's budget: the time per pair is what
+            // they leave of it.
+            pa.deadline = Some(t + Duration::from_secs_f64(args.budget(Stage::Pairs)));
             if lead {
                 progress(&format!(
-                    "[3/4] pairs: {} at {}, --rails {}, --max-time {:.3} s per pair (budget {} s)",
+                    "[3/4] pairs: {} at {}, --rails {}, --max-time up to {:.3} s per pair, less if setup leaves less (budget {} s)",
                     pa.schedule,
                     args.pairs_size,
                     args.rails,

@@ -175,6 +175,10 @@ fn phase(
 ) -> Result<(u64, Stop), BenchError> {
     let mut last = Instant::now();
     let mut first = None;
+    // The previous iteration's length: an iteration that would end past the budget is made
+    // the last, so that a phase of long iterations (a pair's window over a slow link) ends
+    // near its budget instead of one iteration after it.
+    let mut prev = Duration::ZERO;
     for i in 0..count {
         r.prepare(phase)?;
         let t0 = match span {
@@ -184,15 +188,16 @@ fn phase(
         let from = *first.get_or_insert(t0);
         let stop = if i + 1 == count {
             Some(Stop::Count)
-        } else if i > 0 && t0.duration_since(from) >= budget {
+        } else if i > 0 && t0.duration_since(from) + prev >= budget {
             Some(Stop::Time)
         } else {
             None
         };
         let ends = r.body(phase, stop)? || stop.is_some();
         let now = Instant::now();
+        prev = now.duration_since(t0);
         if let Some(s) = samples.as_deref_mut() {
-            s.push(now.duration_since(t0).as_nanos() as u64);
+            s.push(prev.as_nanos() as u64);
         }
         last = now;
         *errors += r.check(phase)?;
@@ -280,6 +285,21 @@ mod tests {
         assert!(s.samples_ns.iter().all(|&ns| ns >= 3_000_000));
         let last = f.calls.last().unwrap();
         assert_eq!(*last, (Phase::Timed, Some(Stop::Time)));
+    }
+
+    #[test]
+    fn an_iteration_that_would_end_past_the_budget_is_the_last() {
+        // 10 ms iterations, 25 ms: the third starts at 20 ms or later and would end at 30 ms or
+        // later, so it is the last (a slower host only makes the iterations longer).
+        let mut f = fake(None, 10);
+        let b = budget(1000, 1, 25);
+        let s = budget_loop(b, Span::Body, &mut f).unwrap();
+        assert_eq!(s.stopped_by, Stop::Time);
+        assert!(
+            (2..=3).contains(&s.samples_ns.len()),
+            "{}",
+            s.samples_ns.len()
+        );
     }
 
     #[test]

@@ -35,6 +35,11 @@ pub struct PairsArgs {
     pub min_bw: Option<f64>,
     #[command(flatten)]
     pub groups: AllGroups,
+    /// When the whole run must end (set by `cluster` for its pairs stage, not an option): the
+    /// time per pair is then what setup left of it, shared by the rounds, and `max_time` only
+    /// bounds it.
+    #[arg(skip)]
+    pub deadline: Option<std::time::Instant>,
 }
 
 crate::impl_options!(PairsArgs => groups);

@@ -131,6 +131,9 @@ pub struct Pairs<'a> {
     used: Vec<(u64, u32)>,
     /// The shift of the retest round being measured.
     retest_shift: u32,
+    /// Longest timed part of one pair, seconds: `--max-time`, or less where a deadline leaves
+    /// less (decided by rank 0 at the end of setup, see [`PairsArgs::deadline`]).
+    max_time: f64,
 }
 
 impl<'a> Pairs<'a> {
@@ -152,13 +155,60 @@ impl<'a> Pairs<'a> {
             seen: RefCell::new(Vec::new()),
             used: Vec::new(),
             retest_shift: 0,
+            max_time: args.max_time,
         })
     }
 
     fn slots(&self, size: u64) -> usize {
         (FOOTPRINT / size.max(1)).clamp(1, self.args.window) as usize
     }
+
+    /// With a deadline: rank 0 shares what setup left of it among the rounds (each rail alone
+    /// too on several rails, warm-up included) and every rank takes its figure, so the pairs
+    /// of a round stop together. Returns the header line that says so.
+    fn fit_deadline(
+        &mut self,
+        ctx: &Ctx,
+        deadline: std::time::Instant,
+        plan: Plan,
+        rails: usize,
+    ) -> Result<String, BenchError> {
+        let left = deadline
+            .saturating_duration_since(std::time::Instant::now())
+            .as_secs_f64();
+        let steps = plan.cost(ctx.world).0.max(1) * self.sizes.len().max(1) as u64;
+        let rails = if rails > 1 { 2.0 } else { 1.0 };
+        let mine = if ctx.rank == 0 {
+            let fit = left * DEADLINE_SHARE / (steps as f64 * rails * 1.1);
+            fit.clamp(MIN_PAIR_TIME_S, self.args.max_time)
+                .to_le_bytes()
+                .to_vec()
+        } else {
+            Vec::new()
+        };
+        let all = ctx.bs.all_gather(&mine)?;
+        let t = all
+            .first()
+            .and_then(|b| <[u8; 8]>::try_from(b.as_slice()).ok())
+            .map(f64::from_le_bytes)
+            .filter(|t| t.is_finite() && *t > 0.0)
+            .ok_or_else(|| BenchError::failed("rank 0 sent no valid time per pair"))?;
+        self.max_time = t;
+        Ok(format!(
+            "# deadline: {left:.1} s left after setup for {steps} step(s); {:.0}% of it shared              by the pairs: at most {t:.3} s timed per pair (--max-time {} bounds it)",
+            DEADLINE_SHARE * 100.0,
+            self.args.max_time
+        ))
+    }
 }
+
+/// Share of what is left after setup that the pairs' timed parts and warm-ups get; the rest
+/// covers each round's barrier, its last window and the records.
+const DEADLINE_SHARE: f64 = 0.7;
+
+/// Shortest timed part per pair under a deadline, seconds: below it a pair's figure is one
+/// window's.
+const MIN_PAIR_TIME_S: f64 = 0.01;
 
 impl<'a> Benchmark for Pairs<'a> {
     type Spec = PairsSpec;
@@ -188,6 +238,15 @@ impl<'a> Benchmark for Pairs<'a> {
             .map(|b| String::from_utf8_lossy(b).into_owned())
             .collect();
         self.slow = crate::test_hooks::slow_rank_delay(ctx.rank);
+        let plan = if self.args.one_at_a_time {
+            Plan::OneAtATime
+        } else {
+            Plan::Rounds(self.args.schedule)
+        };
+        let deadline_line = match self.args.deadline {
+            Some(d) => Some(self.fit_deadline(ctx, d, plan, m.rails())?),
+            None => None,
+        };
         let mut facts = facts.detail(&PairsFacts {
             schedule: if self.args.one_at_a_time {
                 "one-at-a-time".to_string()
@@ -202,14 +261,11 @@ impl<'a> Benchmark for Pairs<'a> {
         facts.header.extend(budget_lines(
             ctx.world,
             &self.sizes,
-            if self.args.one_at_a_time {
-                Plan::OneAtATime
-            } else {
-                Plan::Rounds(self.args.schedule)
-            },
-            self.args.max_time,
+            plan,
+            self.max_time,
             |size| self.args.groups.sweep.iterations(size, self.args.window),
         ));
+        facts.header.extend(deadline_line);
         if m.rails() > 1 {
             facts.header.push(format!(
                 "# rails: after each round's striped stream, each of the {} rails alone for 1/{} of \
@@ -233,7 +289,7 @@ impl<'a> Benchmark for Pairs<'a> {
                 budget: Budget {
                     iters,
                     warmup,
-                    max_time: Duration::from_secs_f64(self.args.max_time),
+                    max_time: Duration::from_secs_f64(self.max_time),
                 },
                 slots: self.slots(size),
                 window: self.args.window,
