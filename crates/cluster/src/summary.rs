@@ -7,6 +7,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::baseline::Comparison;
+use crate::expected::LinkProfile;
 use crate::verdict::{ClusterVerdict, NodeVerdict, RunVerdict, Thresholds};
 
 /// The `schema` field of the summary.
@@ -71,6 +72,10 @@ pub struct Summary {
     /// Findings about the cluster as a whole (a check failing on most nodes, a fact with no
     /// majority value).
     pub cluster: Vec<String>,
+    /// The instance type's link the figures' `expected` are judged against (absent where the
+    /// nodes' type is unknown or differs between them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link_profile: Option<LinkProfile>,
     pub nodes: Vec<NodeVerdict>,
     /// This run against `--baseline` (absent without it, or before the pairs stage ended).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -180,6 +185,7 @@ mod tests {
                 detail: String::new(),
             }],
             cluster: Vec::new(),
+            link_profile: None,
             nodes: Vec::new(),
             baseline: None,
         };
