@@ -185,7 +185,13 @@ mod tests {
                 detail: String::new(),
             }],
             cluster: Vec::new(),
-            link_profile: None,
+            link_profile: Some(LinkProfile {
+                instance_type: "p5en.48xlarge".into(),
+                efa_devices: 16,
+                gbps_per_efa: 200.0,
+                evidence: efabench_topology::profiles::Evidence::Source,
+                provenance: "read in a profile".into(),
+            }),
             nodes: Vec::new(),
             baseline: None,
         };
@@ -210,6 +216,16 @@ mod tests {
         ] {
             assert!(v.get(k).is_some(), "{k} missing in {text}");
         }
+        for k in [
+            "instance_type",
+            "efa_devices",
+            "gbps_per_efa",
+            "evidence",
+            "provenance",
+        ] {
+            assert!(v["link_profile"].get(k).is_some(), "{k} missing in {text}");
+        }
+        assert_eq!(v["link_profile"]["evidence"], "source");
         assert_eq!(v["stages"][0]["status"], "ok");
         assert_eq!(v["verdict"], "PASS");
         let back: Summary = serde_json::from_str(&text).unwrap();
