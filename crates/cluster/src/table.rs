@@ -50,7 +50,16 @@ pub fn render_verdicts(s: &Summary) -> String {
             stages.join(", ")
         )
     });
-    if let Some(l) = &s.link_profile {
+    // "of link": the lower of the node's send and receive medians against its link, and the
+    // profile once above the table, only where some node's instance type gave one.
+    let of_link = |n: &verdict::NodeVerdict| {
+        n.pairs
+            .as_ref()
+            .and_then(|p| p.expected)
+            .and_then(|e| e.lowest_pct())
+    };
+    let link_col = s.nodes.iter().any(|n| of_link(n).is_some());
+    if let (Some(l), true) = (&s.link_profile, link_col) {
         out.push(format!("# expected: {}", l.describe()));
     }
     for c in &s.cluster {
@@ -66,15 +75,6 @@ pub fn render_verdicts(s: &Summary) -> String {
         .max()
         .unwrap_or(4)
         .max(4);
-    // "of link": the lower of the node's send and receive medians against its link, only
-    // where some node's instance type gave one.
-    let of_link = |n: &verdict::NodeVerdict| {
-        n.pairs
-            .as_ref()
-            .and_then(|p| p.expected)
-            .and_then(|e| e.lowest_pct())
-    };
-    let link_col = s.nodes.iter().any(|n| of_link(n).is_some());
     let col = |v: String| {
         if link_col {
             format!("  {v:>7}")
