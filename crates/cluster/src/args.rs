@@ -194,8 +194,8 @@ pub struct ClusterArgs {
     /// of the link speed of the cluster's instance type, where efabench knows it).
     #[arg(long, value_parser = gbps_arg, allow_hyphen_values = true)]
     pub min_pair_gbps: Option<f64>,
-    /// Fraction of the instance type's link speed (per rail) below which a node's pairs
-    /// ISOLATE it.
+    /// Fraction of the link of the nodes' instance type (the NICs a pair drove) below which a
+    /// node's pairs ISOLATE it, and the median node's fail the cluster as a whole.
     #[arg(long, default_value = "0.5", value_parser = fraction_arg, allow_hyphen_values = true)]
     pub min_link_fraction: f64,
     /// Checks to leave out of the verdicts (comma-separated ids, as `efabench doctor` prints

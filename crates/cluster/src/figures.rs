@@ -52,6 +52,10 @@ pub struct PairFigures {
     /// slower direction; [`crate::decide`]); absent where it could not be judged.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub estimate: Option<crate::decide::Estimate>,
+    /// The send and receive medians against the link of the nodes' instance type
+    /// ([`crate::expected`]); absent where the type is unknown, or differs between nodes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected: Option<crate::expected::Expected>,
 }
 
 /// A pair matrix of one size, by rank.
@@ -68,6 +72,9 @@ pub struct Matrix {
     /// `alltoall`: the per-peer chunk rates after a barrier (`probe_matrix_gbps`), beside
     /// `pairs`, those of the timed loop.
     pub probe: Vec<PairBw>,
+    /// Rails each rank drove (the records' `rails`; 0 when unknown): a rank's link capacity
+    /// where the records do not name its NICs.
+    pub drove: usize,
 }
 
 impl Matrix {
@@ -97,6 +104,7 @@ impl Matrix {
             reference,
             ratio,
             estimate: None,
+            expected: None,
         }
     }
 
@@ -122,6 +130,7 @@ impl Matrix {
             .iter()
             .filter(|r| r.bench == "pairs" && r.size_bytes == size)
         {
+            m.drove = m.drove.max(r.rails as usize);
             let (Some(src), Some(dst)) = (r.extra.get("src").and_then(Value::as_u64), r.peer)
             else {
                 continue;
@@ -161,6 +170,7 @@ impl Matrix {
             size_bytes: r.size_bytes,
             pairs: matrix_pairs(&rows("matrix_gbps")),
             probe: matrix_pairs(&rows("probe_matrix_gbps")),
+            drove: r.rails as usize,
             ..Matrix::default()
         })
     }

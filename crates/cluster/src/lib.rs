@@ -12,6 +12,7 @@
 //! * [`node`]: what a node reports (checks and compared facts);
 //! * [`consistency`]: facts that differ from the majority;
 //! * [`figures`]: per-node figures from a pair matrix;
+//! * [`expected`]: those figures against the link of the nodes' instance type;
 //! * [`decide`]: the statistical decision on a pair matrix (nodes, directions, rails, links);
 //! * [`synth`]: synthetic pair matrices for judging the decision (tests, `examples/oc.rs`);
 //! * [`verdict`]: the verdicts;
@@ -25,6 +26,7 @@ pub mod args;
 pub mod baseline;
 pub mod consistency;
 pub mod decide;
+pub mod expected;
 pub mod figures;
 pub mod node;
 pub mod run;

@@ -127,6 +127,7 @@ impl State<'_> {
             thresholds: self.thresholds.clone(),
             stages: self.stages.clone(),
             cluster: j.cluster,
+            link_profile: j.link,
             nodes: j.nodes,
             baseline: compared,
         }
@@ -273,6 +274,7 @@ pub fn run(
             alpha: args.alpha,
             min_pair_gbps: args.min_pair_gbps,
             min_pair_from: args.min_pair_gbps.map(|_| "--min-pair-gbps".into()),
+            min_link_fraction: args.min_link_fraction,
             ignore_checks: args.ignore_check.clone(),
         },
         baseline: loaded,
@@ -459,7 +461,6 @@ pub fn run(
                 Ok((code, records)) => {
                     if lead {
                         state.pairs = Matrix::from_pairs(&records);
-                        floor_from_instance(&mut state, &records);
                         state.records.extend(records.iter().cloned());
                         done(&mut state, "pairs", t, code, &records);
                     }
@@ -643,62 +644,9 @@ fn fail(
     e
 }
 
-/// The absolute floor from the instance type all nodes share, where efabench knows its link
-/// speed: `--min-link-fraction` of the rails a rank drove.
-fn floor_from_instance(state: &mut State, records: &[Record]) {
-    if state.thresholds.min_pair_gbps.is_some() {
-        return;
-    }
-    let types: Vec<Option<&str>> = state
-        .reports
-        .iter()
-        .map(|r| r.facts.instance_type.as_deref())
-        .collect();
-    let rails = records.iter().map(|r| r.rails).max().unwrap_or(1);
-    if let Some((floor, from)) = instance_floor(&types, rails, state.args.min_link_fraction) {
-        state.thresholds.min_pair_gbps = Some(floor);
-        state.thresholds.min_pair_from = Some(from);
-    }
-}
-
-/// `fraction` of the link speed of `rails` EFA devices of the instance type every node
-/// reported, with where it comes from; `None` unless all nodes share one type efabench knows.
-pub fn instance_floor(types: &[Option<&str>], rails: u32, fraction: f64) -> Option<(f64, String)> {
-    let t = (*types.first()?)?;
-    if types.iter().any(|x| *x != Some(t)) {
-        return None;
-    }
-    let profile = efabench_topology::topo::instance_profile(t)?;
-    let rails = rails.max(1);
-    Some((
-        fraction * profile.gbps_per_efa * rails as f64,
-        format!(
-            "{fraction} x {rails} rail(s) x {} Gbps per EFA of {t}",
-            profile.gbps_per_efa
-        ),
-    ))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    #[test]
-    fn the_floor_comes_from_the_instance_type_all_nodes_share() {
-        let p5 = Some("p5.48xlarge");
-        let (floor, from) = instance_floor(&[p5, p5, p5], 1, 0.5).unwrap();
-        assert_eq!(floor, 50.0);
-        assert_eq!(from, "0.5 x 1 rail(s) x 100 Gbps per EFA of p5.48xlarge");
-        assert_eq!(instance_floor(&[p5, p5], 4, 0.5).unwrap().0, 200.0);
-        // Mixed, unknown or unreadable types: no absolute floor, only the relative rule.
-        assert_eq!(instance_floor(&[p5, Some("p5en.48xlarge")], 1, 0.5), None);
-        assert_eq!(
-            instance_floor(&[Some("Standard PC"), Some("Standard PC")], 1, 0.5),
-            None
-        );
-        assert_eq!(instance_floor(&[p5, None], 1, 0.5), None);
-        assert_eq!(instance_floor(&[], 1, 0.5), None);
-    }
-
     #[test]
     fn slurm_placement_names_each_rank_s_host() {
         let env = |vars: &'static [(&'static str, &'static str)]| {

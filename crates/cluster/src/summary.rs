@@ -7,6 +7,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::baseline::Comparison;
+use crate::expected::LinkProfile;
 use crate::verdict::{ClusterVerdict, NodeVerdict, RunVerdict, Thresholds};
 
 /// The `schema` field of the summary.
@@ -71,6 +72,10 @@ pub struct Summary {
     /// Findings about the cluster as a whole (a check failing on most nodes, a fact with no
     /// majority value).
     pub cluster: Vec<String>,
+    /// The instance type's link the figures' `expected` are judged against (absent where the
+    /// nodes' type is unknown or differs between them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link_profile: Option<LinkProfile>,
     pub nodes: Vec<NodeVerdict>,
     /// This run against `--baseline` (absent without it, or before the pairs stage ended).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -180,6 +185,13 @@ mod tests {
                 detail: String::new(),
             }],
             cluster: Vec::new(),
+            link_profile: Some(LinkProfile {
+                instance_type: "p5en.48xlarge".into(),
+                efa_devices: 16,
+                gbps_per_efa: 200.0,
+                evidence: efabench_topology::profiles::Evidence::Source,
+                provenance: "read in a profile".into(),
+            }),
             nodes: Vec::new(),
             baseline: None,
         };
@@ -204,6 +216,16 @@ mod tests {
         ] {
             assert!(v.get(k).is_some(), "{k} missing in {text}");
         }
+        for k in [
+            "instance_type",
+            "efa_devices",
+            "gbps_per_efa",
+            "evidence",
+            "provenance",
+        ] {
+            assert!(v["link_profile"].get(k).is_some(), "{k} missing in {text}");
+        }
+        assert_eq!(v["link_profile"]["evidence"], "source");
         assert_eq!(v["stages"][0]["status"], "ok");
         assert_eq!(v["verdict"], "PASS");
         let back: Summary = serde_json::from_str(&text).unwrap();

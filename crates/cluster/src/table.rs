@@ -50,6 +50,18 @@ pub fn render_verdicts(s: &Summary) -> String {
             stages.join(", ")
         )
     });
+    // "of link": the lower of the node's send and receive medians against its link, and the
+    // profile once above the table, only where some node's instance type gave one.
+    let of_link = |n: &verdict::NodeVerdict| {
+        n.pairs
+            .as_ref()
+            .and_then(|p| p.expected)
+            .and_then(|e| e.lowest_pct())
+    };
+    let link_col = s.nodes.iter().any(|n| of_link(n).is_some());
+    if let (Some(l), true) = (&s.link_profile, link_col) {
+        out.push(format!("# expected: {}", l.describe()));
+    }
     for c in &s.cluster {
         out.push(format!("# cluster-wide: {c}"));
     }
@@ -63,9 +75,21 @@ pub fn render_verdicts(s: &Summary) -> String {
         .max()
         .unwrap_or(4)
         .max(4);
+    let col = |v: String| {
+        if link_col {
+            format!("  {v:>7}")
+        } else {
+            String::new()
+        }
+    };
     out.push(format!(
-        "{:<w$}  {:<7}  {:>28}  {:>18}  {:>14}  NICs",
-        "host", "verdict", "pairs send/recv/others Gbps", "vs peers [interval]", "alltoall ratio"
+        "{:<w$}  {:<7}  {:>28}  {:>18}{}  {:>14}  NICs",
+        "host",
+        "verdict",
+        "pairs send/recv/others Gbps",
+        "vs peers [interval]",
+        col("of link".into()),
+        "alltoall ratio"
     ));
     for n in &s.nodes {
         let med = |x: &Option<crate::figures::Stats>| x.map_or("-".to_string(), |s| gbps(s.median));
@@ -105,10 +129,12 @@ pub fn render_verdicts(s: &Summary) -> String {
                 format!("{} of {}", c.used.len().min(c.efa_devices), c.efa_devices)
             }
         });
+        let link = of_link(n).map_or("-".to_string(), pct);
         out.push(format!(
-            "{:<w$}  {:<7}  {pairs:>28}  {peers:>18}  {a2a:>14}  {nics}",
+            "{:<w$}  {:<7}  {pairs:>28}  {peers:>18}{}  {a2a:>14}  {nics}",
             n.host,
-            n.verdict.as_str()
+            n.verdict.as_str(),
+            col(link)
         ));
         for r in &n.reasons {
             out.push(format!(
@@ -160,6 +186,15 @@ pub fn render_verdicts(s: &Summary) -> String {
     out.join("\n")
 }
 
+/// A percentage: one decimal below 10% (a link at 1.2% is not at 1%), whole above.
+fn pct(v: f64) -> String {
+    if v < 10.0 {
+        format!("{v:.1}%")
+    } else {
+        format!("{v:.0}%")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -192,6 +227,7 @@ mod tests {
             thresholds: Thresholds::default(),
             stages: Vec::new(),
             cluster: vec!["check x fails on 4 of 4 nodes".into()],
+            link_profile: None,
             nodes,
             baseline: None,
         }

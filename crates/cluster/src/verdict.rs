@@ -4,7 +4,8 @@
 //!   its hardware differs from the majority's (instance type, EFA devices, GPUs, link speed);
 //!   its pairs, or one rail's, are confidently below `isolate_below` of the pairs without it
 //!   ([`crate::decide`] on the matrix between hosts) or below the absolute floor
-//!   `min_pair_gbps`; it never joined or died during a stage.
+//!   (`--min-pair-gbps`, or `--min-link-fraction` of its link, [`crate::expected`]); it never
+//!   joined or died during a stage.
 //! * **WARN** — usable, look at it: a check warns on it but not on most nodes; its software
 //!   (libfabric, driver, plugin, NCCL, CUDA, huge pages, kernel) differs from the majority's;
 //!   its pairs (or a rail's) are confidently below `warn_below` of its peers; one of its links
@@ -18,7 +19,9 @@
 //! cluster as a whole ([`ClusterVerdict::Fail`], "FAIL: cluster-wide"): no node is to blame, but
 //! no job should be started on it either, so the run exits [`EXIT_CLUSTER`] (3), apart from 1
 //! (a node to isolate) and 2 (bad input). A check that only *warns* on most nodes stays a
-//! finding.
+//! finding. The link is judged the same way: when the median node's pairs are below
+//! `--min-link-fraction` of what its instance type's link carries, the cluster fails as a whole
+//! and the floor names no node.
 
 use std::collections::BTreeMap;
 
@@ -28,6 +31,7 @@ use serde::{Deserialize, Serialize};
 use crate::decide::{self, Level, Scope};
 
 use crate::consistency::Consistency;
+use crate::expected::{self, Expected, LinkProfile, Share};
 use crate::figures::{gbps, Matrix, PairFigures};
 use crate::node::{CheckStatus, NodeCheck, NodeFacts, NodeReport, Weight};
 
@@ -174,14 +178,23 @@ pub struct Thresholds {
     pub warn_below: f64,
     /// The chance, over the whole run, that the decision names a node of a healthy cluster.
     pub alpha: f64,
-    /// Absolute floor of a node's send and receive medians, Gbps, when known.
+    /// Absolute floor of a node's send and receive medians, Gbps (`--min-pair-gbps`); without
+    /// it the floor is `min_link_fraction` of each figure's expectation ([`crate::expected`]).
     pub min_pair_gbps: Option<f64>,
-    /// Where the floor comes from (an option, or the instance type's link speed).
+    /// Where `min_pair_gbps` comes from.
     pub min_pair_from: Option<String>,
+    /// Fraction of the link below which a node's pairs are under the floor, and the median
+    /// node's fail the cluster as a whole.
+    #[serde(default = "default_min_link_fraction")]
+    pub min_link_fraction: f64,
     /// Checks left out of the verdicts (`--ignore-check`): known to fail where the run is
     /// (e.g. `efa-devices` when testing over tcp on hosts without EFA).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ignore_checks: Vec<String>,
+}
+
+fn default_min_link_fraction() -> f64 {
+    expected::MIN_LINK_FRACTION
 }
 
 impl Thresholds {
@@ -204,6 +217,7 @@ impl Default for Thresholds {
             alpha: d.alpha,
             min_pair_gbps: None,
             min_pair_from: None,
+            min_link_fraction: expected::MIN_LINK_FRACTION,
             ignore_checks: Vec::new(),
         }
     }
@@ -238,6 +252,8 @@ pub struct Judgement {
     pub cluster: Vec<String>,
     /// The findings that fail the cluster as a whole (empty: the cluster passes).
     pub cluster_failures: Vec<String>,
+    /// The link the figures were judged against, where every node reported one known type.
+    pub link: Option<LinkProfile>,
 }
 
 impl Judgement {
@@ -396,6 +412,28 @@ pub fn judge(i: &Inputs) -> Judgement {
         cluster.push(s.describe());
     }
 
+    // Against the link: each node's pairs and the cluster's median node, where every node
+    // reported one instance type efabench knows.
+    let link = LinkProfile::shared(i.reports);
+    let pair_expected: BTreeMap<String, Expected> = match (i.pairs, &link) {
+        (Some(m), Some(l)) => hosts
+            .iter()
+            .filter_map(|h| {
+                let f = m.figures(i.rank_host, h);
+                expected::expected(m, i.rank_host, h, &f, l, Share::Alone).map(|e| (h.clone(), e))
+            })
+            .collect(),
+        _ => BTreeMap::new(),
+    };
+    let link_finding = link.as_ref().and_then(|l| {
+        let nodes: Vec<Expected> = pair_expected.values().copied().collect();
+        expected::cluster_finding(&nodes, l, i.thresholds.min_link_fraction)
+    });
+    if let Some(f) = &link_finding {
+        cluster_failures.push(f.clone());
+        cluster.push(f.clone());
+    }
+
     // Pairs: the decision on the matrix between hosts (relative to the cluster's own pairs)
     // and the absolute floor.
     let mut estimates: BTreeMap<String, decide::Estimate> = BTreeMap::new();
@@ -490,28 +528,42 @@ pub fn judge(i: &Inputs) -> Judgement {
                 }
             }
         }
-        if let Some(floor) = i.thresholds.min_pair_gbps {
+        // The floor: a node below it while the cluster as a whole is not. When the median node
+        // is below the link's fraction, it is the cluster's finding instead, as with a check
+        // failing on most nodes: no node is to blame for it.
+        if link_finding.is_none() {
             for h in &hosts {
                 let f = m.figures(i.rank_host, h);
-                let low: Vec<String> = [("sending", f.send), ("receiving", f.recv)]
-                    .iter()
-                    .filter_map(|(what, s)| {
-                        s.filter(|s| s.median < floor)
-                            .map(|s| format!("{what} median {} Gbps", gbps(s.median)))
+                let e = pair_expected.get(h);
+                let low: Vec<(f64, String, String)> = [
+                    ("sending", f.send, e.and_then(|e| e.send)),
+                    ("receiving", f.recv, e.and_then(|e| e.recv)),
+                ]
+                .iter()
+                .filter_map(|(what, s, against)| {
+                    let (floor, from) =
+                        expected::floor(i.thresholds, against.as_ref(), link.as_ref())?;
+                    s.filter(|s| s.median < floor).map(|s| {
+                        (
+                            floor,
+                            format!("{what} median {} Gbps", gbps(s.median)),
+                            from,
+                        )
                     })
-                    .collect();
-                if !low.is_empty() {
+                })
+                .collect();
+                if let Some((floor, _, from)) = low.first() {
+                    let what: Vec<&str> = low.iter().map(|l| l.1.as_str()).collect();
                     add(
                         h,
                         Reason {
                             stage: "pairs".into(),
                             verdict: Verdict::Isolate,
-                            reason: format!("pairs below the floor of {} Gbps", gbps(floor)),
+                            reason: format!("pairs below the floor of {} Gbps", gbps(*floor)),
                             evidence: format!(
-                                "at {} B: {} ({})",
+                                "at {} B: {} ({from})",
                                 m.size_bytes,
-                                low.join(", "),
-                                i.thresholds.min_pair_from.as_deref().unwrap_or("floor")
+                                what.join(", "),
                             ),
                         },
                     );
@@ -624,9 +676,18 @@ pub fn judge(i: &Inputs) -> Judgement {
                 facts: report.map(|r| r.facts.clone()),
                 pairs: i.pairs.map(|m| PairFigures {
                     estimate: estimates.get(h).copied(),
+                    expected: pair_expected.get(h).copied(),
                     ..m.figures(i.rank_host, h)
                 }),
-                alltoall: i.alltoall.map(|m| m.figures(i.rank_host, h)),
+                alltoall: i.alltoall.map(|m| {
+                    let f = m.figures(i.rank_host, h);
+                    PairFigures {
+                        expected: link.as_ref().and_then(|l| {
+                            expected::expected(m, i.rank_host, h, &f, l, Share::AllPeers)
+                        }),
+                        ..f
+                    }
+                }),
                 nics: coverage(h),
             }
         })
@@ -635,6 +696,7 @@ pub fn judge(i: &Inputs) -> Judgement {
         nodes,
         cluster,
         cluster_failures,
+        link,
     }
 }
 

@@ -459,6 +459,81 @@ fn a_node_with_a_degraded_pcie_link_is_isolated() {
     assert!(out.contains("# verdict: ISOLATE node3"), "{out}");
 }
 
+/// Simulated nodes that report an instance type efabench knows (the p5en fixture tree as every
+/// node's root) get each pair figure against that type's link: 200 Gbps for the one NIC each
+/// rank drives over tcp, in the summary, the table and Prometheus; the cluster fails as a
+/// whole exactly when the median node is below half of it. What tcp between namespaces
+/// reaches is not asserted: the rule is checked against the figures the run reports. No EFA
+/// here, so no run measures a real link against its profile.
+#[test]
+fn nodes_of_a_known_type_are_judged_against_its_link() {
+    let Some(mut c) = Cluster::new(3) else { return };
+    let d = tmp("cluster-expected");
+    let (sum, prom) = (d.join("s.json"), d.join("c.prom"));
+    let tree = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../fixtures/p5en.48xlarge-gin-ready"
+    );
+    let fi_info = format!("{tree}/fi_info.txt");
+    let (s, p) = (sum.to_str().unwrap(), prom.to_str().unwrap());
+    let mut args: Vec<&str> = vec!["cluster"];
+    args.extend_from_slice(QUICK);
+    args.extend(["--root", tree, "--fi-info", &fi_info]);
+    args.extend(["--summary", s, "--prometheus", p]);
+    let outs = c.job(&args, |_| Vec::new());
+    let (out, err) = (text(&outs[0].stdout), text(&outs[0].stderr));
+    let s = summary(&sum);
+    assert_eq!(s["link_profile"]["instance_type"], "p5en.48xlarge", "{s}");
+    assert_eq!(s["link_profile"]["evidence"], "source", "{s}");
+    assert!(
+        out.contains("# expected: p5en.48xlarge, 16 x 200 Gbps per node (read in "),
+        "{out}"
+    );
+    assert!(out.contains("of link"), "{out}");
+    let mut lowest = Vec::new();
+    for n in s["nodes"].as_array().unwrap() {
+        for dir in ["send", "recv"] {
+            let e = &n["pairs"]["expected"][dir];
+            assert_eq!(e["expected_gbps"], 200.0, "{n}");
+            let median = n["pairs"][dir]["median"].as_f64().unwrap();
+            let pct = e["pct_of_expected"].as_f64().unwrap();
+            assert!((pct - median / 2.0).abs() < 1e-9, "{n}");
+            // alltoall: each rank's 200 Gbps shared by its two remote peers.
+            assert_eq!(
+                n["alltoall"]["expected"][dir]["expected_gbps"], 100.0,
+                "{n}"
+            );
+        }
+        let pct = |dir: &str| {
+            n["pairs"]["expected"][dir]["pct_of_expected"]
+                .as_f64()
+                .unwrap()
+        };
+        lowest.push(pct("send").min(pct("recv")));
+    }
+    lowest.sort_by(f64::total_cmp);
+    // The median of three is the middle one.
+    let fails = lowest[1] < 50.0;
+    let wide = s["cluster_failures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|f| f.as_str().unwrap().contains("of the link of p5en.48xlarge"));
+    assert_eq!(wide, fails, "{lowest:?} {s}");
+    if fails {
+        assert_eq!(outs[0].status.code(), Some(3), "{out}\n{err}");
+        assert_eq!(s["cluster_verdict"], "FAIL", "{s}");
+        assert!(out.contains("# cluster-wide: pairs at a median "), "{out}");
+    }
+    let p = std::fs::read_to_string(&prom).unwrap();
+    let samples = exposition_check::check_exposition(&p).unwrap_or_else(|e| panic!("{e}\n{p}"));
+    let pcts = samples
+        .iter()
+        .filter(|(n, _, _)| n == "efabench_cluster_pairs_pct_of_expected")
+        .count();
+    assert_eq!(pcts, 6, "{p}");
+}
+
 /// Multiplies every bandwidth of a baseline file by `factor` (its runs and their summary).
 fn scale_baseline(path: &std::path::Path, factor: f64) {
     use efabench_report::compare::Baseline;

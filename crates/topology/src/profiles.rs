@@ -7,8 +7,11 @@
 //! reconstructed from neighbouring facts where no capture exists. The reports quote it beside
 //! the figure, so a user knows which expectations to trust.
 
+use serde::{Deserialize, Serialize};
+
 /// How a profile's figures are known.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Evidence {
     /// Read in the source code or configuration of a public component.
     Source,
@@ -197,7 +200,24 @@ mod tests {
         assert_eq!(instance_profile(" p5e.48xlarge ").unwrap(), p5);
         let p5en = instance_profile("p5en.48xlarge").unwrap();
         assert_eq!((p5en.efa_devices, p5en.gbps_per_efa), (16, 200.0));
-        assert_eq!(instance_profile("p4de.24xlarge").unwrap().efa_devices, 4);
+        let p4de = instance_profile("p4de.24xlarge").unwrap();
+        assert_eq!((p4de.efa_devices, p4de.gbps_per_efa), (4, 100.0));
+        assert_eq!(p4de.evidence, Evidence::Source);
+        // Every type the cluster verdict can judge against its link has a profile.
+        for t in [
+            "p4d.24xlarge",
+            "p5e.48xlarge",
+            "p6-b200.48xlarge",
+            "p6-b300.48xlarge",
+            "trn1.32xlarge",
+            "trn1n.32xlarge",
+        ] {
+            assert!(instance_profile(t).is_some(), "{t}");
+        }
+        assert_eq!(
+            serde_json::to_string(&Evidence::Reconstructed).unwrap(),
+            "\"reconstructed\""
+        );
         assert_eq!(
             instance_profile("trn2.48xlarge").unwrap().evidence,
             Evidence::Reconstructed

@@ -11,6 +11,12 @@
 //!   of its peers' speed (`estimate`) and its interval (`low`, `high`);
 //! * `efabench_cluster_pairs_ratio{host}`, `efabench_cluster_alltoall_ratio{host}`: the lower of
 //!   its send and receive medians over the median of the pairs without it;
+//! * `efabench_cluster_pairs_expected_gbps{host,direction}`,
+//!   `efabench_cluster_pairs_pct_of_expected{host,direction}` (direction `send`, `recv`): what the
+//!   link of the nodes' instance type could carry for the node's pairs, and the median's share
+//!   of it in percent; `efabench_cluster_alltoall_expected_gbps`,
+//!   `efabench_cluster_alltoall_pct_of_expected` the same for the per-peer chunk rates; absent
+//!   (no family) where the type is unknown;
 //! * `efabench_cluster_stage_seconds{stage,status}`: each stage's time;
 //! * `efabench_cluster_verdict{verdict}`: the verdict on the cluster as a whole, 1 for it and 0
 //!   for the other (PASS, FAIL: a check fails on most nodes);
@@ -21,6 +27,7 @@
 //!   ISOLATE, else 0.
 
 use super::prometheus::label;
+use efabench_cluster::expected::Expected;
 use efabench_cluster::figures::{PairFigures, Stats};
 use efabench_cluster::summary::Summary;
 use efabench_cluster::verdict::{ClusterVerdict, Verdict};
@@ -84,7 +91,38 @@ pub fn render(s: &Summary) -> String {
         "efabench_cluster_alltoall_ratio",
         "Lower of the node's all-to-all per-peer chunk rate medians over those of the pairs without it",
     );
+    let mut expected = [
+        Family::new(
+            "efabench_cluster_pairs_expected_gbps",
+            "What the link of the nodes' instance type carries for the node's pairs, Gbps (the NICs driven x Gbps per EFA)",
+        ),
+        Family::new(
+            "efabench_cluster_pairs_pct_of_expected",
+            "The node's pairs median over what the link of its instance type carries, percent",
+        ),
+        Family::new(
+            "efabench_cluster_alltoall_expected_gbps",
+            "What the link of the nodes' instance type carries for one all-to-all peer (the NICs driven x Gbps per EFA, shared by the remote peers), Gbps",
+        ),
+        Family::new(
+            "efabench_cluster_alltoall_pct_of_expected",
+            "The node's all-to-all per-peer chunk rate median over its expected_gbps, percent",
+        ),
+    ];
     for n in &s.nodes {
+        let against = |e: Option<Expected>, fams: &mut [Family]| {
+            let Some(e) = e else { return };
+            for (dir, a) in [("send", e.send), ("recv", e.recv)] {
+                if let Some(a) = a {
+                    let l = || vec![("host", n.host.clone()), ("direction", dir.into())];
+                    fams[0].push(l(), a.expected_gbps);
+                    fams[1].push(l(), a.pct_of_expected);
+                }
+            }
+        };
+        let (pair_fams, a2a_fams) = expected.split_at_mut(2);
+        against(n.pairs.as_ref().and_then(|p| p.expected), pair_fams);
+        against(n.alltoall.as_ref().and_then(|p| p.expected), a2a_fams);
         for v in [Verdict::Pass, Verdict::Warn, Verdict::Isolate] {
             verdict.push(
                 vec![("host", n.host.clone()), ("verdict", v.as_str().into())],
@@ -159,7 +197,14 @@ pub fn render(s: &Summary) -> String {
     );
     exit.push(Vec::new(), f64::from(s.exit_code));
     let mut out = String::new();
-    for f in [&verdict, &pairs, &ratio, &peers, &a2a, &stages, &cluster] {
+    for f in [&verdict, &pairs, &ratio, &peers, &a2a] {
+        f.render(&mut out);
+    }
+    // Only where some node's type gave an expectation: without one the file stays as it was.
+    for f in expected.iter().filter(|f| !f.samples.is_empty()) {
+        f.render(&mut out);
+    }
+    for f in [&stages, &cluster] {
         f.render(&mut out);
     }
     if let Some(c) = s.baseline.as_ref().and_then(|b| b.cluster) {
@@ -203,6 +248,11 @@ mod tests {
                 reference: 42,
                 noise: 0.02,
             }),
+            expected: None,
+        };
+        let against = |pct: f64| efabench_cluster::expected::AgainstLink {
+            expected_gbps: 200.0,
+            pct_of_expected: pct,
         };
         let node = |h: &str, v: Verdict| NodeVerdict {
             host: h.into(),
@@ -237,6 +287,7 @@ mod tests {
                 detail: String::new(),
             }],
             cluster: Vec::new(),
+            link_profile: None,
             nodes: vec![
                 node("node\"1", Verdict::Pass),
                 node("node3", Verdict::Isolate),
@@ -265,6 +316,13 @@ mod tests {
                 message: None,
             }),
         };
+        // Without an expectation, no family for it.
+        assert!(!render(&s).contains("expected"), "{}", render(&s));
+        let mut s = s;
+        s.nodes[1].pairs.as_mut().unwrap().expected = Some(Expected {
+            send: Some(against(0.2)),
+            recv: Some(against(0.225)),
+        });
         let text = render(&s);
         let samples = check(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
         let get = |name: &str, want: &[(&str, &str)]| {
@@ -301,6 +359,27 @@ mod tests {
             Some(0.4)
         );
         assert_eq!(get("efabench_cluster_exit_code", &[]), Some(3.0));
+        assert_eq!(
+            get(
+                "efabench_cluster_pairs_pct_of_expected",
+                &[("host", "node3"), ("direction", "recv")]
+            ),
+            Some(0.225)
+        );
+        assert_eq!(
+            get(
+                "efabench_cluster_pairs_expected_gbps",
+                &[("host", "node3"), ("direction", "send")]
+            ),
+            Some(200.0)
+        );
+        assert_eq!(
+            get(
+                "efabench_cluster_pairs_pct_of_expected",
+                &[("host", "node\"1")]
+            ),
+            None
+        );
         assert_eq!(
             get("efabench_cluster_baseline_ratio", &[("bound", "high")]),
             Some(0.55)
