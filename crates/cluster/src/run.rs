@@ -592,7 +592,12 @@ fn done(state: &mut State, name: &str, t: Instant, code: i32, records: &[Record]
         ));
     }
     if over {
-        detail.push_str("; over its budget (setup and connection time are not bounded by it)");
+        detail.push_str(if name == "pairs" {
+            "; over its budget (every pair runs at least a warm-up and two timed windows, \
+             which a slow link can make longer than its share)"
+        } else {
+            "; over its budget (setup and connection time are not bounded by it)"
+        });
     }
     progress(&format!("{name}: done in {:.1} s ({detail})", secs(t)));
     let s = state.stage(name);

@@ -14,7 +14,10 @@
 //! part ([`Spent`]).
 //!
 //! # Stopping together
-//! The loop decides alone when this rank's budget ran out (at least one iteration per phase);
+//! The loop decides alone when this rank's budget ran out (at least two iterations per phase,
+//! unless the count is smaller): an iteration whose start plus the previous iteration's length
+//! reaches the budget is the last, so a phase of long iterations (a pair's window over a slow
+//! link) ends near its budget rather than one iteration after it;
 //! the ranks agree in band: the body of the iteration a rank ends on tells its peers (a mark in
 //! the iteration's own messages, so no extra round trip), and a body returns `true` when its
 //! iteration ends the phase, because this rank decided so or because a peer's mark arrived. The
