@@ -9,7 +9,7 @@
 # estimates go to OUT/runs.jsonl, the counts to OUT/counts.json.
 #
 # Usage: scripts/cluster-study.sh OUT [nodes=8] [healthy=20] [faulty=20] [slow=0.8]
-#                                     [slow_nodes=1] [budget=4] [seed=1] [alltoall=0]
+#                                     [slow_nodes=1] [budget=4] [seed=1] [alltoall=0] [timeout=20]
 # Needs root, ip and tc (scripts/setup.sh installs them). About 15 s per 8-node run on the
 # 2-core VM.
 set -euo pipefail
@@ -18,7 +18,7 @@ cd "$(dirname "$0")/.."
 out=$(realpath -m "$1")
 shift
 for kv in "$@"; do
-    [[ $kv =~ ^(nodes|healthy|faulty|slow|slow_nodes|budget|seed|alltoall)=[0-9.]+$ ]] ||
+    [[ $kv =~ ^(nodes|healthy|faulty|slow|slow_nodes|budget|seed|alltoall|timeout)=[0-9.]+$ ]] ||
         { echo "cluster-study: '$kv' is not one of nodes=, healthy=, faulty=, slow=, slow_nodes=, budget=, seed= with a number" >&2; exit 2; }
 done
 mkdir -p "$out"

@@ -49,10 +49,12 @@ const ARGS: &[&str] = &[
     "20",
 ];
 
-fn run(c: &mut Cluster, sum: &std::path::Path) -> (Output, Value) {
+/// One `cluster` run with [`ARGS`] and `extra`: rank 0's output and the summary.
+fn run(c: &mut Cluster, sum: &std::path::Path, extra: &[&str]) -> (Output, Value) {
     let mut args: Vec<&str> = ARGS.to_vec();
     let s = sum.to_str().unwrap().to_string();
     args.extend(["--summary", &s]);
+    args.extend_from_slice(extra);
     let mut outs = c.job(&args, |_| Vec::new());
     let o = outs.remove(0);
     println!("{}\n{}", text(&o.stdout), text(&o.stderr));
@@ -82,7 +84,7 @@ fn eight_nodes_healthy_names_nobody_and_one_at_80_percent_is_named_with_its_inte
         c.impair(n, Side::Both, Impair::rate(LINK_MBIT));
     }
     let d = tmp("cluster-nodes-80");
-    let (o, s) = run(&mut c, &d.join("healthy.json"));
+    let (o, s) = run(&mut c, &d.join("healthy.json"), &[]);
     let out = text(&o.stdout);
     assert_eq!(o.status.code(), Some(0), "{out}");
     for (h, v) in verdicts(&s) {
@@ -90,7 +92,7 @@ fn eight_nodes_healthy_names_nobody_and_one_at_80_percent_is_named_with_its_inte
     }
     let mbit = LINK_MBIT * 8 / 10;
     c.impair(4, Side::Both, Impair::rate(mbit));
-    let (o, s) = run(&mut c, &d.join("node5.json"));
+    let (o, s) = run(&mut c, &d.join("node5.json"), &[]);
     let out = text(&o.stdout);
     let mut named = String::new();
     for (h, v) in verdicts(&s) {
@@ -178,11 +180,46 @@ fn a_slow_nic_of_two_is_named_by_host_and_domain() {
     }
 }
 
+/// Eight nodes, every link at 300 Mbit/s, and the one link node2 -> node4 limited to a third of
+/// it (an htb class chosen by node4's address): the link is named as a link, both ends WARN
+/// and nobody is ISOLATE, since node2's and node4's other pairs are healthy. (node4 -> node2
+/// runs in the same round and its acknowledgements queue behind node2's limited data, so it is
+/// slow too; a link is judged against the pairs with neither end, which needs more than four
+/// nodes to be sure.)
+#[test]
+fn a_single_slow_link_is_named_as_a_link() {
+    let _one = serial();
+    let Some(mut c) = Cluster::new(8) else { return };
+    for n in 0..8 {
+        c.impair(n, Side::Receiving, Impair::rate(LINK_MBIT));
+    }
+    c.impair_link(1, 3, LINK_MBIT / 3).expect("tc htb");
+    let d = tmp("cluster-nodes-link");
+    let (o, s) = run(&mut c, &d.join("link.json"), &["-v"]);
+    let out = text(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{out}");
+    for n in s["nodes"].as_array().unwrap() {
+        let host = n["host"].as_str().unwrap();
+        if host == "node2" || host == "node4" {
+            assert_eq!(n["verdict"], "WARN", "{host}:\n{out}");
+            let link = n["reasons"].as_array().unwrap().iter().any(|r| {
+                r["reason"]
+                    .as_str()
+                    .unwrap()
+                    .contains("link node2 -> node4 slow")
+            });
+            assert!(link, "{n}");
+        } else {
+            assert_eq!(n["verdict"], "PASS", "{host}:\n{out}");
+        }
+    }
+}
+
 /// A study of the verdict's error rates, not a CI test (minutes per cluster size): healthy
 /// clusters and clusters with `slow_nodes` nodes at `slow` of the link, every run scored.
 /// `scripts/cluster-study.sh` runs it and says how; the settings come from `EFABENCH_STUDY`
-/// (`nodes=8 healthy=20 faulty=20 slow=0.8 slow_nodes=1 budget=4 seed=1 alltoall=0`; `alltoall=1`
-/// adds the alltoall stage with the same budget) and the runs and counts
+/// (`nodes=8 healthy=20 faulty=20 slow=0.8 slow_nodes=1 budget=4 seed=1 alltoall=0 timeout=20`;
+/// `alltoall=1` adds the alltoall stage with the same budget, `timeout` is `--timeout`) and the runs and counts
 /// go to the directory `EFABENCH_STUDY_OUT`.
 #[test]
 #[ignore]
@@ -210,6 +247,7 @@ fn study() {
     let budget = get("budget", 4.0);
     let mut seed = get("seed", 1.0) as u64;
     let with_alltoall = get("alltoall", 0.0) != 0.0;
+    let timeout_s = get("timeout", 20.0).to_string();
     let _one = serial();
     let Some(mut c) = Cluster::new(nodes) else {
         panic!("simulated nodes need root, ip and tc");
@@ -249,6 +287,8 @@ fn study() {
         let mut args: Vec<&str> = ARGS.to_vec();
         let at = args.iter().position(|a| *a == "--pairs-budget").unwrap();
         args[at + 1] = &budget_s;
+        let at = args.iter().position(|a| *a == "--timeout").unwrap();
+        args[at + 1] = &timeout_s;
         if with_alltoall {
             let at = args.iter().position(|a| *a == "--skip").unwrap();
             args.drain(at..at + 2);
@@ -320,6 +360,9 @@ fn study() {
             "exit_code": o.status.code(),
             "named": named,
             "pairs_stage": pairs_stage,
+            "stages": summary["stages"].clone(),
+            "cluster_failures": summary["cluster_failures"].clone(),
+            "stderr_tail": text(&o.stderr).lines().rev().take(6).collect::<Vec<_>>(),
             "wall_s": (wall * 10.0).round() / 10.0,
             "estimates": estimates,
         });

@@ -301,6 +301,34 @@ impl Cluster {
         }
     }
 
+    /// Limits what node `src` sends to node `dst` (one ordered link, eth0) to `mbit`, leaving
+    /// its other traffic alone: an htb qdisc on `src`'s eth0 whose default class is unlimited
+    /// and whose second class, chosen by `dst`'s address, has the rate.
+    pub fn impair_link(&self, src: usize, dst: usize, mbit: u32) -> Result<(), String> {
+        let ns = &self.nodes[src].ns;
+        let dst_ip = format!("{}/32", self.nodes[dst].addr);
+        let rate = format!("{mbit}mbit");
+        let tc = |args: &[&str]| {
+            let mut v = vec!["-n", ns.as_str()];
+            v.extend_from_slice(args);
+            run("tc", &v)
+        };
+        tc(&[
+            "qdisc", "replace", "dev", "eth0", "root", "handle", "1:", "htb", "default", "1",
+        ])?;
+        tc(&[
+            "class", "add", "dev", "eth0", "parent", "1:", "classid", "1:1", "htb", "rate",
+            "100gbit",
+        ])?;
+        tc(&[
+            "class", "add", "dev", "eth0", "parent", "1:", "classid", "1:2", "htb", "rate", &rate,
+        ])?;
+        tc(&[
+            "filter", "add", "dev", "eth0", "parent", "1:", "protocol", "ip", "u32", "match", "ip",
+            "dst", &dst_ip, "flowid", "1:2",
+        ])
+    }
+
     /// Like [`Cluster::try_impair`], failing the test when `tc` refuses.
     pub fn impair(&self, i: usize, side: Side, how: Impair) {
         self.try_impair(i, side, how).expect("tc impairment");

@@ -202,6 +202,10 @@ impl PingPong<'_> {
         while ret == -(sys::FI_EAGAIN as isize) {
             self.read()?;
             spins = spins.wrapping_add(1);
+            // As in `Rail::post_lowered`: the peer this waits for may need this core.
+            if spins > 16 {
+                std::thread::yield_now();
+            }
             if spins % 128 == 0 {
                 let s = *start.get_or_insert_with(Instant::now);
                 if s.elapsed() > self.rail.cfg.post_timeout {

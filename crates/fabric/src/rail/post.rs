@@ -333,6 +333,12 @@ impl Rail {
                 }
             }
             spins = spins.wrapping_add(1);
+            // The provider waits for something outside this process (a peer's progress, a
+            // connection being accepted): where ranks outnumber cores that peer needs this
+            // core, so give it up between tries (with a core to itself this returns at once).
+            if spins > 16 {
+                std::thread::yield_now();
+            }
             if spins % 128 == 0 {
                 let s = *start.get_or_insert_with(Instant::now);
                 if s.elapsed() > self.cfg.post_timeout {
