@@ -7,7 +7,6 @@ use crate::node::NodeFacts;
 use crate::summary::{Summary, SCHEMA};
 use crate::table::render_verdicts;
 use crate::verdict::{judge, ClusterVerdict, Inputs, Judgement, RunVerdict, Verdict};
-use efabench_bench::locate::PairBw;
 
 fn hosts(n: usize) -> Vec<String> {
     (1..=n).map(|i| format!("node{i}")).collect()
@@ -31,21 +30,9 @@ fn reports(types: &[Option<&str>]) -> Vec<NodeReport> {
 
 /// Every ordered pair of `n` one-rank nodes at `f(src, dst)` Gbps, each rank driving `rails`.
 fn matrix(n: usize, rails: usize, f: impl Fn(usize, usize) -> f64) -> Matrix {
-    let mut pairs = Vec::new();
-    for s in 0..n {
-        for d in (0..n).filter(|&d| d != s) {
-            pairs.push(PairBw {
-                src: s,
-                dst: d,
-                gbps: f(s, d),
-            });
-        }
-    }
     Matrix {
-        size_bytes: 1 << 20,
-        pairs,
         drove: rails,
-        ..Matrix::default()
+        ..crate::figures::full(n, f)
     }
 }
 

@@ -271,27 +271,29 @@ pub fn gbps(v: f64) -> String {
     }
 }
 
+/// Every ordered pair of `n` one-rank nodes at `f(src, dst)` Gbps, at 1 MiB (for tests).
+#[cfg(test)]
+pub(crate) fn full(n: usize, f: impl Fn(usize, usize) -> f64) -> Matrix {
+    let mut pairs = Vec::new();
+    for s in 0..n {
+        for d in (0..n).filter(|&d| d != s) {
+            pairs.push(PairBw {
+                src: s,
+                dst: d,
+                gbps: f(s, d),
+            });
+        }
+    }
+    Matrix {
+        size_bytes: 1 << 20,
+        pairs,
+        ..Matrix::default()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn full(n: usize, f: impl Fn(usize, usize) -> f64) -> Matrix {
-        let mut pairs = Vec::new();
-        for s in 0..n {
-            for d in (0..n).filter(|&d| d != s) {
-                pairs.push(PairBw {
-                    src: s,
-                    dst: d,
-                    gbps: f(s, d),
-                });
-            }
-        }
-        Matrix {
-            size_bytes: 1 << 20,
-            pairs,
-            ..Matrix::default()
-        }
-    }
 
     fn hosts(n: usize) -> Vec<String> {
         (1..=n).map(|i| format!("node{i}")).collect()

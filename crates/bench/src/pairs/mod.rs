@@ -178,18 +178,13 @@ impl<'a> Pairs<'a> {
             .as_secs_f64();
         let steps = plan.cost(ctx.world).0.max(1) * self.sizes.len().max(1) as u64;
         let rails = if rails > 1 { 2.0 } else { 1.0 };
-        let mine = if ctx.rank == 0 {
+        let max = self.args.max_time;
+        let t = from_rank0(ctx, || {
             let fit = left * DEADLINE_SHARE / (steps as f64 * rails * 1.1);
-            fit.clamp(MIN_PAIR_TIME_S, self.args.max_time)
-                .to_le_bytes()
-                .to_vec()
-        } else {
-            Vec::new()
-        };
-        let all = ctx.bs.all_gather(&mine)?;
-        let t = all
-            .first()
-            .and_then(|b| <[u8; 8]>::try_from(b.as_slice()).ok())
+            fit.clamp(MIN_PAIR_TIME_S, max).to_le_bytes().to_vec()
+        })?;
+        let t = <[u8; 8]>::try_from(t.as_slice())
+            .ok()
             .map(f64::from_le_bytes)
             .filter(|t| t.is_finite() && *t > 0.0)
             .ok_or_else(|| BenchError::failed("rank 0 sent no valid time per pair"))?;
@@ -200,6 +195,17 @@ impl<'a> Pairs<'a> {
             self.args.max_time
         ))
     }
+}
+
+/// What rank 0 decides (`decide` runs there only), as every rank receives it.
+fn from_rank0(ctx: &Ctx, decide: impl FnOnce() -> Vec<u8>) -> Result<Vec<u8>, BenchError> {
+    let mine = if ctx.rank == 0 { decide() } else { Vec::new() };
+    Ok(ctx
+        .bs
+        .all_gather(&mine)?
+        .into_iter()
+        .next()
+        .unwrap_or_default())
 }
 
 /// Share of what is left after setup that the pairs' timed parts and warm-ups get; the rest
@@ -360,15 +366,11 @@ impl<'a> Benchmark for Pairs<'a> {
         }
         if let Round::Retest(j) = spec.round {
             // Rank 0 chooses from what it has seen; every rank takes its word.
-            let mine = if me == 0 {
+            let k = from_rank0(ctx, || {
                 self.choose_retest(n, size, j).to_le_bytes().to_vec()
-            } else {
-                Vec::new()
-            };
-            let all = ctx.bs.all_gather(&mine)?;
-            let k = all
-                .first()
-                .and_then(|b| <[u8; 4]>::try_from(b.as_slice()).ok())
+            })?;
+            let k = <[u8; 4]>::try_from(k.as_slice())
+                .ok()
                 .map(u32::from_le_bytes)
                 .filter(|k| (1..n).contains(k))
                 .ok_or_else(|| BenchError::failed("rank 0 sent no valid retest shift"))?;
