@@ -5,12 +5,12 @@
 # crates/efabench/tests/cluster_nodes.rs: N simulated nodes (network namespaces on a bridge,
 # tcp, every link limited by `tc tbf` to 300 Mbit/s), HEALTHY healthy clusters, then FAULTY
 # clusters with SLOW_NODES nodes (chosen by a seeded generator) limited to SLOW of the link,
-# each run `efabench cluster` with the pairs stage alone (512 KiB, BUDGET s). Every run's verdicts and
+# each run `efabench cluster` with the pairs stage alone (512 KiB, BUDGET s, default 6). Every run's verdicts and
 # estimates go to OUT/runs.jsonl, the counts to OUT/counts.json.
 #
 # Usage: scripts/cluster-study.sh OUT [nodes=8] [healthy=20] [faulty=20] [slow=0.8]
-#                                     [slow_nodes=1] [budget=4] [seed=1] [alltoall=0] [timeout=20]
-# Needs root, ip and tc (scripts/setup.sh installs them). About 15 s per 8-node run on the
+#                                     [slow_nodes=1] [budget=6] [seed=1] [alltoall=0] [timeout=20]
+# Needs root, ip and tc (scripts/setup.sh installs them). About 8 s per 8-node run on the
 # 2-core VM.
 set -euo pipefail
 cd "$(dirname "$0")/.."
