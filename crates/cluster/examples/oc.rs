@@ -111,6 +111,24 @@ struct Tally {
 }
 
 impl Tally {
+    /// ` 100.0% (95.0%) |`: named, and ISOLATE in brackets.
+    fn detection_cell(&self) -> String {
+        format!(
+            " {} ({}) |",
+            Tally::pct(self.named, self.runs),
+            Tally::pct(self.isolated, self.runs)
+        )
+    }
+
+    /// ` 0.4% | 0.0% |`: false WARN and false ISOLATE per healthy node.
+    fn false_alarm_cells(&self) -> String {
+        format!(
+            " {} | {} |",
+            Tally::pct(self.false_warn, self.healthy),
+            Tally::pct(self.false_isolate, self.healthy)
+        )
+    }
+
     fn pct(a: usize, b: usize) -> String {
         if b == 0 {
             "-".into()
@@ -276,11 +294,7 @@ fn main() {
                         factor: s,
                     }]
                 });
-                row.push_str(&format!(
-                    " {} ({}) |",
-                    Tally::pct(t.named, t.runs),
-                    Tally::pct(t.isolated, t.runs)
-                ));
+                row.push_str(&t.detection_cell());
                 pts.push((s * 100.0, 100.0 * t.named as f64 / t.runs as f64));
             }
             let h = simulate(
@@ -291,11 +305,7 @@ fn main() {
                 None,
                 &|_: &mut Rng| Vec::new(),
             );
-            row.push_str(&format!(
-                " {} | {} |",
-                Tally::pct(h.false_warn, h.healthy),
-                Tally::pct(h.false_isolate, h.healthy)
-            ));
+            row.push_str(&h.false_alarm_cells());
             println!("{row}");
             if [8, 32, 1024].contains(&n) {
                 curves.push(efabench_report::plot::Series {
@@ -385,13 +395,7 @@ fn main() {
         ];
         for (k, (what, nz, f)) in kinds.iter().enumerate() {
             let t = simulate(n, nz, trials, (pi * 7919 + k) as u64, None, f.as_ref());
-            println!(
-                "| {what} | {} ({}) | {} | {} |",
-                Tally::pct(t.named, t.runs),
-                Tally::pct(t.isolated, t.runs),
-                Tally::pct(t.false_warn, t.healthy),
-                Tally::pct(t.false_isolate, t.healthy)
-            );
+            println!("| {what} |{}{}", t.detection_cell(), t.false_alarm_cells());
         }
         println!();
     }
@@ -453,11 +457,7 @@ fn schedule_by_size(profiles: &[(String, Noise)], base_trials: usize) {
                         factor: s,
                     }]
                 });
-                row.push_str(&format!(
-                    " {} ({}) |",
-                    Tally::pct(t.named, t.runs),
-                    Tally::pct(t.isolated, t.runs)
-                ));
+                row.push_str(&t.detection_cell());
             }
             let h = simulate(
                 n,
@@ -467,11 +467,7 @@ fn schedule_by_size(profiles: &[(String, Noise)], base_trials: usize) {
                 Some(shifts),
                 &|_: &mut Rng| Vec::new(),
             );
-            row.push_str(&format!(
-                " {} | {} |",
-                Tally::pct(h.false_warn, h.healthy),
-                Tally::pct(h.false_isolate, h.healthy)
-            ));
+            row.push_str(&h.false_alarm_cells());
             println!("{row}");
         }
     }
