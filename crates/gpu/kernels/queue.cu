@@ -306,3 +306,44 @@ extern "C" __global__ void efa_queue_vyukov(const VyukovParams p) {
     __syncwarp(wmask);
     efa_record_times(st, t_begin, t_end, wmask);
 }
+
+// efa_queue_floor: the bare round trip every blocking ring is measured against. One GPU thread
+// stores a sequence number into pinned host memory and spins reading pinned host memory until a
+// CPU thread has copied the number back: one posted PCIe write, the CPU's poll, and the GPU's
+// PCIe reads, with no slot, claim, fence or pattern. Its p50 is the least a blocking push and wait
+// can cost on this machine (`efabench queue` reports the blocking round trip as a ratio to it).
+struct FloorParams {
+    efa_u64 flag;    // pinned host u64 the GPU writes
+    efa_u64 answer;  // pinned host u64 the CPU writes (another cache line)
+    efa_u64 state;
+    efa_u64 pushed;  // u32: round trips completed
+    efa_u64 lat;     // u32 per round trip: ns + 1
+    efa_u64 iters;
+};
+
+extern "C" __global__ void efa_queue_floor(const FloorParams p) {
+    efa_u64* st = (efa_u64*)p.state;
+    efa_u32* lat = (efa_u32*)p.lat;
+    volatile efa_u64* flag = (volatile efa_u64*)p.flag;
+    const efa_u64* answer = (const efa_u64*)p.answer;
+    const efa_u64 t_begin = efa_now();
+    efa_u64 done = 0;
+    for (efa_u64 i = 1; i <= p.iters; ++i) {
+        if (efa_ld(st + S_CTL) != 0) break;
+        const efa_u64 t0 = efa_now();
+        *flag = i;
+        bool killed = false;
+        for (unsigned spins = 0; efa_ld(answer) != i;) {
+            if ((++spins & 63u) == 0 && efa_ld(st + S_CTL) >= 2) {
+                killed = true;
+                break;
+            }
+        }
+        if (killed) break;
+        lat[i - 1] = (efa_u32)min(efa_now() - t0 + 1, 0xffffffffull);
+        done = i;
+    }
+    ((efa_u32*)p.pushed)[0] = (efa_u32)done;
+    st[S_T0] = t_begin;
+    st[S_T1] = efa_now();
+}

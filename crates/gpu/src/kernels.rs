@@ -25,7 +25,7 @@ pub enum Source {
     Ipc,
     /// `ipc_tma.cu`: efa_tma_push (sm_90 and newer).
     IpcTma,
-    /// `queue.cu`: efa_queue_fifo, efa_queue_vyukov (`efabench queue`).
+    /// `queue.cu`: efa_queue_fifo, efa_queue_vyukov, efa_queue_floor (`efabench queue`).
     Queue,
     /// `proxy.cu`: efa_proxy_puts, efa_proxy_ping (`efabench proxy`).
     Proxy,

@@ -39,6 +39,10 @@ pub struct QueueArgs {
     /// Publish without the system-scope fence a real proxy needs before each batch.
     #[arg(long)]
     pub no_release: bool,
+    /// Skip the bare GPU -> CPU -> GPU round trip that blocking points are compared with (by
+    /// default measured first whenever a blocking point is, as `ring: floor`).
+    #[arg(long)]
+    pub no_floor: bool,
     /// Seconds a point may push before its producers are told to stop (slow rings then report
     /// what they did in that time, marked `truncated`).
     #[arg(long, default_value = "1.5", value_parser = budget_arg, allow_hyphen_values = true)]

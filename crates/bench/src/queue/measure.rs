@@ -11,9 +11,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use efabench_gpu::queue::{
-    consume_fifo, consume_vyukov, missing, pin_current_thread, ConsumerReport, Deadlines,
-    EndSignal, Errors, FifoLaunch, FifoMemory, Geometry, Mode, Producers, RingKind, TailPoll,
-    Verifier, VyukovMemory, MAX_CONSUMERS,
+    consume_fifo, consume_vyukov, missing, pin_current_thread, run_floor, ConsumerReport,
+    Deadlines, EndSignal, Errors, FifoLaunch, FifoMemory, Geometry, Mode, Producers, RingKind,
+    TailPoll, Verifier, VyukovMemory, MAX_CONSUMERS,
 };
 use efabench_gpu::{Gpu, GpuError};
 use efabench_record::stats::Samples;
@@ -306,6 +306,52 @@ pub fn measure(gpu: &Arc<Gpu>, cfg: &QueueConfig) -> Result<QueueMeasurement, Gp
         per_consumer: reports.iter().map(|r| r.consumed).collect(),
         batch: if blocking { 1 } else { claim.0 },
         tail_poll: claim.1,
+    })
+}
+
+/// The bare GPU → CPU → GPU round trip of this machine (`efabench_gpu::queue::floor`): one GPU
+/// thread and one CPU thread, pinned where a ring's first consumer would be, for as many round
+/// trips as a blocking point makes (within its budget). Every round trip is checked: the GPU
+/// waits for its own number, and the count the CPU answered must equal the count the GPU saw.
+pub fn measure_floor(gpu: &Arc<Gpu>, cfg: &QueueConfig) -> Result<QueueMeasurement, GpuError> {
+    let iters = cfg.commands.clamp(1, u32::MAX as u64);
+    let dev = Producers::new(gpu, 1, iters)?;
+    let limits = Deadlines {
+        budget: cfg.budget,
+        hang: cfg.hang,
+    };
+    let answered = run_floor(gpu, &dev, cfg.cpus.first().copied(), limits)?;
+    let st = dev.state()?;
+    let done = dev.pushed()?.first().copied().unwrap_or(0) as u64;
+    // The CPU answers each number once; an answer more or less than the GPU counted is a
+    // round trip lost or made up.
+    let errors = Errors {
+        lost: done.saturating_sub(answered),
+        phantom: answered.saturating_sub(done),
+        ..Errors::default()
+    };
+    let lat: Vec<u32> = dev
+        .latency_slots()?
+        .into_iter()
+        .filter(|&x| x != 0)
+        .map(|x| x - 1)
+        .collect();
+    let elapsed_ns = st.t1.saturating_sub(st.t0).max(1);
+    Ok(QueueMeasurement {
+        producers: 1,
+        per_producer: iters,
+        pushed: done,
+        received: answered.min(done),
+        elapsed_ns,
+        msg_rate_mops: done as f64 / elapsed_ns as f64 * 1e3,
+        latency: LatencyNs::from_samples(lat),
+        lat_kind: "round_trip",
+        errors,
+        truncated: done < iters,
+        timer_step_ns: None,
+        per_consumer: vec![answered],
+        batch: 1,
+        tail_poll: "direct",
     })
 }
 

@@ -35,17 +35,22 @@ use efabench_record::Record;
 use crate::error::BenchError;
 use crate::harness::{Benchmark, BuildInfo, Ctx, Measured, Needs, Point, RunFacts};
 pub use args::QueueArgs;
-use measure::{measure, numa_cpus, unavailable, QueueConfig, QueueMeasurement};
+use measure::{measure, measure_floor, numa_cpus, unavailable, QueueConfig, QueueMeasurement};
 pub use record::summarize;
 use record::{fields, lat_us, QueueDetail, QueueFacts};
 pub use shape::ProducerShape;
 
 /// Bytes of one command (two 64-bit words).
 pub const COMMAND_BYTES: u64 = 16;
+/// The `ring` of the floor probe's records.
+pub const FLOOR: &str = "floor";
 
 /// One point.
 #[derive(Clone, Debug)]
 pub struct QueueSpec {
+    /// The bare round trip this machine's blocking rings are measured against, not a ring
+    /// (`measure::measure_floor`; its records say `ring: floor`).
+    floor: bool,
     ring: RingKind,
     shape: ProducerShape,
     consumers: u32,
@@ -53,10 +58,21 @@ pub struct QueueSpec {
 }
 
 impl QueueSpec {
+    fn ring_name(&self) -> &'static str {
+        if self.floor {
+            FLOOR
+        } else {
+            self.ring.name()
+        }
+    }
+
     fn variant(&self) -> String {
         format!(
             "{}/{}/{}/c{}",
-            self.ring, self.mode, self.shape, self.consumers
+            self.ring_name(),
+            self.mode,
+            self.shape,
+            self.consumers
         )
     }
 }
@@ -195,11 +211,22 @@ impl Benchmark for Queue {
 
     fn points(&self, _ctx: &Ctx) -> Result<Vec<QueueSpec>, BenchError> {
         let mut v = Vec::new();
+        // Blocking points are judged against the bare round trip, measured first.
+        if self.modes.contains(&Mode::Blocking) && !self.args.no_floor {
+            v.push(QueueSpec {
+                floor: true,
+                ring: RingKind::Pinned,
+                shape: ProducerShape::one(),
+                consumers: 1,
+                mode: Mode::Blocking,
+            });
+        }
         for &ring in self.rings.iter().filter(|r| !self.skipped.contains(r)) {
             for &mode in &self.modes {
                 for &shape in &self.shapes {
                     for &consumers in &self.consumers {
                         v.push(QueueSpec {
+                            floor: false,
                             ring,
                             shape,
                             consumers,
@@ -223,7 +250,11 @@ impl Benchmark for Queue {
             .ok_or_else(|| BenchError::failed("queue: setup did not run"))?;
         self.salt += 1;
         let cfg = self.config(spec);
-        let m = measure(&gpu, &cfg)?;
+        let m = if spec.floor {
+            measure_floor(&gpu, &cfg)?
+        } else {
+            measure(&gpu, &cfg)?
+        };
         let errors = m.errors.total();
         self.last = Some(m);
         Ok(Measured {
@@ -239,7 +270,7 @@ impl Benchmark for Queue {
         };
         let sm = self.gpu.as_ref().map_or(0, |g| g.sm_count);
         let detail = QueueDetail::new(
-            spec.ring.name(),
+            spec.ring_name(),
             spec.shape.to_string(),
             spec.shape.resolve(sm),
             spec.consumers,

@@ -128,6 +128,14 @@ pub fn summarize(records: &[Record]) -> Vec<String> {
         .filter(|r| r.bench == "queue" && r.errors == 0)
         .filter_map(|r| Some((r, read::<QueueDetail>(r)?)))
         .collect();
+    let bare = rows
+        .iter()
+        .find(|(_, d)| d.ring == super::FLOOR)
+        .map(|(r, _)| r.lat_us.p50);
+    let rows: Vec<_> = rows
+        .into_iter()
+        .filter(|(_, d)| d.ring != super::FLOOR)
+        .collect();
     let mut out = Vec::new();
     // Best nbi rate per shape (any ring but libefaxx, any consumer count) and libefaxx's.
     let mut best: BTreeMap<(String, String), (f64, String)> = BTreeMap::new();
@@ -200,6 +208,23 @@ pub fn summarize(records: &[Record]) -> Vec<String> {
         out.push(format!(
             "# blocking 1x1 round trip (ring with the lowest p99): p50 {:.2} us, p99 {:.2} us on {} c{}",
             r.lat_us.p50, r.lat_us.p99, d.ring, d.consumers
+        ));
+    }
+    // Every one-thread blocking ring against the bare round trip of the same run.
+    if let Some(f) = bare.filter(|f| *f > 0.0) {
+        let mut parts: Vec<(f64, String)> = rows
+            .iter()
+            .filter(|(_, d)| d.mode == "blocking" && d.producers == "1x1")
+            .map(|(r, d)| {
+                let x = r.lat_us.p50 / f;
+                (x, format!("{} c{} {x:.2}x", d.ring, d.consumers))
+            })
+            .collect();
+        parts.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let list: Vec<String> = parts.into_iter().map(|p| p.1).collect();
+        out.push(format!(
+            "# bare GPU -> CPU -> GPU round trip (the floor): p50 {f:.2} us; blocking 1x1 p50 over it: {}",
+            if list.is_empty() { "no blocking 1x1 point".to_string() } else { list.join(", ") }
         ));
     }
     out
@@ -321,6 +346,16 @@ mod tests {
             "{out}"
         );
         assert!(!out.contains("target") && !out.contains("met"), "{out}");
+        assert!(!out.contains("the floor"), "{out}");
+        // The bare round trip, when measured, is no ring: every blocking 1x1 ring over it.
+        let mut with_floor = rs.clone();
+        with_floor.push(rec("floor", "blocking", "1x1", 1, 0.5, 2.0, 2.4));
+        let out = summarize(&with_floor).join("\n");
+        assert!(
+            out.contains("(the floor): p50 2.00 us; blocking 1x1 p50 over it: managed c1 1.50x, pinned c1 1.55x"),
+            "{out}"
+        );
+        assert!(out.contains("on pinned c1"), "{out}");
         let out = summarize(&rs[1..2]).join("\n");
         assert!(out.contains("at 1x32 (pinned c4)"), "{out}");
         assert!(!out.contains("libefaxx:"), "{out}");

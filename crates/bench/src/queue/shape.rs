@@ -25,6 +25,14 @@ impl ProducerShape {
     /// eight blocks, one block per SM, one 1024-thread block per SM.
     pub const DEFAULT_LIST: &'static str = "1x1,1x32,1x256,8x256,SMx256,SMx1024";
 
+    /// One block of one thread.
+    pub fn one() -> Self {
+        ProducerShape {
+            blocks: Blocks::Count(1),
+            threads: 1,
+        }
+    }
+
     /// The launch shape on a GPU with `sm_count` multiprocessors.
     pub fn resolve(self, sm_count: u32) -> Shape {
         Shape {

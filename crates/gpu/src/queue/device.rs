@@ -257,6 +257,32 @@ impl Producers {
         self.wait(limits)
     }
 
+    /// Runs `efa_queue_floor` (one thread, one round trip per latency slot) against `mem`, whose
+    /// numbers a CPU thread answers meanwhile ([`super::floor::run_floor`]), and waits for it.
+    pub(crate) fn launch_floor(
+        &self,
+        gpu: &Arc<Gpu>,
+        mem: &super::floor::FloorMemory,
+        limits: Deadlines,
+    ) -> Result<(), GpuError> {
+        use super::floor::{FLOOR_ANSWER, FLOOR_FLAG};
+        let k = kernel(gpu, Source::Queue, "efa_queue_floor")?;
+        // SAFETY: efa_queue_floor takes one `FloorParams` by value.
+        let k = unsafe { TypedKernel::<FloorParams>::bind(k) };
+        let params = FloorParams {
+            flag: mem.mem.device() + (FLOOR_FLAG * 8) as u64,
+            answer: mem.mem.device() + (FLOOR_ANSWER * 8) as u64,
+            state: self.state.ptr(),
+            pushed: self.pushed.ptr(),
+            lat: self.lat.ptr(),
+            iters: self.per_producer,
+        };
+        // SAFETY: `mem` and `self` stay borrowed until the wait returns, as in `run_fifo`; the
+        // kernel writes at most `per_producer` latency slots, the size `lat` was allocated with.
+        unsafe { k.launch(&self.stream, Shape { grid: 1, block: 1 }, &params)? };
+        self.wait(limits)
+    }
+
     /// Waits for the producers, telling them to stop and then to give up as `limits` say.
     fn wait(&self, limits: Deadlines) -> Result<(), GpuError> {
         let Deadlines { budget, hang } = limits;
@@ -354,3 +380,16 @@ struct VyukovParams {
 }
 // SAFETY: repr(C), nine u64 fields in the order of `struct VyukovParams` in kernels/queue.cu.
 unsafe impl KernelParams for VyukovParams {}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+struct FloorParams {
+    flag: u64,
+    answer: u64,
+    state: u64,
+    pushed: u64,
+    lat: u64,
+    iters: u64,
+}
+// SAFETY: repr(C), six u64 fields in the order of `struct FloorParams` in kernels/queue.cu.
+unsafe impl KernelParams for FloorParams {}

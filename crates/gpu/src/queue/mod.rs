@@ -41,11 +41,13 @@
 //! GPU; [`device`] allocates a ring where its kind places it and launches the producer kernels.
 
 pub mod device;
+pub mod floor;
 pub mod ring;
 
 pub use device::{
     pin_current_thread, Deadlines, FifoLaunch, FifoMemory, Producers, StateWords, VyukovMemory,
 };
+pub use floor::run_floor;
 pub use ring::*;
 
 use crate::driver::Gpu;
