@@ -15,8 +15,10 @@ after every pair.
 
 Usage: scripts/compare-noise.py [--pairs 20] [--efabench target/release/efabench] OUT
        [-- BENCH ARGS...]   (default: sendrecv -b 8 -e 64K)
-       scripts/compare-noise.py --rejudge [--efabench ...] OUT
-                            (judge the runs kept in OUT again, with this efabench's compare)
+       scripts/compare-noise.py --rejudge [--group K] [--efabench ...] OUT
+                            (judge the runs kept in OUT again, with this efabench's compare,
+                            grouping K consecutive runs per side instead of three; the summary
+                            goes to OUT/rejudge-K.txt and .json, the measured one is kept)
 """
 import argparse
 import json
@@ -46,7 +48,7 @@ def slowed(src, dst, factor=1.3):
 
 
 def compare(efabench, base, cand):
-    """(exit status, regressions, matched points)"""
+    """(exit status, regressions, matched points, whole sweep judged slower)"""
     args = [efabench, "compare", "--format", "json"]
     for b in base:
         args += ["--baseline", b]
@@ -54,7 +56,7 @@ def compare(efabench, base, cand):
     if p.returncode not in (0, 1):
         sys.exit(f"compare failed ({p.returncode}): {p.stderr.strip()}")
     j = json.loads(p.stdout)
-    return p.returncode, j["regressions"], len(j["rows"])
+    return p.returncode, j["regressions"], len(j["rows"]), bool(j.get("shifted"))
 
 
 def main():
@@ -67,6 +69,7 @@ def main():
     ap.add_argument("--pairs", type=int, default=20)
     ap.add_argument("--efabench", default="target/release/efabench")
     ap.add_argument("--rejudge", action="store_true")
+    ap.add_argument("--group", type=int, default=3)
     ap.add_argument("out")
     a = ap.parse_args(argv)
     if a.rejudge:
@@ -125,17 +128,20 @@ def rejudge(a):
             slowed(split["b"][i], ps)
             runs.append((split["a"][i], split["b"][i], ps))
         single = [judge(a.efabench, [r[0]], [r[1]], [r[2]]) for r in runs]
-        triple = [judge(a.efabench, [r[0] for r in runs[i:i + 3]], [r[1] for r in runs[i:i + 3]],
-                        [r[2] for r in runs[i:i + 3]]) for i in range(0, pairs - 2, 3)]
-        write_summary(a.out, bench, pairs, single, triple)
-    print(open(os.path.join(a.out, "summary.txt")).read(), end="")
+        k = a.group
+        if k < 2:
+            sys.exit("--group must be at least 2")
+        grouped = [judge(a.efabench, [r[0] for r in runs[i:i + k]], [r[1] for r in runs[i:i + k]],
+                         [r[2] for r in runs[i:i + k]]) for i in range(0, pairs - k + 1, k)]
+        write_summary(a.out, bench, pairs, single, grouped, k, f"rejudge-{k}")
+    print(open(os.path.join(a.out, f"rejudge-{k}.txt")).read(), end="")
 
 
 def judge(efabench, base, cand, slow):
-    rc, reg, rows = compare(efabench, base, cand)
-    rc_s, reg_s, _ = compare(efabench, base, slow)
-    return {"points": rows, "same_exit": rc, "same_regressions": reg,
-            "slowed_exit": rc_s, "slowed_regressions": reg_s}
+    rc, reg, rows, shift = compare(efabench, base, cand)
+    rc_s, reg_s, _, shift_s = compare(efabench, base, slow)
+    return {"points": rows, "same_exit": rc, "same_regressions": reg, "same_shifted": shift,
+            "slowed_exit": rc_s, "slowed_regressions": reg_s, "slowed_shifted": shift_s}
 
 
 def tally(rows):
@@ -145,27 +151,31 @@ def tally(rows):
         "false_regression_points": sum(r["same_regressions"] for r in rows),
         "detected": sum(r["slowed_exit"] == 1 for r in rows),
         "detected_points": sum(r["slowed_regressions"] for r in rows),
+        "false_shifts": sum(r.get("same_shifted", False) for r in rows),
+        "detected_shifts": sum(r.get("slowed_shifted", False) for r in rows),
         "points_per_comparison": rows[0]["points"] if rows else 0,
         "each": rows,
     }
 
 
-def write_summary(out_dir, bench, pairs, single, triple):
+def write_summary(out_dir, bench, pairs, single, grouped, k=3, name="summary"):
     """Rewritten after every pair, so an interrupted run keeps what it measured."""
+    many = "three_runs_per_side" if k == 3 else f"{k}_runs_per_side"
     summary = {"bench": bench, "pairs": pairs, "one_run_per_side": tally(single),
-               "three_runs_per_side": tally(triple)}
-    with open(os.path.join(out_dir, "summary.json"), "w") as f:
+               many: tally(grouped)}
+    with open(os.path.join(out_dir, f"{name}.json"), "w") as f:
         json.dump(summary, f, indent=1)
         f.write("\n")
     lines = [f"# {' '.join(bench)}: {pairs} pairs of runs, default tolerance (5%) and confidence (95%)"]
-    for name in ("one_run_per_side", "three_runs_per_side"):
-        t = summary[name]
+    for side in ("one_run_per_side", many):
+        t = summary[side]
         lines.append(
-            f"{name}: {t['comparisons']} comparisons of {t['points_per_comparison']} points; "
+            f"{side}: {t['comparisons']} comparisons of {t['points_per_comparison']} points; "
             f"false regressions {t['false_regressions']}/{t['comparisons']} "
-            f"({t['false_regression_points']} points); planted 30% slowdown detected "
-            f"{t['detected']}/{t['comparisons']} ({t['detected_points']} points)")
-    with open(os.path.join(out_dir, "summary.txt"), "w") as f:
+            f"({t['false_regression_points']} points, whole sweep {t['false_shifts']}); "
+            f"planted 30% slowdown detected {t['detected']}/{t['comparisons']} "
+            f"({t['detected_points']} points, whole sweep {t['detected_shifts']})")
+    with open(os.path.join(out_dir, f"{name}.txt"), "w") as f:
         f.write("\n".join(lines) + "\n")
 
 

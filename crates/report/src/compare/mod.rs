@@ -19,6 +19,7 @@ pub mod judge;
 pub mod key;
 mod prob;
 mod render;
+pub mod shift;
 pub mod side;
 pub mod sweep;
 #[cfg(test)]
@@ -29,6 +30,7 @@ pub use context::{Context, ContextChange};
 pub use figure::{BwFigure, Noise, Obs, RunPoint};
 pub use judge::{MetricDelta, Verdict};
 pub use key::{Key, IDENTITY_FIELDS};
+pub use shift::Shift;
 pub use side::{estimate, Estimate, Side, Spread};
 
 use efabench_record::{Error, Record};
@@ -105,8 +107,12 @@ pub struct Comparison {
     /// Tests of bandwidth and latency made: 2 per matched point, 1 where the bandwidth is the
     /// median window (the same median as the latency).
     pub tests: usize,
-    /// The confidence each test must reach: `1 − (1 − confidence) / tests`.
+    /// The confidence each test of a point must reach: `1 − (1 − confidence) / tests`, or with
+    /// the sweep's shift judged, `1 − (1 − confidence) / 2 / tests` (the shift takes the other
+    /// half).
     pub per_test_confidence: f64,
+    /// The whole sweep's shift (`shift.rs`): with several runs on each side; null otherwise.
+    pub shift: Option<Shift>,
     /// The sweep's spread of changes added to the noise of points with a single run on a side
     /// (`sweep.rs`), in percent; null when it did not apply.
     pub sweep_noise_pct: Option<f64>,
@@ -266,8 +272,18 @@ pub fn compare_sides(base: &Side, cand: &Side, o: &Options) -> Result<Comparison
             .all(|r| r.bw_figure == BwFigure::MedianWindow);
         tested.push((k.clone(), b[0].bw_figure, bw, lat, errors, same_figure));
     }
+    let matched: Vec<(&Key, &[RunPoint], &[RunPoint])> = base
+        .points
+        .iter()
+        .filter_map(|(k, b)| Some((k, b.as_slice(), cand_pos.get(k)?.as_slice())))
+        .collect();
+    // The error the user allows is split evenly between the shift and the points when the
+    // shift can be judged.
+    let alpha = 1.0 - o.confidence;
+    let shift = shift::judge(&matched, o.tolerance_pct, 1.0 - alpha / 2.0);
+    let point_alpha = if shift.is_some() { alpha / 2.0 } else { alpha };
     let tests: usize = tested.iter().map(|t| if t.5 { 1 } else { 2 }).sum();
-    let per_test_confidence = 1.0 - (1.0 - o.confidence) / tests.max(1) as f64;
+    let per_test_confidence = 1.0 - point_alpha / tests.max(1) as f64;
     let rows = tested
         .into_iter()
         .map(|(key, bw_figure, bw, lat, errors, _)| {
@@ -312,6 +328,7 @@ pub fn compare_sides(base: &Side, cand: &Side, o: &Options) -> Result<Comparison
         confidence: o.confidence,
         tests,
         per_test_confidence,
+        shift,
         sweep_noise_pct: sweep_se.map(|s| s * 100.0),
         baseline_files: base.files.clone(),
         candidate_files: cand.files.clone(),
@@ -335,6 +352,13 @@ pub fn compare_sides(base: &Side, cand: &Side, o: &Options) -> Result<Comparison
 impl Comparison {
     pub fn regressions(&self) -> usize {
         self.count(Verdict::Regression)
+    }
+
+    /// Whether the sweep as a whole is slower beyond the tolerance and its noise.
+    pub fn shifted(&self) -> bool {
+        self.shift
+            .as_ref()
+            .is_some_and(|s| s.verdict == Verdict::Regression)
     }
 
     pub fn improvements(&self) -> usize {
@@ -369,6 +393,12 @@ impl Comparison {
                 "{} regression(s) beyond {}% and the noise",
                 self.regressions(),
                 render::fmt_num(self.tolerance_pct)
+            ));
+        }
+        if let Some(s) = self.shift.as_ref().filter(|_| self.shifted()) {
+            why.push(format!(
+                "the whole sweep is {:.1}% slower (noise {:.1}%, {} runs a side)",
+                s.change_pct, s.noise_pct, s.candidate_runs
             ));
         }
         if !self.allow_missing && self.missing() > 0 {

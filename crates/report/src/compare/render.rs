@@ -247,6 +247,34 @@ impl Comparison {
             },
             self.only_candidate.len()
         );
+        match &self.shift {
+            Some(s) => {
+                let _ = writeln!(
+                    out,
+                    "# whole sweep (the median run's p50 over {} points, {}/{} runs): {:+.1}%, noise {:.1}%, sure {}% (needs {}): {}",
+                    s.points,
+                    s.baseline_runs,
+                    s.candidate_runs,
+                    s.change_pct,
+                    s.noise_pct,
+                    fmt_sure(s.sure_worse_pct),
+                    fmt_sure(s.confidence_pct),
+                    match s.verdict {
+                        Verdict::Ok => "within the tolerance",
+                        Verdict::Noise => "beyond the tolerance but within the noise",
+                        Verdict::Better => "better",
+                        Verdict::Regression => "REGRESSION",
+                    }
+                );
+            }
+            None => {
+                let _ = writeln!(
+                    out,
+                    "# whole sweep: not judged (needs {} runs or more on each side: pass --baseline and the candidate files several times)",
+                    super::shift::MIN_RUNS
+                );
+            }
+        }
         let why = self.failure_reasons();
         let _ = writeln!(
             out,
@@ -271,7 +299,8 @@ impl Comparison {
             o.insert("improvements".into(), self.improvements().into());
             o.insert("missing".into(), self.missing().into());
             // "regression" wins over the others when several apply: it is the strongest finding.
-            let result = if self.regressions() > 0 {
+            o.insert("shifted".into(), self.shifted().into());
+            let result = if self.regressions() > 0 || self.shifted() {
                 "regression"
             } else if !self.allow_missing && self.missing() > 0 {
                 "missing"

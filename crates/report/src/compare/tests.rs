@@ -488,3 +488,58 @@ fn single_runs_take_the_sweeps_scatter_as_noise() {
     assert!(c.sweep_noise_pct.unwrap() < 3.0);
     assert_eq!(c.regressions(), 12, "{}", c.render_table("a", "b"));
 }
+
+/// Three runs a side whose points scatter by ±20% between runs, differently at each point, so
+/// that no single point can show a 15% slowdown but whole runs agree within a few percent: the
+/// whole-sweep shift finds it, and the same runs without it pass.
+#[test]
+fn a_slowdown_no_point_can_show_is_found_in_the_whole_sweep() {
+    let sizes: Vec<u64> = (0..12).map(|i| 8u64 << i).collect();
+    let run = |j: usize, factor: f64| -> Vec<Record> {
+        sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &s)| {
+                let wobble = [0.2, -0.2, 0.1, -0.1, 0.0, 0.15][(i + 2 * j) % 6];
+                let mut r = with_blocks(s, (1.0 + s as f64 / 1e4) * factor * (1.0 + wobble), 0.01);
+                r.lat_us.mean = r.lat_us.p50;
+                r
+            })
+            .collect()
+    };
+    let base: Vec<Vec<Record>> = (0..3).map(|j| run(j, 1.0)).collect();
+    let side = |runs: &[Vec<Record>], name: &str| {
+        Side::from_records(
+            runs.iter()
+                .enumerate()
+                .map(|(j, r)| (format!("{name}{j}"), r.as_slice())),
+        )
+    };
+    let o = Options::with_tolerance(5.0);
+    let slow: Vec<Vec<Record>> = (0..3).map(|j| run(j + 1, 1.15)).collect();
+    let c = compare_sides(&side(&base, "a"), &side(&slow, "b"), &o).unwrap();
+    let t = c.render_table("a", "b");
+    assert_eq!(c.regressions(), 0, "{t}");
+    assert!(c.shifted(), "{t}");
+    assert!(c.failed(), "{t}");
+    assert!(
+        t.contains("whole sweep (the median run's p50 over 12 points, 3/3 runs)"),
+        "{t}"
+    );
+    assert!(t.contains("FAILED (the whole sweep is"), "{t}");
+    let j = c.to_json("a", "b");
+    assert_eq!(
+        (j["shifted"].as_bool(), j["result"].as_str()),
+        (Some(true), Some("regression"))
+    );
+    // The points' tests take half the error the user allows when the shift is judged.
+    assert!((c.per_test_confidence - (1.0 - 0.025 / c.tests as f64)).abs() < 1e-12);
+
+    let same: Vec<Vec<Record>> = (0..3).map(|j| run(j + 1, 1.0)).collect();
+    let c = compare_sides(&side(&base, "a"), &side(&same, "b"), &o).unwrap();
+    assert!(!c.shifted() && !c.failed(), "{}", c.render_table("a", "b"));
+    // One run a side: not judged, and said so.
+    let c = compare(&base[0], &slow[0], 5.0, false).unwrap();
+    assert!(c.shift.is_none());
+    assert!(c.render_table("a", "b").contains("whole sweep: not judged"));
+}
