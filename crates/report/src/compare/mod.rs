@@ -272,7 +272,7 @@ pub fn compare_sides(base: &Side, cand: &Side, o: &Options) -> Result<Comparison
             .all(|r| r.bw_figure == BwFigure::MedianWindow);
         tested.push((k.clone(), b[0].bw_figure, bw, lat, errors, same_figure));
     }
-    let matched: Vec<(&Key, &[RunPoint], &[RunPoint])> = base
+    let matched: Vec<shift::Matched<'_>> = base
         .points
         .iter()
         .filter_map(|(k, b)| Some((k, b.as_slice(), cand_pos.get(k)?.as_slice())))

@@ -25,6 +25,9 @@ use super::key::Key;
 use super::prob::t_cdf;
 use serde::Serialize;
 
+/// A matched point: its key and its runs on each side.
+pub type Matched<'a> = (&'a Key, &'a [RunPoint], &'a [RunPoint]);
+
 /// Fewest runs on each side for a shift to be judged.
 pub const MIN_RUNS: usize = 2;
 /// Fewest points every run measured.
@@ -89,12 +92,8 @@ fn levels(runs: &[&[RunPoint]], refs: &[f64]) -> Vec<f64> {
 /// [`MIN_RUNS`] runs per side or [`MIN_POINTS`] points allow one. Run `j` of a side is the `j`-th
 /// run of every point (the `j`-th file); points whose run count differs from the side's are left
 /// out, as are points with a p50 that is not positive.
-pub fn judge(
-    matched: &[(&Key, &[RunPoint], &[RunPoint])],
-    tol_pct: f64,
-    confidence: f64,
-) -> Option<Shift> {
-    let runs_of = |pick: fn(&(&Key, &[RunPoint], &[RunPoint])) -> usize| {
+pub fn judge(matched: &[Matched<'_>], tol_pct: f64, confidence: f64) -> Option<Shift> {
+    let runs_of = |pick: fn(&Matched<'_>) -> usize| {
         let mut counts: Vec<usize> = matched.iter().map(pick).collect();
         counts.sort_unstable();
         counts.get(counts.len() / 2).copied()
@@ -108,7 +107,7 @@ pub fn judge(
         rs.iter()
             .all(|r| r.lat_p50_us.value.is_finite() && r.lat_p50_us.value > 0.0)
     };
-    let used: Vec<&(&Key, &[RunPoint], &[RunPoint])> = matched
+    let used: Vec<&Matched<'_>> = matched
         .iter()
         .filter(|(_, b, c)| b.len() == nb && c.len() == nc && positive(b) && positive(c))
         .collect();
@@ -216,7 +215,7 @@ mod tests {
                 .collect()
         };
         let (b, c) = (side(1.0, 0), side(factor, 1));
-        let matched: Vec<(&Key, &[RunPoint], &[RunPoint])> = keys
+        let matched: Vec<Matched<'_>> = keys
             .iter()
             .zip(b.iter().zip(c.iter()))
             .map(|(k, (b, c))| (k, b.as_slice(), c.as_slice()))
