@@ -317,7 +317,10 @@ impl<'a> Benchmark for Alltoall<'a> {
 }
 
 /// Runs one rank of `alltoall`.
-pub fn run_alltoall(args: &AlltoallArgs, build: &harness::BuildInfo) -> Result<i32, BenchError> {
+pub fn run_alltoall(
+    args: &AlltoallArgs,
+    build: &harness::BuildInfo,
+) -> Result<crate::Verdict, BenchError> {
     run_on_mesh(&mut Alltoall::new(args)?, args, build, |b| b.mesh.take())
 }
 

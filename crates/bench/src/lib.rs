@@ -36,7 +36,7 @@ pub mod stats;
 pub mod test_hooks;
 
 pub use error::BenchError;
-pub use harness::BuildInfo;
+pub use harness::{BuildInfo, Verdict};
 
 /// Declares the benchmark subcommands: one line each (`"name" Variant(Args) => runner`; the
 /// arguments are boxed, being large), so
@@ -62,8 +62,8 @@ macro_rules! benchmarks {
                 }
             }
 
-            /// Runs one rank of the benchmark; returns the exit status.
-            pub fn run(&self, build: &BuildInfo) -> Result<i32, BenchError> {
+            /// Runs one rank of the benchmark; returns what it found.
+            pub fn run(&self, build: &BuildInfo) -> Result<Verdict, BenchError> {
                 match self {
                     $( BenchCommand::$variant(a) => ($run)(&**a, build), )*
                 }

@@ -35,4 +35,5 @@ pub mod wire;
 pub use detect::{detect, detect_from_process_env, detect_with, LaunchFlags, RankInfo};
 pub use error::BootstrapError;
 pub use hostlist::{expand_hostlist, first_host};
+pub use pmix::ExchangeError;
 pub use rendezvous::{AbortHandle, Bootstrap, Health, ProgressHandle};

@@ -13,6 +13,34 @@
 use std::sync::mpsc;
 use std::time::Duration;
 
+use efabench_pmix::PmixError;
+
+/// Why rank 0's address could not be agreed through PMIx.
+#[derive(Debug, thiserror::Error)]
+pub enum ExchangeError {
+    /// A PMIx call failed (or no PMIx library could be loaded).
+    #[error(transparent)]
+    Pmix(#[from] PmixError),
+    /// PMIx and the launcher's variables disagree on this process's rank.
+    #[error(
+        "PMIx says this is rank {pmix} of {namespace} but the launcher's variables say rank {env}"
+    )]
+    RankMismatch {
+        pmix: u32,
+        namespace: String,
+        env: u32,
+    },
+    /// Rank 0 found no free port to publish.
+    #[error("cannot pick a free port: {0}")]
+    FreePort(#[source] std::io::Error),
+    /// The thread that makes the PMIx calls did not start.
+    #[error("cannot start the PMIx thread: {0}")]
+    Thread(#[source] std::io::Error),
+    /// No answer within the job's timeout.
+    #[error("no answer within {secs} s (a rank did not reach the PMIx fence)")]
+    Timeout { secs: u64 },
+}
+
 /// The PMIx key under which rank 0 publishes `host:port`.
 pub const KEY: &str = "efabench.rdzv";
 
@@ -28,21 +56,21 @@ fn host() -> String {
         })
 }
 
-fn free_port() -> Result<u16, String> {
+fn free_port() -> Result<u16, ExchangeError> {
     std::net::TcpListener::bind(("0.0.0.0", 0))
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
-        .map_err(|e| format!("cannot pick a free port: {e}"))
+        .map_err(ExchangeError::FreePort)
 }
 
-fn run(rank: u32) -> Result<String, String> {
-    let client = efabench_pmix::Client::connect(&|n| std::env::var(n).ok()).map_err(|e| e.0)?;
+fn run(rank: u32) -> Result<String, ExchangeError> {
+    let client = efabench_pmix::Client::connect(&|n| std::env::var(n).ok())?;
     if client.rank() != rank {
-        return Err(format!(
-            "PMIx says this is rank {} of {} but the launcher's variables say rank {rank}",
-            client.rank(),
-            client.namespace()
-        ));
+        return Err(ExchangeError::RankMismatch {
+            pmix: client.rank(),
+            namespace: client.namespace(),
+            env: rank,
+        });
     }
     let mine = if rank == 0 {
         let h = host();
@@ -51,34 +79,32 @@ fn run(rank: u32) -> Result<String, String> {
         } else {
             format!("{h}:{}", free_port()?)
         };
-        client.put(KEY, &hp).map_err(|e| e.0)?;
+        client.put(KEY, &hp)?;
         Some(hp)
     } else {
         None
     };
-    client.fence().map_err(|e| e.0)?;
+    client.fence()?;
     let hp = match mine {
         Some(hp) => hp,
-        None => client.get(0, KEY).map_err(|e| e.0)?,
+        None => client.get(0, KEY)?,
     };
-    client.fence().map_err(|e| e.0)?;
+    client.fence()?;
     drop(client);
     Ok(hp)
 }
 
 /// `HOST:PORT` of rank 0's rendezvous, agreed through PMIx within `timeout`.
-pub fn exchange(rank: u32, timeout: Duration) -> Result<String, String> {
+pub fn exchange(rank: u32, timeout: Duration) -> Result<String, ExchangeError> {
     let (tx, rx) = mpsc::channel();
     std::thread::Builder::new()
         .name("pmix".into())
         .spawn(move || {
             let _ = tx.send(run(rank));
         })
-        .map_err(|e| format!("cannot start the PMIx thread: {e}"))?;
-    rx.recv_timeout(timeout).unwrap_or_else(|_| {
-        Err(format!(
-            "no answer within {} s (a rank did not reach the PMIx fence)",
-            timeout.as_secs()
-        ))
-    })
+        .map_err(ExchangeError::Thread)?;
+    rx.recv_timeout(timeout)
+        .unwrap_or(Err(ExchangeError::Timeout {
+            secs: timeout.as_secs(),
+        }))
 }

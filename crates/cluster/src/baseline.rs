@@ -160,9 +160,24 @@ fn append(mut old: Baseline, new: Baseline) -> Baseline {
     old
 }
 
+/// Why `--save-baseline` was not written.
+#[derive(Debug, thiserror::Error)]
+pub enum SaveError {
+    /// The run has nothing a baseline holds.
+    #[error("--save-baseline {path}: not written, this run measured no pairs or alltoall record")]
+    NothingToSave { path: String },
+    /// Writing the file failed.
+    #[error("--save-baseline {path}: {source}")]
+    Write {
+        path: String,
+        #[source]
+        source: efabench_record::Error,
+    },
+}
+
 /// Writes this run's `pairs` and `alltoall` records to `path` as a baseline file, appended to
 /// the one there when it is of the same context. Returns the line that says which.
-pub fn save(path: &Path, records: &[Record], source: &str) -> Result<String, String> {
+pub fn save(path: &Path, records: &[Record], source: &str) -> Result<String, SaveError> {
     let shown = path.display();
     let mine: Vec<Record> = records
         .iter()
@@ -170,9 +185,9 @@ pub fn save(path: &Path, records: &[Record], source: &str) -> Result<String, Str
         .cloned()
         .collect();
     if mine.is_empty() {
-        return Err(format!(
-            "--save-baseline {shown}: not written, this run measured no pairs or alltoall record"
-        ));
+        return Err(SaveError::NothingToSave {
+            path: shown.to_string(),
+        });
     }
     let new = Baseline::of(&Side::from_records([(source.to_string(), &mine[..])]));
     let old = std::fs::read_to_string(path)
@@ -202,7 +217,10 @@ pub fn save(path: &Path, records: &[Record], source: &str) -> Result<String, Str
             (new, how)
         }
     };
-    out.save(path).map_err(|e| e.to_string())?;
+    out.save(path).map_err(|source| SaveError::Write {
+        path: shown.to_string(),
+        source,
+    })?;
     Ok(format!("--save-baseline {shown}: {how}"))
 }
 

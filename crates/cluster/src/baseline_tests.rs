@@ -4,7 +4,7 @@
 use super::*;
 use crate::consistency::Consistency;
 use crate::figures::Matrix;
-use crate::verdict::{self, Inputs, Verdict, EXIT_CLUSTER};
+use crate::verdict::{self, Ending, Inputs, Verdict};
 use efabench_record::testing::sample;
 use efabench_report::compare::Side;
 use serde_json::json;
@@ -123,7 +123,7 @@ fn a_cluster_slow_alike_fails_as_a_whole() {
     assert_eq!(c.finding, Finding::Fail);
     let r = c.cluster.unwrap();
     assert!((r.ratio - 0.7).abs() < 0.03 && r.high < 0.85, "{r:?}");
-    assert_eq!(j.exit_code(), EXIT_CLUSTER);
+    assert_eq!(j.ending(), Ending::ClusterFailed);
     assert_eq!(j.cluster_failures.len(), 1);
     let f = &j.cluster_failures[0];
     assert!(f.starts_with("pairs at 70% ["), "{f}");
@@ -266,9 +266,9 @@ fn saving_appends_runs_of_the_same_context_and_replaces_others() {
         .points
         .iter()
         .all(|p| p.runs.len() == 1));
-    assert!(save(&p, &[], "none")
-        .unwrap_err()
-        .contains("no pairs or alltoall record"));
+    let e = save(&p, &[], "none").unwrap_err();
+    assert!(matches!(e, SaveError::NothingToSave { .. }), "{e:?}");
+    assert!(e.to_string().contains("no pairs or alltoall record"), "{e}");
 }
 
 #[test]

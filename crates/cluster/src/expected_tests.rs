@@ -6,7 +6,7 @@ use crate::consistency::compare;
 use crate::node::NodeFacts;
 use crate::summary::{Summary, SCHEMA};
 use crate::table::render_verdicts;
-use crate::verdict::{judge, ClusterVerdict, Inputs, Judgement, RunVerdict, Verdict};
+use crate::verdict::{judge, ClusterVerdict, Ending, Inputs, Judgement, RunVerdict, Verdict};
 
 fn hosts(n: usize) -> Vec<String> {
     (1..=n).map(|i| format!("node{i}")).collect()
@@ -67,7 +67,7 @@ fn summary(j: Judgement, t: &Thresholds) -> Summary {
         world: j.nodes.len() as u32,
         hosts: j.nodes.len(),
         verdict: j.run_verdict(),
-        exit_code: j.exit_code(),
+        exit_code: crate::summary::exit_code(j.ending()),
         cluster_verdict: j.cluster_verdict(),
         cluster_failures: j.cluster_failures,
         complete: true,
@@ -172,7 +172,10 @@ fn every_node_at_20_percent_fails_the_cluster_as_a_whole() {
     let t = Thresholds::default();
     let j = run(&[P5EN; 4], &matrix(4, 1, |_, _| 40.0), None, &t);
     assert_eq!(j.cluster_verdict(), ClusterVerdict::Fail);
-    assert_eq!((j.run_verdict(), j.exit_code()), (RunVerdict::Fail, 3));
+    assert_eq!(
+        (j.run_verdict(), j.ending()),
+        (RunVerdict::Fail, Ending::ClusterFailed)
+    );
     assert_eq!(j.cluster_failures.len(), 1, "{:?}", j.cluster_failures);
     let f = &j.cluster_failures[0];
     assert!(

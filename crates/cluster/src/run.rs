@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use efabench_bench::alltoall::Alltoall;
 use efabench_bench::harness::{self, BuildInfo};
 use efabench_bench::pairs::Pairs;
-use efabench_bench::BenchError;
+use efabench_bench::{BenchError, Verdict};
 use efabench_bootstrap::{Bootstrap, BootstrapError};
 use efabench_record::Record;
 
@@ -28,7 +28,7 @@ use crate::consistency::{self, Consistency};
 use crate::figures::Matrix;
 use crate::node::NodeReport;
 use crate::summary::{self, StageReport, StageStatus, Summary};
-use crate::verdict::{self, Judgement, Lost, Thresholds};
+use crate::verdict::{self, Ending, Judgement, Lost, Thresholds};
 
 /// How long a rank may stay alive after the job failed: long enough for rank 0 to name the
 /// lost node and write the summary.
@@ -37,22 +37,14 @@ const WATCHDOG_GRACE: Duration = Duration::from_secs(10);
 /// How long a failed stage waits for the bootstrap to name the rank behind it.
 const FAILURE_WAIT: Duration = Duration::from_secs(3);
 
-/// What the run ends with: the exit status every rank returns, and on rank 0 the summary.
+/// What the run ends with: how it ended (the same on every rank), and on rank 0 the summary.
 pub struct Outcome {
-    pub exit_code: i32,
+    pub ending: Ending,
     pub summary: Option<Summary>,
 }
 
 /// The node checks of this host, given the counter interval in seconds.
 pub type NodeCheck<'a> = &'a dyn Fn(f64) -> NodeReport;
-
-fn from_bootstrap(e: BootstrapError) -> BenchError {
-    if e.is_usage() {
-        BenchError::usage(e.to_string())
-    } else {
-        BenchError::failed(e.to_string())
-    }
-}
 
 fn progress(line: &str) {
     eprintln!("efabench cluster: {line}");
@@ -120,7 +112,7 @@ impl State<'_> {
             world: self.world,
             hosts: j.nodes.len().max(hosts.len()),
             verdict: j.run_verdict(),
-            exit_code: j.exit_code(),
+            exit_code: summary::exit_code(j.ending()),
             cluster_verdict: j.cluster_verdict(),
             cluster_failures: j.cluster_failures,
             complete,
@@ -227,7 +219,7 @@ pub fn run(
     args.pairs_args(2)?;
     args.alltoall_args()?;
     let flags = args.launch.flags(Duration::from_secs_f64(args.timeout));
-    let info = efabench_bootstrap::detect_from_process_env(&flags).map_err(from_bootstrap)?;
+    let info = efabench_bootstrap::detect_from_process_env(&flags).map_err(BenchError::from)?;
     // The job's size is known now: refuse what no stage of it could run, on every rank alike.
     args.validate(info.world)?;
     let (bad_path, loaded) = if info.rank == 0 {
@@ -290,7 +282,7 @@ pub fn run(
                 BootstrapError::Timeout {
                     op, waiting_for, ..
                 } if op == "connect" && info.rank == 0 => waiting_for.clone(),
-                _ => return Err(from_bootstrap(e)),
+                _ => return Err(BenchError::from(e)),
             };
             // Rank 0: name the hosts that never joined, from the launcher's placement.
             let placed = launcher_hosts(info.world, &|k| std::env::var(k).ok());
@@ -314,7 +306,7 @@ pub fn run(
             let s = state.save(true);
             crate::table::print_verdicts(&s);
             return Ok(Outcome {
-                exit_code: s.exit_code,
+                ending: s.ending(),
                 summary: Some(s),
             });
         }
@@ -324,7 +316,7 @@ pub fn run(
     // Rank 0's path check decides for every rank: nothing runs with a summary it cannot write.
     let verdict = bs
         .broadcast(bad_path.unwrap_or_default().as_bytes())
-        .map_err(from_bootstrap)?;
+        .map_err(BenchError::from)?;
     if !verdict.is_empty() {
         return Err(BenchError::usage(
             String::from_utf8_lossy(&verdict).into_owned(),
@@ -333,7 +325,7 @@ pub fn run(
     let me = efabench_record::hostname();
     state.rank_host = bs
         .all_gather(me.as_bytes())
-        .map_err(from_bootstrap)?
+        .map_err(BenchError::from)?
         .iter()
         .map(|h| String::from_utf8_lossy(h).into_owned())
         .collect();
@@ -402,7 +394,16 @@ pub fn run(
                 state.save(false);
             }
             Ok(None) => {}
-            Err(e) => failed = Some(fail(&bs, &mut state, lead, "checks", t, from_bootstrap(e))),
+            Err(e) => {
+                failed = Some(fail(
+                    &bs,
+                    &mut state,
+                    lead,
+                    "checks",
+                    t,
+                    BenchError::from(e),
+                ))
+            }
         }
     }
 
@@ -422,7 +423,7 @@ pub fn run(
         } else {
             Vec::new()
         };
-        let word = bs.broadcast(&mine).map_err(from_bootstrap)?;
+        let word = bs.broadcast(&mine).map_err(BenchError::from)?;
         resolved = ClusterArgs {
             rails: String::from_utf8_lossy(&word).into_owned(),
             ..args.clone()
@@ -458,11 +459,11 @@ pub fn run(
             }
             let mut b = Pairs::new(&pa)?;
             match harness::run_on(&mut b, &pa, build, &bs, echo) {
-                Ok((code, records)) => {
+                Ok((verdict, records)) => {
                     if lead {
                         state.pairs = Matrix::from_pairs(&records);
                         state.records.extend(records.iter().cloned());
-                        done(&mut state, "pairs", t, code, &records);
+                        done(&mut state, "pairs", t, verdict, &records);
                     }
                 }
                 Err(e) => {
@@ -499,11 +500,11 @@ pub fn run(
             }
             let mut b = Alltoall::new(&aa)?;
             match harness::run_on(&mut b, &aa, build, &bs, echo) {
-                Ok((code, records)) => {
+                Ok((verdict, records)) => {
                     if lead {
                         state.alltoall = Matrix::from_alltoall(&records);
                         state.records.extend(records.iter().cloned());
-                        done(&mut state, "alltoall", t, code, &records);
+                        done(&mut state, "alltoall", t, verdict, &records);
                     }
                 }
                 Err(e) => {
@@ -527,7 +528,7 @@ pub fn run(
             ));
         }
         return Ok(Outcome {
-            exit_code: s.exit_code.max(1),
+            ending: s.ending().max(Ending::NodesFailed),
             summary: Some(s),
         });
     }
@@ -539,19 +540,16 @@ pub fn run(
         }
         s
     });
-    let code = summary.as_ref().map_or(0, |s| s.exit_code);
-    // Every rank ends with rank 0's status.
-    let code = bs
-        .broadcast(&[code as u8])
-        .map_err(from_bootstrap)?
+    let ending = summary.as_ref().map_or(Ending::Healthy, Summary::ending);
+    // Every rank ends as rank 0 does.
+    let ending = bs
+        .broadcast(&[ending.to_wire()])
+        .map_err(BenchError::from)?
         .first()
         .copied()
-        .unwrap_or(1) as i32;
-    bs.barrier().map_err(from_bootstrap)?;
-    Ok(Outcome {
-        exit_code: code,
-        summary,
-    })
+        .map_or(Ending::NodesFailed, Ending::from_wire);
+    bs.barrier().map_err(BenchError::from)?;
+    Ok(Outcome { ending, summary })
 }
 
 /// Writes `--save-baseline` after a run; a failure to write is reported, not fatal (the
@@ -564,7 +562,7 @@ fn save_baseline(path: &Path, state: &State, s: &Summary) {
             "{line}; this run's verdict is {}: a baseline should come from a healthy run",
             s.verdict.as_str()
         ),
-        Err(e) => e,
+        Err(e) => efabench_record::chain(&e),
     };
     progress(&line);
 }
@@ -582,11 +580,11 @@ fn skip(state: &mut State, names: &[&str], why: &str) {
 }
 
 /// A benchmark stage that ran to its end.
-fn done(state: &mut State, name: &str, t: Instant, code: i32, records: &[Record]) {
+fn done(state: &mut State, name: &str, t: Instant, verdict: Verdict, records: &[Record]) {
     let errors: u64 = records.iter().map(|r| r.errors).sum();
     let over = secs(t) > state.stage(name).budget_s.unwrap_or(f64::MAX);
     let mut detail = format!("{} records", records.len());
-    if code != 0 || errors > 0 {
+    if verdict != Verdict::Clean || errors > 0 {
         detail.push_str(&format!(
             "; {errors} payload words failed verification (the records' errors field says where)"
         ));
@@ -601,7 +599,7 @@ fn done(state: &mut State, name: &str, t: Instant, code: i32, records: &[Record]
     }
     progress(&format!("{name}: done in {:.1} s ({detail})", secs(t)));
     let s = state.stage(name);
-    s.status = if code == 0 {
+    s.status = if verdict == Verdict::Clean {
         StageStatus::Ok
     } else {
         StageStatus::Failed

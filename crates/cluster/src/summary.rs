@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::baseline::Comparison;
 use crate::expected::LinkProfile;
-use crate::verdict::{ClusterVerdict, NodeVerdict, RunVerdict, Thresholds};
+use crate::verdict::{ClusterVerdict, Ending, NodeVerdict, RunVerdict, Thresholds};
 
 /// The `schema` field of the summary.
 pub const SCHEMA: &str = "efabench-cluster/1";
@@ -40,6 +40,25 @@ pub struct StageReport {
     pub elapsed_s: f64,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub detail: String,
+}
+
+impl Summary {
+    /// How the run this document describes ends (a failed stage aside, which the document
+    /// records among its stages).
+    pub fn ending(&self) -> Ending {
+        self.verdict.ending()
+    }
+}
+
+/// The `exit_code` the document records for a run that ends `ending`: the status
+/// `efabench cluster` exits with (its exit module maps [`Ending`] to the same numbers and checks
+/// that they agree), so that a script reading the summary need not know the mapping.
+pub fn exit_code(ending: Ending) -> i32 {
+    match ending {
+        Ending::Healthy => 0,
+        Ending::NodesFailed => 1,
+        Ending::ClusterFailed => 3,
+    }
 }
 
 /// The whole document.

@@ -17,8 +17,8 @@
 //! the cluster's configuration. It goes to the cluster's findings, printed and kept in the
 //! summary, and makes no node ISOLATE. A check that *fails* on most nodes also fails the
 //! cluster as a whole ([`ClusterVerdict::Fail`], "FAIL: cluster-wide"): no node is to blame, but
-//! no job should be started on it either, so the run exits [`EXIT_CLUSTER`] (3), apart from 1
-//! (a node to isolate) and 2 (bad input). A check that only *warns* on most nodes stays a
+//! no job should be started on it either, so the run ends [`Ending::ClusterFailed`] (exit 3),
+//! apart from a node to isolate (exit 1) and bad input (exit 2). A check that only *warns* on most nodes stays a
 //! finding. The link is judged the same way: when the median node's pairs are below
 //! `--min-link-fraction` of what its instance type's link carries, the cluster fails as a whole
 //! and the floor names no node.
@@ -54,12 +54,37 @@ impl Verdict {
     }
 }
 
-/// Exit status when at least one node is ISOLATE (and the cluster as a whole does not fail).
-pub const EXIT_ISOLATE: i32 = 1;
+/// How a run ends, the same on every rank: what the caller turns into the exit status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Ending {
+    /// The cluster passes and no node is ISOLATE (nodes may WARN).
+    Healthy,
+    /// A node is ISOLATE, or a stage failed (a node was lost).
+    NodesFailed,
+    /// The cluster fails as a whole (a check failing on most nodes): worse than a node to
+    /// isolate, since draining nodes one by one would not fix it.
+    ClusterFailed,
+}
 
-/// Exit status when the cluster fails as a whole (a check failing on most nodes): above
-/// [`EXIT_ISOLATE`], since draining nodes one by one would not fix it.
-pub const EXIT_CLUSTER: i32 = 3;
+impl Ending {
+    /// One byte for rank 0 to tell the other ranks how the run ended.
+    pub(crate) fn to_wire(self) -> u8 {
+        match self {
+            Ending::Healthy => 0,
+            Ending::NodesFailed => 1,
+            Ending::ClusterFailed => 2,
+        }
+    }
+
+    /// The ending [`Ending::to_wire`] sent; an unknown byte is a failed run.
+    pub(crate) fn from_wire(b: u8) -> Ending {
+        match b {
+            0 => Ending::Healthy,
+            2 => Ending::ClusterFailed,
+            _ => Ending::NodesFailed,
+        }
+    }
+}
 
 /// The verdict on the cluster as a whole, beside the per-node ones.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -93,6 +118,15 @@ pub enum RunVerdict {
 }
 
 impl RunVerdict {
+    /// How a run with this verdict ends.
+    pub fn ending(self) -> Ending {
+        match self {
+            RunVerdict::Fail => Ending::ClusterFailed,
+            RunVerdict::Isolate => Ending::NodesFailed,
+            RunVerdict::Pass | RunVerdict::Warn => Ending::Healthy,
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             RunVerdict::Pass => "PASS",
@@ -291,14 +325,9 @@ impl Judgement {
         }
     }
 
-    /// The run's exit status: [`EXIT_CLUSTER`] when the cluster fails as a whole,
-    /// [`EXIT_ISOLATE`] when a node is ISOLATE, else 0.
-    pub fn exit_code(&self) -> i32 {
-        match self.run_verdict() {
-            RunVerdict::Fail => EXIT_CLUSTER,
-            RunVerdict::Isolate => EXIT_ISOLATE,
-            RunVerdict::Pass | RunVerdict::Warn => 0,
-        }
+    /// How the run ends: the cluster failing as a whole, a node to isolate, or healthy.
+    pub fn ending(&self) -> Ending {
+        self.run_verdict().ending()
     }
 }
 

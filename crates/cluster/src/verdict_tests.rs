@@ -127,7 +127,7 @@ fn a_throttled_node_alone_is_isolated_with_its_evidence() {
     assert_eq!(j.cluster_failures, j.cluster);
     assert_eq!(j.cluster_verdict(), ClusterVerdict::Fail);
     assert_eq!(j.run_verdict(), RunVerdict::Fail);
-    assert_eq!(j.exit_code(), EXIT_CLUSTER);
+    assert_eq!(j.ending(), Ending::ClusterFailed);
 }
 
 #[test]
@@ -139,7 +139,10 @@ fn a_check_failing_on_most_nodes_fails_the_cluster_and_a_warning_does_not() {
     let j = run(&warn_everywhere, None, None, &[], &relative());
     assert_eq!(j.cluster.len(), 1, "{:?}", j.cluster);
     assert_eq!(j.cluster_verdict(), ClusterVerdict::Pass);
-    assert_eq!((j.run_verdict(), j.exit_code()), (RunVerdict::Pass, 0));
+    assert_eq!(
+        (j.run_verdict(), j.ending()),
+        (RunVerdict::Pass, Ending::Healthy)
+    );
     // Three of four: most nodes, the cluster fails and no node is isolated for it.
     let mut r = warn_everywhere.clone();
     for x in r.iter_mut().take(3) {
@@ -149,7 +152,10 @@ fn a_check_failing_on_most_nodes_fails_the_cluster_and_a_warning_does_not() {
     assert_eq!(j.cluster_verdict(), ClusterVerdict::Fail);
     assert!(j.cluster_failures[0].contains("hugepages fails on 3 of 4"));
     assert_eq!(j.worst(), Verdict::Warn);
-    assert_eq!((j.run_verdict(), j.exit_code()), (RunVerdict::Fail, 3));
+    assert_eq!(
+        (j.run_verdict(), j.ending()),
+        (RunVerdict::Fail, Ending::ClusterFailed)
+    );
     // A check the user said to ignore fails nothing, and is still reported.
     let t = Thresholds {
         ignore_checks: vec!["hugepages".into()],
@@ -157,8 +163,8 @@ fn a_check_failing_on_most_nodes_fails_the_cluster_and_a_warning_does_not() {
     };
     let j = run(&r, None, None, &[], &t);
     assert_eq!(
-        (j.cluster_verdict(), j.exit_code()),
-        (ClusterVerdict::Pass, 0)
+        (j.cluster_verdict(), j.ending()),
+        (ClusterVerdict::Pass, Ending::Healthy)
     );
     assert!(j.cluster[0].contains("--ignore-check"), "{:?}", j.cluster);
     // Two of four is not most: each is a node's own failure.
@@ -169,7 +175,7 @@ fn a_check_failing_on_most_nodes_fails_the_cluster_and_a_warning_does_not() {
     let j = run(&r, None, None, &[], &relative());
     assert_eq!(j.cluster_verdict(), ClusterVerdict::Pass);
     assert_eq!(j.count(Verdict::Isolate), 2);
-    assert_eq!(j.exit_code(), EXIT_ISOLATE);
+    assert_eq!(j.ending(), Ending::NodesFailed);
 }
 
 #[test]
@@ -180,7 +186,7 @@ fn a_healthy_cluster_passes() {
         .map(|h| report(h, &[("efa-devices", CheckStatus::Pass)], |_| {}))
         .collect();
     let j = run(&ok, Some(&m), Some(&m), &[], &relative());
-    assert_eq!(j.exit_code(), 0);
+    assert_eq!(j.ending(), Ending::Healthy);
     assert!(
         j.nodes.iter().all(|n| n.verdict == Verdict::Pass),
         "{:?}",

@@ -100,9 +100,9 @@ impl Report {
     pub fn warns(&self) -> usize {
         self.count(Status::Warn)
     }
-    /// 1 when any check failed, else 0.
-    pub fn exit_code(&self) -> i32 {
-        i32::from(self.fails() > 0)
+    /// True when no check failed (warnings and skips pass).
+    pub fn passed(&self) -> bool {
+        self.fails() == 0
     }
     pub fn get(&self, id: &str) -> Option<&Check> {
         self.checks.iter().find(|c| c.id == id)

@@ -37,7 +37,7 @@ fn degraded_p5en_names_the_gpu_and_the_efa_with_their_links() {
     // The switch ports above them read the same links: judged once, at the devices.
     assert_eq!(check(&r, "pcie-port-links").status, Status::Pass);
     assert_eq!(check(&r, "pcie-aer").status, Status::Pass);
-    assert_eq!(r.exit_code(), 1);
+    assert!(!r.passed());
     // The same tree with healthy links passes all four.
     let r = report(&variants::fixture("p5en.48xlarge-gin-ready"));
     for id in [

@@ -3,12 +3,13 @@
 //! Bad input is one line naming the problem and the fix, exit status 2, never a panic
 //! or a backtrace. A run that measured or checked something and found it wrong exits 1.
 
+use crate::exit::Exit;
 use efabench_bench::BenchError;
 use efabench_bootstrap::BootstrapError;
 use std::ffi::OsString;
 
 /// What a command failed with. The variants keep the lower layers' errors whole; [`CliError::exit`]
-/// is the one place that turns any of them into an exit status and a line on stderr.
+/// prints any of them as a line on stderr and ends with its [`Exit`].
 #[derive(Debug, thiserror::Error)]
 pub enum CliError {
     /// Bad input or a missing prerequisite (library, provider, driver): exit 2.
@@ -51,15 +52,6 @@ impl CliError {
         }
     }
 
-    /// Exit status 2 for bad input, 1 for a failed run.
-    pub fn exit_code(&self) -> i32 {
-        if self.is_usage() {
-            2
-        } else {
-            1
-        }
-    }
-
     /// The line printed on stderr: `efabench: ` and the error with its causes (`efabench write:
     /// rank 1: fabric: fi_writemsg failed: ...` for a benchmark). Bad input is printed without
     /// the layers it passed through: the user needs what is wrong and how to fix it, not where.
@@ -85,7 +77,7 @@ impl CliError {
 
     pub fn exit(self) -> ! {
         eprintln!("{}", self.line());
-        std::process::exit(self.exit_code())
+        Exit::from(&self).exit()
     }
 }
 
@@ -186,7 +178,7 @@ pub fn exit_on_clap_error(e: clap::Error) -> ! {
             let argv: Vec<OsString> = std::env::args_os().collect();
             let line = message::<crate::Cli>(&e, &argv);
             eprintln!("efabench: {line} (run with --help for the options)");
-            std::process::exit(2)
+            Exit::Usage.exit()
         }
     }
 }
@@ -426,23 +418,26 @@ mod tests {
             "efabench write: rank 1: fabric: fi_writemsg: -FI_EAGAIN (Resource temporarily \
              unavailable), provider efa"
         );
-        assert_eq!(e.exit_code(), 1);
+        assert_eq!(Exit::from(&e), Exit::Failed);
         let e = CliError::Bench {
             command: "ipc",
             source: BenchError::from(efabench_gpu::GpuError::NoDriver).on_rank(0),
         };
-        assert_eq!(e.exit_code(), 2);
+        assert_eq!(Exit::from(&e), Exit::Usage);
         assert!(
             e.line().starts_with("efabench ipc: no CUDA driver"),
             "{}",
             e.line()
         );
         let e = CliError::usage("bad\nsecond line");
-        assert_eq!((e.line().as_str(), e.exit_code()), ("efabench: bad", 2));
+        assert_eq!(
+            (e.line().as_str(), Exit::from(&e)),
+            ("efabench: bad", Exit::Usage)
+        );
         let e = CliError::from(efabench_report::Error::failed("disk full"));
         assert_eq!(
-            (e.line().as_str(), e.exit_code()),
-            ("efabench: disk full", 1)
+            (e.line().as_str(), Exit::from(&e)),
+            ("efabench: disk full", Exit::Failed)
         );
     }
 

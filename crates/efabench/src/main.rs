@@ -2,13 +2,14 @@
 //!
 //! Each subcommand lives in `cmd/<name>.rs` as a clap `Args` struct plus a `run` function; the
 //! work itself lives in the library crates (fabric, bootstrap, bench, topology, doctor, gpu,
-//! report). This file only parses the command line and turns errors into exit codes:
-//! 0 success, 1 a measured or checked failure, 2 bad input or a missing prerequisite.
+//! report). This file only parses the command line and ends the process with the command's
+//! [`exit::Exit`] or its error's.
 
 #![forbid(unsafe_code)]
 
 mod cmd;
 mod error;
+mod exit;
 
 use clap::{Parser, Subcommand};
 
@@ -61,7 +62,7 @@ fn main() {
         Command::Baseline(a) => cmd::baseline::run(a),
     };
     match result {
-        Ok(code) => std::process::exit(code),
+        Ok(exit) => exit.exit(),
         Err(e) => e.exit(),
     }
 }

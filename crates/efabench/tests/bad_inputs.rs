@@ -2,7 +2,7 @@
 //! line on stderr that names the problem (the needle), no panic, no backtrace, nothing echoed at
 //! length. Each case runs one process and touches no hardware: options are checked first.
 //! (Cases that need ranks — an unknown `--domain`, ranks with different options — are in
-//! `rails.rs` and `faults.rs`.)
+//! `rails.rs` and `faults_*.rs`.)
 
 use std::process::{Command, Stdio};
 

@@ -65,17 +65,32 @@ struct Api {
     error_string: Option<ErrorStringFn>,
 }
 
-/// Why a PMIx call did not give an answer; the text is one line for the user.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PmixError(pub String);
-
-impl std::fmt::Display for PmixError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
+/// Why a PMIx call did not give an answer; each message is one line for the user.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PmixError {
+    /// None of the candidate files could be loaded; `tried` says why for each.
+    #[error("no PMIx library could be loaded ({tried}); set EFABENCH_PMIX=/path/to/libpmix.so.2")]
+    NoLibrary { tried: String },
+    /// `path` loaded but lacks `symbol`.
+    #[error("{path} has no {symbol}: not a PMIx client library")]
+    NotPmix { path: String, symbol: String },
+    /// A PMIx call returned a status other than success (`status` is PMIx's name for it).
+    #[error("{call} failed: {status}")]
+    Call { call: String, status: String },
+    /// A key or value to pass to PMIx holds a NUL byte.
+    #[error("a PMIx {what} has a NUL byte")]
+    Nul {
+        what: &'static str,
+        #[source]
+        source: std::ffi::NulError,
+    },
+    /// `PMIx_Get` succeeded but gave no value.
+    #[error("PMIx_Get of {key} from rank {rank} returned nothing")]
+    NoValue { key: String, rank: u32 },
+    /// The value under `key` is not a string.
+    #[error("PMIx key {key} of rank {rank} is not a string")]
+    NotString { key: String, rank: u32 },
 }
-
-impl std::error::Error for PmixError {}
 
 /// Whether this process was started by a launcher that runs a PMIx server for it.
 pub fn advertised(env: &dyn Fn(&str) -> Option<String>) -> bool {
@@ -149,9 +164,10 @@ fn load(paths: &[String]) -> Result<(Api, String), PmixError> {
         let need = |name: &str| -> Result<*mut c_void, PmixError> {
             let p = sym(name);
             if p.is_null() {
-                Err(PmixError(format!(
-                    "{path} has no {name}: not a PMIx client library"
-                )))
+                Err(PmixError::NotPmix {
+                    path: path.clone(),
+                    symbol: name.to_string(),
+                })
             } else {
                 Ok(p)
             }
@@ -178,14 +194,13 @@ fn load(paths: &[String]) -> Result<(Api, String), PmixError> {
         };
         return Ok((api, path.clone()));
     }
-    Err(PmixError(format!(
-        "no PMIx library could be loaded ({}); set EFABENCH_PMIX=/path/to/libpmix.so.2",
-        if tried.is_empty() {
+    Err(PmixError::NoLibrary {
+        tried: if tried.is_empty() {
             "none of the candidate files exists".to_string()
         } else {
             tried.join("; ")
-        }
-    )))
+        },
+    })
 }
 
 /// A PMIx client session: initialised on creation, finalised on drop.
@@ -210,7 +225,10 @@ impl Client {
             let msg = c.status(rc);
             // Nothing to finalise after a failed init.
             std::mem::forget(c);
-            return Err(PmixError(format!("PMIx_Init failed: {msg}")));
+            return Err(PmixError::Call {
+                call: "PMIx_Init".into(),
+                status: msg,
+            });
         }
         Ok(c)
     }
@@ -254,14 +272,23 @@ impl Client {
         if rc == PMIX_SUCCESS {
             Ok(())
         } else {
-            Err(PmixError(format!("{what} failed: {}", self.status(rc))))
+            Err(PmixError::Call {
+                call: what.to_string(),
+                status: self.status(rc),
+            })
         }
     }
 
     /// Publish `key = value` to every node (`PMIX_GLOBAL`) and commit it.
     pub fn put(&self, key: &str, value: &str) -> Result<(), PmixError> {
-        let k = CString::new(key).map_err(|_| PmixError("a PMIx key has a NUL byte".into()))?;
-        let v = CString::new(value).map_err(|_| PmixError("a PMIx value has a NUL byte".into()))?;
+        let k = CString::new(key).map_err(|source| PmixError::Nul {
+            what: "key",
+            source,
+        })?;
+        let v = CString::new(value).map_err(|source| PmixError::Nul {
+            what: "value",
+            source,
+        })?;
         let mut val = PmixValue {
             kind: PMIX_STRING,
             data: [v.as_ptr() as u64, 0, 0, 0],
@@ -284,7 +311,10 @@ impl Client {
 
     /// The string `key` that process `rank` of this namespace put.
     pub fn get(&self, rank: u32, key: &str) -> Result<String, PmixError> {
-        let k = CString::new(key).map_err(|_| PmixError("a PMIx key has a NUL byte".into()))?;
+        let k = CString::new(key).map_err(|source| PmixError::Nul {
+            what: "key",
+            source,
+        })?;
         let who = PmixProc {
             nspace: self.me.nspace,
             rank,
@@ -294,9 +324,10 @@ impl Client {
         let rc = unsafe { (self.api.get)(&who, k.as_ptr(), std::ptr::null(), 0, &mut out) };
         self.check(&format!("PMIx_Get of {key} from rank {rank}"), rc)?;
         if out.is_null() {
-            return Err(PmixError(format!(
-                "PMIx_Get of {key} from rank {rank} returned nothing"
-            )));
+            return Err(PmixError::NoValue {
+                key: key.to_string(),
+                rank,
+            });
         }
         // SAFETY: out points at the pmix_value_t PMIx allocated; its type says which union
         // member is valid, and a string member is NULL or a NUL-terminated string it owns.
@@ -310,7 +341,10 @@ impl Client {
             // SAFETY: out came from PMIx_Get and is released once, with PMIx's own function.
             unsafe { free(out, 1) };
         }
-        text.ok_or_else(|| PmixError(format!("PMIx key {key} of rank {rank} is not a string")))
+        text.ok_or_else(|| PmixError::NotString {
+            key: key.to_string(),
+            rank,
+        })
     }
 }
 
@@ -364,6 +398,7 @@ mod tests {
     #[test]
     fn a_missing_library_is_an_error_naming_the_fix() {
         let e = load(&["/nonexistent/libpmix.so.2".into()]).err().unwrap();
-        assert!(e.0.contains("EFABENCH_PMIX"), "{e}");
+        assert!(matches!(e, PmixError::NoLibrary { .. }), "{e:?}");
+        assert!(e.to_string().contains("EFABENCH_PMIX"), "{e}");
     }
 }

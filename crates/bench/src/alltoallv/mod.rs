@@ -440,6 +440,9 @@ fn variant(c: &CountsSpec) -> String {
 }
 
 /// Runs one rank of `alltoallv`.
-pub fn run_alltoallv(args: &AlltoallvArgs, build: &harness::BuildInfo) -> Result<i32, BenchError> {
+pub fn run_alltoallv(
+    args: &AlltoallvArgs,
+    build: &harness::BuildInfo,
+) -> Result<crate::Verdict, BenchError> {
     run_on_mesh(&mut Alltoallv::new(args)?, args, build, |b| b.mesh.take())
 }

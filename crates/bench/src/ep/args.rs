@@ -270,6 +270,7 @@ mod tests {
     fn parse(args: &[&str]) -> Result<EpArgs, String> {
         let mut v = vec!["t"];
         v.extend_from_slice(args);
+        // The tests assert on the message the user reads: the string is the point.
         T::try_parse_from(v).map(|t| t.a).map_err(|e| e.to_string())
     }
 

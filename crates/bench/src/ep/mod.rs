@@ -634,7 +634,7 @@ impl<'a> Benchmark for Ep<'a> {
 }
 
 /// Runs one rank of `efabench ep`.
-pub fn run_ep(args: &EpArgs, build: &harness::BuildInfo) -> Result<i32, BenchError> {
+pub fn run_ep(args: &EpArgs, build: &harness::BuildInfo) -> Result<crate::Verdict, BenchError> {
     let mut b = Ep::new(args)?;
     let run = harness::run(&mut b, args, build);
     if run.is_err() {

@@ -448,7 +448,7 @@ fn run_together(
     })
 }
 
-pub fn run_h2d(args: &H2dArgs, build: &BuildInfo) -> Result<i32, BenchError> {
+pub fn run_h2d(args: &H2dArgs, build: &BuildInfo) -> Result<crate::Verdict, BenchError> {
     let mut b = H2d::new(args)?;
     crate::harness::run(&mut b, args, build)
 }

@@ -295,13 +295,23 @@ pub trait Benchmark {
     }
 }
 
-/// Runs one rank of `bench`. Returns the exit status: 0 clean, 1 when payloads failed
-/// verification (the records say where); errors are bad input (exit 2) or a failed run (exit 1).
+/// What a run that ended without an error found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Every payload verified and every point met its gates.
+    Clean,
+    /// The run ended, but payload words failed verification or a point missed a gate; the
+    /// records and the lines on stderr say where.
+    Failed,
+}
+
+/// Runs one rank of `bench`. Returns what the run found; errors are bad input or a failed run
+/// ([`BenchError::is_usage`] says which).
 pub fn run<B: Benchmark>(
     bench: &mut B,
     opts: &(impl Options + ?Sized),
     build: &BuildInfo,
-) -> Result<i32, BenchError> {
+) -> Result<Verdict, BenchError> {
     let groups = Groups::of(opts);
     let args = &groups.job;
     let flags = args.launch.flags(args.timeout());
@@ -311,7 +321,7 @@ pub fn run<B: Benchmark>(
     // A rank stuck inside a provider call (shm's spin lock after a peer died) never returns to
     // check the bootstrap: the watchdog ends it with the job's reason.
     bs.arm_watchdog(WATCHDOG_GRACE);
-    run_on(bench, opts, build, &bs, Echo::Tables).map(|(code, _)| code)
+    run_on(bench, opts, build, &bs, Echo::Tables).map(|(verdict, _)| verdict)
 }
 
 /// What rank 0 prints of a run on stdout and stderr besides progress and failures.
@@ -326,7 +336,7 @@ pub enum Echo {
 
 /// Runs one rank of `bench` on a bootstrap the caller connected (and keeps: several benchmarks
 /// of one job run one after the other on it, as `efabench cluster` does). The caller arms the
-/// watchdog. Returns the exit status and, on rank 0, the run's records. An error is broadcast
+/// watchdog. Returns the run's verdict and, on rank 0, its records. An error is broadcast
 /// as an abort, as in [`run`].
 pub fn run_on<B: Benchmark>(
     bench: &mut B,
@@ -334,7 +344,7 @@ pub fn run_on<B: Benchmark>(
     build: &BuildInfo,
     bs: &Bootstrap,
     echo: Echo,
-) -> Result<(i32, Vec<Record>), BenchError> {
+) -> Result<(Verdict, Vec<Record>), BenchError> {
     let groups = Groups::of(opts);
     let args = &groups.job;
     bench.needs().check_world(bench.name(), bs.world())?;
@@ -364,7 +374,7 @@ fn run_connected<B: Benchmark>(
     build: &BuildInfo,
     bs: &Bootstrap,
     echo: Echo,
-) -> Result<(i32, Vec<Record>), BenchError> {
+) -> Result<(Verdict, Vec<Record>), BenchError> {
     let (rank, world) = (bs.rank(), bs.world());
     let shows = rank == 0 && echo == Echo::Tables;
     let args = &groups.job;
@@ -571,12 +581,12 @@ fn run_connected<B: Benchmark>(
         eprintln!(
             "efabench: {total_errors} payload words failed verification; the records' `errors` field says where"
         );
-        return Ok((1, records));
+        return Ok((Verdict::Failed, records));
     }
     if !missed.is_empty() {
-        return Ok((1, records));
+        return Ok((Verdict::Failed, records));
     }
-    Ok((0, records))
+    Ok((Verdict::Clean, records))
 }
 
 /// Reports a crash of this rank (SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT) to the whole job

@@ -605,6 +605,7 @@ mod tests {
     fn parse(args: &[&str]) -> Result<T, String> {
         let mut v = vec!["t"];
         v.extend_from_slice(args);
+        // The tests assert on the message the user reads: the string is the point.
         T::try_parse_from(v).map_err(|e| e.to_string())
     }
 

@@ -431,7 +431,7 @@ impl Ipc<'_> {
 }
 
 /// Runs one rank of `efabench ipc`.
-pub fn run_ipc(args: &IpcArgs, build: &BuildInfo) -> Result<i32, BenchError> {
+pub fn run_ipc(args: &IpcArgs, build: &BuildInfo) -> Result<crate::Verdict, BenchError> {
     let mut b = Ipc::new(args)?;
     crate::harness::run(&mut b, args, build)
 }

@@ -121,7 +121,7 @@ pub(crate) fn run_on_mesh<B: Benchmark>(
     opts: &(impl Options + ?Sized),
     build: &BuildInfo,
     mesh: impl FnOnce(&mut B) -> Option<Mesh>,
-) -> Result<i32, BenchError> {
+) -> Result<crate::Verdict, BenchError> {
     let run = harness::run(bench, opts, build);
     if run.is_err() {
         std::mem::forget(mesh(bench));

@@ -380,7 +380,10 @@ impl<P: Protocol> Benchmark for P2p<'_, P> {
 }
 
 /// Runs one rank of point-to-point benchmark `P`.
-pub fn run<P: Protocol>(args: &P2pArgs, build: &harness::BuildInfo) -> Result<i32, BenchError> {
+pub fn run<P: Protocol>(
+    args: &P2pArgs,
+    build: &harness::BuildInfo,
+) -> Result<crate::Verdict, BenchError> {
     harness::run(&mut P2p::<P>::new(args)?, args, build)
 }
 

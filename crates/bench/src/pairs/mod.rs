@@ -603,7 +603,10 @@ impl PairsDetail {
 
 /// Runs one rank of `pairs`; exit 1 (on rank 0) when a pair is below `--min-bw` (each such
 /// pair's record carries a [`Gate`], which the harness checks and names).
-pub fn run_pairs(args: &PairsArgs, build: &harness::BuildInfo) -> Result<i32, BenchError> {
+pub fn run_pairs(
+    args: &PairsArgs,
+    build: &harness::BuildInfo,
+) -> Result<crate::Verdict, BenchError> {
     run_on_mesh(&mut Pairs::new(args)?, args, build, |b| b.mesh.take())
 }
 

@@ -479,7 +479,10 @@ fn health_of(ctx: &Ctx) -> impl Fn() -> Result<(), String> + Send + Sync + Clone
 }
 
 /// Runs one rank of `efabench proxy`.
-pub fn run_proxy(args: &ProxyArgs, build: &harness::BuildInfo) -> Result<i32, BenchError> {
+pub fn run_proxy(
+    args: &ProxyArgs,
+    build: &harness::BuildInfo,
+) -> Result<crate::Verdict, BenchError> {
     let mut b = Proxy::new(args)?;
     harness::run(&mut b, args, build)
 }

@@ -297,7 +297,7 @@ impl Benchmark for Queue {
 }
 
 /// `efabench queue`.
-pub fn run_queue(args: &QueueArgs, build: &BuildInfo) -> Result<i32, BenchError> {
+pub fn run_queue(args: &QueueArgs, build: &BuildInfo) -> Result<crate::Verdict, BenchError> {
     let mut b = Queue::new(args)?;
     crate::harness::run(&mut b, args, build)
 }

@@ -372,7 +372,7 @@ fn slurm_step(env: Env) -> Option<String> {
 
 /// Asks the launcher's PMIx server for rank 0's rendezvous (`rank`, `timeout`) → `HOST:PORT`,
 /// or why it could not.
-pub type PmixExchange<'a> = &'a dyn Fn(u32, Duration) -> Result<String, String>;
+pub type PmixExchange<'a> = &'a dyn Fn(u32, Duration) -> Result<String, crate::pmix::ExchangeError>;
 
 fn rendezvous(
     flags: &LaunchFlags,

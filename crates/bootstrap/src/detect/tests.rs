@@ -1,6 +1,8 @@
 //! Tests of `detect`.
 
 use super::*;
+use crate::pmix::ExchangeError;
+use efabench_pmix::PmixError;
 use std::collections::HashMap;
 
 fn run(flags: &LaunchFlags, vars: &[(&str, &str)]) -> Result<RankInfo, BootstrapError> {
@@ -24,7 +26,7 @@ fn err(flags: &LaunchFlags, vars: &[(&str, &str)]) -> BootstrapError {
 
 fn with_pmix(
     vars: &[(&str, &str)],
-    answer: Result<&str, &str>,
+    answer: Result<&str, PmixError>,
 ) -> (Result<RankInfo, BootstrapError>, Vec<u32>) {
     let map: HashMap<String, String> = vars
         .iter()
@@ -33,7 +35,10 @@ fn with_pmix(
     let asked = std::cell::RefCell::new(Vec::new());
     let exchange = |rank: u32, _t: Duration| {
         asked.borrow_mut().push(rank);
-        answer.map(str::to_string).map_err(str::to_string)
+        answer
+            .clone()
+            .map(str::to_string)
+            .map_err(ExchangeError::from)
     };
     let r = detect_with(
         &LaunchFlags::default(),
@@ -60,7 +65,12 @@ fn mpirun_with_a_pmix_server_asks_it_for_the_rendezvous() {
     assert_eq!(i.rdzv.as_deref(), Some("node1:41234"));
     assert_eq!(i.token.as_deref(), Some("ompi:prterun-host-123@1"));
     // A failed exchange keeps the old message and adds why PMIx did not answer.
-    let (r, _) = with_pmix(&base, Err("no PMIx library could be loaded"));
+    let (r, _) = with_pmix(
+        &base,
+        Err(PmixError::NoLibrary {
+            tried: "none of the candidate files exists".into(),
+        }),
+    );
     let s = r.unwrap_err().to_string();
     assert!(
         s.starts_with("running under mpirun (open mpi, world size 4) but neither --rdzv"),

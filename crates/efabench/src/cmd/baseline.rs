@@ -3,6 +3,7 @@
 //! run tells little about a machine's noise; five tell how far a figure moves by chance.
 
 use crate::error::CliError;
+use crate::exit::Exit;
 use efabench_report::compare::Baseline;
 use std::path::PathBuf;
 
@@ -16,7 +17,7 @@ pub struct Args {
     pub output: PathBuf,
 }
 
-pub fn run(args: Args) -> Result<i32, CliError> {
+pub fn run(args: Args) -> Result<Exit, CliError> {
     let side = super::compare::read_side(&args.runs)?;
     let b = Baseline::of(&side);
     b.save(&args.output)?;
@@ -27,5 +28,5 @@ pub fn run(args: Args) -> Result<i32, CliError> {
         side.files.len(),
         args.output.display()
     ))?;
-    Ok(0)
+    Ok(Exit::Ok)
 }

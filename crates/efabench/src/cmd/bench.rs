@@ -2,9 +2,10 @@
 //! them (one line each) and runs them on the shared harness.
 
 use crate::error::CliError;
+use crate::exit::Exit;
 use efabench_bench::{BenchCommand, BuildInfo};
 
-pub fn run(cmd: BenchCommand) -> Result<i32, CliError> {
+pub fn run(cmd: BenchCommand) -> Result<Exit, CliError> {
     // Ranks started by `efabench launch` die with it (SIGKILL/SIGHUP of launch included).
     efabench_bootstrap::launcher::die_with_launcher();
     let build = BuildInfo {
@@ -13,8 +14,10 @@ pub fn run(cmd: BenchCommand) -> Result<i32, CliError> {
             .map(str::to_string)
             .filter(|g| !g.is_empty()),
     };
-    cmd.run(&build).map_err(|source| CliError::Bench {
-        command: cmd.name(),
-        source,
-    })
+    cmd.run(&build)
+        .map(Exit::from)
+        .map_err(|source| CliError::Bench {
+            command: cmd.name(),
+            source,
+        })
 }

@@ -9,6 +9,7 @@ use crate::cmd::cluster_prometheus;
 use crate::cmd::doctor::libfabric_input;
 use crate::cmd::topo::open_root;
 use crate::error::CliError;
+use crate::exit::Exit;
 use efabench_bench::BuildInfo;
 use efabench_cluster::node::{CheckStatus, NodeCheck, NodeFacts, NodeReport};
 use efabench_cluster::ClusterArgs;
@@ -100,7 +101,7 @@ fn node_report(root: &Root, libfabric: &LibfabricInput, interval: f64) -> NodeRe
     }
 }
 
-pub fn run(args: Args) -> Result<i32, CliError> {
+pub fn run(args: Args) -> Result<Exit, CliError> {
     // Ranks started by `efabench launch` die with it.
     efabench_bootstrap::launcher::die_with_launcher();
     let root = open_root(&args.root)?;
@@ -127,5 +128,5 @@ pub fn run(args: Args) -> Result<i32, CliError> {
             })?;
         }
     }
-    Ok(outcome.exit_code)
+    Ok(Exit::from(outcome.ending))
 }

@@ -8,6 +8,7 @@
 //! `docs/compare.md` is the manual.
 
 use crate::error::CliError;
+use crate::exit::Exit;
 use efabench_report::compare::{compare_sides, Baseline, Options, Side};
 use efabench_report::read_files;
 use std::path::{Path, PathBuf};
@@ -92,7 +93,7 @@ fn read_baseline(p: &Path) -> Result<Option<Baseline>, CliError> {
     Ok(Baseline::parse(p, &text)?)
 }
 
-pub fn run(args: Args) -> Result<i32, CliError> {
+pub fn run(args: Args) -> Result<Exit, CliError> {
     let json = match args.format.trim().to_ascii_lowercase().as_str() {
         "table" => false,
         "json" => true,
@@ -144,7 +145,7 @@ pub fn run(args: Args) -> Result<i32, CliError> {
         c.render_table(&bn, &cn)
     };
     print_stdout(&text)?;
-    Ok(if c.failed() { 1 } else { 0 })
+    Ok(Exit::failed_unless(!c.failed()))
 }
 
 /// Prints without `println!`'s panic when stdout is closed (`efabench compare ... | head`):

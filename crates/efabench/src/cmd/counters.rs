@@ -3,16 +3,17 @@
 //! went over EFA.
 //!
 //! Around a command the verdict is also the exit status, so that a job can fail on a silent
-//! fallback to TCP: the command's own failure status wins; else [`EXIT_NO_EFA`] when it moved no
-//! byte over EFA, [`EXIT_IDLE_NICS`] when fewer NICs carried traffic than `--expect-nics` asks
-//! (by default every NIC paired with a GPU, or every NIC on a node without GPUs), naming the idle
-//! ones; else 0.
+//! fallback to TCP: the command's own failure status wins; else [`Exit::NoEfaTraffic`] when it
+//! moved no byte over EFA, [`Exit::IdleNics`] when fewer NICs carried traffic than
+//! `--expect-nics` asks (by default every NIC paired with a GPU, or every NIC on a node without
+//! GPUs), naming the idle ones; else 0.
 //!
 //! Counters are listed from the directories (`efabench_topology::counters`), never from a fixed
 //! table, because the set depends on the driver version.
 
 use crate::cmd::topo::{emit, open_root};
 use crate::error::CliError;
+use crate::exit::Exit;
 use efabench_topology::counters::{NicDelta, Snapshot};
 use efabench_topology::{Root, Topology};
 use serde_json::{json, Value};
@@ -48,11 +49,6 @@ pub struct Args {
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,
 }
-
-/// Exit status when the command succeeded but moved no byte over EFA.
-pub const EXIT_NO_EFA: i32 = 3;
-/// Exit status when the command succeeded but fewer NICs carried traffic than expected.
-pub const EXIT_IDLE_NICS: i32 = 4;
 
 /// What `--expect-nics` asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -106,7 +102,7 @@ fn read(root: &Root) -> Result<Snapshot, CliError> {
     Snapshot::read(root).ok_or_else(|| no_counters(root))
 }
 
-pub fn run(args: Args) -> Result<i32, CliError> {
+pub fn run(args: Args) -> Result<Exit, CliError> {
     let root = open_root(&args.root)?;
     if args.count.is_some() && args.watch.is_none() {
         return Err(CliError::usage(
@@ -155,7 +151,7 @@ pub fn run(args: Args) -> Result<i32, CliError> {
     let s = read(&root)?;
     if let Some(p) = &args.prometheus {
         write_prometheus(p, &s)?;
-        return Ok(0);
+        return Ok(Exit::Ok);
     }
     if args.json {
         emit(&format!(
@@ -165,7 +161,7 @@ pub fn run(args: Args) -> Result<i32, CliError> {
     } else {
         emit(&render_snapshot(&s));
     }
-    Ok(0)
+    Ok(Exit::Ok)
 }
 
 /// Counters as a matrix: one row per counter, one column per NIC, in pages of 6 NICs.
@@ -266,16 +262,16 @@ fn watch_prometheus(
     p: &Path,
     every: Duration,
     count: Option<u64>,
-) -> Result<i32, CliError> {
+) -> Result<Exit, CliError> {
     let mut i = 0u64;
     loop {
         let s = read(root)?;
         if !write_prometheus(p, &s)? {
-            return Ok(0);
+            return Ok(Exit::Ok);
         }
         i += 1;
         if count.is_some_and(|c| i >= c) {
-            return Ok(0);
+            return Ok(Exit::Ok);
         }
         std::thread::sleep(every);
     }
@@ -294,7 +290,12 @@ fn delta_json(d: &NicDelta, later: &Snapshot) -> Value {
     })
 }
 
-fn watch(root: &Root, every: Duration, count: Option<u64>, as_json: bool) -> Result<i32, CliError> {
+fn watch(
+    root: &Root,
+    every: Duration,
+    count: Option<u64>,
+    as_json: bool,
+) -> Result<Exit, CliError> {
     let mut prev = read(root)?;
     let mut i = 0u64;
     loop {
@@ -304,7 +305,7 @@ fn watch(root: &Root, every: Duration, count: Option<u64>, as_json: bool) -> Res
         if as_json {
             let nics: Vec<Value> = deltas.iter().map(|d| delta_json(d, &cur)).collect();
             if !emit(&format!("{}\n", json!({ "interval": i, "nics": nics }))) {
-                return Ok(0);
+                return Ok(Exit::Ok);
             }
         } else {
             let mut rows = vec![[
@@ -348,13 +349,13 @@ fn watch(root: &Root, every: Duration, count: Option<u64>, as_json: bool) -> Res
             let secs = deltas.first().map(|d| d.seconds).unwrap_or(0.0);
             let text = format!("interval {} ({secs:.2}s)\n{}\n", i + 1, right_table(&rows));
             if !emit(&text) {
-                return Ok(0);
+                return Ok(Exit::Ok);
             }
         }
         prev = cur;
         i += 1;
         if count.is_some_and(|c| i >= c) {
-            return Ok(0);
+            return Ok(Exit::Ok);
         }
     }
 }
@@ -388,14 +389,6 @@ fn right_table(rows: &[Vec<String>]) -> String {
     out
 }
 
-/// Exit status of a finished child: its code, or 128 + signal like a shell.
-fn exit_status_code(st: std::process::ExitStatus) -> i32 {
-    use std::os::unix::process::ExitStatusExt;
-    st.code()
-        .or_else(|| st.signal().map(|s| 128 + s))
-        .unwrap_or(1)
-}
-
 /// The command line for the report, cut to 100 characters.
 fn short_command(cmd: &[String]) -> String {
     let full = cmd.join(" ");
@@ -421,7 +414,7 @@ fn human_bytes(b: u64) -> String {
     }
 }
 
-fn wrap(root: &Root, cmd: &[String], as_json: bool, expect: Expect) -> Result<i32, CliError> {
+fn wrap(root: &Root, cmd: &[String], as_json: bool, expect: Expect) -> Result<Exit, CliError> {
     let before = read(root)?;
     let status = std::process::Command::new(&cmd[0])
         .args(&cmd[1..])
@@ -432,7 +425,8 @@ fn wrap(root: &Root, cmd: &[String], as_json: bool, expect: Expect) -> Result<i3
                 super::topo::shown(&cmd[0])
             ))
         })?;
-    let code = exit_status_code(status);
+    let child = Exit::of_child(status);
+    let code = child.code();
     let after = read(root)?;
     let deltas = before.delta(&after);
     let used: Vec<&NicDelta> = deltas.iter().filter(|d| d.traffic_bytes() > 0).collect();
@@ -466,15 +460,16 @@ fn wrap(root: &Root, cmd: &[String], as_json: bool, expect: Expect) -> Result<i3
         Expect::All => (expected.len(), !idle.is_empty()),
         Expect::AtLeast(n) => (n, used.len() < n),
     };
-    let status = if code != 0 {
-        code
+    let exit = if code != 0 {
+        child
     } else if total == 0 {
-        EXIT_NO_EFA
+        Exit::NoEfaTraffic
     } else if short {
-        EXIT_IDLE_NICS
+        Exit::IdleNics
     } else {
-        0
+        Exit::Ok
     };
+    let status = exit.code();
     let nic_verdict = (total > 0 && short).then(|| {
         format!(
             "fewer NICs than expected carried traffic: {} of {wanted} expected ({}); idle: {}",
@@ -577,15 +572,13 @@ fn wrap(root: &Root, cmd: &[String], as_json: bool, expect: Expect) -> Result<i3
         if let Some(v) = &nic_verdict {
             out.push_str(&format!("verdict: {v}\n"));
         }
-        if status != code {
-            out.push_str(&format!(
-                "exit status {status}: {}\n",
-                if status == EXIT_NO_EFA {
-                    "no EFA traffic"
-                } else {
-                    "idle NICs"
-                }
-            ));
+        let why = match exit {
+            Exit::NoEfaTraffic => Some("no EFA traffic"),
+            Exit::IdleNics => Some("idle NICs"),
+            _ => None,
+        };
+        if let Some(why) = why {
+            out.push_str(&format!("exit status {status}: {why}\n"));
         }
         if !errors.is_empty() {
             out.push_str(&format!(
@@ -595,5 +588,5 @@ fn wrap(root: &Root, cmd: &[String], as_json: bool, expect: Expect) -> Result<i3
         }
         emit(&out);
     }
-    Ok(status)
+    Ok(exit)
 }

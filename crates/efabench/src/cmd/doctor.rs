@@ -7,6 +7,7 @@
 
 use crate::cmd::topo::{emit, open_root};
 use crate::error::CliError;
+use crate::exit::Exit;
 use efabench_doctor::{
     memlock_from_limits, memlock_of_this_process, Inputs, LibfabricInput, NvmlInput, Report, Status,
 };
@@ -150,7 +151,7 @@ fn read_bounded(path: &Path, max: u64) -> Result<Vec<u8>, String> {
     Ok(bytes)
 }
 
-pub fn run(args: Args) -> Result<i32, CliError> {
+pub fn run(args: Args) -> Result<Exit, CliError> {
     let root = open_root(&args.root)?;
     if !args.interval.is_finite() || args.interval < 0.0 || args.interval > 3600.0 {
         return Err(CliError::usage(format!(
@@ -206,8 +207,8 @@ pub fn run(args: Args) -> Result<i32, CliError> {
     Ok(report(&efabench_doctor::run(&inputs), args.json))
 }
 
-/// Prints the report; its exit status.
-fn report(report: &Report, json: bool) -> i32 {
+/// Prints the report; the process fails when a check failed.
+fn report(report: &Report, json: bool) -> Exit {
     if json {
         emit(&format!(
             "{}\n",
@@ -216,7 +217,7 @@ fn report(report: &Report, json: bool) -> i32 {
     } else {
         emit(&render(report));
     }
-    report.exit_code()
+    Exit::failed_unless(report.passed())
 }
 
 /// The human-readable report.

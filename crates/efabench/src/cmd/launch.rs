@@ -11,6 +11,7 @@ use std::time::Duration;
 use efabench_bootstrap::launcher::{self, LaunchOptions, MAX_LOCAL_RANKS};
 
 use crate::error::CliError;
+use crate::exit::Exit;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -41,7 +42,7 @@ pub struct Args {
     command: Vec<OsString>,
 }
 
-pub fn run(args: Args) -> Result<i32, CliError> {
+pub fn run(args: Args) -> Result<Exit, CliError> {
     if args.ranks == 0 || args.ranks > MAX_LOCAL_RANKS {
         return Err(CliError::usage(format!(
             "-n {} is out of range: launch starts 1 to {MAX_LOCAL_RANKS} local ranks",
@@ -72,7 +73,9 @@ pub fn run(args: Args) -> Result<i32, CliError> {
         grace: Duration::from_secs_f64(args.timeout),
         env: Vec::new(),
     };
-    launcher::launch(&opts).map_err(CliError::Launch)
+    launcher::launch(&opts)
+        .map(Exit::Child)
+        .map_err(CliError::Launch)
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 //! options and errors (bad input exit 2, a failed draw exit 1).
 
 use crate::error::CliError;
+use crate::exit::Exit;
 use efabench_report::plot::{plot_paths, Field, PlotOptions, FIELD_NAMES, TIME_SLICED_MARK};
 use efabench_report::stages::{plot_stage_paths, StagesOptions};
 use std::path::PathBuf;
@@ -67,7 +68,7 @@ fn field(s: &str, flag: &str) -> Result<Field, CliError> {
     })
 }
 
-pub fn run(args: Args) -> Result<i32, CliError> {
+pub fn run(args: Args) -> Result<Exit, CliError> {
     if args.stages {
         return run_stages(args);
     }
@@ -115,10 +116,10 @@ pub fn run(args: Args) -> Result<i32, CliError> {
         summary.series,
         summary.points
     ))?;
-    Ok(0)
+    Ok(Exit::Ok)
 }
 
-fn run_stages(args: Args) -> Result<i32, CliError> {
+fn run_stages(args: Args) -> Result<Exit, CliError> {
     let opts = StagesOptions {
         each_run: args.each_run,
         title: args.title,
@@ -139,5 +140,5 @@ fn run_stages(args: Args) -> Result<i32, CliError> {
         summary.bars,
         summary.records
     ))?;
-    Ok(0)
+    Ok(Exit::Ok)
 }

@@ -7,6 +7,7 @@
 //! the gpu layer).
 
 use crate::error::CliError;
+use crate::exit::Exit;
 use efabench_topology::libfabric::{read_fi_info_file, LibfabricDomain};
 use efabench_topology::{Root, Topology};
 use std::path::PathBuf;
@@ -75,7 +76,7 @@ pub fn libfabric_domains(
     Ok(super::libfabric::query().ok().map(|q| q.efa_domains))
 }
 
-pub fn run(args: Args) -> Result<i32, CliError> {
+pub fn run(args: Args) -> Result<Exit, CliError> {
     let root = open_root(&args.root)?;
     let mut topo = Topology::discover(&root);
     if let Some(d) = libfabric_domains(&root, args.fi_info.as_deref())? {
@@ -103,7 +104,7 @@ pub fn run(args: Args) -> Result<i32, CliError> {
         }
         emit(&text);
     }
-    Ok(0)
+    Ok(Exit::Ok)
 }
 
 /// The library and every provider that works, with its domains.
