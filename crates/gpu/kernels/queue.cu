@@ -105,23 +105,27 @@ __device__ __forceinline__ efa_u64 efa_owner(efa_u64 pos, const FifoParams& p) {
 }
 
 // Waits until the cached tail of consumer c passes `need` (tail > need). False when killed.
-__device__ bool efa_wait_tail(const FifoParams& p, efa_u64 c, efa_u64 need) {
+// `seen` gets the tail value that ended the wait (tails only grow: a lower bound from then on).
+__device__ bool efa_wait_tail(const FifoParams& p, efa_u64 c, efa_u64 need, efa_u64* seen) {
     efa_u64* st = (efa_u64*)p.state;
     unsigned spins = 0;
+    efa_u64 t;
     if (p.direct) {
         // Few waiters: read the consumer's tail itself (one PCIe read per poll and warp).
         const efa_u64* tail = (const efa_u64*)p.tails + c * TAIL_STRIDE;
-        while (efa_ld(tail) <= need) {
+        while ((t = efa_ld(tail)) <= need) {
             if ((++spins & 63u) == 0 && efa_ld(st + S_CTL) >= 2) return false;
             if (p.direct > 1) __nanosleep((unsigned)p.direct);
         }
+        *seen = t;
         return true;
     }
-    while (efa_ld(st + S_CACHE + c) <= need) {
+    while ((t = efa_ld(st + S_CACHE + c)) <= need) {
         efa_refresh(p);
         if ((++spins & 63u) == 0 && efa_ld(st + S_CTL) >= 2) return false;
         if (spins > 256) __nanosleep(64);
     }
+    *seen = t;
     return true;
 }
 
@@ -160,6 +164,11 @@ extern "C" __global__ void efa_queue_fifo(const FifoParams p) {
     const efa_u64 nslots = 1ull << p.nslots_log2;
     efa_u64 last = 0;  // highest position this thread wrote + 1
     efa_u64 seq = 0;
+    // With one consumer, the largest tail this thread has seen: slots below it + nslots are free
+    // without another look (a blocking producer knows this from its own last wait, which saves
+    // a read per push: over PCIe when polling directly).
+    efa_u64 known = 0;
+    efa_u64 seen = 0;
     bool killed = false;
     const efa_u64 t_begin = efa_now();
     // The loop is warp-uniform (same n, b and control word for every lane), so the warp stays
@@ -180,19 +189,20 @@ extern "C" __global__ void efa_queue_fifo(const FifoParams p) {
         // Credits: one look at the cached tails for the whole batch; per-slot waits only when the
         // batch reaches past what the cache already allows.
         const efa_u64 top = base + b * nl - 1;
-        bool credit = top < nslots;
+        bool credit = top < nslots || (p.consumers == 1 && known > top - nslots);
         if (!credit) {
             efa_u64 lo = ~0ull;
             const efa_u64* tails = p.direct ? (const efa_u64*)p.tails : st + S_CACHE;
             const efa_u64 stride = p.direct ? TAIL_STRIDE : 1;
             for (efa_u64 c = 0; c < p.consumers; ++c) lo = min(lo, efa_ld(tails + c * stride));
             credit = lo > top - nslots;
+            if (p.consumers == 1) known = max(known, lo);
         }
 #pragma unroll 4
         for (efa_u64 j = 0; j < b; ++j) {
             const efa_u64 pos = base + j * nl + lane;
             // The slot is free once the consumer of its previous lap has passed it.
-            if (!credit && pos >= nslots && !killed && !efa_wait_tail(p, efa_owner(pos - nslots, p), pos - nslots)) killed = true;
+            if (!credit && pos >= nslots && !killed && !efa_wait_tail(p, efa_owner(pos - nslots, p), pos - nslots, &seen)) killed = true;
             if (killed) continue;
             efa_u64* s = slots + 2 * (pos & (nslots - 1));
             efa_store16(s, efa_cmd_fst(seq + j, me, p.salt), efa_cmd_snd(seq + j, me, pos, p.nslots_log2));
@@ -200,7 +210,8 @@ extern "C" __global__ void efa_queue_fifo(const FifoParams p) {
         }
         if (p.blocking) {
             const efa_u64 pos = base + lane;
-            if (!killed && !efa_wait_tail(p, efa_owner(pos, p), pos)) killed = true;
+            if (!killed && !efa_wait_tail(p, efa_owner(pos, p), pos, &seen)) killed = true;
+            if (!killed && p.consumers == 1) known = max(known, seen);
             const efa_u64 dt = efa_now() - t0;
             if (!killed) lat[seq * producers + me] = (efa_u32)min(dt + 1, 0xffffffffull);
         } else if (lane == 0) {
@@ -214,7 +225,7 @@ extern "C" __global__ void efa_queue_fifo(const FifoParams p) {
     // it owns and has not consumed, so tail > last - 1 for every consumer means that each has
     // consumed all of its positions up to this thread's last one.
     for (efa_u64 c = 0; c < p.consumers && last != 0 && !killed; ++c) {
-        if (!efa_wait_tail(p, c, last - 1)) killed = true;
+        if (!efa_wait_tail(p, c, last - 1, &seen)) killed = true;
     }
     ((efa_u32*)p.pushed)[me] = (efa_u32)seq;
     const efa_u64 t_end = efa_now();
