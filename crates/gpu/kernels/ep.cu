@@ -7,13 +7,16 @@
 //   half A = { remote_off, parity << 63 | fence << 62 | (pos & 2^30-1) << 32 | len }
 //   half B = { local_off,  parity << 63 | (pos & 2^30-1) << 32 | dst << 16 | signal }
 // A token put has no fence and `signal` = its receive channel (the local expert); a count signal
-// has the fence bit and `signal` = the number of writes it announces to its destination.
+// has the fence bit (it marks the command a signal; nothing waits on it) and `signal` = the
+// number of writes it announces to its destination.
 //
 // efa_ep_begin resets the span words; efa_ep_puts pushes one command per (token, expert) from
 // one thread each (the head claimed with one atomic); efa_ep_signal, launched after it on the same
-// stream (so every put has been pushed), waits in quiet until the proxy completed every put,
-// pushes one count signal per destination, and waits for those too. efa_ep_reduce is the
-// combine's weighted sum over bf16 slots.
+// stream (so every put has been pushed, and the ring holds them before any signal), pushes one
+// count signal per destination at once and then waits in quiet until the proxy completed every
+// command. A signal needs no quiet before it: the receiver counts the writes its signal announces
+// (efabench's arrival rule), so a signal that overtakes its puts only waits for them there, as
+// with the CPU initiator. efa_ep_reduce is the combine's weighted sum over bf16 slots.
 //
 // No wait here is unbounded: a wait for a credit or in quiet gives up when the host raised the
 // abort word (ctl[EP_ABORT], the proxy failed) or after `timeout_ns` of %globaltimer, and records
@@ -139,7 +142,6 @@ extern "C" __global__ void efa_ep_signal(const EpParams p) {
     if (blockIdx.x != 0 || threadIdx.x != 0) return;
     efa_u64* st = (efa_u64*)p.state;
     const efa_u64* cmds = (const efa_u64*)p.cmds;
-    if (!ep_quiet(p)) return;
     for (efa_u64 i = 0; i < p.n_sigs; ++i)
         if (!ep_push(p, cmds + (p.n_puts + i) * 4)) return;
     if (!ep_quiet(p)) return;

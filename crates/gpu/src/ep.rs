@@ -1,6 +1,6 @@
 //! The GPU side of `efabench ep --initiator gpu`: the kernels of `kernels/ep.cu` that push one
-//! command per (token, expert) into the proxy's command ring ([`crate::proxy`]), then a quiet and a
-//! count signal per destination, and the combine's weighted sum over device memory.
+//! command per (token, expert) into the proxy's command ring ([`crate::proxy`]), then a count
+//! signal per destination and a quiet, and the combine's weighted sum over device memory.
 
 use crate::buffer::{DeviceBuffer, GpuBuffer};
 use crate::driver::{Gpu, Kernel, KernelParams, Shape, Stream, TypedKernel};

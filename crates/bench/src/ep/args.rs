@@ -49,7 +49,7 @@ pub enum Initiator {
     /// The rank's CPU thread posts them, batched per destination.
     Cpu,
     /// A producer pushes one command per (token, expert) into the proxy's command ring, then a
-    /// quiet and a signal per destination; the proxy thread posts them.
+    /// signal per destination and a quiet; the proxy thread posts them.
     Gpu,
 }
 

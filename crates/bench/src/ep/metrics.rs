@@ -86,7 +86,7 @@ pub struct Stages {
     pub copy_us: f64,
     /// The rest of the posting: polls between posts, waiting for the producer's next put.
     pub feed_us: f64,
-    /// Every put read, waiting for the producer's signals (its quiet on the puts).
+    /// Every put read, waiting for the producer's signals.
     pub quiet_us: f64,
     /// Everything posted to the last local completion.
     pub network_us: f64,

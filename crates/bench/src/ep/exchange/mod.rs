@@ -18,8 +18,8 @@
 //!   channel into one write ([`crate::ep::layout::coalesce`]), each destination's signal right
 //!   after its writes (counting makes waiting for them unnecessary).
 //! * ring: a producer (GPU kernel, or a CPU thread in its place) pushes one command per message
-//!   into the command ring of `efabench proxy`, waits in quiet, then pushes one signal per
-//!   destination; this thread is the proxy: it pops what is ready, posts it (merging a put into
+//!   into the command ring of `efabench proxy`, then one signal per destination (no quiet before
+//!   them: arrivals are counted), then waits in quiet; this thread is the proxy: it pops what is ready, posts it (merging a put into
 //!   the write before it when its bytes follow for the same destination and channel, unless
 //!   `--no-merge`), and publishes how far it consumed (credits) and how many commands completed
 //!   (what quiet waits for).
