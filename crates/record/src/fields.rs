@@ -29,10 +29,7 @@ pub struct Common {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub timing: Option<String>,
     /// Medians of consecutive blocks of iterations, µs (`stats::BLOCK_MEDIANS_FIELD`).
-    #[serde(
-        rename = "lat_p50_blocks_us",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(rename = "lat_p50_blocks_us", skip_serializing_if = "Option::is_none")]
     pub blocks_us: Option<Vec<f64>>,
     /// Seconds the point took, set-up and verification included.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -105,7 +102,8 @@ mod tests {
         let mut r = sample("sendrecv", "pingpong", 64, 1.0, 1.0);
         assert_eq!(r.common(), Common::default());
         r.extra.insert("lat_kind".into(), json!("round-trip/2"));
-        r.extra.insert("lat_p50_blocks_us".into(), json!([1.0, 2.5]));
+        r.extra
+            .insert("lat_p50_blocks_us".into(), json!([1.0, 2.5]));
         r.extra.insert("src".into(), json!(3));
         r.extra.insert("window".into(), json!(64));
         let c = r.common();

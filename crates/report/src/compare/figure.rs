@@ -178,8 +178,8 @@ impl RunPoint {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use efabench_record::testing::sample;
     use efabench_record::stats::BLOCK_MEDIANS_FIELD;
+    use efabench_record::testing::sample;
     use serde_json::json;
 
     #[test]
