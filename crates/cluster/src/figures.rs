@@ -7,7 +7,6 @@ use efabench_bench::collective::report::matrix_pairs;
 use efabench_bench::locate::PairBw;
 use efabench_record::Record;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
 /// count, min, median and max of some pairs' Gbps.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
@@ -34,6 +33,24 @@ impl Stats {
             max: s[l - 1],
         })
     }
+}
+
+/// The fields of a `pairs` record the matrix reads (`efabench_bench::pairs::PairsDetail`
+/// writes them).
+#[derive(Deserialize)]
+struct PairSeen {
+    src: u64,
+    src_nic: Option<String>,
+    dst_nic: Option<String>,
+    window_gbps: Option<Vec<f64>>,
+    rail_gbps: Option<Vec<f64>>,
+}
+
+/// The per-peer chunk rates of an `alltoall` record.
+#[derive(Deserialize)]
+struct MatricesSeen {
+    matrix_gbps: Option<Vec<Vec<f64>>>,
+    probe_matrix_gbps: Option<Vec<Vec<f64>>>,
 }
 
 /// One node's pairs at one size.
@@ -115,13 +132,6 @@ impl Matrix {
             .filter(|r| r.bench == "pairs")
             .map(|r| r.size_bytes)
             .max()?;
-        let numbers = |r: &Record, key: &str| -> Vec<f64> {
-            r.extra
-                .get(key)
-                .and_then(Value::as_array)
-                .map(|a| a.iter().filter_map(Value::as_f64).collect())
-                .unwrap_or_default()
-        };
         let mut m = Matrix {
             size_bytes: size,
             ..Matrix::default()
@@ -131,24 +141,24 @@ impl Matrix {
             .filter(|r| r.bench == "pairs" && r.size_bytes == size)
         {
             m.drove = m.drove.max(r.rails as usize);
-            let (Some(src), Some(dst)) = (r.extra.get("src").and_then(Value::as_u64), r.peer)
-            else {
+            let (Ok(pair), Some(dst)) = (r.fields::<PairSeen>(), r.peer) else {
                 continue;
             };
+            let src = pair.src;
             m.pairs.push(PairBw {
                 src: src as usize,
                 dst: dst as usize,
                 gbps: r.bw_gbps,
             });
-            m.windows.push(numbers(r, "window_gbps"));
-            for (rank, key) in [(src as usize, "src_nic"), (dst as usize, "dst_nic")] {
-                if let Some(n) = r.extra.get(key).and_then(Value::as_str) {
+            m.windows.push(pair.window_gbps.unwrap_or_default());
+            for (rank, nic) in [(src as usize, pair.src_nic), (dst as usize, pair.dst_nic)] {
+                if let Some(n) = nic {
                     m.nics
                         .entry(rank)
                         .or_insert_with(|| n.split(',').map(str::to_string).collect());
                 }
             }
-            m.rails.push(numbers(r, "rail_gbps"));
+            m.rails.push(pair.rail_gbps.unwrap_or_default());
         }
         Some(m)
     }
@@ -156,20 +166,16 @@ impl Matrix {
     /// The per-peer chunk rates (`matrix_gbps`, and `probe_matrix_gbps` where the record has
     /// it) of the `alltoall` record of the largest size.
     pub fn from_alltoall(records: &[Record]) -> Option<Matrix> {
-        let r = records
+        let (r, seen) = records
             .iter()
-            .filter(|r| r.bench == "alltoall" && r.extra.contains_key("matrix_gbps"))
-            .max_by_key(|r| r.size_bytes)?;
-        let rows = |key: &str| -> Vec<Vec<f64>> {
-            r.extra
-                .get(key)
-                .and_then(|v| serde_json::from_value(v.clone()).ok())
-                .unwrap_or_default()
-        };
+            .filter(|r| r.bench == "alltoall")
+            .filter_map(|r| Some((r, r.fields::<MatricesSeen>().ok()?)))
+            .filter(|(_, m)| m.matrix_gbps.is_some())
+            .max_by_key(|(r, _)| r.size_bytes)?;
         Some(Matrix {
             size_bytes: r.size_bytes,
-            pairs: matrix_pairs(&rows("matrix_gbps")),
-            probe: matrix_pairs(&rows("probe_matrix_gbps")),
+            pairs: matrix_pairs(&seen.matrix_gbps.unwrap_or_default()),
+            probe: matrix_pairs(&seen.probe_matrix_gbps.unwrap_or_default()),
             drove: r.rails as usize,
             ..Matrix::default()
         })

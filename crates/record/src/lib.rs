@@ -17,6 +17,7 @@
 #![forbid(unsafe_code)]
 
 pub mod error;
+pub mod fields;
 pub mod jsonl;
 pub mod output;
 #[cfg(test)]
@@ -28,6 +29,7 @@ pub mod testing;
 pub mod util;
 
 pub use error::{chain, Error, ErrorKind};
+pub use fields::Common;
 pub use jsonl::{
     parse_records, parse_records_from, read_files, read_records, read_records_with_warnings,
     validate_line, JsonlWriter, RecordsRead, MAX_LINE_BYTES,

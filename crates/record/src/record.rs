@@ -166,38 +166,31 @@ pub const REQUIRED_FIELDS: &[&str] = &[
 pub const LATENCY_FIELDS: &[&str] = &["min", "p50", "p99", "max", "mean"];
 
 impl Record {
-    /// What the latency columns mean for this record: the benchmark sets
-    /// `extra["lat_kind"]` (e.g. `one-way`, `round-trip/2`, `post-to-completion`). Records
-    /// without it fall back on `docs/metrics.md`: a `read` is post-to-completion, `sendrecv`/`write`
-    /// report one-way latency, anything else the time of one operation.
-    pub fn lat_kind(&self) -> &str {
-        match self.extra.get("lat_kind").and_then(|v| v.as_str()) {
+    /// What the latency columns mean for this record: the benchmark sets `lat_kind`
+    /// (e.g. `one-way`, `round-trip/2`, `post-to-completion`). Records without it fall back on
+    /// `docs/metrics.md`: a `read` is post-to-completion, `sendrecv`/`write` report one-way
+    /// latency, anything else the time of one operation.
+    pub fn lat_kind(&self) -> String {
+        match self.common().lat_kind {
             Some(k) => k,
             None => match self.bench.as_str() {
                 "read" => "post-to-completion",
                 "sendrecv" | "write" => "one-way",
                 _ => "time per operation",
-            },
+            }
+            .to_string(),
         }
     }
 
-    /// `extra["busbw_def"]` if the benchmark describes its bus-bandwidth definition itself.
-    pub fn busbw_def(&self) -> Option<&str> {
-        self.extra.get("busbw_def").and_then(|v| v.as_str())
+    /// `busbw_def` if the benchmark describes its bus-bandwidth definition itself.
+    pub fn busbw_def(&self) -> Option<String> {
+        self.common().busbw_def
     }
 
     /// The record's `gpu_sharing` field, typed. A value of the wrong shape reads as
     /// [`GpuSharing::Unknown`]; [`Record::check`] refuses such a record.
     pub fn gpu_sharing(&self) -> GpuSharing {
-        match self.extra.get(GPU_SHARING) {
-            None => GpuSharing::Unknown,
-            Some(serde_json::Value::Null) => GpuSharing::NotShared,
-            Some(v) => match serde_json::from_value::<Vec<SharedGpu>>(v.clone()) {
-                Ok(g) if g.is_empty() => GpuSharing::NotShared,
-                Ok(g) => GpuSharing::Shared(g),
-                Err(_) => GpuSharing::Unknown,
-            },
-        }
+        self.sharing().unwrap_or(GpuSharing::Unknown)
     }
 
     /// Checks what serde cannot: the schema tag and that every float is finite (serde_json
@@ -233,13 +226,18 @@ impl Record {
                 }
             }
         }
-        if let Some(v) = self.extra.get(GPU_SHARING).filter(|v| !v.is_null()) {
-            if let Err(e) = serde_json::from_value::<Vec<SharedGpu>>(v.clone()) {
-                return Err(format!(
-                    "{}: {GPU_SHARING} is not null or a list of {{host, gpu, ranks, mps}}: {e}",
-                    self.describe()
-                ));
-            }
+        if let Err(e) = self.sharing() {
+            return Err(format!(
+                "{}: {GPU_SHARING} is not null or a list of {{host, gpu, ranks, mps}}: {e}",
+                self.describe()
+            ));
+        }
+        if let Err(e) = self.fields::<crate::fields::Common>() {
+            // The error of the whole map does not say which field; the field alone does.
+            return Err(match crate::fields::Common::bad_field(&self.extra) {
+                Some((k, e)) => format!("{}: {k}: {e}", self.describe()),
+                None => format!("{}: {e}", self.describe()),
+            });
         }
         Ok(())
     }

@@ -405,15 +405,17 @@ impl<'a> Benchmark for Alltoallv<'a> {
         // The per-peer rates name a slow node only when the chunks are alike in size.
         let comparable = self.args.counts == CountsSpec::Uniform
             || records.iter().all(|r| {
-                let rows = r.extra.get("counts_bytes").cloned().unwrap_or_default();
-                let rows: Vec<Vec<u64>> = serde_json::from_value(rows).unwrap_or_default();
-                crate::locate::comparable_sizes(&rows)
+                #[derive(serde::Deserialize)]
+                struct Counts {
+                    #[serde(default)]
+                    counts_bytes: Vec<Vec<u64>>,
+                }
+                let rows = r.fields::<Counts>().map(|c| c.counts_bytes);
+                crate::locate::comparable_sizes(&rows.unwrap_or_default())
             });
         let mut out = report::summary(records, comparable, self.args.matrix);
         for r in records {
-            if let Ok(s) =
-                serde_json::from_value::<Shares>(serde_json::Value::Object(r.extra.clone()))
-            {
+            if let Ok(s) = r.fields::<Shares>() {
                 out.push(format!(
                     "# {} B: the busiest rank moves {} B per iteration; receive imbalance (max/mean) {:.2}",
                     r.size_bytes, s.busiest_bytes, s.recv_imbalance

@@ -144,7 +144,7 @@ pub fn measure(
     let spent = budget_loop(b, Span::Between, &mut phases)?;
     let mut run = phases.run;
     run.mesh.count_from_now(false);
-    let per_rail = serde_json::from_value(run.mesh.per_rail()).unwrap_or_default();
+    let per_rail = run.mesh.rail_loads();
     // The arrival probes (see `locate::arrival_suspect` for what they are for). In the
     // back-to-back loop a rank starts iteration i+1 when the slowest chunk of i reached *it*, so
     // behind a slow node the ranks' starts drift apart; after a barrier every rank starts

@@ -38,14 +38,8 @@ impl RankOutcome {
     }
 }
 
-/// Bytes and operations one rail carried.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct RailBytes {
-    pub rail: usize,
-    pub domain: Option<String>,
-    pub bytes: u64,
-    pub ops: u64,
-}
+/// Bytes and operations one rail carried (`per_rail` of the records), as the mesh counts them.
+pub type RailBytes = crate::mesh::RailLoad;
 
 /// One rank's time per iteration, µs.
 #[derive(Clone, Debug, Serialize)]

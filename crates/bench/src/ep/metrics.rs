@@ -72,7 +72,7 @@ impl Part {
 
 /// The stages of one iteration of the slowest rank (its median one), µs: `launch` to `settle`
 /// plus `reduce` add up to `total_us`; `push_us` overlaps them.
-#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct Stages {
     /// The iteration's time on that rank (its p50 over the iterations).
     pub total_us: f64,

@@ -41,7 +41,6 @@ use efabench_gpu::queue::RingKind;
 use efabench_gpu::{Gpu, MemKind};
 use efabench_record::Record;
 use serde::Serialize;
-use serde_json::Value;
 
 use crate::error::BenchError;
 use crate::harness::{self, Benchmark, Ctx, Measured, Needs, Point, RunFacts, Strategy};

@@ -2,6 +2,9 @@
 //! and the summary lines under the table (the stage breakdown, GPU- against CPU-initiated).
 
 use super::*;
+use serde::Deserialize;
+
+use super::metrics::Stages;
 
 impl Ep<'_> {
     /// The record of `spec`'s part from every rank's logs.
@@ -9,12 +12,7 @@ impl Ep<'_> {
         let a = self.args;
         let logs: Vec<RankLog> = all
             .iter()
-            .map(|m| {
-                m.extra
-                    .get("ep")
-                    .and_then(|v| serde_json::from_value(v.clone()).ok())
-                    .unwrap_or_default()
-            })
+            .map(|m| m.fields::<LoggedSeen>().map(|l| l.ep).unwrap_or_default())
             .collect();
         let part = spec.part;
         let per_iter = metrics::slowest_per_iter(&logs, part);
@@ -154,48 +152,48 @@ impl Ep<'_> {
     }
 
     pub(super) fn summary_lines(&self, records: &[Record]) -> Vec<String> {
-        let get = |r: &Record, k: &str| r.extra.get(k).cloned().unwrap_or(Value::Null);
+        let seen = |r: &Record| r.fields::<EpSeen>().unwrap_or_default();
         let mut out = vec![
             "# ep: p50 of the slowest rank per iteration with its 95% bootstrap interval; stages of the slowest rank's median iteration (us), which add up to its time: launch / post / copy / feed / quiet / network / arrival / settle / reduce (= total); push: the producer's span, overlapping them".to_string(),
         ];
         for r in records {
-            let s = get(r, "ep_stages");
-            let f = |k: &str| s.get(k).and_then(Value::as_f64).unwrap_or(0.0);
+            let e = seen(r);
+            let s = e.ep_stages.unwrap_or_default();
             out.push(format!(
                 "#   {:<26} p50 {:>10.2} us {:<22} p99 {:>10.2} us  {:>8.3} GB/s  {:>12.0} tokens/s  stages {:.1} / {:.1} / {:.1} / {:.1} / {:.1} / {:.1} / {:.1} / {:.1} / {:.1} (= {:.1})  push {:.1}  writes {}  merged {}  slowest rank {}",
                 r.variant,
                 r.lat_us.p50,
-                get(r, "lat_p50_ci95_us")
-                    .as_array()
-                    .and_then(|v| Some(format!("[95% {:.1}-{:.1}]", v.first()?.as_f64()?, v.get(1)?.as_f64()?)))
+                e.lat_p50_ci95_us
+                    .map(|[lo, hi]| format!("[95% {lo:.1}-{hi:.1}]"))
                     .unwrap_or_default(),
                 r.lat_us.p99,
-                get(r, "ep_GBps").as_f64().unwrap_or(0.0),
-                get(r, "tokens_per_s").as_f64().unwrap_or(0.0),
-                f("launch_us"),
-                f("post_us"),
-                f("copy_us"),
-                f("feed_us"),
-                f("quiet_us"),
-                f("network_us"),
-                f("arrival_us"),
-                f("settle_us"),
-                f("reduce_us"),
-                f("total_us"),
-                f("push_us"),
-                get(r, "writes_per_iter"),
-                s.get("merged").and_then(Value::as_u64).unwrap_or(0),
-                get(r, "slowest_rank")
+                e.ep_gbps.unwrap_or(0.0),
+                e.tokens_per_s.unwrap_or(0.0),
+                s.launch_us,
+                s.post_us,
+                s.copy_us,
+                s.feed_us,
+                s.quiet_us,
+                s.network_us,
+                s.arrival_us,
+                s.settle_us,
+                s.reduce_us,
+                s.total_us,
+                s.push_us,
+                shown(e.writes_per_iter),
+                s.merged,
+                shown(e.slowest_rank)
             ));
         }
         for r in records {
-            if let Some(rank) = get(r, "slow_rank").as_u64() {
+            let e = seen(r);
+            if let Some(rank) = e.slow_rank {
                 out.push(format!(
                     "# slowest node in {}: rank {rank} on {} ({}): {}",
                     r.variant,
-                    get(r, "slow_host").as_str().unwrap_or("?"),
-                    get(r, "slow_direction").as_str().unwrap_or("?"),
-                    get(r, "slow_evidence").as_str().unwrap_or("")
+                    e.slow_host.as_deref().unwrap_or("?"),
+                    e.slow_direction.as_deref().unwrap_or("?"),
+                    e.slow_evidence.as_deref().unwrap_or("")
                 ));
             }
         }
@@ -203,8 +201,8 @@ impl Ep<'_> {
         for part in [Part::Dispatch, Part::Combine, Part::Total] {
             let find = |init: &str| {
                 records.iter().find(|r| {
-                    get(r, "phase").as_str() == Some(part.name())
-                        && get(r, "initiator").as_str() == Some(init)
+                    let e = seen(r);
+                    e.phase.as_deref() == Some(part.name()) && e.initiator.as_deref() == Some(init)
                 })
             };
             if let (Some(g), Some(c)) = (find("gpu"), find("cpu")) {
@@ -219,4 +217,34 @@ impl Ep<'_> {
         }
         out
     }
+}
+
+/// A rank's log of a point, as [`super::Logged`] sent it.
+#[derive(Deserialize)]
+struct LoggedSeen {
+    ep: RankLog,
+}
+
+/// What the summary reads of an `ep` record ([`EpDetail`] writes it).
+#[derive(Default, Deserialize)]
+#[serde(default)]
+struct EpSeen {
+    phase: Option<String>,
+    initiator: Option<String>,
+    lat_p50_ci95_us: Option<[f64; 2]>,
+    #[serde(rename = "ep_GBps")]
+    ep_gbps: Option<f64>,
+    tokens_per_s: Option<f64>,
+    ep_stages: Option<Stages>,
+    writes_per_iter: Option<u64>,
+    slowest_rank: Option<usize>,
+    slow_rank: Option<usize>,
+    slow_host: Option<String>,
+    slow_direction: Option<String>,
+    slow_evidence: Option<String>,
+}
+
+/// A count for the summary line, `null` when the record lacks it.
+fn shown(v: Option<impl std::fmt::Display>) -> String {
+    v.map_or_else(|| "null".to_string(), |v| v.to_string())
 }

@@ -64,7 +64,7 @@ pub use options::{
     AllGroups, FabricArgs, Groups, JobArgs, LaunchArgs, MemArgs, MrChoice, Options, Rails,
     Strategy, SweepArgs, MAX_ITERS, MAX_RAILS, MAX_SIZE,
 };
-pub use point::{detail_from, detail_map, Gate, Point, Progress, RunInfo};
+pub use point::{detail_map, Gate, Point, Progress, RunInfo};
 pub use select::{choose_provider, FabricPlan};
 pub use timed::{time_loop, Clock, Loop, Rounds, CHECK_EVERY};
 
@@ -188,6 +188,11 @@ impl Measured {
     pub fn detail(mut self, detail: &impl Serialize) -> Self {
         self.extra.extend(detail_map(detail));
         self
+    }
+
+    /// The facts another rank added with [`Measured::detail`], read back as `T`.
+    pub fn fields<'a, T: Deserialize<'a>>(&'a self) -> Result<T, serde_json::Error> {
+        T::deserialize(&self.extra)
     }
 
     fn encode(&self) -> Result<Vec<u8>, BenchError> {
@@ -628,25 +633,25 @@ impl Drop for CrashGuard {
 
 /// `--per-rail`: one line per rail under a record's row.
 fn per_rail_rows(r: &Record) -> Vec<String> {
-    let Some(Value::Array(rails)) = r.extra.get("per_rail") else {
+    #[derive(Deserialize)]
+    struct PerRail {
+        per_rail: Option<Vec<crate::collective::report::RailBytes>>,
+    }
+    let Some(rails) = r.fields::<PerRail>().ok().and_then(|p| p.per_rail) else {
         return Vec::new();
     };
-    let total: f64 = rails
-        .iter()
-        .filter_map(|x| x.get("bytes").and_then(Value::as_f64))
-        .sum();
+    let total: f64 = rails.iter().map(|x| x.bytes as f64).sum();
     rails
         .iter()
         .map(|x| {
-            let bytes = x.get("bytes").and_then(Value::as_f64).unwrap_or(0.0);
             format!(
                 "#   rail {:>2} {:<16} {:>14} B {:>10} ops {:>6.1}%",
-                x.get("rail").and_then(Value::as_u64).unwrap_or(0),
-                x.get("domain").and_then(Value::as_str).unwrap_or("?"),
-                bytes as u64,
-                x.get("ops").and_then(Value::as_u64).unwrap_or(0),
+                x.rail,
+                x.domain.as_deref().unwrap_or("?"),
+                x.bytes,
+                x.ops,
                 if total > 0.0 {
-                    bytes / total * 100.0
+                    x.bytes as f64 / total * 100.0
                 } else {
                     0.0
                 }

@@ -80,12 +80,6 @@ pub fn detail_map(detail: &impl serde::Serialize) -> Map<String, Value> {
     }
 }
 
-/// The inverse of [`detail_map`]: a benchmark's own fields read back from a map (what another
-/// rank added with [`super::Measured::detail`]); `None` when they are not all there.
-pub fn detail_from<T: serde::de::DeserializeOwned>(extra: &Map<String, Value>) -> Option<T> {
-    serde_json::from_value(Value::Object(extra.clone())).ok()
-}
-
 impl Point {
     /// Adds the benchmark's own fields, typed (see [`detail_map`]).
     pub fn detail(mut self, detail: &impl serde::Serialize) -> Self {
@@ -285,12 +279,13 @@ mod tests {
         assert_eq!(p.extra["bw_GBps"], Value::from(1.5));
         // Not a struct: nothing added.
         assert!(detail_map(&3u32).is_empty());
-        #[derive(serde::Deserialize, Debug, PartialEq)]
+        use serde::Deserialize;
+        #[derive(Deserialize, Debug, PartialEq)]
         struct W {
             window: usize,
         }
-        assert_eq!(detail_from(&p.extra), Some(W { window: 4 }));
-        assert_eq!(detail_from::<W>(&Map::new()), None);
+        assert_eq!(W::deserialize(&p.extra).ok(), Some(W { window: 4 }));
+        assert!(W::deserialize(&Map::new()).is_err());
     }
 
     #[test]

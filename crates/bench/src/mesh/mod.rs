@@ -60,7 +60,6 @@ use efabench_fabric::{
 };
 use efabench_gpu::MemKind;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
 use crate::error::BenchError;
 use crate::harness::Strategy;
@@ -85,7 +84,7 @@ const CTX_TRACK: u64 = 5 << 60;
 const CTX_MASK: u64 = 0xF << 60;
 
 /// Bytes and operations one rail carried in the timed part (`per_rail` of the records).
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct RailLoad {
     pub rail: usize,
     pub domain: Option<String>,
@@ -383,11 +382,6 @@ impl Mesh {
             ops: s.ops,
         };
         self.stats.iter().enumerate().map(load).collect()
-    }
-
-    /// `per_rail`: `{rail, domain, bytes, ops}` of the timed part.
-    pub fn per_rail(&self) -> Value {
-        serde_json::to_value(self.rail_loads()).unwrap_or(Value::Null)
     }
 }
 

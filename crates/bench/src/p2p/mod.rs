@@ -366,7 +366,7 @@ impl<P: Protocol> Benchmark for P2p<'_, P> {
             window: s.window,
             footprint_bytes: (s.slots * s.size) as u64,
             bw_gbytes: p.bw_gbps / 8.0,
-            sender: harness::detail_from(&timer.extra),
+            sender: timer.fields().ok(),
         };
         Point {
             variant: name_of(&s.variant),

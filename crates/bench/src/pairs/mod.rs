@@ -560,7 +560,7 @@ pub struct PairsDetail {
     pub stage: String,
     /// The sender's bytes and operations per rail, as the mesh counts them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub per_rail: Option<Value>,
+    pub per_rail: Option<Vec<crate::mesh::RailLoad>>,
     /// Each rail measured alone, Gbps (two rails or more).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rail_gbps: Option<Vec<f64>>,

@@ -7,12 +7,11 @@ use std::time::Duration;
 use efabench_fabric::Stripe;
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
 use super::PairsSpec;
 use crate::error::BenchError;
 use crate::harness::{budget_loop, Budgeted, Measured, Phase, Span, Stop};
-use crate::mesh::{cq_data, parse_cq_data, Kind, Mesh, ITER_MOD};
+use crate::mesh::{cq_data, parse_cq_data, Kind, Mesh, RailLoad, ITER_MOD};
 use crate::pattern;
 
 /// What a rank's round says beyond its samples and errors; it travels to rank 0 with them
@@ -21,7 +20,7 @@ use crate::pattern;
 pub(super) struct RoundFacts {
     /// The sender's bytes and operations per rail, as the mesh counts them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub per_rail: Option<Value>,
+    pub per_rail: Option<Vec<RailLoad>>,
     /// Why the sender stopped (absent on a rank that sent nothing).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stopped_by: Option<Stop>,
@@ -106,7 +105,7 @@ pub(super) fn stream(
     }
     st.mesh.drain_local()?;
     let facts = RoundFacts {
-        per_rail: Some(st.mesh.per_rail()),
+        per_rail: Some(st.mesh.rail_loads()),
         stopped_by: spent.as_ref().map(|s| s.stopped_by),
         warmup_done: spent.as_ref().map(|s| s.warmup_done),
         rail_gbps: None,

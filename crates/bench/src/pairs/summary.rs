@@ -3,7 +3,6 @@
 //! NICs ([`crate::locate`]) and the `--min-bw` verdict, all read from the records.
 
 use efabench_record::Record;
-use serde_json::Value;
 
 use super::PairsDetail;
 use crate::locate::{self, PairBw};
@@ -185,10 +184,8 @@ fn rail_suspects(rs: &[&Record], n: usize, size: u64, suspect_below: f64) -> Vec
             let domain = detail
                 .as_ref()
                 .and_then(|d| d.per_rail.as_ref())
-                .and_then(Value::as_array)
                 .and_then(|a| a.get(rail))
-                .and_then(|v| v.get("domain"))
-                .and_then(Value::as_str)
+                .and_then(|v| v.domain.as_deref())
                 .unwrap_or("?");
             out.push(format!(
                 "# suspect NIC at {size} B: rank {} on {host} rail {rail} (domain {domain}) ({}), \

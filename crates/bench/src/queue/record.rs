@@ -22,7 +22,7 @@ pub(crate) fn fields<T: Serialize>(t: &T) -> Map<String, Value> {
 
 /// The record's detail fields read back as `T`; `None` for a record of another shape.
 pub(crate) fn read<T: for<'de> Deserialize<'de>>(r: &Record) -> Option<T> {
-    serde_json::from_value(Value::Object(r.extra.clone())).ok()
+    r.fields().ok()
 }
 
 /// Fields every record of a queue run repeats.

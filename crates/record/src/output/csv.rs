@@ -82,7 +82,7 @@ pub fn csv_fields(r: &Record, columns: &[String]) -> Vec<String> {
     let mut out = Vec::with_capacity(columns.len());
     for c in columns {
         let cell = if c == "lat_kind" {
-            r.lat_kind().to_string()
+            r.lat_kind()
         } else if c == CSV_LEFTOVER {
             continue;
         } else if let Some(f) = c.strip_prefix("lat_us.") {

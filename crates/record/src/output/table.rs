@@ -40,11 +40,11 @@ impl GroupKey {
             rails: r.rails,
             world: r.world,
             verified: r.verified,
-            lat_kind: r.lat_kind().to_string(),
+            lat_kind: r.lat_kind(),
             busbw: r.busbw_gbps.is_some(),
-            busbw_def: r.busbw_def().map(str::to_string),
+            busbw_def: r.busbw_def(),
             host: r.host.clone(),
-            pairs: r.extra.contains_key("src"),
+            pairs: r.common().src.is_some(),
             peer: r.peer.is_some(),
         }
     }

@@ -16,7 +16,6 @@
 //! bandwidth figure that is a mean also carries what one stall can move it: the slowest
 //! iteration's excess over the median, spread over all iterations.
 
-use efabench_record::stats::BLOCK_MEDIANS_FIELD;
 use efabench_record::{GpuSharing, Record};
 use serde::{Deserialize, Serialize};
 
@@ -107,11 +106,9 @@ fn sharing_state(s: &GpuSharing) -> Option<&'static str> {
 
 impl RunPoint {
     pub fn of(r: &Record) -> Self {
-        let timed_once = r.extra.get("timing").and_then(|v| v.as_str()) == Some("run");
-        let blocks: Option<Vec<f64>> = r
-            .extra
-            .get(BLOCK_MEDIANS_FIELD)
-            .and_then(|v| serde_json::from_value(v.clone()).ok());
+        let common = r.common();
+        let timed_once = common.timing.as_deref() == Some("run");
+        let blocks = common.blocks_us;
         let from_blocks = if timed_once {
             None
         } else {
@@ -181,6 +178,7 @@ impl RunPoint {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use efabench_record::stats::BLOCK_MEDIANS_FIELD;
     use efabench_record::testing::sample;
     use serde_json::json;
 

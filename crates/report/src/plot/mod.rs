@@ -212,7 +212,7 @@ pub fn plot_files(
             .filter(|r| {
                 opts.bench.as_deref().is_none_or(|b| b == r.bench)
                     && opts.variant.as_deref().is_none_or(|v| v == r.variant)
-                    && r.extra.get("ep_stages").is_some_and(|v| !v.is_null())
+                    && crate::stages::has_stages(r)
             })
             .count(),
         format,

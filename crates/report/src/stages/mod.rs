@@ -82,15 +82,22 @@ struct EpConfig {
     hidden: Option<u64>,
 }
 
-/// The keys of [`EpConfig`], copied out of a record's extra fields before deserializing.
-const CONFIG_KEYS: [&str; 6] = [
-    "phase",
-    "dtype",
-    "layout",
-    "proxy_merge",
-    "tokens",
-    "hidden",
-];
+/// A record's `ep_stages`, absent or null in records without stages.
+#[derive(Deserialize)]
+struct StagesField {
+    #[serde(default)]
+    ep_stages: Option<EpStages>,
+}
+
+/// Whether a record carries stages (a present, non-null `ep_stages` of any shape).
+pub(crate) fn has_stages(r: &Record) -> bool {
+    #[derive(Deserialize)]
+    struct Present {
+        #[serde(default)]
+        ep_stages: Option<serde::de::IgnoredAny>,
+    }
+    r.fields::<Present>().is_ok_and(|p| p.ep_stages.is_some())
+}
 
 /// What to draw.
 #[derive(Clone, Debug)]
@@ -181,9 +188,6 @@ fn short_list(items: impl IntoIterator<Item = String>, max: usize) -> String {
 
 /// The typed stages of one record, `None` when it has none.
 fn read_stages(r: &Record, file: &Path, index: usize) -> Result<Option<EpStages>, Error> {
-    let Some(v) = r.extra.get("ep_stages").filter(|v| !v.is_null()) else {
-        return Ok(None);
-    };
     let bad = |what: String| {
         Error::bad_input(format!(
             "record {} of {} has a malformed ep_stages ({what}); pass records written by `efabench ep -o`",
@@ -191,7 +195,13 @@ fn read_stages(r: &Record, file: &Path, index: usize) -> Result<Option<EpStages>
             file.display()
         ))
     };
-    let s: EpStages = serde_json::from_value(v.clone()).map_err(|e| bad(e.to_string()))?;
+    let Some(s) = r
+        .fields::<StagesField>()
+        .map_err(|e| bad(e.to_string()))?
+        .ep_stages
+    else {
+        return Ok(None);
+    };
     for (name, v) in STAGE_NAMES
         .iter()
         .zip(s.stages())
@@ -205,11 +215,7 @@ fn read_stages(r: &Record, file: &Path, index: usize) -> Result<Option<EpStages>
 }
 
 fn read_config(r: &Record, file: &Path, index: usize) -> Result<EpConfig, Error> {
-    let fields: serde_json::Map<String, serde_json::Value> = CONFIG_KEYS
-        .iter()
-        .filter_map(|k| r.extra.get(*k).map(|v| (k.to_string(), v.clone())))
-        .collect();
-    serde_json::from_value(serde_json::Value::Object(fields)).map_err(|e| {
+    r.fields().map_err(|e| {
         Error::bad_input(format!(
             "record {} of {} has a malformed ep field ({e}); pass records written by `efabench ep -o`",
             index + 1,
