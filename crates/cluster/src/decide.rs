@@ -213,17 +213,9 @@ impl Decision {
     }
 }
 
+/// The estimator median ([`efabench_record::stats::sample_median`]); NaN for no values.
 pub(crate) fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let l = v.len();
-    if l == 0 {
-        return f64::NAN;
-    }
-    if l % 2 == 1 {
-        v[l / 2]
-    } else {
-        (v[l / 2 - 1] + v[l / 2]) / 2.0
-    }
+    efabench_record::stats::sample_median(v).unwrap_or(f64::NAN)
 }
 
 /// 1.4826 x the median absolute deviation: the standard deviation of normal data, robust to a

@@ -144,15 +144,7 @@ pub fn matrix(n: usize, noise: &Noise, faults: &[Fault], rng: &mut Rng) -> Vec<C
 }
 
 fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let l = v.len();
-    if l == 0 {
-        0.0
-    } else if l % 2 == 1 {
-        v[l / 2]
-    } else {
-        (v[l / 2 - 1] + v[l / 2]) / 2.0
-    }
+    efabench_record::stats::sample_median(v).unwrap_or(0.0)
 }
 
 fn robust_sd(v: &[f64]) -> f64 {

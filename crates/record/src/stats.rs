@@ -40,6 +40,22 @@ pub fn median<T: Copy>(sorted: &[T]) -> Option<T> {
     nearest_rank(sorted, 0.5)
 }
 
+/// The sample median of an estimator (sorts `v` in place): the middle value for an odd count,
+/// the mean of the two middle ones for an even count. It is for statistics computed *from*
+/// figures (a node's share of its peers' speed, the scatter of a sweep's changes, the median run
+/// of a side), where the two-middle mean is the unbiased choice over a few values and no stage
+/// breakdown has to add up to it; a reported figure's p50 is [`median`], a measured sample.
+/// `None` for no values.
+pub fn sample_median(v: &mut [f64]) -> Option<f64> {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(v[n / 2]),
+        _ => Some((v[n / 2 - 1] + v[n / 2]) / 2.0),
+    }
+}
+
 /// The median of finite values in any order (see [`median`]); non-finite values are left out.
 pub fn median_of(values: impl IntoIterator<Item = f64>) -> Option<f64> {
     let mut v: Vec<f64> = values.into_iter().filter(|x| x.is_finite()).collect();
@@ -202,6 +218,14 @@ pub fn median_ci95(samples: &[u64]) -> Option<(u64, u64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_sample_median_averages_the_two_middle_values_and_p50_does_not() {
+        assert_eq!(sample_median(&mut [3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(sample_median(&mut [4.0, 1.0, 3.0, 2.0]), Some(2.5));
+        assert_eq!(median(&[1.0, 2.0, 3.0, 4.0]), Some(2.0));
+        assert_eq!(sample_median(&mut []), None);
+    }
 
     #[test]
     fn the_median_is_the_nearest_rank_half_quantile() {

@@ -51,14 +51,9 @@ pub struct Shift {
     pub verdict: Verdict,
 }
 
+/// The estimator median ([`efabench_record::stats::sample_median`]) of values that are there.
 fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
+    efabench_record::stats::sample_median(v).unwrap_or(f64::NAN)
 }
 
 /// How far each level lies from the side's median `m`. With an odd count one run *is* the
