@@ -33,11 +33,11 @@
 //! stops on `-n` *or* a `--max-time` budget (`alltoall`, `alltoallv`, `pairs`) hands
 //! [`budget_loop`] a [`Budgeted`] value instead: the same three parts, with the body told when
 //! this rank ends a phase and saying when a peer did, so every rank stops on the same iteration
-//! (see [`budget`]'s docs). Benchmarks whose iterations are timed on the GPU (CUDA events,
-//! `%globaltimer`) hand [`device_loop`] a [`DeviceRounds`] value: the same three parts, with the
-//! middle one returning the sample the device took (or leaving it to be read after the last
-//! iteration, when launches are queued without a host synchronisation between them); see
-//! [`device`]'s docs.
+//! (see [`budget`]'s docs). Benchmarks whose iterations are timed on the device (CUDA events,
+//! `%globaltimer`: `ipc`, `proxy`) hand [`device_loop`] a [`DeviceRounds`] value: the same three
+//! parts, with the middle one returning the sample the device took (or leaving it to be read
+//! after the last iteration, when launches are queued without a host synchronisation between
+//! them); see [`device`]'s docs. `queue` (one launch per point) and `ep` take their own samples.
 //!
 //! # Typed records
 //! The common fields are [`Point`]'s; a benchmark's own fields are a `#[derive(Serialize)]`

@@ -1,7 +1,8 @@
 //! One point of the sweep or the matrix on this rank, timed on the GPU: the receiver poisons
 //! what it will check, the source fills what is copied or pulled, the executing rank queues
 //! warm-up and `--samples` batches of launches between CUDA events (no host synchronisation
-//! inside), and the receiving GPU checks every word. Also what a rank holds for every point:
+//! inside; one iteration of the harness's device-timed loop per batch), and the receiving GPU
+//! checks every word. Also what a rank holds for every point:
 //! its GPU, stream, buffers and every peer's buffers mapped through CUDA IPC.
 
 use std::sync::Arc;

@@ -1,7 +1,8 @@
 //! Rank 0's part of a point: the proxy threads serve the rails while the producer (the GPU
 //! kernel, a host thread, or for `cpu` the go signal) issues every iteration's puts; what comes
 //! back is each iteration's span and, for the last iterations, every put's stamps (push, pop,
-//! post, completion, quiet) on the host clock, the GPU's moved onto it.
+//! post, completion, quiet) on the host clock, the GPU's moved onto it. The producer times each
+//! iteration itself, so the iterations run on the harness's device-timed loop ([`Puts`]).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 

@@ -1,6 +1,7 @@
 //! Rank 1's part of a point: every put's CQ data counted over all rails (with the arrival of
 //! its last stripe), the bytes settled in memory ("landed") and verified, then the barrier that
-//! lets rank 0 rewrite its source.
+//! lets rank 0 rewrite its source. The iterations run on the harness's device-timed loop, in
+//! step with rank 0's; this rank times none of them.
 
 use std::time::Duration;
 
