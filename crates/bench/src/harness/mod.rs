@@ -33,7 +33,11 @@
 //! stops on `-n` *or* a `--max-time` budget (`alltoall`, `alltoallv`, `pairs`) hands
 //! [`budget_loop`] a [`Budgeted`] value instead: the same three parts, with the body told when
 //! this rank ends a phase and saying when a peer did, so every rank stops on the same iteration
-//! (see [`budget`]'s docs). Benchmarks timed on the GPU return their own samples from `measure`.
+//! (see [`budget`]'s docs). Benchmarks whose iterations are timed on the device (CUDA events,
+//! `%globaltimer`: `ipc`, `proxy`) hand [`device_loop`] a [`DeviceRounds`] value: the same three
+//! parts, with the middle one returning the sample the device took (or leaving it to be read
+//! after the last iteration, when launches are queued without a host synchronisation between
+//! them); see [`device`]'s docs. `queue` (one launch per point) and `ep` take their own samples.
 //!
 //! # Typed records
 //! The common fields are [`Point`]'s; a benchmark's own fields are a `#[derive(Serialize)]`
@@ -44,6 +48,7 @@
 //! stops with the same one-line reason instead of waiting for a rank that already gave up.
 
 pub mod budget;
+pub mod device;
 mod options;
 mod placement;
 mod point;
@@ -58,6 +63,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 pub use budget::{budget_loop, max_time_arg, Budget, Budgeted, Phase, Span, Spent, Stop};
+pub use device::{device_loop, DeviceRounds};
 pub(crate) use options::one_of;
 pub use options::{
     bounded, bounded_size, default_iters, defaults, gpu_arg, iters_arg, name_of, warmup_arg,

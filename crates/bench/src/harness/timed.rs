@@ -15,8 +15,10 @@
 //! fabtests do: two clock reads per iteration cost tens of nanoseconds, which is visible in an
 //! 8-byte round trip of half a microsecond, and this mode trades the percentiles for them.
 //!
-//! Benchmarks timed on the GPU (events, device clocks) do not use this loop: their
-//! [`super::Benchmark::measure`] returns the samples it took, in nanoseconds.
+//! Benchmarks whose iterations are timed on the device (CUDA events, `%globaltimer`) run
+//! [`super::device_loop`] instead: the same warm-up, health checks and [`Measured`] shape, with
+//! each iteration returning the sample the device took, because a host clock around a launch
+//! does not time the work it queued.
 
 use std::time::Instant;
 

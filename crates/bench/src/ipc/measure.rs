@@ -1,18 +1,19 @@
 //! One point of the sweep or the matrix on this rank, timed on the GPU: the receiver poisons
 //! what it will check, the source fills what is copied or pulled, the executing rank queues
 //! warm-up and `--samples` batches of launches between CUDA events (no host synchronisation
-//! inside), and the receiving GPU checks every word. Also what a rank holds for every point:
+//! inside; one iteration of the harness's device-timed loop per batch), and the receiving GPU
+//! checks every word. Also what a rank holds for every point:
 //! its GPU, stream, buffers and every peer's buffers mapped through CUDA IPC.
 
 use std::sync::Arc;
 
-use efabench_bootstrap::Bootstrap;
 use efabench_gpu::buffer::{count_mismatches, fill, Counter};
 use efabench_gpu::ipc::{IpcKernels, IpcMapping};
 use efabench_gpu::kernels::{kernel, Source};
 use efabench_gpu::{DeviceBuffer, Event, Gpu, GpuError, Stream};
 
 use super::{IpcArgs, IpcSpec, Method};
+use crate::harness::{device_loop, Clock, Ctx, DeviceRounds, Loop, Measured};
 use crate::pattern;
 use crate::BenchError;
 
@@ -35,14 +36,6 @@ pub(super) struct Rank {
     pub(super) peer_recv: Vec<Option<IpcMapping>>,
     pub(super) peer_src: Vec<Option<IpcMapping>>,
     pub(super) kernels: IpcKernels,
-}
-
-/// One measured point on this rank.
-#[derive(Debug, Default, Clone, PartialEq)]
-pub(super) struct Outcome {
-    pub(super) errors: u64,
-    /// Milliseconds per iteration of each timed batch (executor only).
-    pub(super) batch_ms: Vec<f64>,
 }
 
 pub(super) const POISON_SLOT: u32 = 0xFFFF;
@@ -107,13 +100,92 @@ pub(super) fn peer(v: &[Option<IpcMapping>], i: usize) -> Result<&IpcMapping, Gp
         .ok_or_else(|| GpuError::Invalid(format!("rank {i}'s buffer is not mapped here")))
 }
 
-/// Runs one point on this rank (all ranks call it in step; the harness gathers the outcomes).
+/// The executing rank's iterations of one point: a warm-up round of `warmup` launches, then one
+/// round per batch of `--samples`, each closed by a CUDA event. No host synchronisation sits
+/// between the batches: the events are read in `finish`, once the last batch ran, and a sample
+/// is its batch's time per launch.
+struct Batches<'a> {
+    r: &'a Rank,
+    m: Method,
+    len: usize,
+    a: usize,
+    b: usize,
+    warmup: u64,
+    parts: Vec<u64>,
+    /// `parts.len() + 1` events: the first before the first batch, one after each.
+    events: Vec<Event>,
+    /// Point index shifted into the seeds' high bits.
+    base: u64,
+    data_seed: u64,
+    /// Launches queued so far (each push carries its own seed).
+    k: u64,
+}
+
+impl Batches<'_> {
+    fn seed_of(&self, k: u64) -> u64 {
+        match self.m {
+            Method::Push(_) | Method::Tma(_) => {
+                pattern::seed(self.base + k, self.a as u32, self.b as u32, 0)
+            }
+            _ => self.data_seed,
+        }
+    }
+
+    fn launch_next(&mut self) -> Result<(), GpuError> {
+        launch(
+            self.r,
+            self.m,
+            self.len,
+            self.a,
+            self.b,
+            self.seed_of(self.k),
+        )?;
+        self.k += 1;
+        Ok(())
+    }
+}
+
+impl DeviceRounds for Batches<'_> {
+    fn run(&mut self, i: u64) -> Result<Option<u64>, BenchError> {
+        let n = match i {
+            0 => self.warmup,
+            _ => self.parts[i as usize - 1],
+        };
+        for _ in 0..n {
+            self.launch_next()?;
+        }
+        if i > 0 {
+            self.events[i as usize].record(&self.r.stream)?;
+        }
+        Ok(None)
+    }
+
+    fn timed_from_here(&mut self) -> Result<(), BenchError> {
+        // Warm-up must not overlap the first timed batch.
+        self.r.stream.synchronize()?;
+        self.events[0].record(&self.r.stream)?;
+        Ok(())
+    }
+
+    fn finish(&mut self, samples: &mut Vec<u64>) -> Result<(), BenchError> {
+        self.events[self.parts.len()].synchronize()?;
+        for (i, n) in self.parts.iter().enumerate() {
+            let ms = self.events[i].elapsed_ms(&self.events[i + 1])? / *n as f64;
+            samples.push((ms * 1e6).round().max(1.0) as u64);
+        }
+        Ok(())
+    }
+}
+
+/// Runs one point on this rank (all ranks call it in step; the harness gathers the outcomes):
+/// on the executing rank one sample per batch, ns per launch.
 pub(super) fn measure(
     r: &mut Rank,
-    bs: &Bootstrap,
+    ctx: &Ctx,
     s: &IpcSpec,
     args: &IpcArgs,
-) -> Result<Outcome, BenchError> {
+) -> Result<Measured, BenchError> {
+    let bs = ctx.bs;
     let (m, len, a, b, iters, warmup) = (s.m, s.size as usize, s.a, s.b, s.iters, s.warmup);
     let point_index = s.index;
     let me = bs.rank() as usize;
@@ -137,40 +209,32 @@ pub(super) fn measure(
     r.stream.synchronize()?;
     bs.barrier()?;
 
-    let mut out = Outcome::default();
+    let mut out = Measured::default();
     if me == exec {
-        let seed_of = |k: u64| match m {
-            Method::Push(_) | Method::Tma(_) => iter_seed(k),
-            _ => data_seed,
-        };
-        for k in 0..warmup {
-            launch(r, m, len, a, b, seed_of(k))?;
-        }
         let parts = batches(iters, args.samples);
         let events = (0..=parts.len())
             .map(|_| Event::new(&r.gpu))
             .collect::<Result<Vec<_>, _>>()?;
-        // Warm-up must not overlap the first timed batch.
-        r.stream.synchronize()?;
-        events[0].record(&r.stream)?;
-        let mut k = warmup;
-        for (i, n) in parts.iter().enumerate() {
-            for _ in 0..*n {
-                launch(r, m, len, a, b, seed_of(k))?;
-                k += 1;
-            }
-            events[i + 1].record(&r.stream)?;
-        }
-        events[parts.len()].synchronize()?;
-        for i in 0..parts.len() {
-            out.batch_ms.push(events[i].elapsed_ms(&events[i + 1])?);
-        }
-        out.batch_ms = out
-            .batch_ms
-            .iter()
-            .zip(&parts)
-            .map(|(ms, n)| ms / *n as f64)
-            .collect();
+        let lp = Loop {
+            warmup: 1,
+            iters: parts.len() as u64,
+            timed: true,
+            clock: Clock::Iteration,
+        };
+        let mut rounds = Batches {
+            r,
+            m,
+            len,
+            a,
+            b,
+            warmup,
+            parts,
+            events,
+            base,
+            data_seed,
+            k: 0,
+        };
+        out = device_loop(ctx, lp, &mut rounds)?;
     }
     bs.barrier()?;
 

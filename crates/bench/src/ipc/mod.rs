@@ -14,7 +14,8 @@
 //!   memory sent with `cp.async.bulk` into the peer); launch shapes 1×256, 16×256, 128×256 and
 //!   one block of 512 per SM by default (`--shapes`);
 //! * timing: CUDA events around `--samples` batches of launches queued back to back, with no
-//!   host synchronisation inside the timed region; the bandwidth is from the median batch (as
+//!   host synchronisation inside the timed region (the harness's device-timed loop, one
+//!   iteration per batch, the events read after the last); the bandwidth is from the median batch (as
 //!   nvbandwidth reports its median) and `lat_us` is the per-iteration time of the batches;
 //! * verification (on the receiving GPU): push/tma write the seed of their own iteration
 //!   (`pattern::seed(iteration, src, dst, 0)`) over the whole buffer, which the receiver poisons
@@ -319,19 +320,10 @@ impl Benchmark for Ipc<'_> {
         let s = match p {
             IpcPoint::Variant(s) => s,
             IpcPoint::Nvbw(s) => {
-                return nvbw::measure(rank, ctx.bs, s, self.args.samples, self.args.job.verify())
+                return nvbw::measure(rank, ctx, s, self.args.samples, self.args.job.verify())
             }
         };
-        let o = measure::measure(rank, ctx.bs, s, self.args)?;
-        Ok(Measured {
-            samples_ns: o
-                .batch_ms
-                .iter()
-                .map(|ms| (ms * 1e6).round().max(1.0) as u64)
-                .collect(),
-            errors: o.errors,
-            ..Measured::default()
-        })
+        measure::measure(rank, ctx, s, self.args)
     }
 
     fn point(&self, _ctx: &Ctx, p: &IpcPoint, all: &[Measured]) -> Point {

@@ -1,12 +1,15 @@
 //! Rank 0's part of a point: the proxy threads serve the rails while the producer (the GPU
 //! kernel, a host thread, or for `cpu` the go signal) issues every iteration's puts; what comes
 //! back is each iteration's span and, for the last iterations, every put's stamps (push, pop,
-//! post, completion, quiet) on the host clock, the GPU's moved onto it.
+//! post, completion, quiet) on the host clock, the GPU's moved onto it. The producer times each
+//! iteration itself, so the iterations run on the harness's device-timed loop ([`Puts`]).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+use efabench_bootstrap::Bootstrap;
 use efabench_fabric::Rail;
-use efabench_gpu::proxy::{realtime_ns, CommandRing, PutPlan};
+use efabench_gpu::proxy::{realtime_ns, Command, CommandRing, GpuProducer, PutPlan, RingMemory};
+use efabench_gpu::GpuBuffer;
 
 use super::engine::{self, Feed, Lane, ProxyConfig, RailLog};
 use super::report::{pct, InitiatorStamps, Stages};
@@ -15,7 +18,7 @@ use super::{
     Setup, TARGET,
 };
 use crate::error::BenchError;
-use crate::harness::{Ctx, Measured, Strategy};
+use crate::harness::{device_loop, Clock, Ctx, DeviceRounds, Loop, Measured, Strategy};
 
 /// A proxy thread hands its rails back (with their indices) with what it did on each.
 type ThreadOutcome = (Vec<(usize, Rail)>, Result<Vec<RailLog>, String>);
@@ -52,13 +55,6 @@ pub(super) fn measure(
     let health = health_of(ctx);
     let rails = std::mem::take(&mut init.rails);
     let starts = init.next.clone();
-    let mut samples = Vec::with_capacity(s.iters as usize);
-    // Per timed iteration, on the host clock: first push (or go) and last quiet returned.
-    let mut iter_t0 = Vec::with_capacity(s.iters as usize);
-    let mut iter_t1 = Vec::with_capacity(s.iters as usize);
-    // Per recorded put: push, quiet (host clock), iteration index.
-    let mut push_ns = Vec::new();
-    let mut quiet_ns = Vec::new();
     let rings_mem = &init.rings;
     let rings: Vec<CommandRing> = (0..nrails).map(|r| rings_mem.ring(r, log2)).collect();
     // %globaltimer drifts against CLOCK_REALTIME (about 8 ppm on an H100: the offset measured
@@ -71,13 +67,52 @@ pub(super) fn measure(
         ),
         _ => None,
     };
-    let mut heads = starts.clone();
+    let mut puts = Puts {
+        bs: ctx.bs,
+        s,
+        verify: args.groups.job.verify(),
+        src: &**setup.src,
+        rings: &rings,
+        rings_mem,
+        log2,
+        per_rail: &per_rail,
+        sched: &sched,
+        starts: &starts,
+        heads: starts.clone(),
+        go: &go,
+        failed: &failed_flag,
+        health: &health,
+        gpu: init.gpu.as_ref(),
+        plan: PutPlan {
+            puts: s.puts,
+            size: s.size,
+            dst: TARGET as u16,
+            rails: nrails as u32,
+            split: strategy == Strategy::Split,
+            first_rail: 0,
+            blocking: s.mode == Mode::Blocking,
+            poll_ns: args.quiet_poll_ns,
+            fence_each: args.payload_fence == PayloadFence::PerPut,
+        },
+        clock_offset: clock_before.map(|c| c.0).unwrap_or(0),
+        keep_from: total_iters - kept,
+        iter_t0: Vec::with_capacity(s.iters as usize),
+        iter_t1: Vec::with_capacity(s.iters as usize),
+        push_ns: Vec::new(),
+        quiet_ns: Vec::new(),
+    };
+    let lp = Loop {
+        warmup: s.warmup,
+        iters: s.iters,
+        timed: true,
+        clock: Clock::Iteration,
+    };
     // The rails, grouped by the thread that serves them.
     let groups: Vec<Vec<(usize, Rail)>> = match args.proxy_threads {
         ProxyThreads::Rail => rails.into_iter().enumerate().map(|x| vec![x]).collect(),
         ProxyThreads::Gpu => vec![rails.into_iter().enumerate().collect()],
     };
-    let (outcomes, main): (Vec<ThreadOutcome>, Result<(), BenchError>) =
+    let (outcomes, main): (Vec<ThreadOutcome>, Result<Measured, BenchError>) =
         std::thread::scope(|scope| {
             let handles: Vec<_> = groups
                 .into_iter()
@@ -112,102 +147,7 @@ pub(super) fn measure(
                     })
                 })
                 .collect();
-            let main = (|| -> Result<(), BenchError> {
-                for it in 0..total_iters {
-                    if args.groups.job.verify() || it == 0 {
-                        fill_puts(&**setup.src, it, s.puts, s.size).map_err(BenchError::failed)?;
-                    }
-                    let (t_ns, span, push, quiet) = match s.mode {
-                        Mode::Cpu => {
-                            let t0 = realtime_ns();
-                            go.store(it + 1, Ordering::Release);
-                            let mut spins = 0u64;
-                            for (r, ring) in rings.iter().enumerate() {
-                                let want = starts[r] + per_rail[r].len() as u64 * (it + 1);
-                                while ring.done() < want {
-                                    spins += 1;
-                                    if spins % 1024 == 0 {
-                                        if failed_flag.load(Ordering::Acquire) {
-                                            return Err(BenchError::failed(
-                                                "a proxy thread failed",
-                                            ));
-                                        }
-                                        health().map_err(BenchError::failed)?;
-                                    }
-                                    std::hint::spin_loop();
-                                }
-                            }
-                            let t1 = realtime_ns();
-                            (
-                                t1 - t0,
-                                (t0, t1),
-                                vec![t0; s.puts as usize],
-                                vec![t1; s.puts as usize],
-                            )
-                        }
-                        Mode::Blocking | Mode::Nbi => {
-                            let blocking = s.mode == Mode::Blocking;
-                            match &init.gpu {
-                                Some(g) => {
-                                    let r = g
-                                        .run(
-                                            rings_mem,
-                                            log2,
-                                            &PutPlan {
-                                                puts: s.puts,
-                                                size: s.size,
-                                                dst: TARGET as u16,
-                                                rails: nrails as u32,
-                                                split: strategy == Strategy::Split,
-                                                first_rail: 0,
-                                                blocking,
-                                                poll_ns: args.quiet_poll_ns,
-                                                fence_each: args.payload_fence
-                                                    == PayloadFence::PerPut,
-                                            },
-                                        )
-                                        .map_err(|e| BenchError::context("the GPU producer", e))?;
-                                    for (r, ring) in heads.iter_mut().enumerate() {
-                                        *ring += per_rail[r].len() as u64;
-                                    }
-                                    let off = clock_before.map(|c| c.0).unwrap_or(0);
-                                    let host = |t: u64| (t as i64 - off) as u64;
-                                    (
-                                        r.t1.saturating_sub(r.t0),
-                                        (host(r.t0), host(r.t1)),
-                                        r.push.iter().map(|&t| host(t)).collect(),
-                                        r.quiet.iter().map(|&t| host(t)).collect(),
-                                    )
-                                }
-                                None => {
-                                    let h = engine::host_iteration(
-                                        &rings,
-                                        &mut heads,
-                                        &sched,
-                                        blocking,
-                                        &failed_flag,
-                                        &health,
-                                    )
-                                    .map_err(BenchError::failed)?;
-                                    (h.t1 - h.t0, (h.t0, h.t1), h.push, h.quiet)
-                                }
-                            }
-                        }
-                    };
-                    if it >= s.warmup {
-                        samples.push(t_ns);
-                        iter_t0.push(span.0);
-                        iter_t1.push(span.1);
-                    }
-                    if it >= total_iters - kept {
-                        push_ns.extend(push);
-                        quiet_ns.extend(quiet);
-                    }
-                    // The target verified this iteration: the source may be rewritten.
-                    ctx.bs.barrier()?;
-                }
-                Ok(())
-            })();
+            let main = device_loop(ctx, lp, &mut puts);
             if main.is_err() {
                 failed_flag.store(true, Ordering::Release);
             }
@@ -217,6 +157,13 @@ pub(super) fn measure(
                 .collect();
             (outcomes, main)
         });
+    let Puts {
+        mut iter_t0,
+        mut iter_t1,
+        mut push_ns,
+        mut quiet_ns,
+        ..
+    } = puts;
     let mut errs = Vec::new();
     let mut back: Vec<Option<(Rail, RailLog)>> = (0..nrails).map(|_| None).collect();
     let mut rails_back: Vec<Option<Rail>> = (0..nrails).map(|_| None).collect();
@@ -251,7 +198,7 @@ pub(super) fn measure(
     if let Some(e) = errs.into_iter().next() {
         return Err(BenchError::failed(e));
     }
-    main?;
+    let measured = main?;
     if s.mode == Mode::Cpu {
         // The baseline used the control words but no slots: rewind them, because the lap parity
         // needs every position of the ring to be written in turn.
@@ -350,9 +297,141 @@ pub(super) fn measure(
         iter_t0_ns: iter_t0,
         iter_t1_ns: iter_t1,
     };
-    Ok(Measured {
-        samples_ns: samples,
-        ..Measured::default()
+    Ok(measured.detail(&stamps))
+}
+
+/// Rank 0's iterations of a point on the harness's device-timed loop. Untimed before each: the
+/// payload of every put (each iteration when verifying, else once). Timed by the producer
+/// itself: the iteration's puts from the first push (for `cpu`, the go signal) to the last quiet
+/// returned, on `%globaltimer` for the GPU producer and on the host clock for `cpu` and the host
+/// producer; the span (moved onto the host clock) and, for the last iterations, every put's
+/// push and quiet stamps are kept. Untimed after: the barrier, past which the target has
+/// verified the iteration and the source may be rewritten.
+struct Puts<'a> {
+    bs: &'a Bootstrap,
+    s: &'a ProxySpec,
+    verify: bool,
+    src: &'a dyn GpuBuffer,
+    rings: &'a [CommandRing<'a>],
+    rings_mem: &'a RingMemory,
+    log2: u32,
+    /// Per rail, the commands of one iteration.
+    per_rail: &'a [Vec<Command>],
+    /// Per put, its stripes (rail, command).
+    sched: &'a [Vec<(usize, Command)>],
+    /// Ring positions per rail when the point began.
+    starts: &'a [u64],
+    /// The host producer's next ring position per rail.
+    heads: Vec<u64>,
+    go: &'a AtomicU64,
+    failed: &'a AtomicBool,
+    health: &'a (dyn Fn() -> Result<(), String> + Sync),
+    gpu: Option<&'a GpuProducer>,
+    plan: PutPlan,
+    /// `%globaltimer` minus the host clock, measured before the point.
+    clock_offset: i64,
+    /// First iteration whose per-put stamps are kept.
+    keep_from: u64,
+    /// Per timed iteration, on the host clock: first push (or go) and last quiet returned.
+    iter_t0: Vec<u64>,
+    iter_t1: Vec<u64>,
+    /// Per kept put: push and quiet returned, on the host clock.
+    push_ns: Vec<u64>,
+    quiet_ns: Vec<u64>,
+}
+
+impl Puts<'_> {
+    /// Keeps iteration `it`'s span (host clock) when it is timed.
+    fn span(&mut self, it: u64, t0: u64, t1: u64) {
+        if it >= self.s.warmup {
+            self.iter_t0.push(t0);
+            self.iter_t1.push(t1);
+        }
     }
-    .detail(&stamps))
+
+    /// `cpu`: the go signal, then every rail's proxy has completed the iteration's writes.
+    fn direct(&mut self, it: u64) -> Result<(u64, u64), BenchError> {
+        let t0 = realtime_ns();
+        self.go.store(it + 1, Ordering::Release);
+        let mut spins = 0u64;
+        for (r, ring) in self.rings.iter().enumerate() {
+            let want = self.starts[r] + self.per_rail[r].len() as u64 * (it + 1);
+            while ring.done() < want {
+                spins += 1;
+                if spins % 1024 == 0 {
+                    if self.failed.load(Ordering::Acquire) {
+                        return Err(BenchError::failed("a proxy thread failed"));
+                    }
+                    (self.health)().map_err(BenchError::failed)?;
+                }
+                std::hint::spin_loop();
+            }
+        }
+        Ok((t0, realtime_ns()))
+    }
+}
+
+impl DeviceRounds for Puts<'_> {
+    fn prepare(&mut self, it: u64) -> Result<(), BenchError> {
+        if self.verify || it == 0 {
+            fill_puts(self.src, it, self.s.puts, self.s.size).map_err(BenchError::failed)?;
+        }
+        Ok(())
+    }
+
+    fn run(&mut self, it: u64) -> Result<Option<u64>, BenchError> {
+        let kept = it >= self.keep_from;
+        let puts = self.s.puts as usize;
+        let t_ns = match (self.s.mode, self.gpu) {
+            (Mode::Cpu, _) => {
+                let (t0, t1) = self.direct(it)?;
+                self.span(it, t0, t1);
+                if kept {
+                    self.push_ns.extend(std::iter::repeat_n(t0, puts));
+                    self.quiet_ns.extend(std::iter::repeat_n(t1, puts));
+                }
+                t1 - t0
+            }
+            (Mode::Blocking | Mode::Nbi, Some(g)) => {
+                let r = g
+                    .run(self.rings_mem, self.log2, &self.plan)
+                    .map_err(|e| BenchError::context("the GPU producer", e))?;
+                for (head, cmds) in self.heads.iter_mut().zip(self.per_rail) {
+                    *head += cmds.len() as u64;
+                }
+                let off = self.clock_offset;
+                let host = |t: u64| (t as i64 - off) as u64;
+                self.span(it, host(r.t0), host(r.t1));
+                if kept {
+                    self.push_ns.extend(r.push.iter().map(|&t| host(t)));
+                    self.quiet_ns.extend(r.quiet.iter().map(|&t| host(t)));
+                }
+                r.t1.saturating_sub(r.t0)
+            }
+            (Mode::Blocking | Mode::Nbi, None) => {
+                let h = engine::host_iteration(
+                    self.rings,
+                    &mut self.heads,
+                    self.sched,
+                    self.plan.blocking,
+                    self.failed,
+                    self.health,
+                )
+                .map_err(BenchError::failed)?;
+                self.span(it, h.t0, h.t1);
+                if kept {
+                    self.push_ns.extend(h.push);
+                    self.quiet_ns.extend(h.quiet);
+                }
+                h.t1 - h.t0
+            }
+        };
+        Ok(Some(t_ns))
+    }
+
+    fn check(&mut self, _it: u64) -> Result<u64, BenchError> {
+        // The target verified this iteration: the source may be rewritten.
+        self.bs.barrier()?;
+        Ok(0)
+    }
 }

@@ -449,10 +449,13 @@ impl<'a> Benchmark for Proxy<'a> {
             TARGET => target::measure(ctx, args, setup, spec),
             _ => {
                 // Idle ranks take part in the per-iteration barriers.
-                for _ in 0..spec.warmup + spec.iters {
-                    ctx.bs.barrier()?;
-                }
-                Ok(Measured::default())
+                let lp = harness::Loop {
+                    warmup: spec.warmup,
+                    iters: spec.iters,
+                    timed: false,
+                    clock: harness::Clock::Iteration,
+                };
+                harness::device_loop(ctx, lp, &mut target::Idle(ctx.bs))
             }
         }
     }

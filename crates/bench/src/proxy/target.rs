@@ -1,9 +1,11 @@
 //! Rank 1's part of a point: every put's CQ data counted over all rails (with the arrival of
 //! its last stripe), the bytes settled in memory ("landed") and verified, then the barrier that
-//! lets rank 0 rewrite its source.
+//! lets rank 0 rewrite its source. The iterations run on the harness's device-timed loop, in
+//! step with rank 0's; this rank times none of them.
 
 use std::time::Duration;
 
+use efabench_bootstrap::Bootstrap;
 use efabench_gpu::proxy::realtime_ns;
 
 use super::report::TargetStamps;
@@ -11,7 +13,66 @@ use super::{
     check_puts, engine, health_of, kept_iters, ProxyArgs, ProxySpec, Setup, INITIATOR, TARGET,
 };
 use crate::error::BenchError;
-use crate::harness::{Ctx, Measured};
+use crate::harness::{device_loop, Clock, Ctx, DeviceRounds, Loop, Measured};
+
+/// Rank 1's iterations of a point on the harness's device-timed loop (it times nothing: the
+/// "landed" stamps go to rank 0, which times each iteration up to them). In an iteration, every
+/// put's CQ data is counted over all rails (with the arrival of its last stripe) and the bytes
+/// settled; after it, untimed, they are verified and the barrier lets rank 0 rewrite its source.
+struct Arrivals<'a> {
+    bs: &'a Bootstrap,
+    s: &'a ProxySpec,
+    setup: &'a Setup,
+    stripes: Vec<u32>,
+    health: &'a dyn Fn() -> Result<(), String>,
+    timeout: Duration,
+    verify: bool,
+    kept_from: u64,
+    /// Per put of the current iteration: the arrival of its last stripe.
+    arrive: Vec<u64>,
+    /// CQ data of the current iteration that no put of it expected.
+    stray: u64,
+    /// Per put of the kept iterations: its arrival.
+    arrive_all: Vec<u64>,
+    /// Per timed iteration: when its bytes were in place.
+    landed: Vec<u64>,
+}
+
+impl DeviceRounds for Arrivals<'_> {
+    fn run(&mut self, it: u64) -> Result<Option<u64>, BenchError> {
+        self.arrive.fill(0);
+        self.stray = engine::await_puts(
+            &self.setup.target_rails,
+            &self.stripes,
+            INITIATOR as u16,
+            &mut self.arrive,
+            self.timeout,
+            self.health,
+        )
+        .map_err(BenchError::failed)?;
+        // Every CQ data is in; the bytes are in place once this process's GPU copies drained
+        // (shm's CUDA IPC path copies on the target with a device-to-device cudaMemcpy that
+        // returns, and reports the write, before the copy ran; a no-op for host memory).
+        self.setup.dst.settle()?;
+        if it >= self.s.warmup {
+            self.landed.push(realtime_ns());
+        }
+        Ok(None)
+    }
+
+    fn check(&mut self, it: u64) -> Result<u64, BenchError> {
+        let mut errors = self.stray;
+        if self.verify {
+            errors += check_puts(&**self.setup.dst, it, self.s.puts, self.s.size)
+                .map_err(BenchError::failed)?;
+        }
+        if it >= self.kept_from {
+            self.arrive_all.extend_from_slice(&self.arrive);
+        }
+        self.bs.barrier()?;
+        Ok(errors)
+    }
+}
 
 pub(super) fn measure(
     ctx: &Ctx,
@@ -22,43 +83,45 @@ pub(super) fn measure(
     let nrails = setup.target_rails.len();
     let strategy = args.groups.fabric.strategy();
     let sched = engine::schedule(s.puts, s.size, nrails, strategy, TARGET as u16);
-    let stripes: Vec<u32> = sched.iter().map(|p| p.len() as u32).collect();
     let health = health_of(ctx);
-    let mut arrive_all = Vec::with_capacity(kept_iters(s) as usize * s.puts as usize);
-    let mut landed = Vec::with_capacity(s.iters as usize);
-    let mut errors = 0u64;
-    for it in 0..s.warmup + s.iters {
-        let mut arrive = vec![0u64; s.puts as usize];
-        errors += engine::await_puts(
-            &setup.target_rails,
-            &stripes,
-            INITIATOR as u16,
-            &mut arrive,
-            args.groups.job.timeout().max(Duration::from_secs(1)),
-            &health,
-        )
-        .map_err(BenchError::failed)?;
-        // Every CQ data is in; the bytes are in place once this process's GPU copies drained
-        // (shm's CUDA IPC path copies on the target with a device-to-device cudaMemcpy that
-        // returns, and reports the write, before the copy ran; a no-op for host memory).
-        setup.dst.settle()?;
-        if it >= s.warmup {
-            landed.push(realtime_ns());
-        }
-        if args.groups.job.verify() {
-            errors += check_puts(&**setup.dst, it, s.puts, s.size).map_err(BenchError::failed)?;
-        }
-        if it >= s.warmup + s.iters - kept_iters(s) {
-            arrive_all.extend(arrive);
-        }
-        ctx.bs.barrier()?;
-    }
-    Ok(Measured {
-        errors,
-        ..Measured::default()
-    }
-    .detail(&TargetStamps {
-        arrive_ns: arrive_all,
-        landed_ns: landed,
+    let kept = kept_iters(s);
+    let mut arrivals = Arrivals {
+        bs: ctx.bs,
+        s,
+        setup,
+        stripes: sched.iter().map(|p| p.len() as u32).collect(),
+        health: &health,
+        timeout: args.groups.job.timeout().max(Duration::from_secs(1)),
+        verify: args.groups.job.verify(),
+        kept_from: s.warmup + s.iters - kept,
+        arrive: vec![0; s.puts as usize],
+        stray: 0,
+        arrive_all: Vec::with_capacity(kept as usize * s.puts as usize),
+        landed: Vec::with_capacity(s.iters as usize),
+    };
+    let lp = Loop {
+        warmup: s.warmup,
+        iters: s.iters,
+        timed: false,
+        clock: Clock::Iteration,
+    };
+    let measured = device_loop(ctx, lp, &mut arrivals)?;
+    Ok(measured.detail(&TargetStamps {
+        arrive_ns: arrivals.arrive_all,
+        landed_ns: arrivals.landed,
     }))
+}
+
+/// An idle rank's iterations (ranks past the target): only the barrier that ends each.
+pub(super) struct Idle<'a>(pub(super) &'a Bootstrap);
+
+impl DeviceRounds for Idle<'_> {
+    fn run(&mut self, _it: u64) -> Result<Option<u64>, BenchError> {
+        Ok(None)
+    }
+
+    fn check(&mut self, _it: u64) -> Result<u64, BenchError> {
+        self.0.barrier()?;
+        Ok(0)
+    }
 }

@@ -43,7 +43,7 @@ mod report;
 pub use report::{detail, matrix_lines, point, NvbwDetail};
 
 use super::{peer, Rank, POISON_SLOT};
-use crate::harness::Measured;
+use crate::harness::{device_loop, Clock, Ctx, DeviceRounds, Loop, Measured};
 use crate::pattern;
 use crate::BenchError;
 use efabench_bootstrap::Bootstrap;
@@ -358,37 +358,38 @@ fn copy(r: &Rank, engine: Engine, dst: Mem, src: Mem, len: usize) -> Result<(), 
     }
 }
 
-/// Runs one cell on this rank (all ranks call it in step). `samples_ns` holds whole samples.
-pub(super) fn measure(
-    r: &mut Rank,
-    bs: &Bootstrap,
-    s: &NvbwSpec,
-    samples: u64,
+/// One bandwidth cell on this rank: an iteration is one sample. Untimed before it, the source
+/// owners fill and the destination owners poison, then a barrier; the issuing rank queues
+/// `warmup` copies, a start event, `iters` copies and an end event, and waits for the end; a
+/// barrier after it, then the destination owners check every word.
+struct Cell<'a> {
+    r: &'a Rank,
+    bs: &'a Bootstrap,
+    s: &'a NvbwSpec,
+    me: usize,
+    ts: Vec<Transfer>,
+    /// The copy this rank issues, if any.
+    mine: Option<Transfer>,
     verify: bool,
-) -> Result<Measured, BenchError> {
-    if s.test == Test::Latency {
-        return measure_latency(r, bs, s, samples, verify);
-    }
-    let me = bs.rank() as usize;
-    let len = s.size as usize;
-    let ts = s.test.transfers(s.row, s.col);
-    let mine = ts.iter().find(|t| t.exec == me).copied();
-    let receiver = ts.iter().any(|t| t.dst == me);
-    let base = s.index << 24;
-    let mut out = Measured::default();
-    if receiver {
-        r.counter.reset()?;
-    }
-    let events = (Event::new(&r.gpu)?, Event::new(&r.gpu)?);
-    for k in 0..samples {
-        let seeds: Vec<u64> = ts
-            .iter()
-            .enumerate()
-            .map(|(j, t)| pattern::seed(base + k, t.src as u32, t.dst as u32, j as u32))
-            .collect();
-        for (j, t) in ts.iter().enumerate() {
+    /// Each transfer's pattern seed of the current sample.
+    seeds: Vec<u64>,
+    events: (Event, Event),
+}
+
+impl DeviceRounds for Cell<'_> {
+    fn prepare(&mut self, k: u64) -> Result<(), BenchError> {
+        let (r, me, len) = (self.r, self.me, self.s.size as usize);
+        let base = self.s.index << 24;
+        self.seeds.clear();
+        self.seeds.extend(
+            self.ts
+                .iter()
+                .enumerate()
+                .map(|(j, t)| pattern::seed(base + k, t.src as u32, t.dst as u32, j as u32)),
+        );
+        for (j, t) in self.ts.iter().enumerate() {
             if t.src == me {
-                fill(&r.stream, &r.src, len, seeds[j])?;
+                fill(&r.stream, &r.src, len, self.seeds[j])?;
             }
             if t.dst == me {
                 let poison = pattern::seed(base + k, t.src as u32, t.dst as u32, POISON_SLOT);
@@ -396,81 +397,169 @@ pub(super) fn measure(
             }
         }
         r.stream.synchronize()?;
-        bs.barrier()?;
-        if let Some(t) = mine {
-            let src = mem(r, me, t.src, false)?;
-            let dst = mem(r, me, t.dst, true)?;
-            for _ in 0..s.warmup {
-                copy(r, s.test.engine(), dst, src, len)?;
-            }
-            events.0.record(&r.stream)?;
-            for _ in 0..s.iters {
-                copy(r, s.test.engine(), dst, src, len)?;
-            }
-            events.1.record(&r.stream)?;
-            events.1.synchronize()?;
-            let ms = events.0.elapsed_ms(&events.1)?;
-            out.samples_ns.push((ms * 1e6).round().max(1.0) as u64);
+        self.bs.barrier()?;
+        Ok(())
+    }
+
+    fn run(&mut self, _k: u64) -> Result<Option<u64>, BenchError> {
+        let Some(t) = self.mine else { return Ok(None) };
+        let (r, me, s) = (self.r, self.me, self.s);
+        let len = s.size as usize;
+        let src = mem(r, me, t.src, false)?;
+        let dst = mem(r, me, t.dst, true)?;
+        for _ in 0..s.warmup {
+            copy(r, s.test.engine(), dst, src, len)?;
         }
+        self.events.0.record(&r.stream)?;
+        for _ in 0..s.iters {
+            copy(r, s.test.engine(), dst, src, len)?;
+        }
+        self.events.1.record(&r.stream)?;
+        self.events.1.synchronize()?;
+        let ms = self.events.0.elapsed_ms(&self.events.1)?;
+        Ok(Some((ms * 1e6).round().max(1.0) as u64))
+    }
+
+    fn check(&mut self, _k: u64) -> Result<u64, BenchError> {
+        let (r, len) = (self.r, self.s.size as usize);
         // Every copy of the sample is done before anyone checks or refills.
-        bs.barrier()?;
-        if verify {
-            for (j, t) in ts.iter().enumerate() {
-                if t.dst == me {
-                    count_mismatches(&r.stream, &r.recv, len, seeds[j], &r.counter)?;
+        self.bs.barrier()?;
+        if self.verify {
+            for (j, t) in self.ts.iter().enumerate() {
+                if t.dst == self.me {
+                    count_mismatches(&r.stream, &r.recv, len, self.seeds[j], &r.counter)?;
                 }
             }
         }
         r.stream.synchronize()?;
+        // The mismatches add up on the GPU; the count is read once, after the last sample.
+        Ok(0)
     }
+}
+
+/// Runs one cell on this rank (all ranks call it in step). `samples_ns` holds whole samples.
+pub(super) fn measure(
+    r: &mut Rank,
+    ctx: &Ctx,
+    s: &NvbwSpec,
+    samples: u64,
+    verify: bool,
+) -> Result<Measured, BenchError> {
+    if s.test == Test::Latency {
+        return measure_latency(r, ctx, s, samples, verify);
+    }
+    let me = ctx.bs.rank() as usize;
+    let ts = s.test.transfers(s.row, s.col);
+    let mine = ts.iter().find(|t| t.exec == me).copied();
+    let receiver = ts.iter().any(|t| t.dst == me);
+    if receiver {
+        r.counter.reset()?;
+    }
+    let lp = Loop {
+        warmup: 0,
+        iters: samples,
+        timed: mine.is_some(),
+        clock: Clock::Iteration,
+    };
+    let mut cell = Cell {
+        r,
+        bs: ctx.bs,
+        s,
+        me,
+        seeds: Vec::with_capacity(ts.len()),
+        ts,
+        mine,
+        verify,
+        events: (Event::new(&r.gpu)?, Event::new(&r.gpu)?),
+    };
+    let mut out = device_loop(ctx, lp, &mut cell)?;
     if receiver && verify {
         out.errors = r.counter.read()?;
     }
     Ok(out)
 }
 
+/// One latency cell on the row rank: a warm-up iteration writes the list and follows it once
+/// (untimed, so that the list is in the caches it fits), then one chase per sample between two
+/// CUDA events, each on another SM, checked for the node it must stop on.
+struct Chase<'a> {
+    r: &'a Rank,
+    s: &'a NvbwSpec,
+    list: Mem<'a>,
+    nodes: u64,
+    /// The address the timed chases stop on.
+    expect: u64,
+    sms: u32,
+    verify: bool,
+    events: (Event, Event),
+}
+
+impl DeviceRounds for Chase<'_> {
+    fn run(&mut self, i: u64) -> Result<Option<u64>, BenchError> {
+        let (r, list, nodes) = (self.r, self.list, self.nodes);
+        if i == 0 {
+            r.kernels
+                .chase_init(&r.stream, list, nodes, LATENCY_STRIDE)?;
+            r.stream.synchronize()?;
+            r.kernels
+                .chase(&r.stream, list, nodes, self.s.warmup, 0, &r.counter)?;
+            r.stream.synchronize()?;
+            return Ok(None);
+        }
+        let k = i - 1;
+        self.events.0.record(&r.stream)?;
+        r.kernels.chase(
+            &r.stream,
+            list,
+            nodes,
+            self.s.iters,
+            (k % u64::from(self.sms)) as u32,
+            &r.counter,
+        )?;
+        self.events.1.record(&r.stream)?;
+        self.events.1.synchronize()?;
+        let ms = self.events.0.elapsed_ms(&self.events.1)?;
+        Ok(Some((ms * 1e6).round().max(1.0) as u64))
+    }
+
+    fn check(&mut self, i: u64) -> Result<u64, BenchError> {
+        let stopped_right = i == 0 || !self.verify || self.r.counter.read()? == self.expect;
+        Ok(u64::from(!stopped_right))
+    }
+}
+
 fn measure_latency(
     r: &mut Rank,
-    bs: &Bootstrap,
+    ctx: &Ctx,
     s: &NvbwSpec,
     samples: u64,
     verify: bool,
 ) -> Result<Measured, BenchError> {
+    let bs = ctx.bs;
     let me = bs.rank() as usize;
     let nodes = s.size / CHASE_NODE;
     let mut out = Measured::default();
     bs.barrier()?;
     if me == s.row {
+        let r = &*r;
         let list = mem(r, me, s.col, true)?;
-        r.kernels
-            .chase_init(&r.stream, list, nodes, LATENCY_STRIDE)?;
-        r.stream.synchronize()?;
-        // One untimed pass over the cycle brings the list into the caches it fits.
-        r.kernels
-            .chase(&r.stream, list, nodes, s.warmup, 0, &r.counter)?;
-        r.stream.synchronize()?;
-        let start = Event::new(&r.gpu)?;
-        let end = Event::new(&r.gpu)?;
-        let expect = list.ptr() + chase_end(nodes, LATENCY_STRIDE, s.iters) * CHASE_NODE;
-        let sms = r.gpu.sm_count.max(1);
-        for k in 0..samples {
-            start.record(&r.stream)?;
-            r.kernels.chase(
-                &r.stream,
-                list,
-                nodes,
-                s.iters,
-                (k % u64::from(sms)) as u32,
-                &r.counter,
-            )?;
-            end.record(&r.stream)?;
-            end.synchronize()?;
-            let ms = start.elapsed_ms(&end)?;
-            out.samples_ns.push((ms * 1e6).round().max(1.0) as u64);
-            if verify && r.counter.read()? != expect {
-                out.errors += 1;
-            }
-        }
+        let lp = Loop {
+            warmup: 1,
+            iters: samples,
+            timed: true,
+            clock: Clock::Iteration,
+        };
+        let mut chase = Chase {
+            r,
+            s,
+            list,
+            nodes,
+            expect: list.ptr() + chase_end(nodes, LATENCY_STRIDE, s.iters) * CHASE_NODE,
+            sms: r.gpu.sm_count.max(1),
+            verify,
+            events: (Event::new(&r.gpu)?, Event::new(&r.gpu)?),
+        };
+        out = device_loop(ctx, lp, &mut chase)?;
     }
     bs.barrier()?;
     Ok(out)
