@@ -58,7 +58,6 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 pub use budget::{budget_loop, max_time_arg, Budget, Budgeted, Phase, Span, Spent, Stop};
-pub(crate) use options::one_of;
 pub use options::{
     bounded, bounded_size, default_iters, defaults, gpu_arg, iters_arg, name_of, warmup_arg,
     AllGroups, FabricArgs, Groups, JobArgs, LaunchArgs, MemArgs, MrChoice, Options, Rails,

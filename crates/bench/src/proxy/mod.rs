@@ -133,6 +133,11 @@ impl<'a> Proxy<'a> {
                 "efabench proxy: a put carries a 32-bit length; lower -e to 2G or less",
             ));
         }
+        if args.groups.fabric.per_rail {
+            return Err(BenchError::usage(
+                "--per-rail does not apply to proxy: its records break each put down by stage, not by rail; drop --per-rail",
+            ));
+        }
         let gpu_modes = args.modes.iter().any(|m| *m != Mode::Cpu);
         if let (Some(ring), false) = (args.ring, args.producer == Producer::Gpu && gpu_modes) {
             return Err(BenchError::usage(format!(

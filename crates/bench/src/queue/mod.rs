@@ -101,6 +101,12 @@ impl Queue {
                 "queue verifies every command (it is what the ring is measured for): drop --no-check",
             ));
         }
+        if args.tail_poll == TailPoll::Cached && args.poll_sleep_ns > 0 {
+            return Err(BenchError::usage(format!(
+                "--poll-sleep-ns {} applies to --tail-poll direct only (cached producers do not sleep between reads); add --tail-poll direct or drop --poll-sleep-ns",
+                args.poll_sleep_ns
+            )));
+        }
         let shapes = ProducerShape::parse_list(&args.producers).map_err(BenchError::usage)?;
         Ok(Queue {
             tail_poll: args.tail_poll,
