@@ -41,6 +41,9 @@ pub enum BenchError {
         #[source]
         source: io::Error,
     },
+    /// `efabench proxy` failed while it ran (a proxy thread, the producer or the target).
+    #[error(transparent)]
+    Proxy(Box<crate::proxy::ProxyError>),
     /// What this rank was doing when `source` happened (`rank 1`, `clock alignment`).
     #[error("{context}: {source}")]
     Context {
@@ -48,6 +51,12 @@ pub enum BenchError {
         #[source]
         source: Box<BenchError>,
     },
+}
+
+impl From<crate::proxy::ProxyError> for BenchError {
+    fn from(e: crate::proxy::ProxyError) -> Self {
+        BenchError::Proxy(Box::new(e))
+    }
 }
 
 impl From<io::Error> for BenchError {
@@ -98,7 +107,7 @@ impl BenchError {
         use efabench_fabric::Error as F;
         match self {
             BenchError::Usage(_) => true,
-            BenchError::Failed(_) | BenchError::Io { .. } => false,
+            BenchError::Failed(_) | BenchError::Io { .. } | BenchError::Proxy(_) => false,
             BenchError::Fabric(e) => {
                 matches!(e, F::Load(_) | F::NoProvider { .. } | F::Usage(_))
             }

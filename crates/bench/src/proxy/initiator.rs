@@ -11,14 +11,14 @@ use efabench_gpu::proxy::{realtime_ns, CommandRing, PutPlan};
 use super::engine::{self, Feed, Lane, ProxyConfig, RailLog};
 use super::report::{pct, InitiatorStamps, Stages};
 use super::{
-    fill_puts, health_of, kept_iters, Mode, PayloadFence, ProxyArgs, ProxySpec, ProxyThreads,
-    Setup, TARGET,
+    fill_puts, health_of, kept_iters, Mode, PayloadFence, ProxyArgs, ProxyError, ProxySpec,
+    ProxyThreads, Setup, TARGET,
 };
 use crate::error::BenchError;
 use crate::harness::{Ctx, Measured, Strategy};
 
 /// A proxy thread hands its rails back (with their indices) with what it did on each.
-type ThreadOutcome = (Vec<(usize, Rail)>, Result<Vec<RailLog>, String>);
+type ThreadOutcome = (Vec<(usize, Rail)>, Result<Vec<RailLog>, ProxyError>);
 
 pub(super) fn measure(
     ctx: &Ctx,
@@ -115,7 +115,7 @@ pub(super) fn measure(
             let main = (|| -> Result<(), BenchError> {
                 for it in 0..total_iters {
                     if args.groups.job.verify() || it == 0 {
-                        fill_puts(&**setup.src, it, s.puts, s.size).map_err(BenchError::failed)?;
+                        fill_puts(&**setup.src, it, s.puts, s.size)?;
                     }
                     let (t_ns, span, push, quiet) = match s.mode {
                         Mode::Cpu => {
@@ -128,11 +128,9 @@ pub(super) fn measure(
                                     spins += 1;
                                     if spins % 1024 == 0 {
                                         if failed_flag.load(Ordering::Acquire) {
-                                            return Err(BenchError::failed(
-                                                "a proxy thread failed",
-                                            ));
+                                            return Err(ProxyError::ThreadFailed.into());
                                         }
-                                        health().map_err(BenchError::failed)?;
+                                        health().map_err(ProxyError::Job)?;
                                     }
                                     std::hint::spin_loop();
                                 }
@@ -187,8 +185,7 @@ pub(super) fn measure(
                                         blocking,
                                         &failed_flag,
                                         &health,
-                                    )
-                                    .map_err(BenchError::failed)?;
+                                    )?;
                                     (h.t1 - h.t0, (h.t0, h.t1), h.push, h.quiet)
                                 }
                             }
@@ -243,13 +240,13 @@ pub(super) fn measure(
                 rail_logs.push(log);
             }
             (None, Some(rail)) => init.rails.push(rail),
-            (None, None) => errs.push(format!("rail {r} was not handed back")),
+            (None, None) => errs.push(ProxyError::NotHandedBack(r)),
         }
     }
     // A proxy's own error is the cause; the others only noticed it.
-    errs.sort_by_key(|e| e.contains("another thread failed"));
+    errs.sort_by_key(|e| matches!(e, ProxyError::Stopped));
     if let Some(e) = errs.into_iter().next() {
-        return Err(BenchError::failed(e));
+        return Err(e.into());
     }
     main?;
     if s.mode == Mode::Cpu {

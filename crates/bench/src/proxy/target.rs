@@ -36,8 +36,7 @@ pub(super) fn measure(
             &mut arrive,
             args.groups.job.timeout().max(Duration::from_secs(1)),
             &health,
-        )
-        .map_err(BenchError::failed)?;
+        )?;
         // Every CQ data is in; the bytes are in place once this process's GPU copies drained
         // (shm's CUDA IPC path copies on the target with a device-to-device cudaMemcpy that
         // returns, and reports the write, before the copy ran; a no-op for host memory).
@@ -46,7 +45,7 @@ pub(super) fn measure(
             landed.push(realtime_ns());
         }
         if args.groups.job.verify() {
-            errors += check_puts(&**setup.dst, it, s.puts, s.size).map_err(BenchError::failed)?;
+            errors += check_puts(&**setup.dst, it, s.puts, s.size)?;
         }
         if it >= s.warmup + s.iters - kept_iters(s) {
             arrive_all.extend(arrive);

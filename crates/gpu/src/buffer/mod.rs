@@ -440,11 +440,11 @@ pub fn alloc(kind: MemKind, len: usize, device: i32) -> Result<Box<dyn GpuBuffer
     Ok(match kind {
         MemKind::Host => {
             nonzero(len)?;
-            Box::new(HostBuffer::new(len).map_err(|e| GpuError::Invalid(e.to_string()))?)
+            Box::new(HostBuffer::new(len).map_err(GpuError::HostAlloc)?)
         }
         MemKind::Huge => {
             nonzero(len)?;
-            Box::new(HostBuffer::new_huge(len).map_err(|e| GpuError::Invalid(e.to_string()))?)
+            Box::new(HostBuffer::new_huge(len).map_err(GpuError::HostAlloc)?)
         }
         MemKind::Pinned => Box::new(PinnedBuffer::new(&gpu()?, len)?),
         MemKind::Cuda => Box::new(DeviceBuffer::new(&gpu()?, len)?),
