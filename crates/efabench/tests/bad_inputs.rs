@@ -128,6 +128,12 @@ const CASES: &[(&str, &str, &str)] = &[
     ),
     (
         "refused",
+        "queue --mode blocking --batch 16",
+        "applies to nbi points only",
+    ),
+    ("refused", "queue --mode nbi --no-floor", "drop --no-floor"),
+    (
+        "refused",
         "proxy --producer host --ring hybrid",
         "drop --ring",
     ),
