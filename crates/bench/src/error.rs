@@ -41,6 +41,13 @@ pub enum BenchError {
         #[source]
         source: io::Error,
     },
+    /// Options a benchmark was given as words (`efabench cluster` builds its stages' options from
+    /// the user's) did not parse: clap's message without its usage lines.
+    #[error(transparent)]
+    Options(OptionWords),
+    /// `efabench proxy` failed while it ran (a proxy thread, the producer or the target).
+    #[error(transparent)]
+    Proxy(Box<crate::proxy::ProxyError>),
     /// What this rank was doing when `source` happened (`rank 1`, `clock alignment`).
     #[error("{context}: {source}")]
     Context {
@@ -48,6 +55,36 @@ pub enum BenchError {
         #[source]
         source: Box<BenchError>,
     },
+}
+
+/// Options given as words that clap refused. It reads as clap's first line without the
+/// `error: ` prefix and usage lines, and its cause is the value parser's error, if any (clap's
+/// own text would repeat the message).
+#[derive(Debug)]
+pub struct OptionWords(pub clap::Error);
+
+impl std::fmt::Display for OptionWords {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let text = self.0.to_string();
+        f.write_str(
+            text.lines()
+                .next()
+                .unwrap_or_default()
+                .trim_start_matches("error: "),
+        )
+    }
+}
+
+impl std::error::Error for OptionWords {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        std::error::Error::source(&self.0)
+    }
+}
+
+impl From<crate::proxy::ProxyError> for BenchError {
+    fn from(e: crate::proxy::ProxyError) -> Self {
+        BenchError::Proxy(Box::new(e))
+    }
 }
 
 impl From<io::Error> for BenchError {
@@ -97,8 +134,8 @@ impl BenchError {
     pub fn is_usage(&self) -> bool {
         use efabench_fabric::Error as F;
         match self {
-            BenchError::Usage(_) => true,
-            BenchError::Failed(_) | BenchError::Io { .. } => false,
+            BenchError::Usage(_) | BenchError::Options(_) => true,
+            BenchError::Failed(_) | BenchError::Io { .. } | BenchError::Proxy(_) => false,
             BenchError::Fabric(e) => {
                 matches!(e, F::Load(_) | F::NoProvider { .. } | F::Usage(_))
             }
@@ -118,6 +155,33 @@ impl BenchError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn options_that_do_not_parse_are_one_usage_line_with_clap_as_the_cause() {
+        use clap::Parser;
+        #[derive(Parser, Debug)]
+        struct Words {
+            #[arg(long)]
+            n: u32,
+        }
+        let clap = Words::try_parse_from(["pairs", "--n", "x"]).unwrap_err();
+        let e =
+            BenchError::context("pairs stage", BenchError::Options(OptionWords(clap))).on_rank(0);
+        assert!(e.is_usage());
+        let m = e.message();
+        assert!(
+            m.starts_with("pairs stage: invalid value 'x' for '--n <N>'"),
+            "{m}"
+        );
+        assert!(
+            !m.contains('\n') && m.matches("invalid value").count() == 1,
+            "{m}"
+        );
+        let BenchError::Context { source, .. } = &e else {
+            panic!("{e:?}")
+        };
+        assert!(std::error::Error::source(&**source).is_some());
+    }
 
     #[test]
     fn causes_are_kept_and_decide_the_class() {

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use efabench_bench::harness::Strategy;
 use efabench_bench::proxy::engine::{self, Feed, Lane, ProxyConfig, RailLog, Target};
+use efabench_bootstrap::BootstrapError;
 use efabench_fabric::{
     first_provider, load_library, Hints, HostBuffer, MemoryBuffer, Rail, RailConfig,
 };
@@ -81,7 +82,7 @@ fn serve_one(
     n: u64,
     cfg: &ProxyConfig,
     failed: &AtomicBool,
-    health: &dyn Fn() -> Result<(), String>,
+    health: &dyn Fn() -> Result<(), BootstrapError>,
 ) -> Result<RailLog, String> {
     let lane = Lane {
         index: 0,
@@ -93,7 +94,10 @@ fn serve_one(
         keep_from: 0,
         tgt: &l.tgt,
     };
-    engine::serve(&[lane], cfg, failed, health).map(|mut v| v.remove(0))
+    // The tests read the message the user would.
+    engine::serve(&[lane], cfg, failed, health)
+        .map(|mut v| v.remove(0))
+        .map_err(|e| e.to_string())
 }
 
 /// A host producer pushes `cmds` while the proxy serves them on this thread.
@@ -230,7 +234,7 @@ fn dead_job_stops_the_proxy() {
     let failed = AtomicBool::new(false);
     // Nothing is ever pushed: the health check (a dead peer) must end the wait.
     let e = serve_one(&l, mem.ring(0, LOG2), 1, &cfg(4), &failed, &|| {
-        Err("rank 1 died".to_string())
+        Err(BootstrapError::local("rank 1 died"))
     })
     .unwrap_err();
     assert!(e.contains("rank 1 died"), "{e}");

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 
 use clap::Parser;
 use efabench_bench::alltoall::AlltoallArgs;
+use efabench_bench::error::OptionWords;
 use efabench_bench::harness::LaunchArgs;
 use efabench_bench::pairs::{PairsArgs, Plan};
 use efabench_bench::BenchError;
@@ -386,7 +387,7 @@ impl ClusterArgs {
         w.extend(["--pairs".into(), self.schedule_for(world)]);
         Words::try_parse_from(&w)
             .map(|p| p.args)
-            .map_err(|e| BenchError::usage(format!("pairs stage: {}", first_line(&e.to_string()))))
+            .map_err(|e| BenchError::context("pairs stage", BenchError::Options(OptionWords(e))))
     }
 
     /// The alltoall stage's options: one size, `--max-time` a share of the stage budget.
@@ -399,19 +400,10 @@ impl ClusterArgs {
         let max_time = (self.budget(Stage::Alltoall) * 0.6).clamp(0.001, 3600.0);
         let mut w = vec!["alltoall".to_string()];
         w.extend(self.common_words(&self.alltoall_size, max_time));
-        Words::try_parse_from(&w).map(|p| p.args).map_err(|e| {
-            BenchError::usage(format!("alltoall stage: {}", first_line(&e.to_string())))
-        })
+        Words::try_parse_from(&w)
+            .map(|p| p.args)
+            .map_err(|e| BenchError::context("alltoall stage", BenchError::Options(OptionWords(e))))
     }
-}
-
-/// clap's message without its usage lines.
-fn first_line(s: &str) -> String {
-    s.lines()
-        .next()
-        .unwrap_or_default()
-        .trim_start_matches("error: ")
-        .to_string()
 }
 
 #[cfg(test)]

@@ -45,11 +45,11 @@ use std::path::Path;
 use efabench_record::Record;
 use efabench_report::compare::{
     estimate, Baseline, BaselinePoint, Context, ContextChange, Key, RunPoint, Side, Spread,
-    BASELINE_SCHEMA,
 };
 use serde::{Deserialize, Serialize};
 
 use crate::decide::{median, robust_scale, t_quantile, MIN_NOISE};
+use crate::paths::PathError;
 use crate::verdict::{Judgement, Thresholds};
 
 /// The median's standard error over the population's σ: √(π / 2).
@@ -68,49 +68,41 @@ pub struct Loaded {
 
 /// Reads `--baseline FILE`: a one-line reason naming the file when it is missing, not a
 /// baseline file, or holds no `pairs` point.
-pub fn load(path: &Path) -> Result<Loaded, String> {
-    let shown = path.display();
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        format!(
-            "--baseline {shown}: cannot read it ({}); pass a file written by --save-baseline or efabench baseline",
-            efabench_record::error::io_reason(&e)
-        )
+pub fn load(path: &Path) -> Result<Loaded, PathError> {
+    let shown = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|source| PathError::BaselineUnreadable {
+        path: shown.clone(),
+        source,
     })?;
     let baseline = match Baseline::parse(path, &text) {
         Ok(Some(b)) => b,
-        Ok(None) => {
-            return Err(format!(
-                "--baseline {shown}: not an {BASELINE_SCHEMA} file; pass a file written by --save-baseline or efabench baseline"
-            ))
-        }
-        Err(e) => return Err(format!("--baseline {e}")),
+        Ok(None) => return Err(PathError::NotABaseline { path: shown }),
+        Err(e) => return Err(PathError::BaselineBroken(e)),
     };
     if !baseline.points.iter().any(|p| p.key.bench == "pairs") {
-        return Err(format!(
-            "--baseline {shown}: it holds no pairs point ({} point(s) of other benchmarks); save one from a cluster run with --save-baseline",
-            baseline.points.len()
-        ));
+        return Err(PathError::NoPairsPoint {
+            path: shown,
+            points: baseline.points.len(),
+        });
     }
     Ok(Loaded {
-        file: shown.to_string(),
+        file: shown,
         baseline,
     })
 }
 
 /// Refuses a `--save-baseline` path before any stage: an unwritable directory, or an existing
 /// file that is not a baseline file (it would be replaced).
-pub fn check_save_path(path: &Path) -> Result<(), String> {
-    let shown = path.display();
-    crate::summary::check_writable(path)
-        .map_err(|e| e.replacen("--summary", "--save-baseline", 1))?;
+pub fn check_save_path(path: &Path) -> Result<(), PathError> {
+    crate::summary::check_writable(path, "--save-baseline")?;
     if let Ok(text) = std::fs::read_to_string(path) {
         match Baseline::parse(path, &text) {
             Ok(Some(_)) => {}
             _ if text.trim().is_empty() => {}
             _ => {
-                return Err(format!(
-                    "--save-baseline {shown}: the file exists and is not an {BASELINE_SCHEMA} file; remove it or give another path"
-                ))
+                return Err(PathError::NotABaselineToReplace {
+                    path: path.display().to_string(),
+                })
             }
         }
     }

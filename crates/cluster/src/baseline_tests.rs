@@ -275,14 +275,14 @@ fn saving_appends_runs_of_the_same_context_and_replaces_others() {
 fn bad_baseline_files_and_paths_are_refused_in_one_line() {
     let d = Dir::new("bad");
     let missing = d.0.join("missing.json");
-    let e = load(&missing).unwrap_err();
+    let e = load(&missing).unwrap_err().to_string();
     assert!(
         e.starts_with(&format!("--baseline {}: cannot read it", missing.display())),
         "{e}"
     );
     let rec = d.0.join("r.jsonl");
     std::fs::write(&rec, "{\"schema\":\"efabench.record.v1\"}\n").unwrap();
-    let e = load(&rec).unwrap_err();
+    let e = load(&rec).unwrap_err().to_string();
     assert!(e.contains("not an efabench.baseline.v1 file"), "{e}");
     let broken = d.0.join("broken.json");
     std::fs::write(
@@ -290,9 +290,9 @@ fn bad_baseline_files_and_paths_are_refused_in_one_line() {
         "{\"schema\": \"efabench.baseline.v1\", \"points\": 3}",
     )
     .unwrap();
-    let e = load(&broken).unwrap_err();
+    let e = load(&broken).unwrap_err().to_string();
     assert!(e.contains("does not parse"), "{e}");
-    for e in [load(&missing).unwrap_err(), e] {
+    for e in [load(&missing).unwrap_err().to_string(), e] {
         assert_eq!(e.lines().count(), 1, "{e}");
     }
     // A baseline with no pairs point.
@@ -301,14 +301,19 @@ fn bad_baseline_files_and_paths_are_refused_in_one_line() {
     Baseline::of(&Side::from_records([("a".to_string(), &recs[..])]))
         .save(&a2a)
         .unwrap();
-    assert!(load(&a2a).unwrap_err().contains("holds no pairs point"));
+    assert!(load(&a2a)
+        .unwrap_err()
+        .to_string()
+        .contains("holds no pairs point"));
     // Saving over a file that is not a baseline, or into a missing directory, is refused.
-    let e = check_save_path(&rec).unwrap_err();
+    let e = check_save_path(&rec).unwrap_err().to_string();
     assert!(
         e.contains("exists and is not an efabench.baseline.v1 file"),
         "{e}"
     );
-    let e = check_save_path(&d.0.join("no/b.json")).unwrap_err();
+    let e = check_save_path(&d.0.join("no/b.json"))
+        .unwrap_err()
+        .to_string();
     assert!(e.starts_with("--save-baseline"), "{e}");
     assert!(check_save_path(&a2a).is_ok());
 }

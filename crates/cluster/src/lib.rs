@@ -12,6 +12,7 @@
 //! * [`node`]: what a node reports (checks and compared facts);
 //! * [`consistency`]: facts that differ from the majority;
 //! * [`figures`]: per-node figures from a pair matrix;
+//! * [`paths`]: why a file the run writes or reads was refused before any stage;
 //! * [`expected`]: those figures against the link of the nodes' instance type;
 //! * [`decide`]: the statistical decision on a pair matrix (nodes, directions, rails, links);
 //! * [`synth`]: synthetic pair matrices for judging the decision (tests, `examples/oc.rs`);
@@ -29,6 +30,7 @@ pub mod decide;
 pub mod expected;
 pub mod figures;
 pub mod node;
+pub mod paths;
 pub mod run;
 pub mod summary;
 pub mod synth;

@@ -27,6 +27,7 @@ use crate::baseline::{self, Loaded};
 use crate::consistency::{self, Consistency};
 use crate::figures::Matrix;
 use crate::node::NodeReport;
+use crate::paths::PathError;
 use crate::summary::{self, StageReport, StageStatus, Summary};
 use crate::verdict::{self, Ending, Judgement, Lost, Thresholds};
 
@@ -142,13 +143,13 @@ impl State<'_> {
 }
 
 /// Paths rank 0 writes, and the baseline it reads, checked before anything runs.
-fn preflight(args: &ClusterArgs) -> Result<Option<Loaded>, String> {
+fn preflight(args: &ClusterArgs) -> Result<Option<Loaded>, PathError> {
     if let Some(p) = &args.summary {
-        summary::check_writable(p)?;
+        summary::check_writable(p, "--summary")?;
     }
     if let Some(p) = &args.prometheus {
         if p != Path::new("-") {
-            summary::check_writable(p).map_err(|e| e.replacen("--summary", "--prometheus", 1))?;
+            summary::check_writable(p, "--prometheus")?;
         }
     }
     if let Some(p) = &args.save_baseline {
@@ -223,9 +224,10 @@ pub fn run(
     // The job's size is known now: refuse what no stage of it could run, on every rank alike.
     args.validate(info.world)?;
     let (bad_path, loaded) = if info.rank == 0 {
+        // The message travels to every rank as text.
         match preflight(args) {
             Ok(l) => (None, l),
-            Err(e) => (Some(e), None),
+            Err(e) => (Some(e.to_string()), None),
         }
     } else {
         (None, None)

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::baseline::Comparison;
 use crate::expected::LinkProfile;
+use crate::paths::PathError;
 use crate::verdict::{ClusterVerdict, Ending, NodeVerdict, RunVerdict, Thresholds};
 
 /// The `schema` field of the summary.
@@ -101,46 +102,38 @@ pub struct Summary {
     pub baseline: Option<Comparison>,
 }
 
-/// Refuses a summary path that cannot be written, before anything runs: a directory, a
-/// missing or read-only directory, a read-only file.
-pub fn check_writable(path: &Path) -> Result<(), String> {
-    let shown = path.display();
+/// Refuses a path that `flag` (`--summary`, `--prometheus`, `--save-baseline`) would write and
+/// cannot, before anything runs: a directory, a missing or read-only directory, a read-only file.
+pub fn check_writable(path: &Path, flag: &'static str) -> Result<(), PathError> {
+    let shown = path.display().to_string();
     if path.as_os_str().is_empty() {
-        return Err("--summary needs a file name, e.g. --summary summary.json".into());
+        return Err(PathError::NoName { flag });
     }
     if path.is_dir() {
-        return Err(format!(
-            "--summary {shown}: it is a directory; give a file path, e.g. --summary {shown}/summary.json"
-        ));
+        return Err(PathError::Directory { flag, path: shown });
     }
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
         _ => std::path::PathBuf::from("."),
     };
-    let reason = |e: std::io::Error| {
-        let s = e.to_string();
-        s.split(" (os error").next().unwrap_or_default().to_string()
-    };
     // The file is replaced by a rename from this directory, so the directory must take a new
     // file; an existing file must also be writable (it is not touched here).
     let probe = dir.join(format!(".efabench-summary-probe.{}", std::process::id()));
-    std::fs::File::create(&probe).map_err(|e| {
-        format!(
-            "--summary {shown}: cannot create files in {} ({}); give a path in a writable directory",
-            dir.display(),
-            reason(e)
-        )
+    std::fs::File::create(&probe).map_err(|source| PathError::DirNotWritable {
+        flag,
+        path: shown.clone(),
+        dir: dir.display().to_string(),
+        source,
     })?;
     let _ = std::fs::remove_file(&probe);
     if path.exists() {
         std::fs::OpenOptions::new()
             .append(true)
             .open(path)
-            .map_err(|e| {
-                format!(
-                    "--summary {shown}: the file exists and cannot be written ({}); remove it or give another path",
-                    reason(e)
-                )
+            .map_err(|source| PathError::NotWritable {
+                flag,
+                path: shown,
+                source,
             })?;
     }
     Ok(())
@@ -170,12 +163,19 @@ mod tests {
     #[test]
     fn unwritable_paths_are_refused_with_the_reason() {
         let d = dir();
-        assert!(check_writable(&d.join("s.json")).is_ok());
-        let e = check_writable(&d).unwrap_err();
+        assert!(check_writable(&d.join("s.json"), "--summary").is_ok());
+        let e = check_writable(&d, "--summary").unwrap_err().to_string();
         assert!(e.contains("is a directory"), "{e}");
-        let e = check_writable(&d.join("missing/s.json")).unwrap_err();
+        let e = check_writable(&d.join("missing/s.json"), "--prometheus")
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("--prometheus "), "{e}");
         assert!(e.contains("cannot create files in"), "{e}");
-        assert!(check_writable(Path::new("")).is_err());
+        let e = check_writable(Path::new(""), "--prometheus").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "--prometheus needs a file name, e.g. --prometheus metrics.prom"
+        );
         let _ = std::fs::remove_dir_all(&d);
     }
 

@@ -1,5 +1,8 @@
-//! The verdict table rank 0 prints at the end: the stages, the cluster-wide findings, one line
-//! per node with its pair figures and its reasons under it, and the conclusion.
+//! The verdict table rank 0 prints at the end. What a reader acts on comes first: the stages
+//! and the conclusion (which nodes to isolate, the exit status), then the cluster-wide findings,
+//! then one line per node with its pair figures and its reasons under it, the nodes that are
+//! not PASS first. Its length grows with the nodes, never with the pairs: the per-pair rows and
+//! matrices are `-v`'s and the records'.
 
 use crate::summary::Summary;
 use crate::verdict;
@@ -9,7 +12,8 @@ pub fn print_verdicts(s: &Summary) {
     println!("{}", render_verdicts(s));
 }
 
-/// The verdict table: one line per node with its pair figures, its reasons under it.
+/// The verdict table: the conclusion, then one line per node with its pair figures and its
+/// reasons under it, ISOLATE nodes first, then WARN, then PASS (each in the summary's order).
 pub fn render_verdicts(s: &Summary) -> String {
     use crate::figures::gbps;
     let mut out = Vec::new();
@@ -50,6 +54,46 @@ pub fn render_verdicts(s: &Summary) -> String {
             stages.join(", ")
         )
     });
+    let isolate: Vec<&str> = s
+        .nodes
+        .iter()
+        .filter(|n| n.verdict == verdict::Verdict::Isolate)
+        .map(|n| n.host.as_str())
+        .collect();
+    let warned: Vec<&str> = s
+        .nodes
+        .iter()
+        .filter(|n| n.verdict == verdict::Verdict::Warn)
+        .map(|n| n.host.as_str())
+        .collect();
+    let warn = warned.len();
+    if s.cluster_verdict == verdict::ClusterVerdict::Fail {
+        out.push(format!(
+            "# cluster verdict: FAIL: cluster-wide ({})",
+            s.cluster_failures.join("; ")
+        ));
+    }
+    out.push(if isolate.is_empty() {
+        format!(
+            "# verdict: no node to isolate ({} PASS, {warn} WARN); exit {}",
+            s.nodes.len() - warn,
+            s.exit_code
+        )
+    } else {
+        format!(
+            "# verdict: ISOLATE {} ({} of {} nodes); exit {}",
+            isolate.join(", "),
+            isolate.len(),
+            s.nodes.len(),
+            s.exit_code
+        )
+    });
+    if !warned.is_empty() {
+        out.push(format!(
+            "# WARN {} (their reasons are under them below)",
+            warned.join(", ")
+        ));
+    }
     // "of link": the lower of the node's send and receive medians against its link, and the
     // profile once above the table, only where some node's instance type gave one.
     let of_link = |n: &verdict::NodeVerdict| {
@@ -91,7 +135,14 @@ pub fn render_verdicts(s: &Summary) -> String {
         col("of link".into()),
         "alltoall ratio"
     ));
-    for n in &s.nodes {
+    let rank = |v: verdict::Verdict| match v {
+        verdict::Verdict::Isolate => 0,
+        verdict::Verdict::Warn => 1,
+        verdict::Verdict::Pass => 2,
+    };
+    let mut nodes: Vec<&verdict::NodeVerdict> = s.nodes.iter().collect();
+    nodes.sort_by_key(|n| rank(n.verdict));
+    for n in nodes {
         let med = |x: &Option<crate::figures::Stats>| x.map_or("-".to_string(), |s| gbps(s.median));
         let pairs = n
             .pairs
@@ -151,38 +202,6 @@ pub fn render_verdicts(s: &Summary) -> String {
             ));
         }
     }
-    let isolate: Vec<&str> = s
-        .nodes
-        .iter()
-        .filter(|n| n.verdict == verdict::Verdict::Isolate)
-        .map(|n| n.host.as_str())
-        .collect();
-    let warn = s
-        .nodes
-        .iter()
-        .filter(|n| n.verdict == verdict::Verdict::Warn)
-        .count();
-    if s.cluster_verdict == verdict::ClusterVerdict::Fail {
-        out.push(format!(
-            "# cluster verdict: FAIL: cluster-wide ({})",
-            s.cluster_failures.join("; ")
-        ));
-    }
-    out.push(if isolate.is_empty() {
-        format!(
-            "# verdict: no node to isolate ({} PASS, {warn} WARN); exit {}",
-            s.nodes.len() - warn,
-            s.exit_code
-        )
-    } else {
-        format!(
-            "# verdict: ISOLATE {} ({} of {} nodes); exit {}",
-            isolate.join(", "),
-            isolate.len(),
-            s.nodes.len(),
-            s.exit_code
-        )
-    });
     out.join("\n")
 }
 
@@ -266,16 +285,24 @@ mod tests {
                 vec![r("pairs", Verdict::Isolate), r("alltoall", Verdict::Warn)],
             ),
         ]));
-        assert!(t.starts_with("# cluster: 4 ranks on 2 host(s)"), "{t}");
+        let lines: Vec<&str> = t.lines().collect();
         assert!(
-            t.contains("# cluster-wide: check x fails on 4 of 4 nodes"),
+            lines[0].starts_with("# cluster: 4 ranks on 2 host(s)"),
             "{t}"
         );
+        // The conclusion first, then the findings, then the nodes: the isolated one first.
+        assert_eq!(
+            lines[1], "# verdict: ISOLATE node3 (1 of 2 nodes); exit 1",
+            "{t}"
+        );
+        assert!(
+            lines[2].starts_with("# cluster-wide: check x fails on 4 of 4 nodes"),
+            "{t}"
+        );
+        assert!(lines[3].starts_with("host "), "{t}");
+        assert!(lines[4].starts_with("node3 "), "{t}");
         assert!(t.contains("ISOLATE pairs: slow; its 6 pairs"), "{t}");
-        assert!(
-            t.ends_with("# verdict: ISOLATE node3 (1 of 2 nodes); exit 1"),
-            "{t}"
-        );
+        assert!(t.lines().last().unwrap().starts_with("node1 "), "{t}");
         let t = render_verdicts(&doc(vec![node("node4", vec![r("join", Verdict::Isolate)])]));
         assert!(
             t.starts_with("# cluster: 4 ranks, not all of them joined"),
@@ -283,10 +310,27 @@ mod tests {
         );
         let mut d = doc(vec![node("a", Vec::new()), node("b", Vec::new())]);
         let t = render_verdicts(&d);
-        assert!(
-            t.ends_with("# verdict: no node to isolate (2 PASS, 0 WARN); exit 0"),
+        assert_eq!(
+            t.lines().nth(1),
+            Some("# verdict: no node to isolate (2 PASS, 0 WARN); exit 0"),
             "{t}"
         );
+        // WARN nodes are named under the verdict and listed before the PASS ones.
+        let w = node("b", vec![r("pairs", Verdict::Warn)]);
+        let t = render_verdicts(&doc(vec![node("a", Vec::new()), w]));
+        assert_eq!(
+            t.lines().nth(1),
+            Some("# verdict: no node to isolate (1 PASS, 1 WARN); exit 0"),
+            "{t}"
+        );
+        assert_eq!(
+            t.lines().nth(2),
+            Some("# WARN b (their reasons are under them below)"),
+            "{t}"
+        );
+        let b = t.find("\nb ").expect("b's row");
+        let a = t.find("\na ").expect("a's row");
+        assert!(b < a, "{t}");
         // A check failing on every node fails the cluster, whatever the nodes' verdicts.
         d.cluster_verdict = ClusterVerdict::Fail;
         d.cluster_failures = vec!["check x fails on 4 of 4 nodes".into()];
@@ -297,6 +341,6 @@ mod tests {
             t.contains("# cluster verdict: FAIL: cluster-wide (check x fails on 4 of 4 nodes)"),
             "{t}"
         );
-        assert!(t.ends_with("exit 3"), "{t}");
+        assert!(t.lines().nth(2).unwrap().ends_with("exit 3"), "{t}");
     }
 }

@@ -31,6 +31,9 @@ pub enum CliError {
     /// Reading, comparing or drawing records failed.
     #[error(transparent)]
     Record(#[from] efabench_report::Error),
+    /// Drawing a plot failed, or a record to plot did not read.
+    #[error(transparent)]
+    Report(#[from] efabench_report::ReportError),
 }
 
 impl CliError {
@@ -49,6 +52,7 @@ impl CliError {
             CliError::Bench { source, .. } => source.is_usage(),
             CliError::Launch(e) => e.is_usage(),
             CliError::Record(e) => e.kind() == efabench_report::ErrorKind::BadInput,
+            CliError::Report(e) => e.kind() == efabench_report::ErrorKind::BadInput,
         }
     }
 

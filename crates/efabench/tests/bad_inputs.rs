@@ -83,6 +83,28 @@ const CASES: &[(&str, &str, &str)] = &[
     ("refused", "queue -b 8", "unexpected argument '-b'"),
     ("refused", "h2d -p tcp", "unexpected argument '-p'"),
     ("typed", "h2d --dir up", "h2d, d2h, both"),
+    ("typed", "h2d --engine dma", "possible values: ce, sm"),
+    ("typed", "h2d --scope some", "possible values: each, all"),
+    (
+        "typed",
+        "h2d --placement NEAR",
+        "possible values: near, far",
+    ),
+    (
+        "typed",
+        "queue --ring fifo",
+        "possible values: pinned, managed, gdr, hybrid, libefaxx",
+    ),
+    (
+        "typed",
+        "queue --mode quiet",
+        "possible values: nbi, blocking",
+    ),
+    (
+        "typed",
+        "queue --tail-poll never",
+        "possible values: cached, direct",
+    ),
     ("typed", "h2d --gpus 0,0", "list each GPU once"),
     ("limit", "h2d --samples 0", "--samples"),
     ("limit", "h2d -b 24 -e 24", "multiple of 16"),
@@ -98,6 +120,18 @@ const CASES: &[(&str, &str, &str)] = &[
     // options of a shared group that a benchmark would not honour
     ("refused", "ep --strategy split", "does not apply to ep"),
     ("refused", "ep --per-rail", "does not apply to ep"),
+    ("refused", "proxy --per-rail", "does not apply to proxy"),
+    (
+        "refused",
+        "queue --poll-sleep-ns 200",
+        "applies to --tail-poll direct only",
+    ),
+    (
+        "refused",
+        "queue --mode blocking --batch 16",
+        "applies to nbi points only",
+    ),
+    ("refused", "queue --mode nbi --no-floor", "drop --no-floor"),
     (
         "refused",
         "proxy --producer host --ring hybrid",

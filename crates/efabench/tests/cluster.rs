@@ -244,8 +244,13 @@ fn a_check_failing_on_every_node_fails_the_cluster_with_exit_3() {
         ),
         "{out}"
     );
-    assert!(out.contains("# verdict: no node to isolate"), "{out}");
-    assert!(out.trim_end().ends_with("exit 3"), "{out}");
+    // The conclusion comes right after the header, before the findings and the nodes.
+    let verdict = out.lines().position(|l| l.starts_with("# verdict: "));
+    assert_eq!(verdict, Some(2), "{out}");
+    assert!(
+        out.contains("# verdict: no node to isolate (1 PASS, 0 WARN); exit 3"),
+        "{out}"
+    );
     let s = summary(&sum);
     assert_eq!(s["verdict"], "FAIL", "{s}");
     assert_eq!(s["exit_code"], 3, "{s}");

@@ -28,7 +28,7 @@ pub mod inline;
 pub mod loader;
 
 pub use bindings::*;
-pub use loader::{load, loaded, Library, LoadError};
+pub use loader::{load, loaded, Attempt, Library, LoadError, OpenFailure};
 
 use core::ffi::{c_int, c_void};
 

@@ -110,7 +110,25 @@ impl Library {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Attempt {
     pub path: String,
-    pub why: String,
+    pub why: OpenFailure,
+}
+
+/// Why one candidate path did not give a usable libfabric.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum OpenFailure {
+    #[error("no such file")]
+    NoSuchFile,
+    #[error("path contains a NUL byte")]
+    NulInPath,
+    /// The dynamic loader refused it; its reason, without the path it repeats.
+    #[error("{0}")]
+    Loader(String),
+    /// It loaded but lacks a symbol every libfabric since 1.5 has.
+    #[error("has no {name}@{version}: libfabric older than 1.5 or not libfabric")]
+    MissingSymbol {
+        name: &'static str,
+        version: &'static str,
+    },
 }
 
 /// No usable libfabric was found.
@@ -194,11 +212,11 @@ fn dlerror_string() -> String {
     }
 }
 
-fn open_one(path: &str) -> Result<Library, String> {
+fn open_one(path: &str) -> Result<Library, OpenFailure> {
     if path.contains('/') && !Path::new(path).exists() {
-        return Err("no such file".to_string());
+        return Err(OpenFailure::NoSuchFile);
     }
-    let cpath = CString::new(path).map_err(|_| "path contains a NUL byte".to_string())?;
+    let cpath = CString::new(path).map_err(|_| OpenFailure::NulInPath)?;
     // SAFETY: cpath is a valid C string; dlopen runs the library's constructors, which is what
     // loading libfabric means. RTLD_LOCAL keeps its symbols out of the global namespace.
     let handle = unsafe { libc::dlopen(cpath.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
@@ -206,24 +224,22 @@ fn open_one(path: &str) -> Result<Library, String> {
         let e = dlerror_string();
         // The loader's message repeats the path; keep only the reason after it.
         let short = e.rsplit(": ").next().unwrap_or(&e).to_string();
-        return Err(short);
+        return Err(OpenFailure::Loader(short));
     }
-    let sym = |name: &str, version: &str| -> Result<*mut c_void, String> {
+    let sym = |name: &'static str, version: &'static str| -> Result<*mut c_void, OpenFailure> {
         let n = CString::new(name).expect("static symbol name");
         let v = CString::new(version).expect("static version name");
         // SAFETY: handle is a live dlopen handle (never closed on success), n and v are valid C
         // strings.
         let p = unsafe { libc::dlvsym(handle, n.as_ptr(), v.as_ptr()) };
         if p.is_null() {
-            Err(format!(
-                "has no {name}@{version}: libfabric older than 1.5 or not libfabric"
-            ))
+            Err(OpenFailure::MissingSymbol { name, version })
         } else {
             Ok(p)
         }
     };
     let resolved = (|| {
-        Ok::<_, String>((
+        Ok::<_, OpenFailure>((
             sym("fi_getinfo", "FABRIC_1.3")?,
             sym("fi_freeinfo", "FABRIC_1.3")?,
             sym("fi_dupinfo", "FABRIC_1.3")?,

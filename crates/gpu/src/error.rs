@@ -44,6 +44,10 @@ pub enum GpuError {
     /// Bad input (a device ordinal, a size, a kind name).
     #[error("{0}")]
     Invalid(String),
+    /// Plain host memory (`--mem host|huge`) could not be allocated: huge pages turned off, or
+    /// the allocation itself failed.
+    #[error(transparent)]
+    HostAlloc(efabench_fabric::Error),
 }
 
 impl GpuError {
@@ -57,7 +61,7 @@ impl GpuError {
     pub fn is_usage(&self) -> bool {
         matches!(
             self,
-            GpuError::NoDriver | GpuError::NoNvrtc | GpuError::Invalid(_)
+            GpuError::NoDriver | GpuError::NoNvrtc | GpuError::Invalid(_) | GpuError::HostAlloc(_)
         )
     }
 }

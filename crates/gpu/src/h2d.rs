@@ -24,19 +24,21 @@ use std::sync::Arc;
 /// Threads per block of the SM copy (as nvbandwidth's host tests).
 pub const SM_BLOCK: u32 = 512;
 
-/// Who moves the bytes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Who moves the bytes (`--engine`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Engine {
-    /// The copy engine (`cuMemcpy*Async`).
+    /// The copy engine (cuMemcpyHtoDAsync, cuMemcpyDtoHAsync).
     Ce,
     /// A copy kernel on every SM over the mapped pinned pages.
     Sm,
 }
 
-/// Which way.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Which way (`--dir`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Dir {
+    /// Host to device.
     H2d,
+    /// Device to host.
     D2h,
     /// Both at once, on two streams.
     Both,

@@ -58,9 +58,10 @@ pub fn io_reason(e: &std::io::Error) -> String {
 /// Resource temporarily unavailable (-11)`.
 ///
 /// This walks `source()` and joins the messages with `": "`. A cause whose words the message so
-/// far already ends with is not repeated (the project's errors print their cause in their own
-/// message, so that `{e}` alone is complete; foreign errors may not), and every message is cut
-/// to its first line, so the result stays one line whatever a lower layer produced.
+/// far already holds is not repeated (the project's errors print their cause in their own
+/// message, at its end or in the middle, so that `{e}` alone is complete; foreign errors may
+/// not), and every message is cut to its first line, so the result stays one line whatever a
+/// lower layer produced.
 pub fn chain(e: &(dyn std::error::Error + 'static)) -> String {
     let mut out = String::new();
     let mut next: Option<&(dyn std::error::Error + 'static)> = Some(e);
@@ -71,7 +72,7 @@ pub fn chain(e: &(dyn std::error::Error + 'static)) -> String {
             .map(str::trim)
             .find(|l| !l.is_empty())
             .unwrap_or("");
-        if !line.is_empty() && !out.ends_with(line) {
+        if !line.is_empty() && !out.contains(line) {
             if !out.is_empty() {
                 out.push_str(": ");
             }
@@ -116,6 +117,14 @@ mod tests {
         // A layer that already quotes its cause is not printed twice.
         let e = Layer("cannot open x: gone", Some(Box::new(Layer("gone", None))));
         assert_eq!(chain(&e), "cannot open x: gone");
+        let e = Layer(
+            "record 2 has a malformed field (missing `x`); pass other records",
+            Some(Box::new(Layer("missing `x`", None))),
+        );
+        assert_eq!(
+            chain(&e),
+            "record 2 has a malformed field (missing `x`); pass other records"
+        );
         let io = std::io::Error::other("disk on fire");
         assert_eq!(chain(&io), "disk on fire");
     }

@@ -5,13 +5,17 @@
 //! written against `efabench_report::{Record, JsonlWriter, Sink, ...}` keeps compiling.
 //!
 //! The `plot` and `compare` commands are [`plot::plot_files`] (with `--stages`,
-//! [`stages::plot_stage_files`]) and [`compare::compare`].
+//! [`stages::plot_stage_files`]) and [`compare::compare`]. Plotting fails with a
+//! [`ReportError`], which keeps a drawing backend's or a malformed record's cause.
 
 #![forbid(unsafe_code)]
 
 pub mod compare;
+pub mod fault;
 pub mod plot;
 pub mod stages;
+
+pub use fault::ReportError;
 
 pub use efabench_record::{error, jsonl, output, record, util};
 pub use efabench_record::{hostname, human_size, now_rfc3339, rfc3339_from_unix, write_atomically};

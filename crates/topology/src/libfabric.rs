@@ -17,9 +17,64 @@
 use crate::root::Root;
 use serde::Serialize;
 use std::io::Read;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+
+/// Why `fi_info` text could not be read or believed. Each message is one line; the file name
+/// comes first where there is a file.
+#[derive(Debug, thiserror::Error)]
+pub enum FiInfoError {
+    #[error(
+        "not fi_info output: line {line} `{text}` is not a `key: value` line as fi_info prints"
+    )]
+    NotKeyValue { line: usize, text: String },
+    #[error("this is `fi_info -v` output, whose layout efabench does not read: capture `fi_info --version; fi_info -p efa` without -v")]
+    Verbose,
+    #[error("not fi_info output: no `libfabric:` version line, no `provider:` entry and no `fi_getinfo:` result")]
+    NothingSaid,
+    #[error("incomplete fi_info output: the `provider: {provider}` entry has no `{missing}:`")]
+    Incomplete {
+        provider: String,
+        missing: &'static str,
+    },
+    #[error("{}: {}", path.display(), io_reason(source))]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{} is a directory", path.display())]
+    Directory { path: PathBuf },
+    #[error("{} is larger than {} MiB: not fi_info output", path.display(), FI_INFO_MAX_BYTES >> 20)]
+    TooLarge { path: PathBuf },
+    #[error("{} is not text (invalid UTF-8 at byte {}): not fi_info output", path.display(), source.utf8_error().valid_up_to())]
+    NotText {
+        path: PathBuf,
+        #[source]
+        source: std::string::FromUtf8Error,
+    },
+    #[error("{}: {source}", path.display())]
+    Content {
+        path: PathBuf,
+        #[source]
+        source: Box<FiInfoError>,
+    },
+    #[error("fi_info not found in /opt/amazon/efa/bin or PATH")]
+    NotFound,
+    #[error("cannot run {}: {source}", exe.display())]
+    Spawn {
+        exe: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{} {args} did not finish within {timeout:?}", exe.display())]
+    Timeout {
+        exe: PathBuf,
+        args: String,
+        timeout: Duration,
+    },
+}
 
 /// One `fi_info` entry (provider, fabric, domain).
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -137,72 +192,69 @@ fn snippet(line: &str) -> String {
 
 /// [`parse_fi_info`] for text that claims to be fi_info output: an error (one line, without
 /// the file name) when it is not.
-pub fn parse_fi_info_checked(text: &str) -> Result<FiInfo, String> {
+pub fn parse_fi_info_checked(text: &str) -> Result<FiInfo, FiInfoError> {
     for (i, line) in text.lines().enumerate() {
         if !is_fi_info_line(line.trim()) {
-            return Err(format!(
-                "not fi_info output: line {} `{}` is not a `key: value` line as fi_info prints",
-                i + 1,
-                snippet(line)
-            ));
+            return Err(FiInfoError::NotKeyValue {
+                line: i + 1,
+                text: snippet(line),
+            });
         }
     }
     let info = parse_fi_info(text);
     if info.entries.is_empty() && text.lines().any(|l| l.trim_end() == "fi_info:") {
-        return Err(
-            "this is `fi_info -v` output, whose layout efabench does not read: capture `fi_info --version; fi_info -p efa` without -v"
-                .into(),
-        );
+        return Err(FiInfoError::Verbose);
     }
     if info.library_version.is_none() && info.entries.is_empty() && !info.no_data {
-        return Err(
-            "not fi_info output: no `libfabric:` version line, no `provider:` entry and no `fi_getinfo:` result"
-                .into(),
-        );
+        return Err(FiInfoError::NothingSaid);
     }
     if let Some(e) = info
         .entries
         .iter()
         .find(|e| e.fabric.is_empty() || e.domain.is_empty())
     {
-        return Err(format!(
-            "incomplete fi_info output: the `provider: {}` entry has no {}",
-            snippet(&e.provider),
-            if e.fabric.is_empty() {
-                "`fabric:`"
+        return Err(FiInfoError::Incomplete {
+            provider: snippet(&e.provider),
+            missing: if e.fabric.is_empty() {
+                "fabric"
             } else {
-                "`domain:`"
-            }
-        ));
+                "domain"
+            },
+        });
     }
     Ok(info)
 }
 
 /// Reads and checks a captured fi_info file (`--fi-info FILE`), reading at most
 /// [`FI_INFO_MAX_BYTES`]. The error is one line naming the file and what is wrong.
-pub fn read_fi_info_file(path: &Path) -> Result<FiInfo, String> {
-    let name = path.display();
-    let file = std::fs::File::open(path).map_err(|e| format!("{name}: {}", io_reason(&e)))?;
+pub fn read_fi_info_file(path: &Path) -> Result<FiInfo, FiInfoError> {
+    let read = |source| FiInfoError::Read {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = std::fs::File::open(path).map_err(read)?;
     if file.metadata().is_ok_and(|m| m.is_dir()) {
-        return Err(format!("{name} is a directory"));
+        return Err(FiInfoError::Directory {
+            path: path.to_path_buf(),
+        });
     }
     let mut bytes = Vec::new();
     file.take(FI_INFO_MAX_BYTES as u64 + 1)
         .read_to_end(&mut bytes)
-        .map_err(|e| format!("{name}: {}", io_reason(&e)))?;
+        .map_err(read)?;
     if bytes.len() > FI_INFO_MAX_BYTES {
-        return Err(format!(
-            "{name} is larger than {} MiB: not fi_info output",
-            FI_INFO_MAX_BYTES >> 20
-        ));
+        return Err(FiInfoError::TooLarge {
+            path: path.to_path_buf(),
+        });
     }
-    let text = String::from_utf8(bytes).map_err(|e| {
-        format!(
-            "{name} is not text (invalid UTF-8 at byte {}): not fi_info output",
-            e.utf8_error().valid_up_to()
-        )
+    let text = String::from_utf8(bytes).map_err(|source| FiInfoError::NotText {
+        path: path.to_path_buf(),
+        source,
     })?;
-    parse_fi_info_checked(&text).map_err(|e| format!("{name}: {e}"))
+    parse_fi_info_checked(&text).map_err(|e| FiInfoError::Content {
+        path: path.to_path_buf(),
+        source: Box::new(e),
+    })
 }
 
 /// `std::io::Error` without the " (os error N)" suffix.
@@ -273,23 +325,28 @@ pub fn find_fi_info(path_env: Option<&str>) -> Option<std::path::PathBuf> {
 
 /// Run `fi_info --version` and `fi_info -p efa` (each bounded by `timeout`) and parse both.
 /// Errors say what was looked for.
-pub fn run_fi_info(path_env: Option<&str>, timeout: Duration) -> Result<(String, FiInfo), String> {
-    let exe = find_fi_info(path_env)
-        .ok_or_else(|| "fi_info not found in /opt/amazon/efa/bin or PATH".to_string())?;
+pub fn run_fi_info(
+    path_env: Option<&str>,
+    timeout: Duration,
+) -> Result<(String, FiInfo), FiInfoError> {
+    let exe = find_fi_info(path_env).ok_or(FiInfoError::NotFound)?;
     let mut text = run_bounded(&exe, &["--version"], timeout)?;
     text.push('\n');
     text.push_str(&run_bounded(&exe, &["-p", "efa"], timeout)?);
     Ok((exe.to_string_lossy().into_owned(), parse_fi_info(&text)))
 }
 
-fn run_bounded(exe: &std::path::Path, args: &[&str], timeout: Duration) -> Result<String, String> {
+fn run_bounded(exe: &Path, args: &[&str], timeout: Duration) -> Result<String, FiInfoError> {
     let mut child = Command::new(exe)
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|e| format!("cannot run {}: {e}", exe.display()))?;
+        .map_err(|source| FiInfoError::Spawn {
+            exe: exe.to_path_buf(),
+            source,
+        })?;
     let mut out = child.stdout.take();
     let mut err = child.stderr.take();
     let reader = std::thread::spawn(move || {
@@ -310,12 +367,11 @@ fn run_bounded(exe: &std::path::Path, args: &[&str], timeout: Duration) -> Resul
             _ => {
                 let _ = child.kill();
                 let _ = child.wait();
-                return Err(format!(
-                    "{} {} did not finish within {:?}",
-                    exe.display(),
-                    args.join(" "),
-                    timeout
-                ));
+                return Err(FiInfoError::Timeout {
+                    exe: exe.to_path_buf(),
+                    args: args.join(" "),
+                    timeout,
+                });
             }
         }
     }
@@ -368,28 +424,34 @@ provider: efa\n    fabric: efa-direct\n    domain: rdmap47s0-rdm\n    version: 2
 provider: tcp;ofi_rxm\n    fabric: 127.0.0.1/32\n    domain: lo\n";
         assert_eq!(parse_fi_info_checked(verbose).unwrap().entries.len(), 1);
         let only_verbose = verbose.split("provider:").next().unwrap();
-        let e = parse_fi_info_checked(only_verbose).unwrap_err();
+        let e = parse_fi_info_checked(only_verbose).unwrap_err().to_string();
         assert!(e.contains("`fi_info -v` output"), "{e}");
 
         let passwd =
             "root:x:0:0:root:/root:/bin/bash\ndaemon:x:1:1:daemon:/usr/sbin:/usr/sbin/nologin\n";
-        let e = parse_fi_info_checked(passwd).unwrap_err();
+        let e = parse_fi_info_checked(passwd).unwrap_err().to_string();
         assert!(
             e.starts_with("not fi_info output: line 1 `root:x:0:0:root:/root:/bin/bash`"),
             "{e}"
         );
         for bad in ["", "\n\n", "# only a comment\n", "name: value\n"] {
-            let e = parse_fi_info_checked(bad).unwrap_err();
+            let e = parse_fi_info_checked(bad).unwrap_err().to_string();
             assert!(e.contains("no `libfabric:` version line"), "{bad:?}: {e}");
         }
-        let e = parse_fi_info_checked("libfabric: 1.2\nhello world\n").unwrap_err();
+        let e = parse_fi_info_checked("libfabric: 1.2\nhello world\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("line 2 `hello world`"), "{e}");
-        let e = parse_fi_info_checked("provider: efa\n    fabric: efa\n").unwrap_err();
+        let e = parse_fi_info_checked("provider: efa\n    fabric: efa\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("has no `domain:`"), "{e}");
         let long = format!("{}\n", "x".repeat(100));
-        let e = parse_fi_info_checked(&long).unwrap_err();
+        let e = parse_fi_info_checked(&long).unwrap_err().to_string();
         assert!(e.len() < 120 && e.contains('…'), "{e}");
-        let e = parse_fi_info_checked("a\u{1b}[31m\n").unwrap_err();
+        let e = parse_fi_info_checked("a\u{1b}[31m\n")
+            .unwrap_err()
+            .to_string();
         assert!(!e.contains('\u{1b}'), "{e}");
     }
 
@@ -397,20 +459,29 @@ provider: tcp;ofi_rxm\n    fabric: 127.0.0.1/32\n    domain: lo\n";
     fn fi_info_files_are_read_bounded_and_checked() {
         let dir = std::env::temp_dir().join(format!("efabench-fi-info-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let e = read_fi_info_file(Path::new("/etc/passwd")).unwrap_err();
+        let e = read_fi_info_file(Path::new("/etc/passwd"))
+            .unwrap_err()
+            .to_string();
         assert!(
             e.starts_with("/etc/passwd: not fi_info output: line 1"),
             "{e}"
         );
-        let e = read_fi_info_file(&dir).unwrap_err();
+        let e = read_fi_info_file(&dir).unwrap_err().to_string();
         assert!(e.ends_with("is a directory"), "{e}");
-        let e = read_fi_info_file(&dir.join("missing")).unwrap_err();
+        let e = read_fi_info_file(&dir.join("missing"))
+            .unwrap_err()
+            .to_string();
         assert!(e.ends_with("missing: No such file or directory"), "{e}");
-        let e = read_fi_info_file(Path::new("/dev/zero")).unwrap_err();
+        let e = read_fi_info_file(Path::new("/dev/zero"))
+            .unwrap_err()
+            .to_string();
         assert_eq!(e, "/dev/zero is larger than 4 MiB: not fi_info output");
         let bin = dir.join("bin");
         std::fs::write(&bin, [b'a', 0xff, 0xfe]).unwrap();
-        assert!(read_fi_info_file(&bin).unwrap_err().contains("not text"));
+        assert!(read_fi_info_file(&bin)
+            .unwrap_err()
+            .to_string()
+            .contains("not text"));
         let ok = dir.join("ok");
         std::fs::write(&ok, "libfabric: 1.17.0\nlibfabric api: 1.17\n").unwrap();
         assert_eq!(

@@ -129,6 +129,7 @@ proptest! {
             prop_assert!(checked.library_version.is_some() || !checked.entries.is_empty() || checked.no_data);
             prop_assert!(checked.entries.iter().all(|e| !e.fabric.is_empty() && !e.domain.is_empty()));
         } else if let Err(e) = parse_fi_info_checked(&text) {
+            let e = e.to_string();
             prop_assert!(!e.contains('\n') && e.len() < 400, "{}", e);
         }
     }
@@ -137,6 +138,7 @@ proptest! {
     fn fi_info_parsers_on_arbitrary_text(text in any::<String>()) {
         let _ = parse_fi_info(&text).version();
         if let Err(e) = parse_fi_info_checked(&text) {
+            let e = e.to_string();
             prop_assert!(!e.contains('\n') && e.len() < 400, "{}", e);
         }
     }

@@ -52,9 +52,9 @@ impl Window {
     pub fn header(self, copying: bool) -> Option<String> {
         (self == Window::Auto && copying).then(|| {
             format!(
-                "# window: 2 chunks in flight per rank from {} chunks up (--window auto: shm with a \
-                 core per rank and --notify data, where receivers copying from one sender at once \
-                 wait on its page-table lock); --window all posts every chunk at once",
+                "# window: 2 chunks in flight per rank from {} chunks up (--window auto on shm \
+                 with --notify data: more in flight makes receivers wait on each other); \
+                 --window all posts every chunk at once",
                 crate::size::human(AUTO_WINDOW_MIN_CHUNK as u64)
             )
         })

@@ -1,26 +1,28 @@
 //! The options of `efabench h2d` and their checks, before anything touches a GPU.
 
-use crate::harness::{bounded, one_of, JobArgs, SweepArgs};
+use crate::harness::{bounded, JobArgs, SweepArgs};
 use efabench_gpu::h2d::{Dir, Engine};
-use std::str::FromStr;
 
 /// Options of `efabench h2d`.
 #[derive(clap::Args, Debug, Clone)]
 #[command(next_help_heading = "Benchmark options")]
 pub struct H2dArgs {
-    /// Engines, comma-separated: ce (the copy engine, cuMemcpyHtoDAsync/DtoHAsync) and sm (a
-    /// copy kernel over the mapped pinned pages).
-    #[arg(long, value_delimiter = ',', default_value = "ce,sm", value_parser = one_of::<EngineArg>(&["ce", "sm"]))]
-    pub engine: Vec<EngineArg>,
-    /// Directions, comma-separated: h2d, d2h, both (the two at once on two streams).
-    #[arg(long, value_delimiter = ',', default_value = "h2d,d2h,both", value_parser = one_of::<DirArg>(&["h2d", "d2h", "both"]))]
-    pub dir: Vec<DirArg>,
-    /// Scopes, comma-separated: each (one GPU at a time) and all (every GPU of --gpus at once).
-    #[arg(long, value_delimiter = ',', default_value = "each,all", value_parser = one_of::<Scope>(&["each", "all"]))]
+    /// Engines, comma-separated.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "ce,sm")]
+    pub engine: Vec<Engine>,
+    /// Directions, comma-separated.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "h2d,d2h,both"
+    )]
+    pub dir: Vec<Dir>,
+    /// Scopes, comma-separated.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "each,all")]
     pub scope: Vec<Scope>,
-    /// Host buffer placements, comma-separated: near (the GPU's NUMA node) and far (another
-    /// node; skipped on a one-node machine).
-    #[arg(long, value_delimiter = ',', default_value = "near,far", value_parser = one_of::<Placement>(&["near", "far"]))]
+    /// Host buffer placements, comma-separated.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "near,far")]
     pub placement: Vec<Placement>,
     /// GPUs: all, or indices comma-separated (0,3).
     #[arg(long, default_value = "all", value_parser = gpus_arg)]
@@ -36,59 +38,21 @@ pub struct H2dArgs {
 
 crate::impl_options!(H2dArgs: sweep);
 
-/// `--engine`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct EngineArg(pub Engine);
-
-impl FromStr for EngineArg {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "ce" => Ok(EngineArg(Engine::Ce)),
-            "sm" => Ok(EngineArg(Engine::Sm)),
-            _ => Err(format!("--engine {s:?}: use ce or sm")),
-        }
-    }
-}
-
-/// `--dir`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct DirArg(pub Dir);
-
-impl FromStr for DirArg {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "h2d" => Ok(DirArg(Dir::H2d)),
-            "d2h" => Ok(DirArg(Dir::D2h)),
-            "both" => Ok(DirArg(Dir::Both)),
-            _ => Err(format!("--dir {s:?}: use h2d, d2h or both")),
-        }
-    }
-}
-
 /// `--scope`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Scope {
+    /// One GPU at a time.
     Each,
+    /// Every GPU of --gpus at once.
     All,
 }
 
-impl FromStr for Scope {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "each" => Ok(Scope::Each),
-            "all" => Ok(Scope::All),
-            _ => Err(format!("--scope {s:?}: use each or all")),
-        }
-    }
-}
-
 /// `--placement`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
 pub enum Placement {
+    /// The GPU's NUMA node.
     Near,
+    /// Another NUMA node (skipped on a one-node machine).
     Far,
 }
 
@@ -97,17 +61,6 @@ impl Placement {
         match self {
             Placement::Near => "near",
             Placement::Far => "far",
-        }
-    }
-}
-
-impl FromStr for Placement {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "near" => Ok(Placement::Near),
-            "far" => Ok(Placement::Far),
-            _ => Err(format!("--placement {s:?}: use near or far")),
         }
     }
 }
@@ -187,11 +140,8 @@ mod tests {
     #[test]
     fn defaults_cover_every_case() {
         let a = parse(&[]).unwrap();
-        assert_eq!(a.engine, [EngineArg(Engine::Ce), EngineArg(Engine::Sm)]);
-        assert_eq!(
-            a.dir,
-            [DirArg(Dir::H2d), DirArg(Dir::D2h), DirArg(Dir::Both)]
-        );
+        assert_eq!(a.engine, [Engine::Ce, Engine::Sm]);
+        assert_eq!(a.dir, [Dir::H2d, Dir::D2h, Dir::Both]);
         assert_eq!(a.scope, [Scope::Each, Scope::All]);
         assert_eq!(a.placement, [Placement::Near, Placement::Far]);
         assert_eq!(a.gpus, GpuList::All);
@@ -211,14 +161,15 @@ mod tests {
             "far",
         ])
         .unwrap();
-        assert_eq!(a.engine, [EngineArg(Engine::Sm)]);
-        assert_eq!(a.dir, [DirArg(Dir::Both)]);
+        assert_eq!(a.engine, [Engine::Sm]);
+        assert_eq!(a.dir, [Dir::Both]);
         assert_eq!(a.gpus, GpuList::Some(vec![0, 3]));
         assert_eq!(a.placement, [Placement::Far]);
         for bad in [
             &["--engine", "dma"][..],
             &["--dir", "up"],
             &["--scope", "some"],
+            &["--placement", "NEAR"],
             &["--gpus", "0,0"],
             &["--gpus", "x"],
             &["--samples", "0"],

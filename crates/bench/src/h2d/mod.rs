@@ -302,8 +302,6 @@ impl Benchmark for H2d {
         let sizes = self.args.sweep.sizes()?;
         let iters = self.args.sweep.iters.unwrap_or(LOOP_COUNT);
         let warmup = self.args.sweep.warmup.unwrap_or(2);
-        let engines: Vec<Engine> = self.args.engine.iter().map(|e| e.0).collect();
-        let dirs: Vec<Dir> = self.args.dir.iter().map(|d| d.0).collect();
         let gpus: Vec<usize> = self.gpus.keys().copied().collect();
         let mut scopes = self.args.scope.clone();
         if gpus.len() == 1 {
@@ -314,8 +312,8 @@ impl Benchmark for H2d {
             }
         }
         Ok(specs(
-            &engines,
-            &dirs,
+            &self.args.engine,
+            &self.args.dir,
             &scopes,
             &self.placements(),
             &gpus,

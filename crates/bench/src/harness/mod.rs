@@ -64,7 +64,6 @@ use serde_json::{Map, Value};
 
 pub use budget::{budget_loop, max_time_arg, Budget, Budgeted, Phase, Span, Spent, Stop};
 pub use device::{device_loop, DeviceRounds};
-pub(crate) use options::one_of;
 pub use options::{
     bounded, bounded_size, default_iters, defaults, gpu_arg, iters_arg, name_of, warmup_arg,
     AllGroups, FabricArgs, Groups, JobArgs, LaunchArgs, MemArgs, MrChoice, Options, Rails,

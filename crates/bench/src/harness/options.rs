@@ -183,30 +183,31 @@ impl MrChoice {
     }
 }
 
-/// A value parser for an option that picks from a set: clap lists the set in `--help` and in
-/// its error, and the value arrives typed (the set's names are the type's `FromStr` names).
-pub(crate) fn one_of<T>(
-    values: &'static [&'static str],
-) -> impl clap::builder::TypedValueParser<Value = T>
-where
-    T: std::str::FromStr + Clone + Send + Sync + 'static,
-    T::Err: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
-    use clap::builder::TypedValueParser;
-    clap::builder::PossibleValuesParser::new(values.iter().map(|v| {
-        // `--format text|jsonl` are the historical spellings of table and json.
-        let p = clap::builder::PossibleValue::new(*v);
-        match *v {
-            "table" => p.alias("text"),
-            "json" => p.alias("jsonl"),
-            _ => p,
-        }
-    }))
-    .try_map(|s| s.parse::<T>())
+/// `--format`: the spellings of [`Format`], which lives in the record crate; `text` and `jsonl`
+/// are kept as the historical spellings of table and json.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum FormatChoice {
+    #[value(alias = "text")]
+    Table,
+    #[value(alias = "jsonl")]
+    Json,
+    Csv,
 }
 
-const MEM_KINDS: &[&str] = &["host", "huge", "pinned", "cuda", "managed"];
-const FORMATS: &[&str] = &["table", "json", "csv"];
+impl From<FormatChoice> for Format {
+    fn from(c: FormatChoice) -> Format {
+        match c {
+            FormatChoice::Table => Format::Table,
+            FormatChoice::Json => Format::Json,
+            FormatChoice::Csv => Format::Csv,
+        }
+    }
+}
+
+fn format_parser() -> impl clap::builder::TypedValueParser<Value = Format> {
+    use clap::builder::TypedValueParser;
+    clap::builder::EnumValueParser::<FormatChoice>::new().map(Format::from)
+}
 
 /// The size sweep: `-b -e -f -n -w`, as nccl-tests and fabtests name them.
 #[derive(clap::Args, Debug, Clone, PartialEq)]
@@ -261,7 +262,7 @@ pub struct FabricArgs {
 #[command(next_help_heading = "Memory options")]
 pub struct MemArgs {
     /// Buffer memory.
-    #[arg(long, default_value = "host", value_parser = one_of::<MemKind>(MEM_KINDS))]
+    #[arg(long, value_enum, default_value_t = MemKind::Host)]
     pub mem: MemKind,
     /// GPU for --mem cuda|pinned|managed: an index, or auto (= local rank).
     #[arg(long, default_value = "auto", value_parser = gpu_arg)]
@@ -283,7 +284,7 @@ pub struct JobArgs {
     #[arg(short = 'o', long)]
     pub output: Option<PathBuf>,
     /// Standard output format.
-    #[arg(long, default_value = "table", value_parser = one_of::<Format>(FORMATS))]
+    #[arg(long, default_value = "table", value_parser = format_parser())]
     pub format: Format,
     /// Longest any wait may go without progress, in seconds, before the whole job aborts.
     #[arg(long, default_value = "30", value_parser = timeout_arg, allow_hyphen_values = true)]
@@ -685,6 +686,22 @@ mod tests {
         assert!(bounded_size("1x", "--footprint", 1, "1M").is_err());
         assert_eq!(bounded_size("1M", "--footprint", 1, "1M"), Ok(1 << 20));
         assert_eq!(name_of(&Strategy::RoundRobin), Strategy::RoundRobin.name());
+    }
+
+    #[test]
+    fn format_choices_are_the_formats_names() {
+        use clap::ValueEnum;
+        for c in FormatChoice::value_variants() {
+            assert_eq!(name_of(c), Format::from(*c).to_string());
+        }
+        for (word, f) in [
+            ("text", Format::Table),
+            ("jsonl", Format::Json),
+            ("csv", Format::Csv),
+        ] {
+            assert_eq!(parse(&["--format", word]).unwrap().job.format, f);
+        }
+        assert!(parse(&["--format", "JSON"]).is_err());
     }
 
     #[test]

@@ -108,16 +108,14 @@ pub(super) fn header(
     if bench != BENCH || !variants.contains(&Variant::Pingpong) {
         return None;
     }
-    const LEAN: &str = "fabtests' loop: posts resolved once per step, one CQ read per poll; \
-         health and --timeout every 256 empty polls, payloads verified outside the timed body";
     Some(match (ping_loop, lean_up_to) {
-        (PingLoop::Lean, _) => format!("# loop: lean ({LEAN})"),
+        (PingLoop::Lean, _) => "# loop: lean (fabtests' ping-pong loop, one rail)".to_string(),
         (PingLoop::Tracked, _) | (PingLoop::Auto, None) => {
-            "# loop: tracked (every message through the mesh's tracking, any rails)".to_string()
+            "# loop: tracked (every completion tracked, any number of rails)".to_string()
         }
         (PingLoop::Auto, Some(max)) => format!(
-            "# loop: lean for the ping-pong up to {} ({LEAN}), tracked above it and for the \
-             stream (--loop auto)",
+            "# loop: lean for the ping-pong up to {} (fabtests' loop), tracked above it and for \
+             the stream (--loop auto)",
             crate::size::human(max)
         ),
     })

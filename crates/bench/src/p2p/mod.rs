@@ -79,8 +79,8 @@ pub struct P2pArgs {
     #[arg(long, value_enum, default_value_t = Clock::Iteration)]
     pub timing: Clock,
     /// sendrecv's ping-pong loop: `lean` (fabtests' loop: one rail, messages that fit
-    /// fi_inject, --variant pingpong), `tracked` (every message through the mesh's tracking,
-    /// any rails), or `auto`: lean for every step it applies to, tracked for the rest (the
+    /// fi_inject, --variant pingpong), `tracked` (every completion tracked, any number of
+    /// rails), or `auto`: lean for every step it applies to, tracked for the rest (the
     /// header and each record's `loop` say which ran).
     #[arg(long = "loop", value_enum, default_value_t = PingLoop::Auto)]
     pub ping_loop: PingLoop,

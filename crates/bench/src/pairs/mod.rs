@@ -190,7 +190,8 @@ impl<'a> Pairs<'a> {
             .ok_or_else(|| BenchError::failed("rank 0 sent no valid time per pair"))?;
         self.max_time = t;
         Ok(format!(
-            "# deadline: {left:.1} s left after setup for {steps} step(s); {:.0}% of it shared              by the pairs: at most {t:.3} s timed per pair (--max-time {} bounds it)",
+            "# deadline: {left:.1} s left after setup for {steps} step(s); {:.0}% of it shared by \
+             the pairs: at most {t:.3} s timed per pair (--max-time {} bounds it)",
             DEADLINE_SHARE * 100.0,
             self.args.max_time
         ))

@@ -3,7 +3,7 @@
 
 use efabench_gpu::queue::RingKind;
 
-use crate::harness::{self, one_of, AllGroups};
+use crate::harness::{self, AllGroups};
 
 /// Options of `efabench proxy`.
 #[derive(clap::Args, Debug, Clone)]
@@ -25,7 +25,7 @@ pub struct ProxyArgs {
     /// gdr (slots in device memory, read through GDRCopy), hybrid (tail and done counts in device
     /// memory, written through GDRCopy, so the GPU polls its own memory). The queue's libefaxx
     /// CAS ring is not offered: its slots cannot carry a 32-byte put. [default: pinned]
-    #[arg(long, value_parser = one_of::<RingKind>(RINGS))]
+    #[arg(long, value_parser = put_ring_parser())]
     pub ring: Option<RingKind>,
     /// Slots per ring (power of two, 16 to 65536).
     #[arg(long, default_value = "1024", value_parser = slots_arg, allow_hyphen_values = true)]
@@ -110,8 +110,30 @@ pub enum Producer {
     Host,
 }
 
-/// The rings `--ring` picks from (the names of [`RingKind`]'s own `FromStr`), all but libefaxx.
-const RINGS: &[&str] = &["pinned", "managed", "gdr", "hybrid"];
+/// The rings `--ring` picks from: every [`RingKind`] whose slots carry a put, by the same names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum PutRing {
+    Pinned,
+    Managed,
+    Gdr,
+    Hybrid,
+}
+
+impl From<PutRing> for RingKind {
+    fn from(r: PutRing) -> RingKind {
+        match r {
+            PutRing::Pinned => RingKind::Pinned,
+            PutRing::Managed => RingKind::Managed,
+            PutRing::Gdr => RingKind::Gdr,
+            PutRing::Hybrid => RingKind::Hybrid,
+        }
+    }
+}
+
+fn put_ring_parser() -> impl clap::builder::TypedValueParser<Value = RingKind> {
+    use clap::builder::TypedValueParser;
+    clap::builder::EnumValueParser::<PutRing>::new().map(RingKind::from)
+}
 
 fn puts_arg(s: &str) -> Result<u32, String> {
     harness::bounded(s, "--puts", 1, 4096, "64").map(|n| n as u32)
@@ -174,6 +196,10 @@ mod tests {
             RingKind::Hybrid,
         ] {
             assert_eq!(P::parse_from(["x", "--ring", k.name()]).a.ring, Some(k));
+        }
+        use clap::ValueEnum;
+        for r in PutRing::value_variants() {
+            assert_eq!(harness::name_of(r), RingKind::from(*r).name());
         }
         for bad in ["libefaxx", "spsc", ""] {
             let e = P::try_parse_from(["x", "--ring", bad]).unwrap_err();

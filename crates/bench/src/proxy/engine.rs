@@ -22,10 +22,12 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use efabench_bootstrap::BootstrapError;
 use efabench_fabric::route;
 use efabench_fabric::{Completion, CqData, Flags, Op, Peer, Rail, RegionId, RemoteRegion};
 use efabench_gpu::proxy::{realtime_ns, Command, CommandRing, Peek};
 
+use super::error::ProxyError;
 use crate::harness::Strategy;
 
 /// Where one proxy writes: the peer on this rail, the local region and the peer's region.
@@ -112,8 +114,8 @@ pub fn serve(
     lanes: &[Lane<'_>],
     cfg: &ProxyConfig,
     failed: &AtomicBool,
-    health: &dyn Fn() -> Result<(), String>,
-) -> Result<Vec<RailLog>, String> {
+    health: &dyn Fn() -> Result<(), BootstrapError>,
+) -> Result<Vec<RailLog>, ProxyError> {
     let r = serve_inner(lanes, cfg, failed, health);
     if r.is_err() {
         failed.store(true, Ordering::Release);
@@ -136,8 +138,8 @@ fn serve_inner(
     lanes: &[Lane<'_>],
     cfg: &ProxyConfig,
     failed: &AtomicBool,
-    health: &dyn Fn() -> Result<(), String>,
-) -> Result<Vec<RailLog>, String> {
+    health: &dyn Fn() -> Result<(), BootstrapError>,
+) -> Result<Vec<RailLog>, ProxyError> {
     let mut states: Vec<LaneState> = lanes
         .iter()
         .map(|l| {
@@ -178,7 +180,7 @@ fn serve_inner(
         idle += 1;
         if idle % 1024 == 0 {
             if failed.load(Ordering::Acquire) {
-                return Err("proxy: stopped because another thread failed".into());
+                return Err(ProxyError::Stopped);
             }
             health()?;
             // Waiting for the producer between iterations is normal; no progress at all for the
@@ -187,10 +189,12 @@ fn serve_inner(
                 let (c, d, e) = lanes.iter().zip(&states).fold((0, 0, 0), |a, (l, st)| {
                     (a.0 + st.consumed, a.1 + st.done, a.2 + l.expected)
                 });
-                return Err(format!(
-                    "proxy: no command and no completion for {:.0} s ({c} of {e} commands consumed, {d} completed)",
-                    cfg.idle_timeout.as_secs_f64()
-                ));
+                return Err(ProxyError::Idle {
+                    secs: cfg.idle_timeout.as_secs_f64(),
+                    consumed: c,
+                    expected: e,
+                    completed: d,
+                });
             }
             if idle > 64 * 1024 {
                 std::thread::yield_now();
@@ -208,8 +212,8 @@ fn visit(
     cfg: &ProxyConfig,
     batch: &mut Vec<Command>,
     out: &mut [Completion],
-    health: &dyn Fn() -> Result<(), String>,
-) -> Result<bool, String> {
+    health: &dyn Fn() -> Result<(), BootstrapError>,
+) -> Result<bool, ProxyError> {
     let (ring, tgt, start, expected) = (lane.ring, lane.tgt, lane.start, lane.expected);
     let rail_no = lane.index;
     let keep_from = st.log.keep_from;
@@ -232,10 +236,12 @@ fn visit(
                 Peek::Empty => break,
                 Peek::Ready(c) => c,
                 Peek::Torn { a, b } => {
-                    return Err(format!(
-                        "proxy (rail {rail_no}): torn command at ring position {} (halves {a:#x} / {b:#x})",
-                        start + idx
-                    ))
+                    return Err(ProxyError::Torn {
+                        rail: rail_no,
+                        pos: start + idx,
+                        a,
+                        b,
+                    })
                 }
             },
             Feed::Direct { per_iter, go } => {
@@ -254,12 +260,12 @@ fn visit(
             break;
         }
         if cmd.dst != tgt.dst_rank {
-            return Err(format!(
-                "proxy (rail {rail_no}): command at ring position {} is for rank {}, but this proxy connects rank {} only",
-                start + idx,
-                cmd.dst,
-                tgt.dst_rank
-            ));
+            return Err(ProxyError::WrongRank {
+                rail: rail_no,
+                pos: start + idx,
+                dst: cmd.dst,
+                ours: tgt.dst_rank,
+            });
         }
         let t = stamp(&mut st.log.times, keep_from, idx, &mut dummy);
         t.pop = realtime_ns();
@@ -278,14 +284,13 @@ fn visit(
                 flags: Flags::DELIVERY_COMPLETE.more_if(i + 1 < n),
                 ctx: idx,
             })
-            .map_err(|e| {
-                format!(
-                    "proxy (rail {rail_no}): command at ring position {} ({} bytes from {} to {}): {e}",
-                    start + idx,
-                    cmd.len,
-                    cmd.local_off,
-                    cmd.remote_off
-                )
+            .map_err(|source| ProxyError::Post {
+                rail: rail_no,
+                pos: start + idx,
+                len: cmd.len,
+                from: cmd.local_off,
+                to: cmd.remote_off,
+                source,
             })?;
         stamp(&mut st.log.times, keep_from, idx, &mut dummy).post = realtime_ns();
     }
@@ -297,26 +302,22 @@ fn visit(
         st.log.max_in_flight = st.log.max_in_flight.max(st.inflight);
         ring.publish_tail(start + st.consumed);
     }
-    let k = lane.rail.poll(out).map_err(|e| {
+    let k = lane.rail.poll(out).map_err(|source| ProxyError::Write {
+        rail: rail_no,
+        rank: tgt.dst_rank,
         // A dead peer is the likelier cause: say so when the job knows it.
-        let why = format!(
-            "proxy (rail {rail_no}): a write to rank {} failed: {e}",
-            tgt.dst_rank
-        );
-        match health() {
-            Err(h) => format!("{h} ({why})"),
-            Ok(()) => why,
-        }
+        job: health().err().map(Box::new),
+        source,
     })?;
     for c in &out[..k] {
         if c.context == Completion::REMOTE_CQ_DATA {
             continue;
         }
         if c.context >= st.consumed {
-            return Err(format!(
-                "proxy (rail {rail_no}): completion of unknown context {}",
-                c.context
-            ));
+            return Err(ProxyError::UnknownContext {
+                rail: rail_no,
+                context: c.context,
+            });
         }
         stamp(&mut st.log.times, keep_from, c.context, &mut dummy).done = realtime_ns();
         st.done += 1;
@@ -402,31 +403,31 @@ pub fn host_iteration(
     sched: &[Vec<(usize, Command)>],
     blocking: bool,
     failed: &AtomicBool,
-    health: &dyn Fn() -> Result<(), String>,
-) -> Result<HostIteration, String> {
+    health: &dyn Fn() -> Result<(), BootstrapError>,
+) -> Result<HostIteration, ProxyError> {
     let mut it = HostIteration {
         t0: realtime_ns(),
         ..HostIteration::default()
     };
     let mut spins = 0u64;
-    let mut check = || -> Result<(), String> {
+    let mut check = || -> Result<(), ProxyError> {
         spins += 1;
         if spins % 1024 == 0 {
             if failed.load(Ordering::Acquire) {
-                return Err("host producer: a proxy thread failed".into());
+                return Err(ProxyError::ProducerStopped);
             }
             health()?;
         }
         Ok(())
     };
-    let quiet = |heads: &[u64], check: &mut dyn FnMut() -> Result<(), String>| {
+    let quiet = |heads: &[u64], check: &mut dyn FnMut() -> Result<(), ProxyError>| {
         for (r, ring) in rings.iter().enumerate() {
             while ring.done() < heads[r] {
                 check()?;
                 std::hint::spin_loop();
             }
         }
-        Ok::<(), String>(())
+        Ok::<(), ProxyError>(())
     };
     for put in sched {
         it.push.push(realtime_ns());
@@ -440,7 +441,7 @@ pub fn host_iteration(
                 }
             });
             if !ok {
-                return Err(err.unwrap_or_else(|| "host producer: no credit".into()));
+                return Err(err.unwrap_or(ProxyError::NoCredit));
             }
             heads[*r] += 1;
         }
@@ -467,8 +468,8 @@ pub fn await_puts(
     from: u16,
     arrive: &mut [u64],
     timeout: Duration,
-    health: &dyn Fn() -> Result<(), String>,
-) -> Result<u64, String> {
+    health: &dyn Fn() -> Result<(), BootstrapError>,
+) -> Result<u64, ProxyError> {
     let mut got = vec![0u32; stripes.len()];
     let mut missing: u64 = stripes.iter().map(|&s| s as u64).sum();
     let mut errors = 0u64;
@@ -478,7 +479,7 @@ pub fn await_puts(
     while missing > 0 {
         let mut any = false;
         for rail in rails {
-            let k = rail.poll(&mut out).map_err(|e| format!("target: {e}"))?;
+            let k = rail.poll(&mut out).map_err(ProxyError::TargetPoll)?;
             for c in &out[..k] {
                 let Some(d) = c.remote_data() else { continue };
                 any = true;
@@ -500,10 +501,10 @@ pub fn await_puts(
             if spins % 1024 == 0 {
                 health()?;
                 if start.elapsed() > timeout {
-                    return Err(format!(
-                        "target: {missing} write(s) of this iteration never arrived in {:.0} s",
-                        timeout.as_secs_f64()
-                    ));
+                    return Err(ProxyError::NeverArrived {
+                        missing,
+                        secs: timeout.as_secs_f64(),
+                    });
                 }
             }
         }

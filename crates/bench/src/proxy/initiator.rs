@@ -6,7 +6,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use efabench_bootstrap::Bootstrap;
+use efabench_bootstrap::{Bootstrap, BootstrapError};
 use efabench_fabric::Rail;
 use efabench_gpu::proxy::{realtime_ns, Command, CommandRing, GpuProducer, PutPlan, RingMemory};
 use efabench_gpu::GpuBuffer;
@@ -14,14 +14,14 @@ use efabench_gpu::GpuBuffer;
 use super::engine::{self, Feed, Lane, ProxyConfig, RailLog};
 use super::report::{pct, InitiatorStamps, Stages};
 use super::{
-    fill_puts, health_of, kept_iters, Mode, PayloadFence, ProxyArgs, ProxySpec, ProxyThreads,
-    Setup, TARGET,
+    fill_puts, health_of, kept_iters, Mode, PayloadFence, ProxyArgs, ProxyError, ProxySpec,
+    ProxyThreads, Setup, TARGET,
 };
 use crate::error::BenchError;
 use crate::harness::{device_loop, Clock, Ctx, DeviceRounds, Loop, Measured, Strategy};
 
 /// A proxy thread hands its rails back (with their indices) with what it did on each.
-type ThreadOutcome = (Vec<(usize, Rail)>, Result<Vec<RailLog>, String>);
+type ThreadOutcome = (Vec<(usize, Rail)>, Result<Vec<RailLog>, ProxyError>);
 
 pub(super) fn measure(
     ctx: &Ctx,
@@ -190,13 +190,13 @@ pub(super) fn measure(
                 rail_logs.push(log);
             }
             (None, Some(rail)) => init.rails.push(rail),
-            (None, None) => errs.push(format!("rail {r} was not handed back")),
+            (None, None) => errs.push(ProxyError::NotHandedBack(r)),
         }
     }
     // A proxy's own error is the cause; the others only noticed it.
-    errs.sort_by_key(|e| e.contains("another thread failed"));
+    errs.sort_by_key(|e| matches!(e, ProxyError::Stopped));
     if let Some(e) = errs.into_iter().next() {
-        return Err(BenchError::failed(e));
+        return Err(e.into());
     }
     let measured = main?;
     if s.mode == Mode::Cpu {
@@ -325,7 +325,7 @@ struct Puts<'a> {
     heads: Vec<u64>,
     go: &'a AtomicU64,
     failed: &'a AtomicBool,
-    health: &'a (dyn Fn() -> Result<(), String> + Sync),
+    health: &'a (dyn Fn() -> Result<(), BootstrapError> + Sync),
     gpu: Option<&'a GpuProducer>,
     plan: PutPlan,
     /// `%globaltimer` minus the host clock, measured before the point.
@@ -360,9 +360,9 @@ impl Puts<'_> {
                 spins += 1;
                 if spins % 1024 == 0 {
                     if self.failed.load(Ordering::Acquire) {
-                        return Err(BenchError::failed("a proxy thread failed"));
+                        return Err(ProxyError::ThreadFailed.into());
                     }
-                    (self.health)().map_err(BenchError::failed)?;
+                    (self.health)().map_err(ProxyError::Job)?;
                 }
                 std::hint::spin_loop();
             }
@@ -374,7 +374,7 @@ impl Puts<'_> {
 impl DeviceRounds for Puts<'_> {
     fn prepare(&mut self, it: u64) -> Result<(), BenchError> {
         if self.verify || it == 0 {
-            fill_puts(self.src, it, self.s.puts, self.s.size).map_err(BenchError::failed)?;
+            fill_puts(self.src, it, self.s.puts, self.s.size)?;
         }
         Ok(())
     }
@@ -416,8 +416,7 @@ impl DeviceRounds for Puts<'_> {
                     self.plan.blocking,
                     self.failed,
                     self.health,
-                )
-                .map_err(BenchError::failed)?;
+                )?;
                 self.span(it, h.t0, h.t1);
                 if kept {
                     self.push_ns.extend(h.push);

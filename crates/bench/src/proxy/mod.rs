@@ -55,12 +55,14 @@
 
 mod args;
 pub mod engine;
+mod error;
 mod initiator;
 mod report;
 mod target;
 
 use std::sync::Arc;
 
+use efabench_bootstrap::BootstrapError;
 use efabench_fabric::{GroupAddress, MrPath, Rail, RailConfig, RegionDescriptor};
 use efabench_gpu::proxy::{GpuProducer, RingMemory, MAX_RINGS};
 use efabench_gpu::queue::RingKind;
@@ -71,6 +73,7 @@ use crate::error::BenchError;
 use crate::harness::{self, Benchmark, Ctx, Measured, MrChoice, Needs, Point, RunFacts};
 
 pub use args::{Mode, PayloadFence, Producer, ProxyArgs, ProxyThreads};
+pub use error::ProxyError;
 #[cfg(test)]
 pub(crate) use report::pct;
 pub use report::{Pct, ProxyDetail, ProxyFacts, Stages};
@@ -131,6 +134,11 @@ impl<'a> Proxy<'a> {
         if sizes.iter().any(|&s| s > u32::MAX as u64) {
             return Err(BenchError::usage(
                 "efabench proxy: a put carries a 32-bit length; lower -e to 2G or less",
+            ));
+        }
+        if args.groups.fabric.per_rail {
+            return Err(BenchError::usage(
+                "--per-rail does not apply to proxy: its records break each put down by stage, not by rail; drop --per-rail",
             ));
         }
         let gpu_modes = args.modes.iter().any(|m| *m != Mode::Cpu);
@@ -211,10 +219,10 @@ fn put_seed(iter: u64, p: u32) -> u64 {
 /// Writes every put's payload of iteration `iter` into `buf` (put `p` at `p * size`, the
 /// pattern of (iteration, 0, 1, p)): the fill kernel on the GPU for device memory, a host copy
 /// for host-accessible kinds. Untimed, once per iteration, never per push.
-pub fn fill_puts(buf: &dyn GpuBuffer, iter: u64, puts: u32, size: u64) -> Result<(), String> {
+pub fn fill_puts(buf: &dyn GpuBuffer, iter: u64, puts: u32, size: u64) -> Result<(), ProxyError> {
     for p in 0..puts {
         buf.fill_range((p as u64 * size) as usize, size as usize, put_seed(iter, p))
-            .map_err(|e| format!("writing the payload of put {p}: {e}"))?;
+            .map_err(|source| ProxyError::Fill { put: p, source })?;
     }
     Ok(())
 }
@@ -222,15 +230,15 @@ pub fn fill_puts(buf: &dyn GpuBuffer, iter: u64, puts: u32, size: u64) -> Result
 /// Counts the 8-byte words of every put of iteration `iter` in `buf` that differ from their
 /// pattern (on the GPU for device memory). A put that is missing, stale (an earlier
 /// iteration's) or landed at another put's offset differs.
-pub fn check_puts(buf: &dyn GpuBuffer, iter: u64, puts: u32, size: u64) -> Result<u64, String> {
+pub fn check_puts(buf: &dyn GpuBuffer, iter: u64, puts: u32, size: u64) -> Result<u64, ProxyError> {
     // Device memory: libfabric's own copies into it (shm's CUDA IPC path) run on its stream of
     // this process's context; wait for them before looking.
-    buf.settle().map_err(|e| e.to_string())?;
+    buf.settle().map_err(ProxyError::Settle)?;
     let mut bad = 0u64;
     for p in 0..puts {
         bad += buf
             .mismatches_in((p as u64 * size) as usize, size as usize, put_seed(iter, p))
-            .map_err(|e| format!("checking put {p}: {e}"))?;
+            .map_err(|source| ProxyError::Check { put: p, source })?;
     }
     Ok(bad)
 }
@@ -476,9 +484,9 @@ fn split_blob(b: &[u8]) -> Option<(&[u8], &[u8])> {
     Some((b.get(4..end)?, b.get(end..)?))
 }
 
-fn health_of(ctx: &Ctx) -> impl Fn() -> Result<(), String> + Send + Sync + Clone {
+fn health_of(ctx: &Ctx) -> impl Fn() -> Result<(), BootstrapError> + Send + Sync + Clone {
     let h = ctx.bs.health();
-    move || h.check().map_err(|e| e.to_string())
+    move || h.check()
 }
 
 /// Runs one rank of `efabench proxy`.

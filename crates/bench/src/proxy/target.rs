@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use efabench_bootstrap::Bootstrap;
+use efabench_bootstrap::{Bootstrap, BootstrapError};
 use efabench_gpu::proxy::realtime_ns;
 
 use super::report::TargetStamps;
@@ -24,7 +24,7 @@ struct Arrivals<'a> {
     s: &'a ProxySpec,
     setup: &'a Setup,
     stripes: Vec<u32>,
-    health: &'a dyn Fn() -> Result<(), String>,
+    health: &'a dyn Fn() -> Result<(), BootstrapError>,
     timeout: Duration,
     verify: bool,
     kept_from: u64,
@@ -48,8 +48,7 @@ impl DeviceRounds for Arrivals<'_> {
             &mut self.arrive,
             self.timeout,
             self.health,
-        )
-        .map_err(BenchError::failed)?;
+        )?;
         // Every CQ data is in; the bytes are in place once this process's GPU copies drained
         // (shm's CUDA IPC path copies on the target with a device-to-device cudaMemcpy that
         // returns, and reports the write, before the copy ran; a no-op for host memory).
@@ -63,8 +62,7 @@ impl DeviceRounds for Arrivals<'_> {
     fn check(&mut self, it: u64) -> Result<u64, BenchError> {
         let mut errors = self.stray;
         if self.verify {
-            errors += check_puts(&**self.setup.dst, it, self.s.puts, self.s.size)
-                .map_err(BenchError::failed)?;
+            errors += check_puts(&**self.setup.dst, it, self.s.puts, self.s.size)?;
         }
         if it >= self.kept_from {
             self.arrive_all.extend_from_slice(&self.arrive);

@@ -3,7 +3,7 @@
 //! has no message sizes, no network and places its own memory, so clap refuses `-b`, `-p` or
 //! `--mem` for it.
 
-use crate::harness::{bounded, gpu_arg, one_of, JobArgs};
+use crate::harness::{bounded, gpu_arg, JobArgs};
 use efabench_gpu::queue::{Mode, RingKind, TailPoll, MAX_CONSUMERS};
 use efabench_gpu::GpuChoice;
 
@@ -13,12 +13,12 @@ use super::shape::ProducerShape;
 #[derive(clap::Args, Debug, Clone)]
 #[command(next_help_heading = "Benchmark options")]
 pub struct QueueArgs {
-    /// Rings, comma-separated: pinned, managed, gdr, hybrid, libefaxx.
+    /// Rings, comma-separated.
     #[arg(
         long,
+        value_enum,
         value_delimiter = ',',
-        default_value = "pinned,managed,gdr,hybrid,libefaxx",
-        value_parser = one_of::<RingKind>(RINGS)
+        default_value = "pinned,managed,gdr,hybrid,libefaxx"
     )]
     pub ring: Vec<RingKind>,
     /// Producer shapes, BLOCKSxTHREADS comma-separated; SM = the GPU's SM count.
@@ -27,8 +27,13 @@ pub struct QueueArgs {
     /// Consumer threads, comma-separated, each 1 to 8.
     #[arg(long, value_delimiter = ',', default_value = "1,4", value_parser = consumers_arg, allow_hyphen_values = true)]
     pub consumers: Vec<u32>,
-    /// Modes, comma-separated: nbi, blocking.
-    #[arg(long, value_delimiter = ',', default_value = "nbi,blocking", value_parser = one_of::<Mode>(MODES))]
+    /// Modes, comma-separated.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "nbi,blocking"
+    )]
     pub mode: Vec<Mode>,
     /// Commands per nbi point (blocking points take a 32nd, at least one per producer).
     #[arg(long, default_value = "4194304", value_parser = commands_arg, allow_hyphen_values = true)]
@@ -47,9 +52,8 @@ pub struct QueueArgs {
     /// what they did in that time, marked `truncated`).
     #[arg(long, default_value = "1.5", value_parser = budget_arg, allow_hyphen_values = true)]
     pub budget: f64,
-    /// How producers wait for the consumers' tails: cached (a device-memory copy that one warp
-    /// at a time refreshes) or direct (read them where they live).
-    #[arg(long, default_value = "cached", value_parser = one_of::<TailPoll>(TAIL_POLLS))]
+    /// How producers wait for the consumers' tails.
+    #[arg(long, value_enum, default_value = "cached")]
     pub tail_poll: TailPoll,
     /// With direct polling: nanoseconds a producer sleeps between two reads of a tail.
     #[arg(long, default_value = "0", value_parser = sleep_arg, allow_hyphen_values = true)]
@@ -62,11 +66,6 @@ pub struct QueueArgs {
 }
 
 crate::impl_options!(QueueArgs);
-
-/// The names of the sets the options pick from (the types' own `FromStr` names).
-const RINGS: &[&str] = &["pinned", "managed", "gdr", "hybrid", "libefaxx"];
-const MODES: &[&str] = &["nbi", "blocking"];
-const TAIL_POLLS: &[&str] = &["cached", "direct"];
 
 fn consumers_arg(s: &str) -> Result<u32, String> {
     bounded(s, "--consumers", 1, MAX_CONSUMERS as u64, "1,4").map(|n| n as u32)

@@ -101,6 +101,23 @@ impl Queue {
                 "queue verifies every command (it is what the ring is measured for): drop --no-check",
             ));
         }
+        if args.tail_poll == TailPoll::Cached && args.poll_sleep_ns > 0 {
+            return Err(BenchError::usage(format!(
+                "--poll-sleep-ns {} applies to --tail-poll direct only (cached producers do not sleep between reads); add --tail-poll direct or drop --poll-sleep-ns",
+                args.poll_sleep_ns
+            )));
+        }
+        if args.batch > 0 && !args.mode.contains(&Mode::Nbi) {
+            return Err(BenchError::usage(format!(
+                "--batch {} applies to nbi points only (a blocking point pushes one command per claim); add nbi to --mode or drop --batch",
+                args.batch
+            )));
+        }
+        if args.no_floor && !args.mode.contains(&Mode::Blocking) {
+            return Err(BenchError::usage(
+                "--no-floor skips the round trip that blocking points are compared with, and --mode has no blocking point; drop --no-floor",
+            ));
+        }
         let shapes = ProducerShape::parse_list(&args.producers).map_err(BenchError::usage)?;
         Ok(Queue {
             tail_poll: args.tail_poll,

@@ -50,7 +50,6 @@ use cudarc::driver::sys;
 use efabench_fabric::{DmabufHandle, Hmem, MemoryBuffer};
 use std::ffi::c_void;
 use std::fmt;
-use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -64,14 +63,18 @@ pub use device::*;
 pub use host::*;
 pub use on_gpu::*;
 
-/// The memory kinds of `--mem`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+/// The memory kinds of `--mem` (a clap value set: its names are the command-line spellings).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, clap::ValueEnum)]
 pub enum MemKind {
+    /// Host memory on ordinary pages.
     Host,
     /// Host memory on transparent huge pages.
     Huge,
+    /// Page-locked host memory mapped into the GPU.
     Pinned,
+    /// GPU device memory.
     Cuda,
+    /// CUDA managed memory.
     Managed,
 }
 
@@ -105,19 +108,6 @@ impl MemKind {
 impl fmt::Display for MemKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
-    }
-}
-
-impl FromStr for MemKind {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        let l = s.trim().to_ascii_lowercase();
-        MemKind::ALL
-            .into_iter()
-            .find(|k| k.name() == l)
-            .ok_or_else(|| {
-                format!("unknown memory kind {s:?}: use one of host, huge, pinned, cuda, managed (--mem)")
-            })
     }
 }
 
@@ -450,11 +440,11 @@ pub fn alloc(kind: MemKind, len: usize, device: i32) -> Result<Box<dyn GpuBuffer
     Ok(match kind {
         MemKind::Host => {
             nonzero(len)?;
-            Box::new(HostBuffer::new(len).map_err(|e| GpuError::Invalid(e.to_string()))?)
+            Box::new(HostBuffer::new(len).map_err(GpuError::HostAlloc)?)
         }
         MemKind::Huge => {
             nonzero(len)?;
-            Box::new(HostBuffer::new_huge(len).map_err(|e| GpuError::Invalid(e.to_string()))?)
+            Box::new(HostBuffer::new_huge(len).map_err(GpuError::HostAlloc)?)
         }
         MemKind::Pinned => Box::new(PinnedBuffer::new(&gpu()?, len)?),
         MemKind::Cuda => Box::new(DeviceBuffer::new(&gpu()?, len)?),

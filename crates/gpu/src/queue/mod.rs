@@ -54,7 +54,6 @@ use crate::driver::Gpu;
 use crate::gdr::Gdr;
 use cudarc::driver::sys;
 use std::fmt;
-use std::str::FromStr;
 use std::sync::Arc;
 
 /// Most consumer threads a ring supports (the kernel keeps one cached tail per consumer).
@@ -74,8 +73,9 @@ pub(crate) const V_TAIL: usize = 16;
 pub(crate) const V_POSTED: usize = 32;
 pub(crate) const V_COMPLETED: usize = 48;
 
-/// Which ring design and memory placement.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+/// Which ring design and memory placement (a clap value set: its names are the command-line
+/// spellings).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, clap::ValueEnum)]
 pub enum RingKind {
     Pinned,
     Managed,
@@ -117,23 +117,8 @@ impl fmt::Display for RingKind {
     }
 }
 
-impl FromStr for RingKind {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        RingKind::ALL
-            .into_iter()
-            .find(|k| k.name().eq_ignore_ascii_case(s.trim()))
-            .ok_or_else(|| {
-                format!(
-                    "unknown ring {s:?}: use one of {}",
-                    RingKind::ALL.map(|k| k.name()).join(", ")
-                )
-            })
-    }
-}
-
 /// `nbi` (push many, one quiet at the end) or `blocking` (quiet after each push).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, clap::ValueEnum)]
 pub enum Mode {
     Nbi,
     Blocking,
@@ -155,38 +140,17 @@ impl fmt::Display for Mode {
     }
 }
 
-impl FromStr for Mode {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        Mode::ALL
-            .into_iter()
-            .find(|m| m.name().eq_ignore_ascii_case(s.trim()))
-            .ok_or_else(|| format!("unknown mode {s:?}: use nbi or blocking"))
-    }
-}
-
 /// How producers wait for credits and acknowledgements.
 ///
 /// `Cached` is the default: on an H100 it was faster even for one producer thread (blocking 1x1
 /// round trip p50 3.46 us cached against 3.78 us direct, 5.09 us direct with a 200 ns back-off),
 /// and it bounds the PCIe reads of thousands of waiting warps to one at a time.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, clap::ValueEnum)]
 pub enum TailPoll {
-    /// Read the consumers' tails where they live (a PCIe read per poll for host memory).
-    Direct,
     /// Read the device-memory copy, refreshed by one warp at a time.
     Cached,
-}
-
-impl FromStr for TailPoll {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "direct" => Ok(TailPoll::Direct),
-            "cached" => Ok(TailPoll::Cached),
-            _ => Err(format!("unknown tail poll {s:?}: use direct or cached")),
-        }
-    }
+    /// Read the consumers' tails where they live (a PCIe read per poll for host memory).
+    Direct,
 }
 
 /// What this machine lacks for a ring placement, if anything: GDRCopy for `gdr` and `hybrid`,

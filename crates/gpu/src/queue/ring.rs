@@ -475,14 +475,25 @@ mod tests {
     use super::*;
 
     #[test]
-    fn ring_kinds_and_modes_parse() {
-        for k in RingKind::ALL {
-            assert_eq!(k.name().parse::<RingKind>(), Ok(k));
-        }
-        let e = "fifo".parse::<RingKind>().unwrap_err();
-        assert!(e.contains("hybrid") && e.contains("libefaxx"), "{e}");
-        assert_eq!("NBI".parse::<Mode>(), Ok(Mode::Nbi));
-        assert!("quiet".parse::<Mode>().is_err());
+    fn ring_kind_and_mode_names_are_their_command_line_spellings() {
+        use clap::ValueEnum;
+        let name = |v: clap::builder::PossibleValue| v.get_name().to_string();
+        let rings: Vec<String> = RingKind::value_variants()
+            .iter()
+            .filter_map(|k| k.to_possible_value().map(name))
+            .collect();
+        assert_eq!(rings, RingKind::ALL.map(RingKind::name));
+        let modes: Vec<String> = Mode::value_variants()
+            .iter()
+            .filter_map(|m| m.to_possible_value().map(name))
+            .collect();
+        assert_eq!(modes, Mode::ALL.map(Mode::name));
+        assert_eq!(
+            RingKind::from_str("libefaxx", false),
+            Ok(RingKind::Libefaxx)
+        );
+        assert!(RingKind::from_str("fifo", false).is_err());
+        assert!(Mode::from_str("quiet", false).is_err());
     }
 
     #[test]

@@ -15,7 +15,10 @@ pub(super) fn draw<DB: DrawingBackend>(
     root: DrawingArea<DB, Shift>,
     series: &[Series],
     opts: &PlotOptions,
-) -> Result<(), String> {
+) -> Result<(), DrawFailure>
+where
+    DB::ErrorType: 'static,
+{
     let x_scale = match (opts.log_x.unwrap_or(opts.x == Field::Size), opts.x) {
         (true, Field::Size) => Scale::Log2Size,
         (true, _) => Scale::Log2,
@@ -53,8 +56,11 @@ pub(super) fn draw_frame<DB: DrawingBackend>(
     root: DrawingArea<DB, Shift>,
     series: &[Series],
     frame: &Frame,
-) -> Result<(), String> {
-    let e = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
+) -> Result<(), DrawFailure>
+where
+    DB::ErrorType: 'static,
+{
+    let e = |e: DrawingAreaErrorKind<DB::ErrorType>| DrawFailure::from(e);
     let (x_scale, y_scale) = (frame.x_scale, frame.y_scale);
 
     let all = series.iter().flat_map(|s| s.points.iter());

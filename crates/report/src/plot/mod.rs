@@ -12,6 +12,7 @@
 //! configuration (results appended by repeated runs), a size seen again starts a new series
 //! ("run 2") instead of zig-zagging back. Legend labels only name what differs between series.
 
+use crate::fault::{DrawFailure, ReportError};
 use efabench_record::error::{io_reason, Error};
 use efabench_record::human_size;
 use efabench_record::Record;
@@ -127,17 +128,17 @@ pub fn plot_files(
     inputs: &[(PathBuf, Vec<Record>)],
     opts: &PlotOptions,
     out: &Path,
-) -> Result<PlotSummary, Error> {
+) -> Result<PlotSummary, ReportError> {
     let format = ImageFormat::from_path(out)?;
     if !(200..=10_000).contains(&opts.width) || !(150..=10_000).contains(&opts.height) {
-        return Err(Error::bad_input(format!(
+        return Err(ReportError::bad_input(format!(
             "image size {}x{} is out of range: use a width of 200 to 10000 and a height of 150 to 10000 pixels",
             opts.width, opts.height
         )));
     }
     let total: usize = inputs.iter().map(|(_, r)| r.len()).sum();
     if total == 0 {
-        return Err(Error::bad_input(
+        return Err(ReportError::bad_input(
             "no records to plot: pass JSONL files written with -o by an efabench benchmark",
         ));
     }
@@ -158,7 +159,7 @@ pub fn plot_files(
                 .collect();
             present.sort();
             present.dedup();
-            return Err(Error::bad_input(format!(
+            return Err(ReportError::bad_input(format!(
                 "no record matches {}: the inputs hold {}",
                 filters.join(" "),
                 present.join(", ")
@@ -169,7 +170,7 @@ pub fn plot_files(
         } else {
             ""
         };
-        return Err(Error::bad_input(format!(
+        return Err(ReportError::bad_input(format!(
             "no record has a value for {}{}{log}; choose another --y",
             opts.y.name(),
             opts.y.missing_hint()
@@ -200,7 +201,10 @@ pub fn plot_files(
             opts,
         ),
     };
-    result.map_err(|e| Error::failed(format!("cannot draw the plot to {}: {e}", out.display())))?;
+    result.map_err(|source| ReportError::Draw {
+        path: out.to_path_buf(),
+        source,
+    })?;
     Ok(PlotSummary {
         series: series.len(),
         points,
@@ -224,7 +228,7 @@ pub fn plot_paths<P: AsRef<Path>>(
     inputs: &[P],
     opts: &PlotOptions,
     out: &Path,
-) -> Result<PlotSummary, Error> {
+) -> Result<PlotSummary, ReportError> {
     // Check the output name before reading possibly large inputs.
     ImageFormat::from_path(out)?;
     let inputs = efabench_record::read_files(inputs)?;
@@ -240,10 +244,10 @@ pub fn plot_xy(
     x_title: &str,
     y_title: &str,
     out: &Path,
-) -> Result<(), Error> {
+) -> Result<(), ReportError> {
     let format = ImageFormat::from_path(out)?;
     if series.iter().all(|s| s.points.is_empty()) {
-        return Err(Error::bad_input("no points to plot"));
+        return Err(Error::bad_input("no points to plot").into());
     }
     ensure_font()?;
     let frame = Frame {
@@ -266,5 +270,8 @@ pub fn plot_xy(
             &frame,
         ),
     };
-    result.map_err(|e| Error::failed(format!("cannot draw the plot to {}: {e}", out.display())))
+    result.map_err(|source| ReportError::Draw {
+        path: out.to_path_buf(),
+        source,
+    })
 }

@@ -258,7 +258,7 @@ fn bad_inputs_are_one_line_bad_input_errors() {
     let dir = tempdir("plotbad");
     let inputs = vec![(dir.join("a.jsonl"), sweep("sendrecv", "stream", 1.0))];
     let opts = PlotOptions::default();
-    let check = |r: Result<PlotSummary, Error>, needle: &str| {
+    let check = |r: Result<PlotSummary, crate::ReportError>, needle: &str| {
         let e = r.unwrap_err();
         assert_eq!(e.kind(), crate::ErrorKind::BadInput, "{e}");
         assert!(e.to_string().contains(needle), "{e}");

@@ -16,6 +16,7 @@
 //! so the initiators of one phase sit next to each other. Labels name the variant and only what
 //! differs between bars (dtype, layout, merging, sizes, input file), as `plot` does.
 
+use crate::fault::{DrawFailure, ReportError};
 use crate::plot::{
     ensure_font, fmt_num, nice_step, ticks_between, Axis, ImageFormat, PALETTE, TIME_SLICED_MARK,
 };
@@ -187,19 +188,14 @@ fn short_list(items: impl IntoIterator<Item = String>, max: usize) -> String {
 }
 
 /// The typed stages of one record, `None` when it has none.
-fn read_stages(r: &Record, file: &Path, index: usize) -> Result<Option<EpStages>, Error> {
-    let bad = |what: String| {
-        Error::bad_input(format!(
-            "record {} of {} has a malformed ep_stages ({what}); pass records written by `efabench ep -o`",
-            index + 1,
-            file.display()
-        ))
+fn read_stages(r: &Record, file: &Path, index: usize) -> Result<Option<EpStages>, ReportError> {
+    let malformed = |source| ReportError::Malformed {
+        index,
+        file: file.to_path_buf(),
+        what: "ep_stages",
+        source,
     };
-    let Some(s) = r
-        .fields::<StagesField>()
-        .map_err(|e| bad(e.to_string()))?
-        .ep_stages
-    else {
+    let Some(s) = r.fields::<StagesField>().map_err(malformed)?.ep_stages else {
         return Ok(None);
     };
     for (name, v) in STAGE_NAMES
@@ -208,19 +204,23 @@ fn read_stages(r: &Record, file: &Path, index: usize) -> Result<Option<EpStages>
         .chain([(&"total", s.total_us)])
     {
         if !v.is_finite() || v < 0.0 {
-            return Err(bad(format!("{name}_us is {v}")));
+            return Err(ReportError::StageValue {
+                index,
+                file: file.to_path_buf(),
+                stage: name,
+                value: v,
+            });
         }
     }
     Ok(Some(s))
 }
 
-fn read_config(r: &Record, file: &Path, index: usize) -> Result<EpConfig, Error> {
-    r.fields().map_err(|e| {
-        Error::bad_input(format!(
-            "record {} of {} has a malformed ep field ({e}); pass records written by `efabench ep -o`",
-            index + 1,
-            file.display()
-        ))
+fn read_config(r: &Record, file: &Path, index: usize) -> Result<EpConfig, ReportError> {
+    r.fields().map_err(|source| ReportError::Malformed {
+        index,
+        file: file.to_path_buf(),
+        what: "ep field",
+        source,
     })
 }
 
@@ -229,7 +229,7 @@ fn read_config(r: &Record, file: &Path, index: usize) -> Result<EpConfig, Error>
 fn stage_records(
     inputs: &[(PathBuf, Vec<Record>)],
     opts: &StagesOptions,
-) -> Result<Vec<StageRecord>, Error> {
+) -> Result<Vec<StageRecord>, ReportError> {
     let wanted = |r: &Record| {
         opts.bench.as_deref().is_none_or(|b| b == r.bench)
             && opts.variant.as_deref().is_none_or(|v| v == r.variant)
@@ -274,7 +274,7 @@ fn stage_records(
     }
     let total: usize = inputs.iter().map(|(_, r)| r.len()).sum();
     if total == 0 {
-        return Err(Error::bad_input(
+        return Err(ReportError::bad_input(
             "no records to plot: pass JSONL files written with -o by `efabench ep`",
         ));
     }
@@ -289,7 +289,7 @@ fn stage_records(
                 .flat_map(|(_, rs)| rs.iter().map(|r| format!("{}/{}", r.bench, r.variant))),
             8,
         );
-        return Err(Error::bad_input(format!(
+        return Err(ReportError::bad_input(format!(
             "no record matches {}: the inputs hold {present}",
             filters.join(" ")
         )));
@@ -319,7 +319,7 @@ fn stage_records(
             "no input record has them: write ep records with `efabench ep ... -o FILE.jsonl`"
                 .to_string()
         };
-        return Err(Error::bad_input(format!(
+        return Err(ReportError::bad_input(format!(
             "--stages draws ep_stages, which {} record(s) lack: {}; {has}",
             lack.iter().map(|(n, _)| n).sum::<usize>(),
             per_file(&lack)
@@ -448,7 +448,7 @@ fn build_bars(
 pub fn stage_bars(
     inputs: &[(PathBuf, Vec<Record>)],
     opts: &StagesOptions,
-) -> Result<Vec<StageBar>, Error> {
+) -> Result<Vec<StageBar>, ReportError> {
     let records = stage_records(inputs, opts)?;
     Ok(build_bars(inputs, &records, opts.each_run))
 }
@@ -463,12 +463,12 @@ pub fn plot_stage_files(
     inputs: &[(PathBuf, Vec<Record>)],
     opts: &StagesOptions,
     out: &Path,
-) -> Result<StagesSummary, Error> {
+) -> Result<StagesSummary, ReportError> {
     let format = ImageFormat::from_path(out)?;
     let bars = stage_bars(inputs, opts)?;
     let (width, height) = (opts.width, opts.height.unwrap_or(auto_height(bars.len())));
     if !(400..=10_000).contains(&width) || !(150..=10_000).contains(&height) {
-        return Err(Error::bad_input(format!(
+        return Err(ReportError::bad_input(format!(
             "image size {width}x{height} is out of range for --stages: use a width of 400 to 10000 and a height of 150 to 10000 pixels"
         )));
     }
@@ -496,7 +496,10 @@ pub fn plot_stage_files(
             &title,
         ),
     };
-    result.map_err(|e| Error::failed(format!("cannot draw the plot to {}: {e}", out.display())))?;
+    result.map_err(|source| ReportError::Draw {
+        path: out.to_path_buf(),
+        source,
+    })?;
     Ok(StagesSummary {
         bars: bars.len(),
         records: bars.iter().map(|b| b.runs).sum(),
@@ -509,7 +512,7 @@ pub fn plot_stage_paths<P: AsRef<Path>>(
     inputs: &[P],
     opts: &StagesOptions,
     out: &Path,
-) -> Result<StagesSummary, Error> {
+) -> Result<StagesSummary, ReportError> {
     ImageFormat::from_path(out)?;
     let inputs = efabench_record::read_files(inputs)?;
     plot_stage_files(&inputs, opts, out)
@@ -522,8 +525,11 @@ fn draw<DB: DrawingBackend>(
     root: DrawingArea<DB, Shift>,
     bars: &[StageBar],
     title: &str,
-) -> Result<(), String> {
-    let e = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
+) -> Result<(), DrawFailure>
+where
+    DB::ErrorType: 'static,
+{
+    let e = |e: DrawingAreaErrorKind<DB::ErrorType>| DrawFailure::from(e);
     root.fill(&WHITE).map_err(e)?;
     let root = root
         .titled(title, ("sans-serif", 22))
