@@ -54,6 +54,7 @@ mod placement;
 mod point;
 mod select;
 pub mod timed;
+mod values;
 
 use std::time::Instant;
 
