@@ -28,6 +28,7 @@ pub mod exchange;
 pub mod layout;
 pub mod metrics;
 mod report;
+mod rounds;
 pub mod routing;
 pub mod verify;
 
@@ -54,6 +55,7 @@ use combine::Reducer;
 use exchange::{commands, host_produce, Exchange, Phase, PhaseTimes, RingFeed, MAX_RANKS};
 use layout::{coalesce, count_block, Plan, Put};
 use metrics::{EpDetail, Part, RankLog};
+use rounds::EpRounds;
 use routing::{imbalance, Routing};
 
 /// Slots of the command ring (2^12).
@@ -581,32 +583,21 @@ impl<'a> Benchmark for Ep<'a> {
             .state
             .as_mut()
             .ok_or_else(|| BenchError::failed("measure before setup"))?;
-        let mut log = RankLog::default();
-        let mut errors = 0u64;
-        for k in 0..warmup + iters {
-            let iter = self.iter_no;
-            self.iter_no += 1;
-            let (d, c, e) = st.iteration(ctx, spec.initiator, iter, verify)?;
-            errors += e;
-            if k >= warmup {
-                log.dispatch.push(d);
-                log.combine.push(c);
-                for (all, last) in log.arrival_ns.iter_mut().zip(&st.arrival_ns) {
-                    all.push(last.clone());
-                }
-            }
-        }
+        let lp = harness::Loop {
+            warmup,
+            iters,
+            timed: true,
+            clock: harness::Clock::Iteration,
+        };
+        let mut rounds = EpRounds::new(st, ctx, spec.initiator, verify, &mut self.iter_no, iters);
+        let measured = harness::device_loop(ctx, lp, &mut rounds)?;
+        let mut log = rounds.log;
         let mut dest = vec![0u64; ctx.world as usize];
         for p in &st.plan.dispatch.puts {
             dest[p.dst as usize] += p.len as u64;
         }
         log.dest_bytes = dest;
-        Ok(Measured {
-            samples_ns: log.dispatch.iter().map(|t| t.total_ns).collect(),
-            errors,
-            ..Measured::default()
-        }
-        .detail(&Logged { ep: &log }))
+        Ok(measured.detail(&Logged { ep: &log }))
     }
 
     /// One run of the loop, three records: dispatch, combine and the two together. The payload

@@ -34,10 +34,12 @@
 //! [`budget_loop`] a [`Budgeted`] value instead: the same three parts, with the body told when
 //! this rank ends a phase and saying when a peer did, so every rank stops on the same iteration
 //! (see [`budget`]'s docs). Benchmarks whose iterations are timed on the device (CUDA events,
-//! `%globaltimer`: `ipc`, `proxy`) hand [`device_loop`] a [`DeviceRounds`] value: the same three
-//! parts, with the middle one returning the sample the device took (or leaving it to be read
-//! after the last iteration, when launches are queued without a host synchronisation between
-//! them); see [`device`]'s docs. `queue` (one launch per point) and `ep` take their own samples.
+//! `%globaltimer`, `ep`'s stage clock: `ipc`, `proxy`, `ep`) hand [`device_loop`] a
+//! [`DeviceRounds`] value: the same three parts, with the middle one returning the sample the
+//! device took (or leaving it to be read after the last iteration, when launches are queued
+//! without a host synchronisation between them); see [`device`]'s docs. `queue` has no host
+//! loop to hand over: a point is one launch whose producers loop on the GPU, stamping each
+//! command, while the host's consumer threads answer, so the harness calls it once per point.
 //!
 //! # Typed records
 //! The common fields are [`Point`]'s; a benchmark's own fields are a `#[derive(Serialize)]`
