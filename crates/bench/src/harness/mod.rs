@@ -509,12 +509,7 @@ fn run_connected<B: Benchmark>(
         git: build.git.clone(),
         extra: facts.extra.clone(),
     };
-    let mut sink = shows.then(|| Sink::stdout(args.format));
-    if shows && args.format == efabench_record::Format::Table {
-        for line in &facts.header {
-            println!("{line}");
-        }
-    }
+    let mut sink = shows.then(|| Sink::stdout(args.format).with_preface(facts.header.clone()));
     let progress = Progress::new(rank == 0, specs.len() as u64, bench.name());
     let counters_root = efabench_topology::Root::system();
     let mut records = Vec::new();

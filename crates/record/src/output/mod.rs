@@ -99,6 +99,9 @@ pub struct Sink<W: Write> {
     /// The header lines printed so far in this run: a later table repeats only its title, the
     /// lines that differ and its column line.
     said: Vec<String>,
+    /// The run's own header lines (rails, options, the benchmark's facts), printed once in the
+    /// first table's header block, after its title and context lines.
+    preface: Vec<String>,
     records: u64,
     errors: u64,
 }
@@ -119,9 +122,17 @@ impl<W: Write> Sink<W> {
             csv_columns: None,
             group: None,
             said: Vec::new(),
+            preface: Vec::new(),
             records: 0,
             errors: 0,
         }
+    }
+
+    /// Lines the table prints once, under the first table's title and context lines (nothing
+    /// for JSON and CSV); printed at [`Sink::finish`] when no record came.
+    pub fn with_preface(mut self, lines: Vec<String>) -> Self {
+        self.preface = lines;
+        self
     }
 
     pub fn format(&self) -> Format {
@@ -202,7 +213,11 @@ impl<W: Write> Sink<W> {
                             if i != 0 && i < last {
                                 self.said.push(l.clone());
                             }
+                            let context = l.starts_with("# mem ");
                             lines.push(l);
+                            if context {
+                                lines.append(&mut self.preface);
+                            }
                         }
                     }
                     self.group = Some((key, GroupStats::default()));
@@ -219,6 +234,8 @@ impl<W: Write> Sink<W> {
     /// writer.
     pub fn finish(mut self) -> Result<W, Error> {
         if self.format == Format::Table {
+            let preface = std::mem::take(&mut self.preface);
+            self.emit_lines(&preface)?;
             if let Some((k, st)) = self.group.take() {
                 let lines = summary_block(&k, &st);
                 self.emit_lines(&lines)?;

@@ -156,6 +156,41 @@ fn a_later_table_repeats_only_the_header_lines_that_changed() {
 }
 
 #[test]
+fn the_run_header_is_printed_once_under_the_first_title_and_context() {
+    let preface = vec!["# rails: 1 on lo".to_string(), "# loop: lean".to_string()];
+    let mut sink = Sink::new(Format::Table, Vec::new()).with_preface(preface.clone());
+    sink.push(&sample("sendrecv", "pingpong", 8, 0.1, 3.0))
+        .unwrap();
+    sink.push(&sample("sendrecv", "stream", 8, 0.5, 1.0))
+        .unwrap();
+    let out = String::from_utf8(sink.finish().unwrap()).unwrap();
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(
+        lines[0].starts_with("# efabench sendrecv / pingpong"),
+        "{out}"
+    );
+    let mem = lines.iter().position(|l| l.starts_with("# mem ")).unwrap();
+    assert_eq!(
+        lines[mem + 1..mem + 3],
+        [&preface[0][..], &preface[1][..]],
+        "{out}"
+    );
+    assert_eq!(out.matches("# rails: 1 on lo").count(), 1, "{out}");
+    // A run without records still says what it set up; JSON Lines carry no header.
+    let sink = Sink::new(Format::Table, Vec::new()).with_preface(preface.clone());
+    assert_eq!(
+        String::from_utf8(sink.finish().unwrap()).unwrap(),
+        "# rails: 1 on lo\n# loop: lean\n"
+    );
+    let mut sink = Sink::new(Format::Json, Vec::new()).with_preface(preface);
+    sink.push(&sample("sendrecv", "pingpong", 8, 0.1, 3.0))
+        .unwrap();
+    assert!(!String::from_utf8(sink.finish().unwrap())
+        .unwrap()
+        .contains("# rails"));
+}
+
+#[test]
 fn pair_rows_are_summed_as_pairs_not_as_sizes_of_a_peer() {
     // Three sources to one destination at one size: not "over 3 sizes".
     let rs: Vec<Record> = (0..3u32)
