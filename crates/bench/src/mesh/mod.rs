@@ -41,6 +41,7 @@
 
 mod buffers;
 mod connect;
+pub mod cqdata;
 mod lane;
 mod lean;
 mod pair;
