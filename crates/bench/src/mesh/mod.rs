@@ -24,7 +24,8 @@
 //! for single messages); an `fi_inject` counts nowhere (it completes nothing).
 //!
 //! # Routes
-//! A message to `peer` goes over the rails by `--strategy`: `round-robin` puts the whole message
+//! Every route comes from one [`Router`] (also ep's and the GPU proxy's). A message to `peer`
+//! goes over the rails by `--strategy`: `round-robin` puts the whole message
 //! on rail `(peer + me) % rails` (Libefaxx's channel choice: senders do not all pile onto rail 0
 //! of a receiver), `split` cuts it into stripes with [`efabench_fabric::split`] starting at that
 //! same rail. Sends (`--op sendrecv`) start every split at rail 0 instead, so that every source's
@@ -41,10 +42,12 @@
 
 mod buffers;
 mod connect;
+pub mod cqdata;
 mod lane;
 mod lean;
 mod pair;
 mod post;
+pub mod route;
 mod signal;
 mod track;
 mod wait;
@@ -70,7 +73,8 @@ pub(crate) use self::connect::{connect_mesh, mesh_facts, open_mesh, run_on_mesh}
 pub use self::lane::{Lane, LaneRail};
 pub use self::lean::LeanStep;
 pub use self::pair::Link;
-pub use self::post::{Post, Route};
+pub use self::post::Post;
+pub use self::route::{Message, Route, Router};
 pub use self::signal::{cq_data, parse_cq_data, Kind, ITER_MOD};
 pub use self::track::{Op, OpDone, MAX_INDEX};
 pub use self::wait::{Done, EMPTY_POLLS};

@@ -1,8 +1,10 @@
 //! Posting: one stripe of any operation, counted in [`Mesh::outstanding`] ([`Mesh::post`]), the
-//! collectives' shorthands, control signals, and the routes of a message over the rails.
+//! collectives' shorthands, control signals, and the routes of a message over the rails (by the
+//! mesh's [`Router`]).
 
 use efabench_fabric::{Flags, Op, Stripe};
 
+use super::route::{Message, Route, Router};
 use super::{Mesh, MeshResult, CTX_CTRL, CTX_RECV, CTX_SEND, CTX_TRACK, CTX_WRITE};
 use crate::harness::Strategy;
 
@@ -40,19 +42,23 @@ pub enum Post {
 }
 
 impl Mesh {
+    /// The router of this mesh's rails and `--strategy`.
+    #[inline]
+    pub fn router(&self) -> Router {
+        Router::new(self.strategy, self.group.len())
+    }
+
     /// The stripes of a `len`-byte message between `a` and `b` (symmetric in the two ranks, so
     /// the receiver computes the sender's route). `sends` starts every split at rail 0.
     pub fn route(&self, a: u32, b: u32, len: usize, sends: bool) -> Vec<Stripe> {
-        let rails = self.group.len();
-        let first = ((a as usize) + (b as usize)) % rails;
-        match self.strategy {
-            Strategy::RoundRobin => vec![Stripe {
-                rail: first,
-                off: 0,
-                len,
-            }],
-            Strategy::Split => efabench_fabric::split(len, rails, if sends { 0 } else { first }),
-        }
+        let from_zero = sends && self.strategy == Strategy::Split;
+        let pair = if from_zero { (0, 0) } else { (a, b) };
+        let m = Message {
+            n: 0,
+            pair,
+            size: len,
+        };
+        self.router().route(m).stripes().to_vec()
     }
 
     /// Posts one stripe on `rail`; its local completion counts in [`Mesh::outstanding`] (a
@@ -236,23 +242,21 @@ impl Mesh {
     }
 
     /// The stripes of message number `n` of `size` bytes in a stream of messages to one peer
-    /// (the point-to-point benchmarks): `split` cuts it with [`efabench_fabric::split`], the
-    /// first rail rotating with `n`; `round-robin` puts it whole on rail `n % rails`. Both ends
-    /// derive it from the message's number. A message that goes whole to one rail (every message
-    /// below the minimum stripe, and every round-robin message) needs no allocation: a ping-pong
-    /// posts two or three of them per round trip, and a heap allocation each was a measurable
-    /// part of an 8-byte round trip.
+    /// (the point-to-point benchmarks): the first rail rotates with `n`, so both ends derive
+    /// the route from the message's number.
     #[inline]
     pub fn route_nth(&self, n: u64, size: usize) -> Route {
-        route_of(self.strategy, self.group.len(), n, size)
+        let m = Message {
+            n,
+            pair: (0, 0),
+            size,
+        };
+        self.router().route(m)
     }
 
     /// Stripes a message of `size` bytes is cut into by [`Mesh::route_nth`] (1 for round-robin).
     pub fn stripe_count(&self, size: usize) -> usize {
-        match self.strategy {
-            Strategy::Split => efabench_fabric::route::stripe_count(size, self.group.len()),
-            Strategy::RoundRobin => 1,
-        }
+        self.router().stripe_count(size)
     }
 
     /// Whether a message of `size` bytes can go by `fi_inject` (no completion to reap; the buffer is reusable as soon as the call returns).
@@ -260,75 +264,5 @@ impl Mesh {
         let g = &self.group;
         self.stripe_count(size) == 1
             && (0..g.len()).all(|r| size as u64 <= g.rail(r).info().inject_size)
-    }
-}
-
-/// The stripes of one message: `(rail, offset in message, length)` each.
-pub enum Route {
-    One([(usize, usize, usize); 1]),
-    Many(Vec<(usize, usize, usize)>),
-}
-
-impl Route {
-    pub fn stripes(&self) -> &[(usize, usize, usize)] {
-        match self {
-            Route::One(s) => s,
-            Route::Many(v) => v,
-        }
-    }
-}
-
-#[inline]
-fn route_of(strategy: Strategy, rails: usize, n: u64, size: usize) -> Route {
-    // One rail: every strategy puts the whole message on it (no division on the hot path).
-    if rails <= 1 {
-        return Route::One([(0, 0, size)]);
-    }
-    let first = (n % rails.max(1) as u64) as usize;
-    match strategy {
-        // What `split` gives a single stripe: the whole message on the first rail.
-        Strategy::Split if efabench_fabric::route::stripe_count(size, rails) == 1 => {
-            Route::One([(first, 0, size)])
-        }
-        Strategy::Split => Route::Many(
-            efabench_fabric::split(size, rails, first)
-                .into_iter()
-                .map(|s| (s.rail, s.off, s.len))
-                .collect(),
-        ),
-        Strategy::RoundRobin => {
-            Route::One([(efabench_fabric::round_robin_rail(n, rails), 0, size)])
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn routes_match_the_fabric_schedule() {
-        for rails in 1..=8 {
-            for size in [0, 8, 4096, 128 << 10, (128 << 10) + 1, 1 << 20, 16 << 20] {
-                for n in 0..10u64 {
-                    let split: Vec<_> =
-                        efabench_fabric::split(size, rails, (n % rails as u64) as usize)
-                            .into_iter()
-                            .map(|s| (s.rail, s.off, s.len))
-                            .collect();
-                    let r = route_of(Strategy::Split, rails, n, size);
-                    assert_eq!(
-                        r.stripes(),
-                        &split[..],
-                        "split {size} B over {rails} rails, message {n}"
-                    );
-                    let rr = route_of(Strategy::RoundRobin, rails, n, size);
-                    assert_eq!(
-                        rr.stripes(),
-                        &[(efabench_fabric::round_robin_rail(n, rails), 0, size)]
-                    );
-                }
-            }
-        }
     }
 }

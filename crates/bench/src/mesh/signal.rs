@@ -5,6 +5,7 @@
 //! learns what arrived from the CQ data alone, so every check here compares whole words and
 //! names both when they differ.
 
+use super::cqdata::{self, CqKind, CqWord};
 use super::{Mesh, MeshResult};
 use crate::error::BenchError;
 
@@ -22,27 +23,29 @@ pub enum Kind {
     Stop = 3,
 }
 
+impl CqKind for Kind {
+    const ALL: [Kind; 4] = [Kind::Payload, Kind::Ack, Kind::Ready, Kind::Stop];
+    #[inline]
+    fn code(self) -> u64 {
+        self as u64
+    }
+}
+
 /// Iterations are carried modulo this (14 bits); a peer is never more than one ahead.
-pub const ITER_MOD: u64 = 1 << 14;
+pub const ITER_MOD: u64 = cqdata::MESH.iter_mod();
 
 /// The CQ data of a message: kind, iteration (mod 2^14) and source rank, in 32 bits.
+#[inline]
 pub fn cq_data(kind: Kind, iter: u64, src: u32) -> u64 {
-    ((kind as u64) << 30) | ((iter % ITER_MOD) << 16) | (src as u64 & 0xFFFF)
+    cqdata::MESH.encode(kind, iter, src, 0)
 }
 
 /// Splits CQ data into (kind, iteration mod 2^14, source).
+#[inline]
 pub fn parse_cq_data(d: u64) -> Option<(Kind, u64, u32)> {
-    if d >> 32 != 0 {
-        return None;
-    }
-    let kind = match d >> 30 {
-        0 => Kind::Payload,
-        1 => Kind::Ack,
-        2 => Kind::Ready,
-        3 => Kind::Stop,
-        _ => return None,
-    };
-    Some((kind, (d >> 16) & (ITER_MOD - 1), (d & 0xFFFF) as u32))
+    cqdata::MESH
+        .decode(d)
+        .map(|w: CqWord<Kind>| (w.kind, w.iter, w.src))
 }
 
 impl Mesh {

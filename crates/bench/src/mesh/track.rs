@@ -3,7 +3,7 @@
 //! ([`Mesh::track`]), so that a protocol that keeps several messages in flight to one peer
 //! posts whole messages and waits for a given one, or for any of a kind, without raw tags.
 
-use efabench_fabric::{Flags, Op as FiOp};
+use efabench_fabric::{Flags, Op as FiOp, Stripe};
 
 use super::{Lane, Mesh, MeshResult, Route, CTX_TRACK};
 use crate::error::BenchError;
@@ -88,7 +88,7 @@ impl Mesh {
             self.track(op.tag(), route.stripes().len());
             (CTX_TRACK | u64::from(op.tag()), Flags::NONE)
         };
-        for &(rail, o, len) in route.stripes() {
+        for &Stripe { rail, off: o, len } in route.stripes() {
             let (l, off) = (lane.rail(rail)?, base + o);
             let post = match op {
                 Op::Send(_) => FiOp::Send {

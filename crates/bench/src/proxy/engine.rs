@@ -12,8 +12,8 @@
 //!   the target (the target's CQ-data counts are used to verify, not to complete). It honours
 //!   each command's offsets and length, keeps up to `max_in_flight` writes outstanding, and
 //!   drains its writes before a command that carries the fence bit.
-//! * [`schedule`] turns a put into its commands with the rail group's schedule
-//!   (`route::split`, rotating the first rail), the same one the kernel applies.
+//! * [`schedule`] turns a put into its commands with the mesh's [`Router`] (each put starting on
+//!   the rail after the previous put's last stripe), the same schedule the kernel applies.
 //! * [`host_iteration`] pushes one iteration's commands from a CPU thread and waits in quiet the
 //!   way the kernel does (`--producer host`).
 //! * [`await_puts`] is the target: it counts every put's CQ data over all rails and notes when
@@ -23,12 +23,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use efabench_bootstrap::BootstrapError;
-use efabench_fabric::route;
 use efabench_fabric::{Completion, CqData, Flags, Op, Peer, Rail, RegionId, RemoteRegion};
 use efabench_gpu::proxy::{realtime_ns, Command, CommandRing, Peek};
 
 use super::error::ProxyError;
 use crate::harness::Strategy;
+use crate::mesh::{Message, Router};
 
 /// Where one proxy writes: the peer on this rail, the local region and the peer's region.
 #[derive(Clone, Copy, Debug)]
@@ -352,19 +352,20 @@ pub fn schedule(
     strategy: Strategy,
     dst: u16,
 ) -> Vec<Vec<(usize, Command)>> {
-    let mut first = 0usize;
+    // Each put starts on the rail after the previous put's last stripe: put `p` is message
+    // `p * stripes` of the router's stream.
+    let router = Router::new(strategy, rails);
+    let per_put = router.stripe_count(size as usize) as u64;
     (0..puts)
         .map(|p| {
-            let stripes = match strategy {
-                Strategy::Split => route::split(size as usize, rails, first),
-                Strategy::RoundRobin => vec![route::Stripe {
-                    rail: first % rails.max(1),
-                    off: 0,
-                    len: size as usize,
-                }],
+            let m = Message {
+                n: u64::from(p) * per_put,
+                pair: (0, 0),
+                size: size as usize,
             };
-            first = route::next_first_rail(&stripes, rails);
-            stripes
+            router
+                .route(m)
+                .stripes()
                 .iter()
                 .map(|s| {
                     let base = p as u64 * size + s.off as u64;

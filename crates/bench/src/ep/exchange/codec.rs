@@ -1,4 +1,7 @@
-//! The 32 bits of remote CQ data every ep write carries: kind, iteration mod 16, source, channel.
+//! The 32 bits of remote CQ data every ep write carries: kind, iteration mod 16, source, channel,
+//! in the layout [`cqdata::EP`] of the mesh's one codec.
+
+use crate::mesh::cqdata::{self, CqKind, CqWord};
 
 /// What a CQ data word announces (2 bits).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -31,24 +34,32 @@ impl Phase {
     }
 }
 
+impl CqKind for Kind {
+    const ALL: [Kind; 4] = [
+        Kind::DispatchMsg,
+        Kind::DispatchSignal,
+        Kind::CombineMsg,
+        Kind::CombineSignal,
+    ];
+    #[inline]
+    fn code(self) -> u64 {
+        self as u64
+    }
+}
+
 /// Most ranks the 10-bit source field carries.
-pub const MAX_RANKS: u32 = 1024;
+pub const MAX_RANKS: u32 = cqdata::EP.max_ranks();
 
 /// CQ data: kind (2 bits) | iteration mod 16 (4) | source rank (10) | channel (16).
+#[inline]
 pub fn cq_data(kind: Kind, iter: u64, src: u32, index: u16) -> u64 {
-    ((kind as u64) << 30) | ((iter & 0xF) << 26) | ((src as u64 & 0x3FF) << 16) | index as u64
+    cqdata::EP.encode(kind, iter, src, index)
 }
 
 /// Splits CQ data into (kind, iteration mod 16, source, channel).
+#[inline]
 pub fn parse_cq_data(d: u64) -> Option<(Kind, u64, u32, u16)> {
-    if d >> 32 != 0 {
-        return None;
-    }
-    let kind = match d >> 30 {
-        0 => Kind::DispatchMsg,
-        1 => Kind::DispatchSignal,
-        2 => Kind::CombineMsg,
-        _ => Kind::CombineSignal,
-    };
-    Some((kind, (d >> 26) & 0xF, ((d >> 16) & 0x3FF) as u32, d as u16))
+    cqdata::EP
+        .decode(d)
+        .map(|w: CqWord<Kind>| (w.kind, w.iter, w.src, w.index))
 }

@@ -37,7 +37,8 @@ use efabench_gpu::proxy::{realtime_ns, Command, CommandRing, Peek};
 
 use crate::ep::layout::{writes_to, PhaseLayout, Put};
 use crate::error::BenchError;
-use crate::mesh::{Mesh, Payload};
+use crate::harness::Strategy;
+use crate::mesh::{Mesh, Message, Payload, Router};
 
 mod arrivals;
 mod clock;
@@ -64,9 +65,15 @@ pub struct Exchange<'a> {
     pub arrival_ns: Vec<u64>,
 }
 
-/// The rail a write to `dst` on `channel` takes.
+/// The rail a write to `dst` on `channel` takes: ep sends whole puts, channel after channel, over
+/// the rails in turn (the router's round-robin, a channel being a message of the pair's stream).
 fn rail_of(me: u32, p: &Put, rails: usize) -> usize {
-    (me as usize + p.dst as usize + p.index as usize) % rails.max(1)
+    let m = Message {
+        n: u64::from(p.index),
+        pair: (me, p.dst),
+        size: p.len,
+    };
+    Router::new(Strategy::RoundRobin, rails).first_rail(m)
 }
 
 impl<'a> Exchange<'a> {
