@@ -93,7 +93,17 @@ struct Fields<'a> {
     wall_s: Option<f64>,
 }
 
-impl Fields<'_> {
+impl<'a> Fields<'a> {
+    /// The fields of `p`'s record in a run of `run`.
+    fn of(run: &'a RunDetail, p: &'a Point) -> Fields<'a> {
+        Fields {
+            run,
+            point: &p.detail,
+            lat_p50_blocks_us: p.blocks_us.as_deref(),
+            wall_s: p.wall_s,
+        }
+    }
+
     /// The record's `extra`: every field a key (serde names, `rename`, `skip_serializing_if`
     /// apply).
     fn to_map(&self) -> Map<String, Value> {
@@ -114,7 +124,7 @@ impl Point {
     /// The fields this point adds to its record beyond the common ones (without the run's).
     #[cfg(test)]
     pub(crate) fn fields(&self) -> Value {
-        Value::Object(RunInfo::fields(&RunDetail::default(), self).to_map())
+        Value::Object(Fields::of(&RunDetail::default(), self).to_map())
     }
 
     /// The figures of timed iterations that each move `ops` operations of `size` bytes, one
@@ -142,22 +152,13 @@ impl Point {
 }
 
 impl RunInfo {
-    fn fields<'a>(run: &'a RunDetail, p: &'a Point) -> Fields<'a> {
-        Fields {
-            run,
-            point: &p.detail,
-            lat_p50_blocks_us: p.blocks_us.as_deref(),
-            wall_s: p.wall_s,
-        }
-    }
-
     /// The record of one point, with utilisation computed against the links this run drives.
     pub fn record(&self, p: Point) -> Record {
         let link_gbps = p.link_gbps.or(self.link_gbps);
         let util_pct = link_gbps
             .filter(|l| *l > 0.0)
             .map(|l| (p.bw_gbps / l * 100.0 * 100.0).round() / 100.0);
-        let extra = RunInfo::fields(&self.detail, &p).to_map();
+        let extra = Fields::of(&self.detail, &p).to_map();
         Record {
             schema: SCHEMA.to_string(),
             bench: self.bench.clone(),
