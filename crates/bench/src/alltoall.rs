@@ -137,8 +137,8 @@ pub struct Alltoall<'a> {
 }
 
 /// The record fields of `alltoall` beyond the common ones and those of every all-to-all.
-#[derive(Serialize)]
-struct AlltoallDetail {
+#[derive(Clone, Debug, Serialize)]
+pub struct AlltoallDetail {
     op: &'static str,
     chunk_bytes: usize,
     window: usize,
@@ -147,8 +147,8 @@ struct AlltoallDetail {
 }
 
 /// The record fields every point of a run repeats.
-#[derive(Serialize)]
-struct AlltoallRun {
+#[derive(Clone, Debug, Serialize)]
+pub struct AlltoallRun {
     op: &'static str,
 }
 
@@ -198,10 +198,10 @@ impl<'a> Benchmark for Alltoall<'a> {
             .max()
             .expect("a sweep has at least one size") as usize;
         let chunk = max as u64 / ctx.world as u64;
-        let (m, mut facts) = open_mesh(ctx, max, 2 * max)?;
+        let (m, facts) = open_mesh(ctx, max, 2 * max)?;
         setup::check_chunk(&m, chunk, &facts.provider)?;
         let op = self.args.op.name();
-        facts.extra.extend(harness::detail_map(&AlltoallRun { op }));
+        let mut facts = facts.detail(AlltoallRun { op });
         facts.header.push(format!(
             "# alltoall --op {op}: size = one rank's whole send buffer (n = {} chunks, its own included); \
              time = the slowest rank's mean per iteration; bw = algbw = size / time; busbw = algbw x (n-1)/n",
@@ -307,7 +307,7 @@ impl<'a> Benchmark for Alltoall<'a> {
             ),
             |_, _| spec.chunk as u64,
             n as f64 - 1.0,
-            &detail,
+            detail,
         )
     }
 

@@ -117,15 +117,15 @@ pub struct Alltoallv<'a> {
 
 /// Bytes one rank sends and receives per iteration.
 #[derive(Clone, Debug, Serialize)]
-struct RankBytes {
+pub struct RankBytes {
     rank: usize,
     sent: u64,
     received: u64,
 }
 
 /// The record fields of `alltoallv` beyond the common ones.
-#[derive(Serialize)]
-struct AlltoallvDetail {
+#[derive(Clone, Debug, Serialize)]
+pub struct AlltoallvDetail {
     counts_bytes: Vec<Vec<u64>>,
     busiest_bytes: u64,
     rank_bytes: Vec<RankBytes>,
@@ -136,8 +136,8 @@ struct AlltoallvDetail {
 }
 
 /// The record fields every point of a run repeats.
-#[derive(Serialize)]
-struct AlltoallvRun {
+#[derive(Clone, Debug, Serialize)]
+pub struct AlltoallvRun {
     counts: String,
     seed: u64,
 }
@@ -280,12 +280,12 @@ impl<'a> Benchmark for Alltoallv<'a> {
             .flat_map(|(_, c)| c.rows().into_iter().flatten())
             .max()
             .unwrap_or(0);
-        let (m, mut facts) = open_mesh(ctx, send, 2 * half)?;
+        let (m, facts) = open_mesh(ctx, send, 2 * half)?;
         setup::check_chunk(&m, largest, &facts.provider)?;
-        facts.extra.extend(harness::detail_map(&AlltoallvRun {
+        let mut facts = facts.detail(AlltoallvRun {
             counts: self.args.counts.to_string(),
             seed: self.args.seed,
-        }));
+        });
         facts.header.push(format!(
             "# alltoallv --counts {}: size = one rank's send buffer (-b/-e); time = the slowest rank's \
              mean per iteration; bw = algbw = the busiest rank's bytes (sent or received, own chunk \
@@ -397,7 +397,7 @@ impl<'a> Benchmark for Alltoallv<'a> {
             |s, d| c.get(s, d),
             // Chunks with bytes per rank per µs, as alltoall's (n-1) per iteration.
             messages / n as f64,
-            &detail,
+            detail,
         )
     }
 

@@ -119,7 +119,7 @@ pub const ARRIVAL_PROBES: u64 = 3;
 
 /// One measured point on this rank: barrier, the checked warm-up, barrier, the timed loop back
 /// to back, then [`ARRIVAL_PROBES`] iterations each after a barrier (the last one checked); the
-/// harness's [`budget_loop`] runs the first two phases. `extra` carries `per_rail`,
+/// harness's [`budget_loop`] runs the first two phases. The detail ([`RankOutcome`]) carries `per_rail`,
 /// `warmup_done`, `stopped_by`, `src_delay_ns` (each source's mean arrival time after this rank
 /// started the iteration, in the timed loop) and `src_probe_ns` (its median in the probes).
 pub fn measure(
@@ -171,7 +171,7 @@ pub fn measure(
     Ok(Measured {
         samples_ns: spent.samples_ns,
         errors,
-        extra: outcome.into_extra(),
+        detail: outcome.into(),
     })
 }
 

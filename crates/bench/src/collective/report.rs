@@ -5,14 +5,13 @@
 
 use efabench_record::{LatencySummary, Record};
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
 
 use crate::error::BenchError;
-use crate::harness::{detail_map, Ctx, Measured, Point};
+use crate::harness::{Ctx, Detail, Measured, Point};
 use crate::stats::Samples;
 
-/// One rank's outcome of a point beyond its samples (travels in [`Measured::extra`]).
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+/// One rank's outcome of a point beyond its samples (travels in [`Measured::detail`]).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct RankOutcome {
     /// Per-rail bytes and operations of the timed part.
     pub per_rail: Vec<RailBytes>,
@@ -26,16 +25,6 @@ pub struct RankOutcome {
     /// Median arrival time of each source's chunk in the barrier-started probes, ns.
     #[serde(default)]
     pub src_probe_ns: Vec<u64>,
-}
-
-impl RankOutcome {
-    pub fn into_extra(self) -> Map<String, Value> {
-        crate::harness::detail_map(&self)
-    }
-
-    fn from_extra(m: &Measured) -> RankOutcome {
-        serde_json::from_value(Value::Object(m.extra.clone())).unwrap_or_default()
-    }
 }
 
 /// Bytes and operations one rail carried (`per_rail` of the records), as the mesh counts them.
@@ -74,7 +63,11 @@ pub struct Outcome {
 
 impl Outcome {
     pub fn of(ctx: &Ctx, all: &[Measured], warmup: u64) -> Outcome {
-        let outs: Vec<RankOutcome> = all.iter().map(RankOutcome::from_extra).collect();
+        // A rank that sent no outcome counts as an empty one.
+        let outs: Vec<RankOutcome> = all
+            .iter()
+            .map(|m| m.part::<RankOutcome>().cloned().unwrap_or_default())
+            .collect();
         let mut ranks = Vec::new();
         let mut slowest = (0usize, 0f64);
         let mut slow_samples = Vec::new();
@@ -156,15 +149,18 @@ impl Outcome {
     /// one rank sends per iteration; `own` the benchmark's own fields, beside the fields every
     /// all-to-all record has (`lat_kind`, `busbw_def`, `stopped_by`, the slowest rank, `rank_lat_us`,
     /// `matrix_gbps`, `probe_matrix_gbps`, `per_rail`, `bw_GBps`).
-    pub fn point(
+    pub fn point<T>(
         &self,
         n: usize,
         (variant, size_bytes): (String, u64),
         (bytes, algbw): (u64, &str),
         cell: impl Fn(usize, usize) -> u64,
         messages: f64,
-        own: &impl Serialize,
-    ) -> Point {
+        own: T,
+    ) -> Point
+    where
+        Exchange<T>: Into<Detail>,
+    {
         let bw = self.gbps(bytes);
         let fields = ExchangeFields {
             lat_kind: "time per iteration of the slowest rank",
@@ -178,8 +174,6 @@ impl Outcome {
             per_rail: self.per_rail.clone(),
             bw_gbytes_per_s: bw / 8.0,
         };
-        let mut extra = detail_map(own);
-        extra.extend(detail_map(&fields));
         Point {
             variant,
             size_bytes,
@@ -194,14 +188,25 @@ impl Outcome {
             } else {
                 0.0
             },
-            ..Point::with_extra(extra)
+            ..Point::default()
         }
+        .detail(Exchange { own, fields })
     }
 }
 
+/// The fields of an all-to-all record beyond the common ones: the benchmark's own (`T`) and
+/// those every all-to-all has (where both name a field, the latter's is written).
+#[derive(Clone, Debug, Serialize)]
+pub struct Exchange<T> {
+    #[serde(flatten)]
+    own: T,
+    #[serde(flatten)]
+    fields: ExchangeFields,
+}
+
 /// The record fields every all-to-all point has, beyond the common ones and the benchmark's own.
-#[derive(Serialize)]
-struct ExchangeFields {
+#[derive(Clone, Debug, Serialize)]
+pub struct ExchangeFields {
     lat_kind: &'static str,
     busbw_def: String,
     stopped_by: String,
@@ -232,7 +237,7 @@ struct SeenRank {
 }
 
 fn seen(r: &Record) -> Result<Seen, BenchError> {
-    serde_json::from_value(Value::Object(r.extra.clone()))
+    r.fields()
         .map_err(|e| BenchError::failed(format!("an all-to-all record lacks its own fields: {e}")))
 }
 

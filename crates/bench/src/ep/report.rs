@@ -5,6 +5,7 @@ use super::*;
 use serde::Deserialize;
 
 use super::metrics::Stages;
+use crate::harness::RankDetail;
 
 impl Ep<'_> {
     /// The record of `spec`'s part from every rank's logs.
@@ -12,7 +13,7 @@ impl Ep<'_> {
         let a = self.args;
         let logs: Vec<RankLog> = all
             .iter()
-            .map(|m| m.fields::<LoggedSeen>().map(|l| l.ep).unwrap_or_default())
+            .map(|m| m.part::<RankLog>().cloned().unwrap_or_default())
             .collect();
         let part = spec.part;
         let per_iter = metrics::slowest_per_iter(&logs, part);
@@ -148,7 +149,7 @@ impl Ep<'_> {
             },
             ..Point::default()
         }
-        .detail(&detail)
+        .detail(detail)
     }
 
     pub(super) fn summary_lines(&self, records: &[Record]) -> Vec<String> {
@@ -219,10 +220,11 @@ impl Ep<'_> {
     }
 }
 
-/// A rank's log of a point, as [`super::Logged`] sent it.
-#[derive(Deserialize)]
-struct LoggedSeen {
-    ep: RankLog,
+/// A rank's log of a point as `measure` sends it (a copy: the rank keeps its own).
+impl From<&super::Logged<'_>> for RankDetail {
+    fn from(l: &super::Logged<'_>) -> RankDetail {
+        RankDetail::from(l.ep.clone())
+    }
 }
 
 /// What the summary reads of an `ep` record ([`EpDetail`] writes it).

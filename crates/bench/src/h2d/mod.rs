@@ -293,9 +293,9 @@ impl Benchmark for H2d {
             fabric: "none".into(),
             mem: "pinned".into(),
             header,
-            extra: crate::harness::detail_map(&facts),
             ..RunFacts::default()
-        })
+        }
+        .detail(facts))
     }
 
     fn points(&self, _ctx: &Ctx) -> Result<Vec<H2dSpec>, BenchError> {

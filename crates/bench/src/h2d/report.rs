@@ -10,7 +10,7 @@ use serde::Serialize;
 use super::args::{Placement, Scope};
 use super::expect::{Expectation, FLAG_BELOW};
 use super::{GpuSide, H2dSpec};
-use crate::harness::{detail_map, Point};
+use crate::harness::Point;
 use crate::stats::Samples;
 
 /// Fields every record of the run repeats.
@@ -227,9 +227,9 @@ pub(crate) fn point(s: &H2dSpec, o: &Outcome) -> Point {
         bw_gbps: o.total() * 8.0,
         msg_rate_mops: if lat.p50 > 0.0 { 1.0 / lat.p50 } else { 0.0 },
         link_gbps: link,
-        extra: detail_map(&d),
         ..Point::default()
     }
+    .detail(d)
 }
 
 /// The header line of one GPU.
@@ -389,17 +389,18 @@ mod tests {
             gpus: vec![figure(0, Some(50.0), Some(48.0), 0, 0)],
         };
         let p = point(&s, &o);
+        let f = p.fields();
         assert_eq!(p.variant, "host_device_bidirectional_memcpy_ce");
         assert!((p.bw_gbps - 98.0 * 8.0).abs() < 1e-9);
         // Both directions of a Gen5 x16 link.
         assert!((p.link_gbps.unwrap() - 2.0 * 63.015 * 8.0).abs() < 0.2);
-        assert_eq!(p.extra["h2d_GBps"], 50.0);
-        assert_eq!(p.extra["d2h_GBps"], 48.0);
-        assert_eq!(p.extra["direction"], "both");
-        assert_eq!(p.extra["misplaced"], false);
-        let of = p.extra["of_expected"].as_f64().unwrap();
+        assert_eq!(f["h2d_GBps"], 50.0);
+        assert_eq!(f["d2h_GBps"], 48.0);
+        assert_eq!(f["direction"], "both");
+        assert_eq!(f["misplaced"], false);
+        let of = f["of_expected"].as_f64().unwrap();
         assert!((of - 98.0 / (2.0 * 54.82)).abs() < 0.001, "{of}");
-        assert_eq!(p.extra["per_gpu"][0]["gpu_bus_id"], "0000:18:00.0");
+        assert_eq!(f["per_gpu"][0]["gpu_bus_id"], "0000:18:00.0");
     }
 
     #[test]

@@ -43,13 +43,16 @@
 //!
 //! # Typed records
 //! The common fields are [`Point`]'s; a benchmark's own fields are a `#[derive(Serialize)]`
-//! struct added with [`Point::detail`] (and [`RunFacts::detail`], [`Measured::detail`]), each
-//! field one key of the record.
+//! struct, a variant of [`Detail`] set with [`Point::detail`] (and of [`RunOwn`] with
+//! [`RunFacts::detail`]), each field one key of the record; what a rank sends rank 0 beyond its
+//! samples is a variant of [`RankDetail`] ([`Measured::detail`], [`Measured::part`]). See
+//! [`detail`]'s docs.
 //!
 //! Any error on any rank after the bootstrap connected is broadcast as an abort, so every rank
 //! stops with the same one-line reason instead of waiting for a rank that already gave up.
 
 pub mod budget;
+pub mod detail;
 pub mod device;
 mod options;
 mod placement;
@@ -63,16 +66,16 @@ use std::time::Instant;
 use efabench_bootstrap::Bootstrap;
 use efabench_record::{JsonlWriter, Record, Sink};
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
 
 pub use budget::{budget_loop, max_time_arg, Budget, Budgeted, Phase, Span, Spent, Stop};
+pub use detail::{Detail, RankDetail, RankPart, RunDetail, RunOwn};
 pub use device::{device_loop, DeviceRounds};
 pub use options::{
     bounded, bounded_size, default_iters, defaults, gpu_arg, iters_arg, name_of, warmup_arg,
     AllGroups, FabricArgs, Groups, JobArgs, LaunchArgs, MemArgs, MrChoice, Options, Rails,
     Strategy, SweepArgs, MAX_ITERS, MAX_RAILS, MAX_SIZE,
 };
-pub use point::{detail_map, Gate, Point, Progress, RunInfo};
+pub use point::{Gate, Point, Progress, RunInfo};
 pub use select::{choose_provider, FabricPlan};
 pub use timed::{time_loop, Clock, Loop, Rounds, CHECK_EVERY};
 
@@ -148,14 +151,14 @@ pub struct RunFacts {
     pub link_gbps: Option<f64>,
     /// Lines rank 0 prints above the table (`# rails: 2 virtual on lo, strategy split, ...`).
     pub header: Vec<String>,
-    /// Fields added to every record of the run (`strategy`, `virtual_rails`, ...).
-    pub extra: Map<String, Value>,
+    /// Fields every record of the run repeats beyond these (`strategy`, `virtual_rails`, ...).
+    pub detail: RunDetail,
 }
 
 impl RunFacts {
-    /// Adds fields to every record of the run, typed (see [`detail_map`]).
-    pub fn detail(mut self, detail: &impl Serialize) -> Self {
-        self.extra.extend(detail_map(detail));
+    /// Sets the benchmark's own fields that every record of the run repeats.
+    pub fn detail(mut self, own: impl Into<RunOwn>) -> Self {
+        self.detail.own = own.into();
         self
     }
 }
@@ -177,7 +180,7 @@ pub struct Measured {
     /// Payload words (or commands) that failed verification on this rank.
     pub errors: u64,
     /// Benchmark-specific facts (per-rail bytes, per-peer times, ...).
-    pub extra: Map<String, Value>,
+    pub detail: RankDetail,
 }
 
 /// How long a rank may stay alive after the bootstrap learned the job failed (the normal way
@@ -192,15 +195,15 @@ const FAILURE_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
 const MAX_MEASURED: usize = 48 << 20;
 
 impl Measured {
-    /// Adds benchmark-specific facts, typed (see [`detail_map`]).
-    pub fn detail(mut self, detail: &impl Serialize) -> Self {
-        self.extra.extend(detail_map(detail));
+    /// Sets the benchmark-specific facts.
+    pub fn detail(mut self, detail: impl Into<RankDetail>) -> Self {
+        self.detail = detail.into();
         self
     }
 
-    /// The facts another rank added with [`Measured::detail`], read back as `T`.
-    pub fn fields<'a, T: Deserialize<'a>>(&'a self) -> Result<T, serde_json::Error> {
-        T::deserialize(&self.extra)
+    /// The facts a rank set with [`Measured::detail`], when they are a `T`.
+    pub fn part<T: RankPart>(&self) -> Option<&T> {
+        T::of(&self.detail)
     }
 
     fn encode(&self) -> Result<Vec<u8>, BenchError> {
@@ -449,30 +452,22 @@ fn run_connected<B: Benchmark>(
     // now, so a crash inside a provider call is reported by signal at once.
     let _crash_watch = CrashGuard::start(bs, rank, &ctx.host);
     // Every record says whether ranks shared a GPU (`gpu_sharing`, null when none did).
-    facts
-        .extra
-        .insert(efabench_record::GPU_SHARING.into(), serde_json::Value::Null);
+    facts.detail.gpu_sharing = Some(Vec::new());
     if let Some(d) = ctx.device {
         // Placement decides GPU latency (two ranks on one GPU are time-sliced unless MPS serves
         // them): say where each rank's buffers were, and whether its host runs MPS.
         let mine = placement::encode(d, placement::mps_running());
         let all = bs.all_gather(&mine)?;
         let placed: Vec<Option<(i32, bool)>> = all.iter().map(|b| placement::decode(b)).collect();
-        let gpus: Vec<Value> = placed
-            .iter()
-            .map(|p| p.map(|(g, _)| Value::from(g)).unwrap_or(Value::Null))
-            .collect();
+        let gpus: Vec<Option<i32>> = placed.iter().map(|p| p.map(|(g, _)| g)).collect();
         let ordinals: Vec<i32> = placed.iter().map(|p| p.map_or(-1, |(g, _)| g)).collect();
         let mps: Vec<bool> = placed.iter().map(|p| p.is_some_and(|(_, m)| m)).collect();
         let groups = placement::shared_gpus(&ordinals, &ctx.hosts, &mps);
         if let Some(note) = placement::shared_gpu_note(&groups) {
             facts.header.push(note);
         }
-        facts.extra.insert("gpus".into(), Value::Array(gpus));
-        facts.extra.insert(
-            efabench_record::GPU_SHARING.into(),
-            efabench_record::GpuSharing::to_value(&groups),
-        );
+        facts.detail.gpus = Some(gpus);
+        facts.detail.gpu_sharing = Some(groups);
     }
     if facts.libfabric.is_some() {
         let env = fi_env(std::env::vars());
@@ -482,14 +477,7 @@ fn run_connected<B: Benchmark>(
                 "# libfabric environment (provider settings this run used): {}",
                 line.join(" ")
             ));
-            facts.extra.insert(
-                "fi_env".into(),
-                Value::Object(
-                    env.into_iter()
-                        .map(|(k, v)| (k, Value::String(v)))
-                        .collect(),
-                ),
-            );
+            facts.detail.fi_env = Some(env);
         }
     }
     let specs = bench.points(&ctx)?;
@@ -507,7 +495,7 @@ fn run_connected<B: Benchmark>(
         host,
         version: build.version.clone(),
         git: build.git.clone(),
-        extra: facts.extra.clone(),
+        detail: facts.detail.clone(),
     };
     let mut sink = shows.then(|| Sink::stdout(args.format).with_preface(facts.header.clone()));
     let progress = Progress::new(rank == 0, specs.len() as u64, bench.name());
@@ -548,7 +536,7 @@ fn run_connected<B: Benchmark>(
                 p.errors = errors;
             }
             p.counters = counters.clone();
-            p.extra.insert("wall_s".into(), Value::from(wall_s));
+            p.wall_s = Some(wall_s);
             if let Some(g) = p.gate.take().filter(|g| !g.passed()) {
                 missed.push(format!(
                     "efabench: {} {}: {} measured {:.3}, below the gate",
@@ -709,12 +697,15 @@ mod tests {
 
     #[test]
     fn measured_round_trips_and_refuses_junk() {
-        let mut m = Measured {
+        let m = Measured {
             samples_ns: vec![1, 2, 3],
             errors: 4,
             ..Measured::default()
-        };
-        m.extra.insert("x".into(), Value::from(5));
+        }
+        .detail(crate::pairs::RoundFacts {
+            warmup_done: Some(5),
+            ..Default::default()
+        });
         let b = m.encode().unwrap();
         assert_eq!(Measured::decode(1, &b).unwrap(), m);
         let e = Measured::decode(3, b"{not json").unwrap_err();

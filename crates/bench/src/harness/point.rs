@@ -8,9 +8,11 @@
 use std::io::IsTerminal;
 
 use efabench_record::{LatencySummary, Record, SCHEMA};
+use serde::Serialize;
 use serde_json::{Map, Value};
 
-use crate::stats::{block_medians_us, gbps, mops, Samples, BLOCK_MEDIANS_FIELD};
+use super::detail::{Detail, RunDetail};
+use crate::stats::{block_medians_us, gbps, mops, Samples};
 
 /// Facts about a run that every record of it repeats.
 #[derive(Clone, Debug)]
@@ -29,8 +31,8 @@ pub struct RunInfo {
     pub host: String,
     pub version: String,
     pub git: Option<String>,
-    /// Fields added to every record of the run (`strategy`, `virtual_rails`, `footprint_bytes`).
-    pub extra: Map<String, Value>,
+    /// Fields every record of the run repeats beyond these.
+    pub detail: RunDetail,
 }
 
 /// One measured point of a benchmark.
@@ -49,7 +51,13 @@ pub struct Point {
     pub counters: Option<Value>,
     /// The links this point drove, when they differ from the run's (one GPU pair of a matrix).
     pub link_gbps: Option<f64>,
-    pub extra: Map<String, Value>,
+    /// The benchmark's own fields.
+    pub detail: Detail,
+    /// Medians of consecutive blocks of the timed iterations, µs (`lat_p50_blocks_us`, for
+    /// `compare`): the points of [`Point::timed`].
+    pub blocks_us: Option<Vec<f64>>,
+    /// The point's wall time on rank 0, s (`wall_s`): the harness sets it.
+    pub wall_s: Option<f64>,
     /// A threshold the user set on this point's metrics (`--min-bw`); not part of the record.
     pub gate: Option<Gate>,
 }
@@ -70,21 +78,53 @@ impl Gate {
     }
 }
 
-/// A benchmark's own fields (a `#[derive(Serialize)]` struct) as record fields: each field of
-/// the struct becomes a top-level key of the record (serde names, `rename`, `skip_serializing_if`
-/// apply). Anything but a struct or map adds nothing.
-pub fn detail_map(detail: &impl serde::Serialize) -> Map<String, Value> {
-    match serde_json::to_value(detail) {
-        Ok(Value::Object(m)) => m,
-        _ => Map::new(),
+/// The fields of a record beyond the common ones, flat: the run's, the point's (a point's field
+/// of a name the run has too replaces it), the block medians and the wall time.
+#[derive(Serialize)]
+struct Fields<'a> {
+    #[serde(flatten)]
+    run: &'a RunDetail,
+    #[serde(flatten)]
+    point: &'a Detail,
+    /// `stats::BLOCK_MEDIANS_FIELD`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    lat_p50_blocks_us: Option<&'a [f64]>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    wall_s: Option<f64>,
+}
+
+impl<'a> Fields<'a> {
+    /// The fields of `p`'s record in a run of `run`.
+    fn of(run: &'a RunDetail, p: &'a Point) -> Fields<'a> {
+        Fields {
+            run,
+            point: &p.detail,
+            lat_p50_blocks_us: p.blocks_us.as_deref(),
+            wall_s: p.wall_s,
+        }
+    }
+
+    /// The record's `extra`: every field a key (serde names, `rename`, `skip_serializing_if`
+    /// apply).
+    fn to_map(&self) -> Map<String, Value> {
+        match serde_json::to_value(self) {
+            Ok(Value::Object(m)) => m,
+            _ => Map::new(),
+        }
     }
 }
 
 impl Point {
-    /// Adds the benchmark's own fields, typed (see [`detail_map`]).
-    pub fn detail(mut self, detail: &impl serde::Serialize) -> Self {
-        self.extra.extend(detail_map(detail));
+    /// Sets the benchmark's own fields.
+    pub fn detail(mut self, detail: impl Into<Detail>) -> Self {
+        self.detail = detail.into();
         self
+    }
+
+    /// The fields this point adds to its record beyond the common ones (without the run's).
+    #[cfg(test)]
+    pub(crate) fn fields(&self) -> Value {
+        Value::Object(Fields::of(&RunDetail::default(), self).to_map())
     }
 
     /// The figures of timed iterations that each move `ops` operations of `size` bytes, one
@@ -99,26 +139,13 @@ impl Point {
         let busy_ns =
             (u128::from(samples.total_ns()) * u128::from(ops) / u128::from(divisor)) as u64;
         let total_ops = samples.len() as u64 * ops;
-        // Empty when too few iterations to cut into blocks: the field is always there.
-        let mut extra = Map::new();
-        extra.insert(
-            BLOCK_MEDIANS_FIELD.into(),
-            Value::from(block_medians_us(samples_ns, divisor as f64)),
-        );
         Point {
             size_bytes: size,
             lat_us: samples.summary_us(divisor as f64),
             bw_gbps: gbps(size * total_ops, busy_ns),
             msg_rate_mops: mops(total_ops, busy_ns),
-            extra,
-            ..Point::default()
-        }
-    }
-
-    /// A point with these extra fields and everything else at its default.
-    pub fn with_extra(extra: Map<String, Value>) -> Self {
-        Point {
-            extra,
+            // Empty when too few iterations to cut into blocks: the field is always there.
+            blocks_us: Some(block_medians_us(samples_ns, divisor as f64)),
             ..Point::default()
         }
     }
@@ -131,6 +158,7 @@ impl RunInfo {
         let util_pct = link_gbps
             .filter(|l| *l > 0.0)
             .map(|l| (p.bw_gbps / l * 100.0 * 100.0).round() / 100.0);
+        let extra = Fields::of(&self.detail, &p).to_map();
         Record {
             schema: SCHEMA.to_string(),
             bench: self.bench.clone(),
@@ -159,11 +187,7 @@ impl RunInfo {
             timestamp: efabench_record::now_rfc3339(),
             version: self.version.clone(),
             git: self.git.clone(),
-            extra: {
-                let mut extra = self.extra.clone();
-                extra.extend(p.extra);
-                extra
-            },
+            extra,
         }
     }
 }
@@ -229,7 +253,7 @@ mod tests {
             host: "h".into(),
             version: "0.1.0".into(),
             git: None,
-            extra: Map::new(),
+            detail: RunDetail::default(),
         }
     }
 
@@ -259,33 +283,43 @@ mod tests {
     }
 
     #[test]
-    fn typed_detail_becomes_record_fields() {
-        #[derive(serde::Serialize)]
-        struct D {
-            window: usize,
-            #[serde(rename = "bw_GBps")]
-            bw: f64,
-            #[serde(skip_serializing_if = "Option::is_none")]
-            per_rail: Option<Vec<u32>>,
-        }
-        let p = Point::default().detail(&D {
-            window: 4,
-            bw: 1.5,
-            per_rail: None,
-        });
-        let keys: Vec<&str> = p.extra.keys().map(String::as_str).collect();
-        assert_eq!(keys.len(), 2, "{keys:?}");
-        assert_eq!(p.extra["window"], Value::from(4));
-        assert_eq!(p.extra["bw_GBps"], Value::from(1.5));
-        // Not a struct: nothing added.
-        assert!(detail_map(&3u32).is_empty());
-        use serde::Deserialize;
-        #[derive(Deserialize, Debug, PartialEq)]
-        struct W {
-            window: usize,
-        }
-        assert_eq!(W::deserialize(&p.extra).ok(), Some(W { window: 4 }));
-        assert!(W::deserialize(&Map::new()).is_err());
+    fn typed_details_become_record_fields_point_over_run() {
+        let mut run = info(None);
+        run.detail = RunDetail {
+            strategy: Some("split"),
+            mr: Some("host".into()),
+            own: crate::pairs::PairsFacts {
+                schedule: "ring".into(),
+            }
+            .into(),
+            ..RunDetail::default()
+        };
+        let p = Point {
+            wall_s: Some(0.5),
+            ..Point::timed(&[1000; 40], 8, 1, 1)
+        };
+        let r = run.record(p.clone());
+        let keys: Vec<&str> = r.extra.keys().map(String::as_str).collect();
+        assert_eq!(
+            keys,
+            [
+                crate::stats::BLOCK_MEDIANS_FIELD,
+                "mr",
+                "schedule",
+                "strategy",
+                "wall_s"
+            ]
+        );
+        assert_eq!(r.extra["wall_s"], Value::from(0.5));
+        assert_eq!(
+            r.extra["lat_p50_blocks_us"],
+            serde_json::json!(block_medians_us(&[1000; 40], 1.0))
+        );
+        // The run's fields are not the point's.
+        let own = p.fields();
+        let own: Vec<&String> = own.as_object().unwrap().keys().collect();
+        assert_eq!(own, ["lat_p50_blocks_us", "wall_s"]);
+        assert_eq!(Point::default().fields(), serde_json::json!({}));
     }
 
     #[test]

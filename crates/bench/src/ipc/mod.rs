@@ -431,17 +431,15 @@ pub fn run_ipc(args: &IpcArgs, build: &BuildInfo) -> Result<crate::Verdict, Benc
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::harness::RunInfo;
+    use crate::harness::{RunDetail, RunInfo};
     use clap::Parser;
-    use serde_json::{json, Map, Value};
 
     /// A record as the harness writes it: the point's fields, then `wall_s` and `gpu_sharing`.
     pub(crate) fn harness_record(run: &RunInfo, mut p: Point) -> Record {
-        p.extra.insert("wall_s".into(), json!(0.25));
-        let mut r = run.record(p);
-        r.extra
-            .insert(efabench_record::GPU_SHARING.into(), Value::Null);
-        r
+        p.wall_s = Some(0.25);
+        let mut run = run.clone();
+        run.detail.gpu_sharing = Some(Vec::new());
+        run.record(p)
     }
 
     /// The union of the field names of `records` against `tests/golden/<file>`.
@@ -483,7 +481,7 @@ mod tests {
             host: "h".into(),
             version: "0".into(),
             git: None,
-            extra: Map::new(),
+            detail: RunDetail::default(),
         }
     }
 

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{nvbw, Method};
 use crate::harness::Point;
-use crate::queue::record::{fields, read};
+use crate::queue::record::read;
 use crate::stats::Samples;
 
 /// Smallest size at which a variant reaches `frac` of its own peak bandwidth.
@@ -153,9 +153,9 @@ pub(super) fn point(
         bw_gbps,
         busbw_gbps: None,
         msg_rate_mops: if lat.p50 > 0.0 { 1.0 / lat.p50 } else { 0.0 },
-        extra: fields(&detail),
         ..Point::default()
     }
+    .detail(detail)
 }
 
 /// Summary lines: each variant's peak and the size where it reaches 90% of it, and the best

@@ -6,24 +6,10 @@
 //! benchmark and keeps a failed run from tearing its mesh down.
 
 use efabench_fabric::RailConfig;
-use serde::Serialize;
 
 use super::{Mesh, Payload};
 use crate::error::BenchError;
-use crate::harness::{self, Benchmark, BuildInfo, Ctx, Options, RunFacts, Strategy};
-
-/// The record fields every point of a mesh run repeats.
-#[derive(Serialize)]
-struct MeshFacts {
-    virtual_rails: bool,
-    mr: &'static str,
-}
-
-/// The strategy, a field of the collectives' and `pairs`' records.
-#[derive(Serialize)]
-struct StrategyFact {
-    strategy: &'static str,
-}
+use crate::harness::{self, Benchmark, BuildInfo, Ctx, Options, RunDetail, RunFacts, Strategy};
 
 /// Allocates `send` and `recv` bytes of `--mem` memory, opens the rails of the plan and
 /// connects every rank; the run facts carry the strategy too.
@@ -40,9 +26,9 @@ pub(crate) fn open_mesh(
         .map(|f| f.strategy())
         .unwrap_or(Strategy::Split);
     let m = connect_mesh(ctx, bufs, strategy)?;
-    let facts = mesh_facts(ctx, &m)?;
-    let strategy = m.strategy().name();
-    Ok((m, facts.detail(&StrategyFact { strategy })))
+    let mut facts = mesh_facts(ctx, &m)?;
+    facts.detail.strategy = Some(m.strategy().name());
+    Ok((m, facts))
 }
 
 /// Opens the rails of the plan, registers `bufs` (send, receive) and connects every rank, with
@@ -103,12 +89,12 @@ pub(crate) fn mesh_facts(ctx: &Ctx, m: &Mesh) -> Result<RunFacts, BenchError> {
         mem: ctx.opts.mem_kind().to_string(),
         link_gbps: plan.link_gbps(),
         header,
-        ..RunFacts::default()
-    }
-    .detail(&MeshFacts {
-        virtual_rails: plan.virtual_rails,
-        mr: m.mr_path(),
-    }))
+        detail: RunDetail {
+            virtual_rails: Some(plan.virtual_rails),
+            mr: Some(m.mr_path().into()),
+            ..RunDetail::default()
+        },
+    })
 }
 
 /// Runs `bench` on the harness; when the run fails, the mesh `mesh` takes out of it is leaked

@@ -105,23 +105,22 @@ fn footprint_arg(s: &str) -> Result<u64, String> {
     harness::bounded_size(s, "--footprint", 1, "1M")
 }
 
-/// Fields every record of a run repeats besides the mesh's (`virtual_rails`, `strategy`): `mr`
-/// says `+device-only` too.
-#[derive(Serialize)]
-struct RunDetail {
-    mr: String,
+/// Fields every record of a run repeats besides the mesh's (`virtual_rails`, `strategy`, `mr`,
+/// which says `+device-only` too).
+#[derive(Clone, Debug, Serialize)]
+pub struct P2pRun {
     timing: &'static str,
 }
 
 /// What the sender measured besides its samples (the record carries it as it is).
-#[derive(Serialize, Deserialize)]
-struct SenderDetail {
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SenderDetail {
     per_rail: Vec<RailLoad>,
 }
 
 /// The point-to-point fields of a record (`docs/records.md`).
-#[derive(Serialize)]
-struct PointDetail {
+#[derive(Clone, Debug, Serialize)]
+pub struct PointDetail {
     lat_kind: &'static str,
     /// The loop this point ran (`--loop auto` resolved).
     #[serde(rename = "loop")]
@@ -291,8 +290,9 @@ impl<P: Protocol> Benchmark for P2p<'_, P> {
             .header
             .extend(lean::header(ping_loop, P::NAME, variants, self.lean_up_to));
         self.link = Some(link);
+        facts.detail.mr = Some(mr);
         let timing = self.args.timing.name();
-        Ok(facts.detail(&RunDetail { mr, timing }))
+        Ok(facts.detail(P2pRun { timing }))
     }
 
     fn points(&self, ctx: &Ctx) -> Result<Vec<Step>, BenchError> {
@@ -347,7 +347,7 @@ impl<P: Protocol> Benchmark for P2p<'_, P> {
         let measured = P::measure(link, ctx, s)?;
         let per_rail = link.mesh.rail_loads();
         Ok(match sender {
-            true => measured.detail(&SenderDetail { per_rail }),
+            true => measured.detail(SenderDetail { per_rail }),
             false => measured,
         })
     }
@@ -366,7 +366,7 @@ impl<P: Protocol> Benchmark for P2p<'_, P> {
             window: s.window,
             footprint_bytes: (s.slots * s.size) as u64,
             bw_gbytes: p.bw_gbps / 8.0,
-            sender: timer.fields().ok(),
+            sender: timer.part().cloned(),
         };
         Point {
             variant: name_of(&s.variant),
@@ -375,7 +375,7 @@ impl<P: Protocol> Benchmark for P2p<'_, P> {
             peer: Some(s.responder),
             ..p
         }
-        .detail(&detail)
+        .detail(detail)
     }
 }
 

@@ -74,7 +74,6 @@ use std::cell::RefCell;
 use std::time::Duration;
 
 use efabench_record::Record;
-use serde_json::Value;
 
 use crate::error::BenchError;
 use crate::harness::{self, Benchmark, Budget, Ctx, Gate, Measured, Needs, Point, RunFacts};
@@ -87,7 +86,8 @@ pub use schedule::{Plan, Schedule, RETEST_ROUNDS};
 pub use summary::summarize;
 
 use schedule::budget_lines;
-use stream::{stream, RoundFacts};
+use stream::stream;
+pub use stream::RoundFacts;
 
 /// Most bytes a pair's window touches per buffer (slots beyond it are reused).
 const FOOTPRINT: u64 = 1 << 20;
@@ -254,7 +254,7 @@ impl<'a> Benchmark for Pairs<'a> {
             Some(d) => Some(self.fit_deadline(ctx, d, plan, m.rails())?),
             None => None,
         };
-        let mut facts = facts.detail(&PairsFacts {
+        let mut facts = facts.detail(PairsFacts {
             schedule: if self.args.one_at_a_time {
                 "one-at-a-time".to_string()
             } else {
@@ -424,7 +424,7 @@ impl<'a> Benchmark for Pairs<'a> {
             }
             facts.rail_gbps = Some(per);
         }
-        Ok(m.detail(&facts))
+        Ok(m.detail(facts))
     }
 
     /// The record of the round's first pair; the harness asks [`Benchmark::points_of`], which
@@ -479,8 +479,7 @@ impl Pairs<'_> {
     ) -> Point {
         let empty = Measured::default();
         let m = all.get(src as usize).unwrap_or(&empty);
-        let facts: RoundFacts =
-            serde_json::from_value(Value::Object(m.extra.clone())).unwrap_or_default();
+        let facts: RoundFacts = m.part().cloned().unwrap_or_default();
         // Warm-up windows actually sent (fewer than -w when a tenth of --max-time ran out).
         let warmup = facts.warmup_done.unwrap_or(spec.budget.warmup);
         let window = self.args.window;
@@ -530,7 +529,7 @@ impl Pairs<'_> {
             }),
             ..p
         }
-        .detail(&detail)
+        .detail(detail)
     }
 }
 

@@ -17,7 +17,7 @@ use crate::pattern;
 /// What a rank's round says beyond its samples and errors; it travels to rank 0 with them
 /// ([`Measured::detail`]).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub(super) struct RoundFacts {
+pub struct RoundFacts {
     /// The sender's bytes and operations per rail, as the mesh counts them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub per_rail: Option<Vec<RailLoad>>,

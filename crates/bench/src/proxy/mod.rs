@@ -70,13 +70,13 @@ use efabench_gpu::{GpuBuffer, MemKind};
 
 use self::engine::Target;
 use crate::error::BenchError;
-use crate::harness::{self, Benchmark, Ctx, Measured, MrChoice, Needs, Point, RunFacts};
+use crate::harness::{self, Benchmark, Ctx, Measured, MrChoice, Needs, Point, RunDetail, RunFacts};
 
 pub use args::{Mode, PayloadFence, Producer, ProxyArgs, ProxyThreads};
 pub use error::ProxyError;
 #[cfg(test)]
 pub(crate) use report::pct;
-pub use report::{Pct, ProxyDetail, ProxyFacts, Stages};
+pub use report::{InitiatorStamps, Pct, ProxyDetail, ProxyFacts, Stages, TargetStamps};
 
 /// One point: a mode at a size.
 #[derive(Clone, Debug)]
@@ -356,9 +356,6 @@ impl<'a> Benchmark for Proxy<'a> {
         });
         let gpu_modes = self.args.modes.iter().any(|m| *m != Mode::Cpu);
         let facts = ProxyFacts {
-            strategy: fabric.strategy().name().into(),
-            virtual_rails: plan.virtual_rails,
-            mr: mr.to_string(),
             producer: match self.args.producer {
                 Producer::Gpu => "gpu",
                 Producer::Host => "host",
@@ -419,9 +416,14 @@ impl<'a> Benchmark for Proxy<'a> {
             mem: mem.mem.to_string(),
             link_gbps: None,
             header,
-            ..RunFacts::default()
+            detail: RunDetail {
+                virtual_rails: Some(plan.virtual_rails),
+                strategy: Some(fabric.strategy().name()),
+                mr: Some(mr.to_string()),
+                ..RunDetail::default()
+            },
         }
-        .detail(&facts))
+        .detail(facts))
     }
 
     fn points(&self, _ctx: &Ctx) -> Result<Vec<ProxySpec>, BenchError> {

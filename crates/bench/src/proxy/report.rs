@@ -3,18 +3,15 @@
 //! summary of modes against the `cpu` baseline.
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
 use super::{ProxySpec, INITIATOR, TARGET};
-use crate::harness::{Ctx, Measured, Point};
+use crate::harness::{Ctx, Measured, Point, RankDetail, RankPart};
 use crate::stats::{gbps, mops, nearest_rank, Samples};
 
-/// Fields every record of a proxy run repeats: how the run was set up.
+/// Fields every record of a proxy run repeats: how the run was set up (beside `strategy`,
+/// `virtual_rails` and `mr`, which other benchmarks' records have too).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ProxyFacts {
-    pub strategy: String,
-    pub virtual_rails: bool,
-    pub mr: String,
     /// `gpu` or `host` (a CPU thread standing in for the GPU).
     pub producer: String,
     /// Where the command rings live (`heap` when no GPU pushes).
@@ -58,7 +55,7 @@ pub struct Stages {
 /// What the initiator (rank 0) sends to rank 0's report of a point: its proxies' counts, the
 /// stages it can time alone, and the stamps the target's are matched with (host clock, ns).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub(super) struct InitiatorStamps {
+pub struct InitiatorStamps {
     pub stages: Stages,
     pub batch_mean: f64,
     pub commands: u64,
@@ -78,7 +75,7 @@ pub(super) struct InitiatorStamps {
 /// What the target (rank 1) sends: per recorded put the arrival of its last stripe, per timed
 /// iteration when its bytes were in memory (host clock, ns).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub(super) struct TargetStamps {
+pub struct TargetStamps {
     pub arrive_ns: Vec<u64>,
     pub landed_ns: Vec<u64>,
 }
@@ -113,9 +110,22 @@ pub struct ProxyDetail {
     pub bw_gbytes: f64,
 }
 
+/// The initiator's and the target's stamps as they send them (copies: each keeps its own).
+impl From<&InitiatorStamps> for RankDetail {
+    fn from(s: &InitiatorStamps) -> RankDetail {
+        RankDetail::from(s.clone())
+    }
+}
+
+impl From<&TargetStamps> for RankDetail {
+    fn from(s: &TargetStamps) -> RankDetail {
+        RankDetail::from(s.clone())
+    }
+}
+
 /// A rank's typed part of a point (the default when it sent none: an idle rank).
-fn stamps<T: for<'de> Deserialize<'de> + Default>(m: &Measured) -> T {
-    serde_json::from_value(Value::Object(m.extra.clone())).unwrap_or_default()
+fn stamps<T: RankPart + Clone + Default>(m: &Measured) -> T {
+    m.part::<T>().cloned().unwrap_or_default()
 }
 
 /// The record of one point from every rank's outcome (rank 0 the initiator, rank 1 the target).
@@ -205,7 +215,7 @@ pub(super) fn point(ctx: &Ctx, s: &ProxySpec, all: &[Measured]) -> Point {
         msg_rate_mops: mops(puts, total),
         ..Point::default()
     }
-    .detail(&detail)
+    .detail(detail)
 }
 
 /// Each mode's bandwidth against the `cpu` baseline, per size.
@@ -254,7 +264,6 @@ pub(crate) fn pct(mut v: Vec<i64>) -> Option<Pct> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::harness::detail_map;
 
     #[test]
     fn stamps_travel_typed_and_the_record_keeps_its_names() {
@@ -268,7 +277,7 @@ mod tests {
             post_ns: vec![10, 20],
             ..InitiatorStamps::default()
         };
-        let m = Measured::default().detail(&mine);
+        let m = Measured::default().detail(mine.clone());
         assert_eq!(stamps::<InitiatorStamps>(&m), mine);
         // An idle rank sent nothing: empty stamps, not a failure.
         assert_eq!(
@@ -291,11 +300,11 @@ mod tests {
             lat_kind: "per put".into(),
             bw_gbytes: 0.125,
         };
-        let f = detail_map(&detail);
+        let f = Point::default().detail(detail).fields();
         for k in ["clock_offset_ns", "clock_rtt_ns", "bw_GBps", "stages"] {
-            assert!(f.contains_key(k), "{k} missing: {f:?}");
+            assert!(f.get(k).is_some(), "{k} missing: {f:?}");
         }
-        assert!(!f.contains_key("landed_after_quiet"));
+        assert!(f.get("landed_after_quiet").is_none());
         let st = f["stages"].as_object().unwrap();
         assert_eq!(st["pop_to_post"]["p99_us"].as_f64(), Some(3.0));
         assert!(st["push_to_quiet"].is_null() && !st.contains_key("push_to_pop"));

@@ -37,7 +37,7 @@ use crate::harness::{Benchmark, BuildInfo, Ctx, Measured, Needs, Point, RunFacts
 pub use args::QueueArgs;
 use measure::{measure, measure_floor, numa_cpus, unavailable, QueueConfig, QueueMeasurement};
 pub use record::summarize;
-use record::{fields, lat_us, QueueDetail, QueueFacts};
+use record::{lat_us, QueueDetail, QueueFacts};
 pub use shape::ProducerShape;
 
 /// Bytes of one command (two 64-bit words).
@@ -221,9 +221,9 @@ impl Benchmark for Queue {
             fabric: "none".into(),
             mem: "queue".into(),
             header,
-            extra: fields(&facts),
             ..RunFacts::default()
-        })
+        }
+        .detail(facts))
     }
 
     fn points(&self, _ctx: &Ctx) -> Result<Vec<QueueSpec>, BenchError> {
@@ -277,7 +277,7 @@ impl Benchmark for Queue {
         Ok(Measured {
             samples_ns: Vec::new(),
             errors,
-            extra: Default::default(),
+            detail: Default::default(),
         })
     }
 
@@ -303,9 +303,9 @@ impl Benchmark for Queue {
             lat_us: lat_us(&m.latency),
             bw_gbps: mops * 1e6 * COMMAND_BYTES as f64 * 8.0 / 1e9,
             msg_rate_mops: mops,
-            extra: fields(&detail),
             ..Point::default()
         }
+        .detail(detail)
     }
 
     fn summary(&self, records: &[Record]) -> Vec<String> {

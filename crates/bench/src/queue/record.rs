@@ -8,17 +8,8 @@ use std::collections::BTreeMap;
 use efabench_gpu::Shape;
 use efabench_record::{LatencySummary, Record};
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
 
 use super::measure::{LatencyNs, QueueMeasurement};
-
-/// A typed detail as the record's extra fields (until the harness takes typed details itself).
-pub(crate) fn fields<T: Serialize>(t: &T) -> Map<String, Value> {
-    match serde_json::to_value(t) {
-        Ok(Value::Object(m)) => m,
-        other => unreachable!("a record detail serialises to a JSON object, not {other:?}"),
-    }
-}
 
 /// The record's detail fields read back as `T`; `None` for a record of another shape.
 pub(crate) fn read<T: for<'de> Deserialize<'de>>(r: &Record) -> Option<T> {
@@ -233,13 +224,10 @@ pub fn summarize(records: &[Record]) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::harness::{Point, RunInfo};
+    use crate::harness::{Point, RunDetail, RunInfo};
     use efabench_gpu::queue::Errors;
 
     fn run(facts: &QueueFacts) -> RunInfo {
-        let mut extra = fields(facts);
-        // The harness adds these to every record.
-        extra.insert(efabench_record::GPU_SHARING.into(), Value::Null);
         RunInfo {
             bench: "queue".into(),
             world: 1,
@@ -254,7 +242,12 @@ mod tests {
             host: "h".into(),
             version: "0".into(),
             git: None,
-            extra,
+            detail: RunDetail {
+                own: facts.clone().into(),
+                // The harness sets it for every run.
+                gpu_sharing: Some(Vec::new()),
+                ..RunDetail::default()
+            },
         }
     }
 
@@ -298,14 +291,13 @@ mod tests {
             .unwrap()
             .resolve(132);
         let d = QueueDetail::new(ring, shape.into(), launched, c, mode, &m);
-        let mut extra = fields(&d);
-        extra.insert("wall_s".into(), Value::from(0.5));
         run(&facts).record(Point {
             variant: format!("{ring}/{mode}/{shape}/c{c}"),
             size_bytes: 16,
             lat_us: lat_us(&m.latency),
             msg_rate_mops: mops,
-            extra,
+            detail: d.into(),
+            wall_s: Some(0.5),
             ..Point::default()
         })
     }

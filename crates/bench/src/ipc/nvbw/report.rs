@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{Engine, NvbwSpec, Test};
 use crate::harness::{Measured, Point};
-use crate::queue::record::{fields, read};
+use crate::queue::record::read;
 use crate::stats::Samples;
 
 /// The record fields of one cell (rank 0; `all` indexed by rank). `link_gbps` is the NVLink
@@ -49,9 +49,9 @@ pub fn point(s: &NvbwSpec, all: &[Measured], samples: u64, link_gbps: Option<f64
             lat_us: lat,
             bw_gbps: 0.0,
             msg_rate_mops: if lat.p50 > 0.0 { 1.0 / lat.p50 } else { 0.0 },
-            extra: fields(&d),
             ..Point::default()
-        };
+        }
+        .detail(d);
     }
     let ts = s.test.transfers(s.row, s.col);
     let mut parts = Vec::new();
@@ -108,9 +108,9 @@ pub fn point(s: &NvbwSpec, all: &[Measured], samples: u64, link_gbps: Option<f64
         bw_gbps: total * 8.0,
         msg_rate_mops: if lat.p50 > 0.0 { 1.0 / lat.p50 } else { 0.0 },
         link_gbps: link,
-        extra: fields(&d),
         ..Point::default()
     }
+    .detail(d)
 }
 
 /// The record fields of one nvbandwidth cell, beyond the common ones. Latency cells carry
@@ -263,12 +263,12 @@ mod tests {
         let p = point(&s, &all, 3, Some(3600.0));
         let one = (1u64 << 30) as f64 * 16.0 / 64e6;
         let two = (1u64 << 30) as f64 * 16.0 / 80e6;
-        let b1 = p.extra["bw1_GBps"].as_f64().unwrap();
-        let b2 = p.extra["bw2_GBps"].as_f64().unwrap();
+        let b1 = p.fields()["bw1_GBps"].as_f64().unwrap();
+        let b2 = p.fields()["bw2_GBps"].as_f64().unwrap();
         assert!((b1 - one).abs() < 1e-6 * one, "{b1} {one}");
         assert!((b2 - two).abs() < 1e-6 * two, "{b2} {two}");
         assert!((p.bw_gbps - (one + two) * 8.0).abs() < 1e-6 * p.bw_gbps);
-        assert_eq!(p.extra["parts"], json!(["read1", "read2"]));
+        assert_eq!(p.fields()["parts"], json!(["read1", "read2"]));
         assert_eq!(p.link_gbps, Some(7200.0), "both directions of the link");
         assert_eq!(p.variant, "device_to_device_bidirectional_memcpy_read_ce");
         // Per-copy latency of the first side: 64 ms / 16.
@@ -280,10 +280,14 @@ mod tests {
         };
         let p = point(&u, &all, 3, Some(3600.0));
         assert!((p.bw_gbps - one * 8.0).abs() < 1e-6 * p.bw_gbps);
-        assert_eq!(p.extra["src"], json!(1), "read: data from the column GPU");
-        assert_eq!(p.extra["dst"], json!(0));
+        assert_eq!(
+            p.fields()["src"],
+            json!(1),
+            "read: data from the column GPU"
+        );
+        assert_eq!(p.fields()["dst"], json!(0));
         assert_eq!(p.link_gbps, Some(3600.0));
-        assert!(p.extra.get("bw1_GBps").is_none());
+        assert!(p.fields().get("bw1_GBps").is_none());
     }
 
     #[test]
@@ -337,11 +341,15 @@ mod tests {
             measured(&[150_000_000, 149_000_000, 170_000_000]),
         ];
         let p = point(&s, &all, 3, None);
-        let ns = p.extra["lat_ns"].as_f64().unwrap();
+        let ns = p.fields()["lat_ns"].as_f64().unwrap();
         assert!((ns - 750.0).abs() < 1e-6, "{ns}");
         assert_eq!(p.bw_gbps, 0.0);
-        assert_eq!(p.extra["src"], json!(0), "the list lives on the column GPU");
-        assert_eq!(p.extra["dst"], json!(1));
+        assert_eq!(
+            p.fields()["src"],
+            json!(0),
+            "the list lives on the column GPU"
+        );
+        assert_eq!(p.fields()["dst"], json!(1));
     }
 
     #[test]
