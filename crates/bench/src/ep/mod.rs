@@ -41,7 +41,6 @@ use efabench_gpu::proxy::{Command, RingMemory};
 use efabench_gpu::queue::RingKind;
 use efabench_gpu::{Gpu, MemKind};
 use efabench_record::Record;
-use serde::Serialize;
 
 use crate::error::BenchError;
 use crate::harness::{self, Benchmark, Ctx, Measured, Needs, Point, RunFacts, Strategy};
@@ -174,12 +173,6 @@ impl<'a> Ep<'a> {
             }
         })
     }
-}
-
-/// One rank's log as it travels to rank 0 (read back under `ep` in [`Ep::point`]).
-#[derive(Serialize)]
-struct Logged<'a> {
-    ep: &'a RankLog,
 }
 
 /// Opens the rails, registers the two buffers and connects every rank (the buffers stay ours
@@ -597,7 +590,7 @@ impl<'a> Benchmark for Ep<'a> {
             dest[p.dst as usize] += p.len as u64;
         }
         log.dest_bytes = dest;
-        Ok(measured.detail(&Logged { ep: &log }))
+        Ok(measured.detail(log))
     }
 
     /// One run of the loop, three records: dispatch, combine and the two together. The payload

@@ -5,7 +5,6 @@ use super::*;
 use serde::Deserialize;
 
 use super::metrics::Stages;
-use crate::harness::RankDetail;
 
 impl Ep<'_> {
     /// The record of `spec`'s part from every rank's logs.
@@ -217,13 +216,6 @@ impl Ep<'_> {
             }
         }
         out
-    }
-}
-
-/// A rank's log of a point as `measure` sends it (a copy: the rank keeps its own).
-impl From<&super::Logged<'_>> for RankDetail {
-    fn from(l: &super::Logged<'_>) -> RankDetail {
-        RankDetail::from(l.ep.clone())
     }
 }
 
