@@ -258,8 +258,8 @@ impl Ctx<'_> {
 
     /// `Err` once the job has failed anywhere (a peer died, a rank aborted): call it while
     /// waiting, about every millisecond.
-    pub fn health(&self) -> Result<(), String> {
-        self.bs.check().map_err(|e| e.to_string())
+    pub fn health(&self) -> Result<(), BenchError> {
+        Ok(self.bs.check()?)
     }
 }
 
@@ -404,7 +404,7 @@ fn run_connected<B: Benchmark>(
 
     let mut jsonl = match (&args.output, rank) {
         (Some(path), 0) => {
-            Some(JsonlWriter::open(path).map_err(|e| BenchError::usage(e.to_string()))?)
+            Some(JsonlWriter::open(path)?)
         }
         _ => None,
     };

@@ -60,7 +60,7 @@ pub struct Exchange<'a> {
     pub me: u32,
     pub world: u32,
     pub timeout: Duration,
-    pub health: &'a dyn Fn() -> Result<(), String>,
+    pub health: &'a dyn Fn() -> Result<(), BenchError>,
     /// Filled when a phase ends: per source, phase start to that source's completion (ns).
     pub arrival_ns: Vec<u64>,
 }
@@ -257,7 +257,7 @@ impl<'a> Exchange<'a> {
                 std::thread::yield_now();
             }
             if spins % 256 == 0 {
-                (self.health)().map_err(BenchError::failed)?;
+                (self.health)()?;
                 if last.elapsed() >= self.timeout {
                     let mut waiting = vec![arr.describe()];
                     if !posted {
