@@ -1,11 +1,12 @@
 //! What the integration tests share: real ranks over loopback started by hand
-//! (`--rank/--world/--rdzv`, the way a user runs efabench on two hosts without a launcher), their
-//! output, and their records checked against the schema.
+//! (`--rank/--world/--rdzv`, the way a user runs efabench on two hosts without a launcher) and
+//! their output. The submodules each do one job the tests would otherwise write again and
+//! again: reading records ([`records`]), checking a collective's records ([`collective`]),
+//! hitting a rank mid-run ([`failures`]) and simulated nodes ([`netns`]).
 // Each test file is its own crate and uses part of this module.
 #![allow(dead_code)]
 
 use std::net::TcpListener;
-use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_efabench");
@@ -29,6 +30,12 @@ pub use efabench_record::testing::TempDir;
 
 pub fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
+}
+
+/// The arguments of a command line written as one string, split at white space: the tests'
+/// command lines read as a user types them (none of their arguments holds a space).
+pub fn words(line: &str) -> Vec<&str> {
+    line.split_whitespace().collect()
 }
 
 /// Rank `r` of `world`, meeting at the rendezvous on `port`, with extra environment.
@@ -73,15 +80,6 @@ pub fn job_env(
         .collect()
 }
 
-/// Every record of a records file, each validated against the schema.
-pub fn records(path: &Path) -> Vec<efabench_report::Record> {
-    std::fs::read_to_string(path)
-        .expect("records file")
-        .lines()
-        .map(|l| efabench_report::validate_line(l).expect("record validates against the schema"))
-        .collect()
-}
-
 /// Fails the test unless every rank exited 0, with their output.
 pub fn all_ok(outs: &[Output], what: &str) {
     for (r, o) in outs.iter().enumerate() {
@@ -94,7 +92,11 @@ pub fn all_ok(outs: &[Output], what: &str) {
         );
     }
 }
+pub mod collective;
+pub mod failures;
 pub mod netns;
+pub mod records;
+pub use records::*;
 
 #[path = "../../../bench/src/golden.rs"]
 #[allow(dead_code)]
