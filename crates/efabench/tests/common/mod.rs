@@ -38,6 +38,16 @@ pub fn words(line: &str) -> Vec<&str> {
     line.split_whitespace().collect()
 }
 
+/// `efabench ARGS` run to the end, for the commands that start no ranks (`plot`, `compare`, ...).
+pub fn run(args: &[&str]) -> Output {
+    Command::new(BIN).args(args).output().expect("run efabench")
+}
+
+/// Fails the test unless `o` exited with `code`, showing its stderr.
+pub fn assert_exit(o: &Output, code: i32) {
+    assert_eq!(o.status.code(), Some(code), "{}", text(&o.stderr));
+}
+
 /// Rank `r` of `world`, meeting at the rendezvous on `port`, with extra environment.
 pub fn rank(r: u32, world: u32, port: u16, args: &[&str], env: &[(&str, &str)]) -> Child {
     let mut c = Command::new(BIN);
