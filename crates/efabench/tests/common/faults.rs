@@ -45,25 +45,7 @@ pub fn tempdir(name: &str) -> crate::common::TempDir {
 pub fn efabench(args: &[&str]) -> Command {
     let mut c = Command::new(BIN);
     c.args(args);
-    for (k, _) in std::env::vars() {
-        let launcher_var = k.starts_with("EFABENCH_")
-            || k.starts_with("SLURM_")
-            || k.starts_with("OMPI_")
-            || k.starts_with("PMI_")
-            || k.starts_with("PMIX_")
-            || [
-                "RANK",
-                "WORLD_SIZE",
-                "LOCAL_RANK",
-                "MASTER_ADDR",
-                "MASTER_PORT",
-                "TORCHELASTIC_RUN_ID",
-            ]
-            .contains(&k.as_str());
-        if launcher_var {
-            c.env_remove(&k);
-        }
-    }
+    crate::common::without_launcher_env(&mut c);
     c
 }
 

@@ -38,6 +38,33 @@ pub fn words(line: &str) -> Vec<&str> {
     line.split_whitespace().collect()
 }
 
+/// Removes from `c`'s environment every variable through which a launcher around this test
+/// (Slurm, mpirun, torchrun, `efabench launch`, or a job token) would tell a rank who it is, so
+/// that the job the test starts is only what the test gives it. bootstrap's tests keep a copy
+/// of their own: test crates cannot share helpers, and no library function lists these names.
+pub fn without_launcher_env(c: &mut Command) -> &mut Command {
+    for (k, _) in std::env::vars() {
+        let launcher_var = k.starts_with("EFABENCH_")
+            || k.starts_with("SLURM_")
+            || k.starts_with("OMPI_")
+            || k.starts_with("PMI_")
+            || k.starts_with("PMIX_")
+            || [
+                "RANK",
+                "WORLD_SIZE",
+                "LOCAL_RANK",
+                "MASTER_ADDR",
+                "MASTER_PORT",
+                "TORCHELASTIC_RUN_ID",
+            ]
+            .contains(&k.as_str());
+        if launcher_var {
+            c.env_remove(&k);
+        }
+    }
+    c
+}
+
 /// `efabench ARGS` run to the end, for the commands that start no ranks (`plot`, `compare`, ...).
 pub fn run(args: &[&str]) -> Output {
     Command::new(BIN).args(args).output().expect("run efabench")
