@@ -6,12 +6,13 @@
 //!
 //! Sizes and iteration counts are small: this file runs on a 2-core CI host with up to 8 ranks.
 
-use std::process::{Child, Command};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 
 mod common;
+use common::collective::*;
+use common::failures::*;
 use common::*;
 
 /// The CPUs this test may run on.
@@ -24,37 +25,15 @@ fn alltoall(provider: &str, world: u32, op: &str, extra: &[&str]) {
 }
 
 fn alltoall_to(provider: &str, world: u32, op: &str, extra: &[&str], max: &str, sizes: usize) {
-    let dir = tmp(&format!("{provider}-{world}-{op}"));
-    let out = dir.join("r.jsonl");
-    let mut args = vec![
-        "alltoall",
-        "-p",
-        provider,
-        "--op",
-        op,
-        "-b",
-        "1K",
-        "-e",
-        max,
-        "-f",
-        "8",
-        "-n",
-        "6",
-        "-w",
-        "2",
-        "--timeout",
-        "60",
-        "--matrix",
-        "-o",
-        out.to_str().unwrap(),
-    ];
+    let line = format!(
+        "alltoall -p {provider} --op {op} -b 1K -e {max} -f 8 -n 6 -w 2 --timeout 60 --matrix"
+    );
+    let mut args = words(&line);
     args.extend_from_slice(extra);
-    let outs = job(world, &args);
+    let run = recorded(&format!("{provider}-{world}-{op}"), world, &args);
     let what = format!("alltoall {provider} n={world} {op} {extra:?}");
-    all_ok(&outs, &what);
-    let recs = records(&out);
+    let recs = run.passed(&what);
     assert_eq!(recs.len(), sizes, "{what}: 1K, 8K, 64K, ...");
-    let n = world as f64;
     for r in &recs {
         assert_eq!(r.bench, "alltoall");
         assert_eq!(r.world, world);
@@ -87,21 +66,9 @@ fn alltoall_to(provider: &str, world: u32, op: &str, extra: &[&str], max: &str, 
             "{what}: size = n chunks"
         );
         assert!(r.bw_gbps > 0.0, "{what}");
-        let busbw = r.busbw_gbps.expect("busbw");
-        assert!(
-            (busbw - r.bw_gbps * (n - 1.0) / n).abs() <= 1e-9 * r.bw_gbps.max(1.0),
-            "{what}: busbw {busbw} != bw {} x (n-1)/n",
-            r.bw_gbps
-        );
-        let ranks = r.extra["rank_lat_us"].as_array().unwrap();
-        assert_eq!(ranks.len(), world as usize, "{what}: every rank's time");
+        assert_busbw(r, world, &what);
         // The record's time is the slowest rank's mean.
-        let slowest = r.extra["slowest_rank"].as_u64().unwrap() as usize;
-        let worst = ranks
-            .iter()
-            .map(|x| x["mean"].as_f64().unwrap())
-            .fold(0.0, f64::max);
-        assert!((ranks[slowest]["mean"].as_f64().unwrap() - worst).abs() < 1e-9);
+        let worst = slowest_mean(r, world, &what);
         assert!(
             (r.lat_us.mean - worst).abs() <= 1e-6 * worst.max(1.0),
             "{what}"
@@ -109,24 +76,16 @@ fn alltoall_to(provider: &str, world: u32, op: &str, extra: &[&str], max: &str, 
         let m = r.extra["matrix_gbps"].as_array().unwrap();
         assert_eq!(m.len(), world as usize);
         // Every rank's per-rail bytes sum to what it sent to peers (n-1 chunks per iteration).
-        let bytes: u64 = r.extra["per_rail"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|x| x["bytes"].as_u64().unwrap())
-            .sum();
         assert_eq!(
-            bytes,
+            per_rail_bytes(r),
             r.iters * chunk * (world as u64 - 1) * world as u64,
             "{what}: per_rail bytes"
         );
     }
-    assert_golden_keys("alltoall", &record_keys(&out));
-    let table = text(&outs[0].stdout);
+    assert_golden_keys("alltoall", &record_keys(&run.out));
+    let table = run.stdout(0);
     assert!(table.contains("busbw"), "{table}");
-    let err = text(&outs[0].stderr);
-    assert!(err.contains("slowest rank per size"), "{err}");
-    assert!(err.contains("row = source"), "--matrix: {err}");
+    assert_slowest_and_matrix_said(&run.stderr(0));
 }
 
 #[test]
@@ -196,146 +155,23 @@ fn alltoall_tcp_2_3_4_8_ranks() {
     ignore = "needs the fault hooks: cargo test --features test-hooks"
 )]
 fn a_corrupted_chunk_is_caught() {
-    let dir = tmp("corrupt");
-    let out = dir.join("r.jsonl");
-    let outs = job_env(
-        3,
-        &[
-            "alltoall",
-            "-p",
-            "shm",
-            "-b",
-            "4K",
-            "-e",
-            "4K",
-            "-n",
-            "4",
-            "-w",
-            "1",
-            "-o",
-            out.to_str().unwrap(),
-        ],
-        &[],
-        &[("EFABENCH_TEST_CORRUPT_PAYLOAD", "1")],
-    );
-    assert_eq!(outs[0].status.code(), Some(1), "{}", text(&outs[0].stderr));
-    let recs = records(&out);
-    assert_eq!(recs[0].errors, 1, "exactly the corrupted word");
-    assert!(text(&outs[0].stderr).contains("failed verification"));
+    let args = words("alltoall -p shm -b 4K -e 4K -n 4 -w 1");
+    let run = corrupted("corrupt", 3, &args, "EFABENCH_TEST_CORRUPT_PAYLOAD");
+    assert_eq!(run.records()[0].errors, 1, "exactly the corrupted word");
 }
 
 #[test]
 fn a_killed_rank_fails_the_job_fast_and_is_named() {
-    let port = free_port();
-    let args = [
-        "alltoall",
-        "-p",
-        "tcp",
-        "-b",
-        "4K",
-        "-e",
-        "4K",
-        "-n",
-        "10000000",
-        "--max-time",
-        "600",
-        "-w",
-        "1",
-        "--timeout",
-        "5",
-    ];
-    let mut kids: Vec<Child> = (0..4).map(|r| rank(r, 4, port, &args, &[])).collect();
-    std::thread::sleep(Duration::from_secs(3));
-    kids[2].kill().unwrap();
-    let _ = kids[2].wait();
-    let t0 = Instant::now();
-    for (r, k) in kids.iter_mut().enumerate() {
-        if r == 2 {
-            continue;
-        }
-        loop {
-            if k.try_wait().unwrap().is_some() {
-                break;
-            }
-            if t0.elapsed() > Duration::from_secs(25) {
-                let _ = k.kill();
-                panic!("rank {r} still running 25 s after rank 2 was killed");
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-    for (r, k) in kids.into_iter().enumerate() {
-        if r == 2 {
-            continue;
-        }
-        let o = k.wait_with_output().unwrap();
-        assert!(!o.status.success(), "rank {r}");
-        let err = text(&o.stderr);
-        assert!(
-            err.contains("rank 2"),
-            "rank {r} must name the dead rank: {err}"
-        );
-    }
+    let args = words("alltoall -p tcp -b 4K -e 4K -n 10000000 --max-time 600 -w 1 --timeout 5");
+    let hit = Hit::kill(2, Duration::from_secs(3), Duration::from_secs(25));
+    the_others_name_the_hit_rank(4, &args, hit);
 }
 
 #[test]
 fn a_frozen_rank_fails_the_job_within_the_timeout_and_is_named() {
-    let port = free_port();
-    let args = [
-        "alltoall",
-        "-p",
-        "shm",
-        "-b",
-        "4K",
-        "-e",
-        "4K",
-        "-n",
-        "10000000",
-        "--max-time",
-        "600",
-        "-w",
-        "1",
-        "--timeout",
-        "4",
-    ];
-    let mut kids: Vec<Child> = (0..3).map(|r| rank(r, 3, port, &args, &[])).collect();
-    std::thread::sleep(Duration::from_secs(3));
-    let pid = kids[1].id().to_string();
-    assert!(Command::new("kill")
-        .args(["-STOP", &pid])
-        .status()
-        .unwrap()
-        .success());
-    let t0 = Instant::now();
-    let mut outs = Vec::new();
-    for r in [0usize, 2] {
-        loop {
-            if kids[r].try_wait().unwrap().is_some() {
-                break;
-            }
-            if t0.elapsed() > Duration::from_secs(25) {
-                let _ = kids[r].kill();
-                panic!("rank {r} still running 25 s after rank 1 froze");
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-    let _ = kids[1].kill();
-    let _ = Command::new("kill").args(["-CONT", &pid]).status();
-    for (r, k) in kids.into_iter().enumerate() {
-        let o = k.wait_with_output().unwrap();
-        if r != 1 {
-            outs.push((r, o));
-        }
-    }
-    for (r, o) in outs {
-        assert!(!o.status.success(), "rank {r}");
-        let err = text(&o.stderr);
-        assert!(
-            err.contains("rank 1"),
-            "rank {r} must name the frozen rank: {err}"
-        );
-    }
+    let args = words("alltoall -p shm -b 4K -e 4K -n 10000000 --max-time 600 -w 1 --timeout 4");
+    let hit = Hit::stop(1, Duration::from_secs(3), Duration::from_secs(25));
+    the_others_name_the_hit_rank(3, &args, hit);
 }
 
 #[test]
@@ -373,37 +209,14 @@ fn a_signal_where_it_could_overtake_its_data_is_refused_with_exit_2() {
     ignore = "needs the fault hooks: cargo test --features test-hooks"
 )]
 fn pairs_names_the_slowed_rank_and_gates_on_min_bw() {
-    let dir = tmp("pairs");
-    let out = dir.join("r.jsonl");
-    let outs = job_env(
-        4,
-        &[
-            "pairs",
-            "-p",
-            "tcp",
-            "-b",
-            "64K",
-            "-e",
-            "64K",
-            "-n",
-            "5",
-            "-w",
-            "1",
-            "--window",
-            "8",
-            "--min-bw",
-            "1000000",
-            "--timeout",
-            "60",
-            "-o",
-            out.to_str().unwrap(),
-        ],
-        &[
-            ("EFABENCH_TEST_SLOW_RANK", "2"),
-            ("EFABENCH_TEST_SLOW_US", "30000"),
-        ],
-        &[],
-    );
+    let args =
+        words("pairs -p tcp -b 64K -e 64K -n 5 -w 1 --window 8 --min-bw 1000000 --timeout 60");
+    let slow = [
+        ("EFABENCH_TEST_SLOW_RANK", "2"),
+        ("EFABENCH_TEST_SLOW_US", "30000"),
+    ];
+    let run = recorded_env("pairs", 4, &args, &slow, &[]);
+    let outs = &run.outs;
     let err = text(&outs[0].stderr);
     assert_eq!(
         outs[0].status.code(),
@@ -431,7 +244,7 @@ fn pairs_names_the_slowed_rank_and_gates_on_min_bw() {
         assert!(!suspect.contains(healthy), "{healthy}named: {suspect}");
     }
     assert!(err.contains("# outlier at 65536 B: 2 -> "), "{err}");
-    let recs = records(&out);
+    let recs = run.records();
     assert_eq!(recs.len(), 12, "every ordered pair of 4 ranks");
     let mut pairs: Vec<(u64, u32)> = recs
         .iter()
@@ -448,72 +261,28 @@ fn pairs_names_the_slowed_rank_and_gates_on_min_bw() {
 
 #[test]
 fn pairs_one_at_a_time_covers_every_pair() {
-    let dir = tmp("pairs1");
-    let out = dir.join("r.jsonl");
-    let outs = job(
-        3,
-        &[
-            "pairs",
-            "-p",
-            "shm",
-            "-b",
-            "4K",
-            "-e",
-            "4K",
-            "-n",
-            "3",
-            "-w",
-            "1",
-            "--one-at-a-time",
-            "--min-bw",
-            "0",
-            "-o",
-            out.to_str().unwrap(),
-        ],
-    );
-    all_ok(&outs, "pairs --one-at-a-time");
-    let recs = records(&out);
+    let args = words("pairs -p shm -b 4K -e 4K -n 3 -w 1 --one-at-a-time --min-bw 0");
+    let run = recorded("pairs1", 3, &args);
+    let recs = run.passed("pairs --one-at-a-time");
     assert_eq!(recs.len(), 6);
     assert!(recs.iter().all(|r| r.extra["round"].is_null()));
-    assert!(text(&outs[0].stderr).contains("every pair passed"));
+    assert!(run.stderr(0).contains("every pair passed"));
 }
 
 #[test]
 fn alltoall_on_huge_pages() {
     let thp =
         std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").unwrap_or_default();
-    let dir = tmp("shm-huge");
-    let out = dir.join("r.jsonl");
-    let args = [
-        "alltoall",
-        "-p",
-        "shm",
-        "--mem",
-        "huge",
-        "-b",
-        "64K",
-        "-e",
-        "1M",
-        "-f",
-        "16",
-        "-n",
-        "6",
-        "-w",
-        "2",
-        "--timeout",
-        "60",
-        "-o",
-        out.to_str().unwrap(),
-    ];
-    let outs = job(3, &args);
+    let args = words("alltoall -p shm --mem huge -b 64K -e 1M -f 16 -n 6 -w 2 --timeout 60");
+    let run = recorded("shm-huge", 3, &args);
+    let outs = &run.outs;
     if thp.contains("[never]") {
         // Refused up front, with the way out.
         assert!(outs.iter().any(|o| o.status.code() == Some(2)));
         assert!(text(&outs[0].stderr).contains("echo madvise"));
         return;
     }
-    all_ok(&outs, "alltoall --mem huge");
-    let recs = records(&out);
+    let recs = run.passed("alltoall --mem huge");
     assert_eq!(recs.len(), 2, "64K and 1M");
     for r in &recs {
         assert_eq!(r.mem, "huge");

@@ -6,10 +6,11 @@
 //! `--window` reach the records and the header. Every run's
 //! records carry exactly the keys of `tests/golden/alltoallv.keys`.
 
-use std::process::Child;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 mod common;
+use common::collective::*;
+use common::failures::*;
 use common::*;
 
 /// Runs `alltoallv` on `world` ranks and checks every record; returns the records' matrices.
@@ -20,37 +21,19 @@ fn alltoallv(
     sizes: (&str, &str),
     expect: usize,
 ) -> Vec<Vec<Vec<u64>>> {
-    let dir = tmp(&format!(
+    let name = format!(
         "v-{provider}-{world}-{}",
         counts.replace([':', ',', '/'], "_")
-    ));
-    let out = dir.join("r.jsonl");
-    let args = [
-        "alltoallv",
-        "-p",
-        provider,
-        "--counts",
-        counts,
-        "-b",
-        sizes.0,
-        "-e",
-        sizes.1,
-        "-f",
-        "4",
-        "-n",
-        "5",
-        "-w",
-        "2",
-        "--timeout",
-        "60",
-        "--matrix",
-        "-o",
-        out.to_str().unwrap(),
-    ];
-    let outs = job(world, &args);
+    );
+    let (b, e) = sizes;
+    let line =
+        format!("alltoallv -p {provider} -b {b} -e {e} -f 4 -n 5 -w 2 --timeout 60 --matrix");
+    let mut args = words(&line);
+    // A matrix file's path is one argument, whatever it holds.
+    args.extend(["--counts", counts]);
+    let run = recorded(&name, world, &args);
     let what = format!("alltoallv {provider} n={world} --counts {counts}");
-    all_ok(&outs, &what);
-    let recs = records(&out);
+    let recs = run.passed(&what);
     assert_eq!(recs.len(), expect, "{what}: points");
     let n = world as usize;
     let mut matrices = Vec::new();
@@ -78,20 +61,8 @@ fn alltoallv(
             "{what}: bw {} vs {bw}",
             r.bw_gbps
         );
-        let busbw = r.busbw_gbps.expect("busbw");
-        let nf = n as f64;
-        assert!((busbw - r.bw_gbps * (nf - 1.0) / nf).abs() <= 1e-9 * r.bw_gbps.max(1.0));
-        let ranks = r.extra["rank_lat_us"].as_array().unwrap();
-        assert_eq!(ranks.len(), n);
-        let slowest = r.extra["slowest_rank"].as_u64().unwrap() as usize;
-        let worst = ranks
-            .iter()
-            .map(|x| x["mean"].as_f64().unwrap())
-            .fold(0.0, f64::max);
-        assert!(
-            (ranks[slowest]["mean"].as_f64().unwrap() - worst).abs() < 1e-9,
-            "{what}"
-        );
+        assert_busbw(r, world, &what);
+        slowest_mean(r, world, &what);
         let bind = r.extra["bind"].as_str().unwrap();
         assert!(bind == "core" || bind == "none", "{what}: {bind}");
         let window = r.extra["window"].as_u64().unwrap();
@@ -113,24 +84,21 @@ fn alltoallv(
             .filter(|(s, d)| s != d)
             .map(|(s, d)| m[s][d])
             .sum();
-        let bytes: u64 = r.extra["per_rail"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|x| x["bytes"].as_u64().unwrap())
-            .sum();
-        assert_eq!(bytes, r.iters * off_diagonal, "{what}: per_rail bytes");
+        assert_eq!(
+            per_rail_bytes(r),
+            r.iters * off_diagonal,
+            "{what}: per_rail bytes"
+        );
         matrices.push(m);
     }
-    assert_golden_keys("alltoallv", &record_keys(&out));
-    let table = text(&outs[0].stdout);
+    assert_golden_keys("alltoallv", &record_keys(&run.out));
+    let table = run.stdout(0);
     assert!(
         table.contains("# bw: algbw = the busiest rank's bytes"),
         "{table}"
     );
-    let err = text(&outs[0].stderr);
-    assert!(err.contains("slowest rank per size"), "{err}");
-    assert!(err.contains("row = source"), "--matrix: {err}");
+    let err = run.stderr(0);
+    assert_slowest_and_matrix_said(&err);
     assert!(err.contains("receive imbalance"), "{err}");
     matrices
 }
@@ -181,41 +149,17 @@ fn alltoallv_tcp_every_generator_and_a_matrix_file() {
 #[test]
 fn bind_window_and_notify_are_in_the_records() {
     for bind in ["core", "none"] {
-        let dir = tmp(&format!("v-bind-{bind}"));
-        let out = dir.join("r.jsonl");
-        let args = [
-            "alltoallv",
-            "-p",
-            "shm",
-            "--counts",
-            "zipf:1.0",
-            "-b",
-            "4K",
-            "-e",
-            "4K",
-            "-n",
-            "5",
-            "-w",
-            "2",
-            "--timeout",
-            "60",
-            "--bind",
-            bind,
-            "--window",
-            "1",
-            "--notify",
-            if bind == "core" { "signal" } else { "data" },
-            "-o",
-            out.to_str().unwrap(),
-        ];
-        let outs = job(3, &args);
-        all_ok(&outs, &format!("alltoallv --bind {bind}"));
-        let recs = records(&out);
+        let notify = if bind == "core" { "signal" } else { "data" };
+        let line = format!(
+            "alltoallv -p shm --counts zipf:1.0 -b 4K -e 4K -n 5 -w 2 --timeout 60 \
+             --bind {bind} --window 1 --notify {notify}"
+        );
+        let run = recorded(&format!("v-bind-{bind}"), 3, &words(&line));
+        let recs = run.passed(&format!("alltoallv --bind {bind}"));
         assert_eq!(recs.len(), 1);
         assert_eq!(recs[0].extra["bind"].as_str(), Some(bind));
         assert_eq!(recs[0].extra["window"].as_u64(), Some(1), "--window 1");
         // zipf:1.0 at 4 KiB has empty chunks (announced by a signal either way) and others.
-        let notify = if bind == "core" { "signal" } else { "data" };
         assert_eq!(recs[0].extra["notify"].as_str(), Some(notify));
         assert!(
             recs[0].verified && recs[0].errors == 0,
@@ -223,7 +167,7 @@ fn bind_window_and_notify_are_in_the_records() {
             recs[0].describe()
         );
         if bind == "core" {
-            let table = text(&outs[0].stdout);
+            let table = run.stdout(0);
             // 3 ranks on this host: a core each, or shared where the host has fewer cores.
             let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
             let on = if cores >= 3 {
@@ -243,87 +187,18 @@ fn bind_window_and_notify_are_in_the_records() {
     ignore = "needs the fault hooks: cargo test --features test-hooks"
 )]
 fn a_corrupted_chunk_is_caught() {
-    let dir = tmp("v-corrupt");
-    let out = dir.join("r.jsonl");
-    let outs = job_env(
-        3,
-        &[
-            "alltoallv",
-            "-p",
-            "shm",
-            "--counts",
-            "zipf:1.0",
-            "-b",
-            "4K",
-            "-e",
-            "4K",
-            "-n",
-            "4",
-            "-w",
-            "1",
-            "-o",
-            out.to_str().unwrap(),
-        ],
-        &[],
-        &[("EFABENCH_TEST_CORRUPT_PAYLOAD", "1")],
-    );
-    assert_eq!(outs[0].status.code(), Some(1), "{}", text(&outs[0].stderr));
-    let recs = records(&out);
-    assert_eq!(recs[0].errors, 1, "exactly the corrupted word");
-    assert!(text(&outs[0].stderr).contains("failed verification"));
+    let args = words("alltoallv -p shm --counts zipf:1.0 -b 4K -e 4K -n 4 -w 1");
+    let run = corrupted("v-corrupt", 3, &args, "EFABENCH_TEST_CORRUPT_PAYLOAD");
+    assert_eq!(run.records()[0].errors, 1, "exactly the corrupted word");
 }
 
 #[test]
 fn a_killed_rank_fails_the_job_fast_and_is_named() {
-    let port = free_port();
-    let args = [
-        "alltoallv",
-        "-p",
-        "tcp",
-        "--counts",
-        "zipf:1.0",
-        "-b",
-        "4K",
-        "-e",
-        "4K",
-        "-n",
-        "10000000",
-        "--max-time",
-        "600",
-        "-w",
-        "1",
-        "--timeout",
-        "5",
-    ];
-    let mut kids: Vec<Child> = (0..4).map(|r| rank(r, 4, port, &args, &[])).collect();
-    std::thread::sleep(Duration::from_secs(3));
-    kids[2].kill().unwrap();
-    let _ = kids[2].wait();
-    let t0 = Instant::now();
-    for (r, k) in kids.iter_mut().enumerate() {
-        if r == 2 {
-            continue;
-        }
-        while k.try_wait().unwrap().is_none() {
-            if t0.elapsed() > Duration::from_secs(25) {
-                let _ = k.kill();
-                panic!("rank {r} still running 25 s after rank 2 was killed");
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-    for (r, k) in kids.into_iter().enumerate() {
-        if r == 2 {
-            continue;
-        }
-        let o = k.wait_with_output().unwrap();
-        assert!(!o.status.success(), "rank {r}");
-        let err = text(&o.stderr);
-        assert!(
-            err.contains("rank 2"),
-            "rank {r} must name the dead rank: {err}"
-        );
-    }
+    let args = words(
+        "alltoallv -p tcp --counts zipf:1.0 -b 4K -e 4K -n 10000000 --max-time 600 -w 1 --timeout 5",
+    );
+    let hit = Hit::kill(2, Duration::from_secs(3), Duration::from_secs(25));
+    the_others_name_the_hit_rank(4, &args, hit);
 }
 
 #[test]
@@ -346,6 +221,7 @@ fn bad_counts_exit_2_with_a_fix() {
         (missing.as_str(), ("1K", "1K"), "traffic matrix file"),
         (small.as_str(), ("1K", "1K"), "smaller than the 3 ranks"),
     ] {
+        let (b, e) = sizes;
         let outs = job(
             3,
             &[
@@ -355,9 +231,9 @@ fn bad_counts_exit_2_with_a_fix() {
                 "--counts",
                 counts,
                 "-b",
-                sizes.0,
+                b,
                 "-e",
-                sizes.1,
+                e,
             ],
         );
         assert!(outs.iter().all(|o| !o.status.success()), "{counts}");

@@ -10,7 +10,7 @@ mod common;
 mod exposition_check;
 
 use common::netns::Cluster;
-use common::{text, tmp, BIN};
+use common::{json_file, text, tmp, words, BIN};
 use serde_json::Value;
 use std::process::Command;
 
@@ -35,9 +35,12 @@ pub const QUICK: &[&str] = &[
     "20",
 ];
 
-fn summary(path: &std::path::Path) -> Value {
-    let t = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    serde_json::from_str(&t).unwrap_or_else(|e| panic!("{e}: {t}"))
+/// `efabench launch -n N -- cluster ARGS`, `args` written as a command line.
+fn launched(n: u32, args: &str) -> Command {
+    let mut c = Command::new(BIN);
+    c.args(["launch", "-n", &n.to_string(), "--", "cluster"])
+        .args(words(args));
+    c
 }
 
 fn stage<'a>(s: &'a Value, name: &str) -> &'a Value {
@@ -47,6 +50,16 @@ fn stage<'a>(s: &'a Value, name: &str) -> &'a Value {
         .iter()
         .find(|x| x["name"] == name)
         .unwrap_or_else(|| panic!("no stage {name} in {s}"))
+}
+
+/// Checks that node3's verdict is `want` and every other node's PASS; node3's entry.
+fn node3_alone<'a>(s: &'a Value, want: &str) -> &'a Value {
+    let nodes = s["nodes"].as_array().unwrap();
+    for n in nodes {
+        let want = if n["host"] == "node3" { want } else { "PASS" };
+        assert_eq!(n["verdict"], want, "{n}");
+    }
+    nodes.iter().find(|n| n["host"] == "node3").unwrap()
 }
 
 #[test]
@@ -68,17 +81,7 @@ fn a_summary_that_cannot_be_written_is_refused_before_anything_runs() {
         assert!(!d.join("r.jsonl").exists(), "nothing may run: {err}");
     }
     // In a job, rank 0's refusal is every rank's: nothing runs, every rank exits 2 at once.
-    let o = Command::new(BIN)
-        .args([
-            "launch",
-            "-n",
-            "2",
-            "--",
-            "cluster",
-            "-p",
-            "tcp",
-            "--summary",
-        ])
+    let o = launched(2, "-p tcp --summary")
         .arg(d.join("missing/summary.json"))
         .args(["-o"])
         .arg(d.join("r.jsonl"))
@@ -110,9 +113,7 @@ fn a_summary_that_cannot_be_written_is_refused_before_anything_runs() {
     assert!(err.contains("--pairs-size '0'"), "{err}");
     assert!(!err.contains("--min-bytes"), "{err}");
     // What depends on the job's size is refused by every rank as soon as the size is known.
-    let o = Command::new(BIN)
-        .args(["launch", "-n", "3", "--", "cluster", "-p", "tcp"])
-        .args(["--alltoall-size", "32", "-o"])
+    let o = launched(3, "-p tcp --alltoall-size 32 -o")
         .arg(d.join("r.jsonl"))
         .output()
         .unwrap();
@@ -129,10 +130,8 @@ fn a_summary_that_cannot_be_written_is_refused_before_anything_runs() {
 /// `-v` prints the stages' own tables too: the pairs table with a row per ordered pair.
 #[test]
 fn verbose_adds_the_stage_tables() {
-    let o = Command::new(BIN)
-        .args(["launch", "-n", "3", "--", "cluster"])
+    let o = launched(3, "--skip checks,alltoall -v")
         .args(QUICK)
-        .args(["--skip", "checks,alltoall", "-v"])
         .output()
         .unwrap();
     let (out, err) = (text(&o.stdout), text(&o.stderr));
@@ -150,8 +149,7 @@ fn verbose_adds_the_stage_tables() {
 fn launch_runs_every_stage_and_writes_summary_records_and_prometheus() {
     let d = tmp("cluster-launch");
     let (sum, prom, rec) = (d.join("s.json"), d.join("c.prom"), d.join("r.jsonl"));
-    let o = Command::new(BIN)
-        .args(["launch", "-n", "3", "--", "cluster"])
+    let o = launched(3, "")
         .args(QUICK)
         .arg("--summary")
         .arg(&sum)
@@ -173,7 +171,7 @@ fn launch_runs_every_stage_and_writes_summary_records_and_prometheus() {
     // The verdict table is the output: no row per pair, no stage table (the records have them).
     assert!(!out.contains("# efabench pairs"), "{out}");
     assert!(!out.contains("size(B)"), "{out}");
-    let s = summary(&sum);
+    let s = json_file(&sum);
     assert_eq!(s["schema"], "efabench-cluster/1");
     assert_eq!(s["world"], 3);
     assert_eq!(s["complete"], true);
@@ -216,19 +214,7 @@ fn a_check_failing_on_every_node_fails_the_cluster_with_exit_3() {
     let root = d.join("root");
     std::fs::create_dir_all(&root).unwrap();
     let (sum, prom) = (d.join("s.json"), d.join("c.prom"));
-    let o = Command::new(BIN)
-        .args([
-            "launch",
-            "-n",
-            "2",
-            "--",
-            "cluster",
-            "-p",
-            "tcp",
-            "--interval",
-            "0",
-        ])
-        .args(["--skip", "pairs,alltoall", "--root"])
+    let o = launched(2, "-p tcp --interval 0 --skip pairs,alltoall --root")
         .arg(&root)
         .arg("--summary")
         .arg(&sum)
@@ -251,7 +237,7 @@ fn a_check_failing_on_every_node_fails_the_cluster_with_exit_3() {
         out.contains("# verdict: no node to isolate (1 PASS, 0 WARN); exit 3"),
         "{out}"
     );
-    let s = summary(&sum);
+    let s = json_file(&sum);
     assert_eq!(s["verdict"], "FAIL", "{s}");
     assert_eq!(s["exit_code"], 3, "{s}");
     assert_eq!(s["cluster_verdict"], "FAIL", "{s}");
@@ -273,25 +259,8 @@ fn a_check_failing_on_every_node_fails_the_cluster_with_exit_3() {
     assert_eq!(get("efabench_cluster_exit_code"), Some(3.0), "{p}");
     assert_eq!(get("efabench_cluster_verdict"), Some(1.0), "{p}");
     // Left out by name, the same check fails nothing.
-    let o = Command::new(BIN)
-        .args([
-            "launch",
-            "-n",
-            "2",
-            "--",
-            "cluster",
-            "-p",
-            "tcp",
-            "--interval",
-            "0",
-        ])
-        .args([
-            "--skip",
-            "pairs,alltoall",
-            "--ignore-check",
-            "efa-devices,memlock",
-            "--root",
-        ])
+    let skip = "--skip pairs,alltoall --ignore-check efa-devices,memlock";
+    let o = launched(2, &format!("-p tcp --interval 0 {skip} --root"))
         .arg(&root)
         .output()
         .unwrap();
@@ -323,7 +292,7 @@ fn a_node_that_dies_during_pairs_is_named_and_the_earlier_stages_are_kept() {
     });
     let (out, err) = (text(&outs[0].stdout), text(&outs[0].stderr));
     assert_eq!(outs[0].status.code(), Some(1), "{out}\n{err}");
-    let s = summary(&sum);
+    let s = json_file(&sum);
     assert_eq!(stage(&s, "checks")["status"], "ok", "{s}");
     assert_eq!(stage(&s, "consistency")["status"], "ok", "{s}");
     assert_eq!(stage(&s, "pairs")["status"], "failed", "{s}");
@@ -331,18 +300,12 @@ fn a_node_that_dies_during_pairs_is_named_and_the_earlier_stages_are_kept() {
     let nodes = s["nodes"].as_array().unwrap();
     assert_eq!(nodes.len(), 4, "{s}");
     for n in nodes {
-        let want = if n["host"] == "node3" {
-            "ISOLATE"
-        } else {
-            "PASS"
-        };
-        assert_eq!(n["verdict"], want, "{n}");
         assert!(
             !n["checks"].as_array().unwrap().is_empty(),
             "checks kept: {n}"
         );
     }
-    let n3 = nodes.iter().find(|n| n["host"] == "node3").unwrap();
+    let n3 = node3_alone(&s, "ISOLATE");
     assert_eq!(n3["reasons"][0]["stage"], "pairs", "{n3}");
     assert!(out.contains("# verdict: ISOLATE node3"), "{out}");
 }
@@ -371,14 +334,9 @@ fn a_node_with_another_nccl_than_the_majority_is_warned_about() {
     });
     let (out, err) = (text(&outs[0].stdout), text(&outs[0].stderr));
     assert_eq!(outs[0].status.code(), Some(0), "{out}\n{err}");
-    let s = summary(&sum);
+    let s = json_file(&sum);
     assert_eq!(stage(&s, "pairs")["status"], "skipped", "{s}");
-    let nodes = s["nodes"].as_array().unwrap();
-    for n in nodes {
-        let want = if n["host"] == "node3" { "WARN" } else { "PASS" };
-        assert_eq!(n["verdict"], want, "{n}");
-    }
-    let n3 = nodes.iter().find(|n| n["host"] == "node3").unwrap();
+    let n3 = node3_alone(&s, "WARN");
     assert_eq!(n3["reasons"][0]["stage"], "consistency", "{n3}");
     assert_eq!(
         n3["reasons"][0]["evidence"], "nccl is 2.99.1 here, none on 2 of 3 nodes",
@@ -431,17 +389,8 @@ fn a_node_with_a_degraded_pcie_link_is_isolated() {
     let outs: Vec<_> = kids.into_iter().map(|k| c.reap(k)).collect();
     let (out, err) = (text(&outs[0].stdout), text(&outs[0].stderr));
     assert_eq!(outs[0].status.code(), Some(1), "{out}\n{err}");
-    let s = summary(&sum);
-    let nodes = s["nodes"].as_array().unwrap();
-    for n in nodes {
-        let want = if n["host"] == "node3" {
-            "ISOLATE"
-        } else {
-            "PASS"
-        };
-        assert_eq!(n["verdict"], want, "{n}");
-    }
-    let n3 = nodes.iter().find(|n| n["host"] == "node3").unwrap();
+    let s = json_file(&sum);
+    let n3 = node3_alone(&s, "ISOLATE");
     let reasons = n3["reasons"].as_array().unwrap();
     let evidence = |id: &str| {
         reasons
@@ -487,7 +436,7 @@ fn nodes_of_a_known_type_are_judged_against_its_link() {
     args.extend(["--summary", s, "--prometheus", p]);
     let outs = c.job(&args, |_| Vec::new());
     let (out, err) = (text(&outs[0].stdout), text(&outs[0].stderr));
-    let s = summary(&sum);
+    let s = json_file(&sum);
     assert_eq!(s["link_profile"]["instance_type"], "p5en.48xlarge", "{s}");
     assert_eq!(s["link_profile"]["evidence"], "source", "{s}");
     assert!(
@@ -567,9 +516,8 @@ fn scale_baseline(path: &std::path::Path, factor: f64) {
 fn a_cluster_below_its_baseline_fails_as_a_whole_and_a_bad_baseline_is_refused() {
     let d = tmp("cluster-baseline");
     let (base, sum) = (d.join("b.json"), d.join("s.json"));
-    let quick = ["launch", "-n", "3", "--", "cluster", "--skip", "checks"];
-    let o = Command::new(BIN)
-        .args(quick)
+    let quick = || launched(3, "--skip checks");
+    let o = quick()
         .args(QUICK)
         .arg("--save-baseline")
         .arg(&base)
@@ -585,8 +533,7 @@ fn a_cluster_below_its_baseline_fails_as_a_whole_and_a_bad_baseline_is_refused()
         "{err}"
     );
     scale_baseline(&base, 1e4);
-    let o = Command::new(BIN)
-        .args(quick)
+    let o = quick()
         .args(QUICK)
         .arg("--baseline")
         .arg(&base)
@@ -606,7 +553,7 @@ fn a_cluster_below_its_baseline_fails_as_a_whole_and_a_bad_baseline_is_refused()
         out.contains("6 of 6 pair point(s) matched by rank (src, peer), 1 alltoall"),
         "{out}"
     );
-    let s = summary(&sum);
+    let s = json_file(&sum);
     assert_eq!(s["cluster_verdict"], "FAIL");
     assert_eq!(s["baseline"]["finding"], "FAIL");
     let high = s["baseline"]["cluster"]["high"].as_f64().unwrap();
@@ -632,8 +579,7 @@ fn a_cluster_below_its_baseline_fails_as_a_whole_and_a_bad_baseline_is_refused()
         "{err}"
     );
     assert!(err.contains("does not parse"), "{err}");
-    let o = Command::new(BIN)
-        .args(quick)
+    let o = quick()
         .args(["-p", "tcp", "--baseline"])
         .arg(d.join("missing.json"))
         .output()

@@ -231,18 +231,22 @@ fn counters_snapshot_json_lists_every_counter() {
     assert_eq!(j["nics"][0]["device"].as_object().unwrap().len(), 25);
 }
 
+/// A shell command that stands for a workload moving `bytes` through rdmap32s27 of the fixture
+/// tree at `root`: it adds them to the NIC's `tx_bytes` counter.
+fn moves_bytes(root: &std::path::Path, bytes: u64) -> String {
+    let port = root.join("sys/class/infiniband/rdmap32s27/ports/1/hw_counters");
+    format!(
+        "echo $(( $(cat {p}/tx_bytes) + {bytes} )) > {p}/tx_bytes.new && mv {p}/tx_bytes.new {p}/tx_bytes",
+        p = s(&port)
+    )
+}
+
 #[test]
 fn counters_around_a_command_see_its_traffic_and_keep_its_exit_code() {
     let t = variants::copy("p4d.24xlarge");
     let root = s(t.path());
     // The "workload" moves 1 MB through rdmap32s27 by rewriting its counters.
-    let port = t
-        .path()
-        .join("sys/class/infiniband/rdmap32s27/ports/1/hw_counters");
-    let script = format!(
-        "echo $(( $(cat {p}/tx_bytes) + 1000000 )) > {p}/tx_bytes.new && mv {p}/tx_bytes.new {p}/tx_bytes; exit 7",
-        p = s(&port)
-    );
+    let script = format!("{}; exit 7", moves_bytes(t.path(), 1_000_000));
     let o = efabench(
         &[
             "counters", "--json", "--root", &root, "--", "sh", "-c", &script,
@@ -278,14 +282,8 @@ fn counters_around_a_command_see_its_traffic_and_keep_its_exit_code() {
 fn counters_around_a_command_name_the_idle_nics() {
     let t = variants::copy("p4d.24xlarge");
     let root = s(t.path());
-    let port = t
-        .path()
-        .join("sys/class/infiniband/rdmap32s27/ports/1/hw_counters");
     // Traffic on 1 of the 4 NICs the p4d pairs with its GPUs, the command succeeds.
-    let script = format!(
-        "echo $(( $(cat {p}/tx_bytes) + 4096 )) > {p}/tx_bytes.new && mv {p}/tx_bytes.new {p}/tx_bytes",
-        p = s(&port)
-    );
+    let script = moves_bytes(t.path(), 4096);
     let o = efabench(
         &["counters", "--root", &root, "--", "sh", "-c", &script],
         &[],

@@ -7,10 +7,11 @@
 //! Shapes are tiny (a few tokens of 128 to 256 elements): this file runs on a 2-core CI host
 //! with up to 8 ranks.
 
-use std::process::Child;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 mod common;
+use common::collective::*;
+use common::failures::*;
 use common::*;
 
 /// One verified job; checks every record and returns them.
@@ -19,41 +20,18 @@ fn ep(world: u32, provider: &str, extra: &[&str]) -> Vec<efabench_report::Record
         "{provider}-{world}-{}",
         extra.join("").replace(['/', ':'], "_")
     );
-    let dir = tmp(&tag);
-    let out = dir.join("r.jsonl");
-    let mut args = vec![
-        "ep",
-        "-p",
-        provider,
-        "--tokens",
-        "6",
-        "--hidden",
-        "256",
-        "--topk",
-        "3",
-        "--experts",
-        "24",
-        "--initiator",
-        "gpu,cpu",
-        "--producer",
-        "host",
-        "-n",
-        "3",
-        "-w",
-        "1",
-        "--timeout",
-        "60",
-        "-o",
-        out.to_str().unwrap(),
-    ];
+    let line = format!(
+        "ep -p {provider} --tokens 6 --hidden 256 --topk 3 --experts 24 --initiator gpu,cpu \
+         --producer host -n 3 -w 1 --timeout 60"
+    );
+    let mut args = words(&line);
     args.extend_from_slice(extra);
-    let outs = job(world, &args);
+    let run = recorded(&tag, world, &args);
     let what = format!("ep {provider} n={world} {extra:?}");
-    all_ok(&outs, &what);
-    let recs = records(&out);
+    let recs = run.passed(&what);
     assert_eq!(recs.len(), 6, "{what}: 2 initiators x 3 parts");
     // Every shape, layout and routing writes the same fields (`docs/records.md`).
-    assert_golden_keys("ep", &record_keys(&out));
+    assert_golden_keys("ep", &record_keys(&run.out));
     for r in &recs {
         let x = &r.extra;
         assert_eq!(r.bench, "ep");
@@ -74,12 +52,7 @@ fn ep(world: u32, provider: &str, extra: &[&str]) -> Vec<efabench_report::Record
             "{what}: {gbs} GB/s"
         );
         assert!(r.lat_us.p50 > 0.0 && r.lat_us.p99 >= r.lat_us.p50, "{what}");
-        let ranks = x["rank_mean_us"].as_array().unwrap();
-        assert_eq!(ranks.len(), world as usize, "{what}: every rank's time");
-        let worst = ranks
-            .iter()
-            .map(|v| v.as_f64().unwrap())
-            .fold(0.0, f64::max);
+        let worst = worst(&rank_means(r, world, &what));
         // Each iteration's slowest rank is at least as slow as any rank's mean says on average.
         assert!(
             r.lat_us.mean + 1e-3 >= worst,
@@ -233,97 +206,26 @@ fn ep_tcp_2_3_4_8_ranks() {
     ignore = "needs the fault hooks: cargo test --features test-hooks"
 )]
 fn a_corrupted_token_is_caught() {
-    let dir = tmp("ep-corrupt");
-    let out = dir.join("r.jsonl");
-    let outs = job_env(
-        3,
-        &[
-            "ep",
-            "-p",
-            "shm",
-            "--tokens",
-            "4",
-            "--hidden",
-            "128",
-            "--topk",
-            "2",
-            "--experts",
-            "6",
-            "-n",
-            "2",
-            "-w",
-            "1",
-            "-o",
-            out.to_str().unwrap(),
-        ],
-        &[],
-        &[("EFABENCH_TEST_EP_CORRUPT", "1")],
-    );
-    assert_eq!(outs[0].status.code(), Some(1), "{}", text(&outs[0].stderr));
-    let recs = records(&out);
+    let args = words("ep -p shm --tokens 4 --hidden 128 --topk 2 --experts 6 -n 2 -w 1");
+    let run = corrupted("ep-corrupt", 3, &args, "EFABENCH_TEST_EP_CORRUPT");
     // One flipped byte of a dispatched token (one 8-byte word) and one flipped exponent of a
     // combine slot (one element); the token's own sum may be off too.
-    let e: u64 = recs.iter().map(|r| r.errors).sum();
+    let e: u64 = run.records().iter().map(|r| r.errors).sum();
     assert!(
         (2..=3).contains(&e),
         "{e} errors:\n{}\n{}",
-        text(&outs[0].stderr),
-        text(&outs[1].stderr)
+        run.stderr(0),
+        run.stderr(1)
     );
-    assert!(text(&outs[0].stderr).contains("failed verification"));
 }
 
 #[test]
 fn a_killed_rank_fails_the_job_fast_and_is_named() {
-    let port = free_port();
-    let args = [
-        "ep",
-        "-p",
-        "tcp",
-        "--tokens",
-        "4",
-        "--hidden",
-        "128",
-        "--topk",
-        "2",
-        "--experts",
-        "8",
-        "-n",
-        "10000000",
-        "-w",
-        "1",
-        "--timeout",
-        "5",
-    ];
-    let mut kids: Vec<Child> = (0..4).map(|r| rank(r, 4, port, &args, &[])).collect();
-    std::thread::sleep(Duration::from_secs(3));
-    kids[2].kill().unwrap();
-    let _ = kids[2].wait();
-    let t0 = Instant::now();
-    for (r, k) in kids.iter_mut().enumerate() {
-        if r == 2 {
-            continue;
-        }
-        while k.try_wait().unwrap().is_none() {
-            if t0.elapsed() > Duration::from_secs(25) {
-                let _ = k.kill();
-                panic!("rank {r} still running 25 s after rank 2 was killed");
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-    for (r, k) in kids.into_iter().enumerate() {
-        if r == 2 {
-            continue;
-        }
-        let o = k.wait_with_output().unwrap();
-        assert!(!o.status.success(), "rank {r}");
-        let err = text(&o.stderr);
-        assert!(
-            err.contains("rank 2"),
-            "rank {r} must name the dead rank: {err}"
-        );
-    }
+    let args = words(
+        "ep -p tcp --tokens 4 --hidden 128 --topk 2 --experts 8 -n 10000000 -w 1 --timeout 5",
+    );
+    let hit = Hit::kill(2, Duration::from_secs(3), Duration::from_secs(25));
+    the_others_name_the_hit_rank(4, &args, hit);
 }
 
 #[test]
@@ -342,19 +244,7 @@ fn bad_input_exits_2_with_a_fix() {
     // Caught by every rank once the job knows its size.
     let outs = job(
         3,
-        &[
-            "ep",
-            "-p",
-            "tcp",
-            "--experts",
-            "8",
-            "--tokens",
-            "2",
-            "--hidden",
-            "128",
-            "--topk",
-            "2",
-        ],
+        &words("ep -p tcp --experts 8 --tokens 2 --hidden 128 --topk 2"),
     );
     for o in &outs {
         assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
@@ -368,24 +258,9 @@ fn bad_input_exits_2_with_a_fix() {
     let f = dir.join("r.txt");
     std::fs::write(&f, "0 1\n").unwrap();
     let arg = format!("file:{}", f.display());
-    let outs = job(
-        2,
-        &[
-            "ep",
-            "-p",
-            "tcp",
-            "--experts",
-            "4",
-            "--tokens",
-            "2",
-            "--hidden",
-            "128",
-            "--topk",
-            "2",
-            "--routing",
-            &arg,
-        ],
-    );
+    let mut args = words("ep -p tcp --experts 4 --tokens 2 --hidden 128 --topk 2");
+    args.extend(["--routing", &arg]);
+    let outs = job(2, &args);
     assert_eq!(outs[0].status.code(), Some(2), "{}", text(&outs[0].stderr));
     assert!(
         text(&outs[0].stderr).contains("token lines"),

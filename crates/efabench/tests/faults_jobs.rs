@@ -14,29 +14,11 @@ fn two_jobs_at_once_do_not_interfere() {
     let _one = serial();
     let dir = tempdir("two-jobs");
     let outs = [dir.join("a.jsonl"), dir.join("b.jsonl")];
+    let sweep = "sendrecv -b 8 -e 1K -n 50 -w 2 -p tcp --timeout 20 -o";
     let mut jobs: Vec<Proc> = outs
         .iter()
         .map(|out| {
-            let mut c = efabench(&[
-                "launch",
-                "-n",
-                "2",
-                "--",
-                "sendrecv",
-                "-b",
-                "8",
-                "-e",
-                "1K",
-                "-n",
-                "50",
-                "-w",
-                "2",
-                "-p",
-                "tcp",
-                "--timeout",
-                "20",
-                "-o",
-            ]);
+            let mut c = launch(2, &[], sweep);
             c.arg(out);
             start(c)
         })
@@ -56,30 +38,9 @@ fn a_taken_port_is_named_with_the_fix() {
     let squatter = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = squatter.local_addr().unwrap().port();
     let rdzv = format!("127.0.0.1:{port}");
-    let timeout = secs(BENCH_TIMEOUT);
-    let args = |rank: &'static str| {
-        efabench(&[
-            "sendrecv",
-            "-b",
-            "8",
-            "-e",
-            "8",
-            "-n",
-            "10",
-            "-p",
-            "tcp",
-            "--timeout",
-            &timeout,
-            "--rank",
-            rank,
-            "--world",
-            "2",
-            "--rdzv",
-            &rdzv,
-        ])
-    };
-    let mut zero = start(args("0"));
-    let mut one = start(args("1"));
+    let args = |rank| sendrecv_rank(rank, 2, &rdzv, "8", &[]);
+    let mut zero = start(args(0));
+    let mut one = start(args(1));
     assert!(zero.wait(SLACK));
     let err = zero.stderr();
     assert_eq!(zero.code(), Some(2), "{err}");
@@ -104,37 +65,10 @@ fn a_taken_port_is_named_with_the_fix() {
 #[test]
 fn different_options_are_named() {
     let _one = serial();
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let rdzv = format!("127.0.0.1:{port}");
-    let timeout = secs(BENCH_TIMEOUT);
-    let mut procs: Vec<Proc> = [("0", "--check"), ("1", "--no-check")]
+    let rdzv = free_rdzv();
+    let mut procs: Vec<Proc> = [(0, "--check"), (1, "--no-check")]
         .into_iter()
-        .map(|(rank, check)| {
-            start(efabench(&[
-                "sendrecv",
-                "-b",
-                "8",
-                "-e",
-                "1K",
-                "-n",
-                "10",
-                "-p",
-                "tcp",
-                "--timeout",
-                &timeout,
-                check,
-                "--rank",
-                rank,
-                "--world",
-                "2",
-                "--rdzv",
-                &rdzv,
-            ]))
-        })
+        .map(|(rank, check)| start(sendrecv_rank(rank, 2, &rdzv, "1K", &[check])))
         .collect();
     for p in &mut procs {
         assert!(p.wait(BENCH_TIMEOUT + SLACK));
@@ -153,25 +87,8 @@ fn different_options_are_named() {
 #[test]
 fn a_long_step_with_an_idle_third_rank_is_not_a_timeout() {
     let _one = serial();
-    let mut launch = start(efabench(&[
-        "launch",
-        "-n",
-        "3",
-        "--",
-        "sendrecv",
-        "-b",
-        "1M",
-        "-e",
-        "1M",
-        "-n",
-        "4000",
-        "-p",
-        "tcp",
-        "--timeout",
-        "3",
-        "--variant",
-        "pingpong",
-    ]));
+    let step = "sendrecv -b 1M -e 1M -n 4000 -p tcp --timeout 3 --variant pingpong";
+    let mut launch = start(launch(3, &[], step));
     assert!(launch.wait(Duration::from_secs(600)));
     assert_eq!(launch.code(), Some(0), "{}", launch.stderr());
 }

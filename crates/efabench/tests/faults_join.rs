@@ -7,7 +7,6 @@ mod common;
 mod faults;
 
 use faults::*;
-use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
 use rustix::process::Signal;
@@ -16,34 +15,10 @@ use rustix::process::Signal;
 /// end within the timeout, naming it (or, for rank 0, the rendezvous they cannot reach).
 fn before_join(n: u32, victim: u32, fault: Fault) {
     let _one = serial();
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let rdzv = format!("127.0.0.1:{port}");
-    let timeout = secs(BENCH_TIMEOUT);
+    let rdzv = free_rdzv();
     let mut procs: Vec<Proc> = (0..n)
         .map(|r| {
-            let p = start(efabench(&[
-                "sendrecv",
-                "-b",
-                "8",
-                "-e",
-                "8",
-                "-n",
-                "10",
-                "-p",
-                "tcp",
-                "--timeout",
-                &timeout,
-                "--rank",
-                &r.to_string(),
-                "--world",
-                &n.to_string(),
-                "--rdzv",
-                &rdzv,
-            ]));
+            let p = start(sendrecv_rank(r, n, &rdzv, "8", &[]));
             if r == victim {
                 signal(p.pid(), fault.signal());
             }
@@ -101,25 +76,8 @@ fn stop_rank_3_of_4_before_join() {
 #[test]
 fn launch_ends_the_job_at_once_when_a_rank_dies_before_joining() {
     let _one = serial();
-    let mut launch = start(efabench(&[
-        "launch",
-        "-n",
-        "4",
-        "--timeout",
-        "30",
-        "--",
-        "sendrecv",
-        "-b",
-        "8",
-        "-e",
-        "8",
-        "-n",
-        "10",
-        "-p",
-        "tcp",
-        "--timeout",
-        "60",
-    ]));
+    let bench = "sendrecv -b 8 -e 8 -n 10 -p tcp --timeout 60";
+    let mut launch = start(launch(4, &["--timeout", "30"], bench));
     // Kill rank 2 the moment it exists.
     let until = Instant::now() + Duration::from_secs(30);
     let victim = loop {

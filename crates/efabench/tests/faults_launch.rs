@@ -6,42 +6,18 @@ mod common;
 mod faults;
 
 use faults::*;
-use std::time::{Duration, Instant};
 
 use rustix::process::Signal;
 
 fn launch_hit_mid_sweep(sig: Signal) -> (Proc, Vec<i32>) {
     let dir = tempdir(&format!("launch-{}", sig.as_raw()));
     let out = dir.join("r.jsonl");
-    let mut cmd = efabench(&[
-        "launch",
-        "-n",
-        "3",
-        "--timeout",
-        "2",
-        "--",
-        "sendrecv",
-        "-b",
-        "8",
-        "-e",
-        "4M",
-        "-n",
-        "200",
-        "-p",
-        "tcp",
-        "--timeout",
-        "3",
-        "-o",
-    ]);
+    let bench = "sendrecv -b 8 -e 4M -n 200 -p tcp --timeout 3 -o";
+    let mut cmd = launch(3, &["--timeout", "2"], bench);
     cmd.arg(&out);
     let mut launch = start(cmd);
     let pids = wait_for_ranks(&launch, 3);
-    let until = Instant::now() + Duration::from_secs(90);
-    while records_so_far(&out) == 0 {
-        assert!(Instant::now() < until, "no record: {}", launch.stderr());
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    let before = records_so_far(&out);
+    let before = wait_for_a_record(&mut launch, &out);
     signal(launch.pid(), sig);
     assert!(launch.wait(SLACK), "launch ignored {sig:?}");
     assert_all_gone(&pids, &format!("launch got {sig:?}"));
@@ -77,17 +53,7 @@ fn sigkill_to_launch_ends_every_rank() {
 #[test]
 fn the_first_line_under_launch_is_the_ranks_own_error() {
     let _one = serial();
-    let mut launch = start(efabench(&[
-        "launch",
-        "-n",
-        "2",
-        "--timeout",
-        "2",
-        "--",
-        "sendrecv",
-        "--timeout",
-        "-1",
-    ]));
+    let mut launch = start(launch(2, &["--timeout", "2"], "sendrecv --timeout -1"));
     assert!(launch.wait(SLACK));
     let err = launch.stderr();
     assert_eq!(launch.code(), Some(2), "{err}");

@@ -26,48 +26,18 @@ fn mid_sweep(
     let _one = serial();
     let dir = tempdir(&format!("sweep-{n}-{provider}-{victim}-{fault:?}"));
     let out = dir.join("r.jsonl");
-    let (grace, timeout) = (secs(LAUNCH_GRACE), secs(BENCH_TIMEOUT));
-    let mut cmd = efabench(&[
-        "launch",
-        "-n",
-        &n.to_string(),
-        "--timeout",
-        &grace,
-        "--",
-        "sendrecv",
-        "-b",
-        "8",
-        "-e",
-        "4M",
-        "-n",
-        "200",
-        "-w",
-        "2",
-        "-p",
-        provider,
-        "--timeout",
-        &timeout,
-        "-o",
-    ]);
+    let bench = format!(
+        "sendrecv -b 8 -e 4M -n 200 -w 2 -p {provider} --timeout {} -o",
+        secs(BENCH_TIMEOUT)
+    );
+    let mut cmd = launch(n, &["--timeout", &secs(LAUNCH_GRACE)], &bench);
     cmd.arg(&out);
     if let Some(lib) = libfabric {
         cmd.env("EFABENCH_LIBFABRIC", lib);
     }
     let mut launch = start(cmd);
     let pids = wait_for_ranks(&launch, n);
-    let until = Instant::now() + Duration::from_secs(90);
-    while records_so_far(&out) == 0 {
-        assert!(
-            launch.status.is_none() && Instant::now() < until,
-            "no record before the fault: {}",
-            launch.stderr()
-        );
-        if launch.child.try_wait().ok().flatten().is_some() {
-            panic!("the job ended before the fault: {}", launch.stderr());
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    let before = records_so_far(&out);
+    let before = wait_for_a_record(&mut launch, &out);
     let t0 = Instant::now();
     signal(pids[victim as usize], fault.signal());
     let bound = BENCH_TIMEOUT + LAUNCH_GRACE + Duration::from_secs(2) + SLACK;

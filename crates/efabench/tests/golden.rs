@@ -7,64 +7,17 @@ use common::*;
 
 #[test]
 fn pairs_records_keep_their_keys() {
-    let dir = tmp("golden-pairs");
-    let out = dir.join("r.jsonl");
-    let outs = job(
-        3,
-        &[
-            "pairs",
-            "-p",
-            "shm",
-            "--rails",
-            "2",
-            "-b",
-            "4K",
-            "-e",
-            "4K",
-            "-n",
-            "3",
-            "-w",
-            "1",
-            "--min-bw",
-            "0",
-            "-o",
-            out.to_str().unwrap(),
-        ],
-    );
-    all_ok(&outs, "pairs");
-    assert_golden_keys("pairs", &record_keys(&out));
+    let args = words("pairs -p shm --rails 2 -b 4K -e 4K -n 3 -w 1 --min-bw 0");
+    let run = recorded("golden-pairs", 3, &args);
+    all_ok(&run.outs, "pairs");
+    assert_golden_keys("pairs", &record_keys(&run.out));
 }
 
 #[test]
 fn proxy_records_keep_their_keys() {
-    let dir = tmp("golden-proxy");
-    let out = dir.join("r.jsonl");
-    let outs = job(
-        2,
-        &[
-            "proxy",
-            "--producer",
-            "host",
-            "-p",
-            "shm",
-            "-b",
-            "64",
-            "-e",
-            "4K",
-            "-f",
-            "64",
-            "-n",
-            "3",
-            "-w",
-            "1",
-            "--puts",
-            "4",
-            "--ring-slots",
-            "16",
-            "-o",
-            out.to_str().unwrap(),
-        ],
-    );
-    all_ok(&outs, "proxy");
-    assert_golden_keys("proxy", &record_keys(&out));
+    let args =
+        words("proxy --producer host -p shm -b 64 -e 4K -f 64 -n 3 -w 1 --puts 4 --ring-slots 16");
+    let run = recorded("golden-proxy", 2, &args);
+    all_ok(&run.outs, "proxy");
+    assert_golden_keys("proxy", &record_keys(&run.out));
 }

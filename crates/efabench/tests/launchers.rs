@@ -14,8 +14,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use common::netns::{Cluster, Impair, Side};
-use common::{tmp, BIN};
-use serde_json::Value;
+use common::{json_file, json_lines, tmp, without_launcher_env, BIN};
 
 /// The wheel's mpirun (or `EFABENCH_MPIRUN`), if present.
 fn mpirun() -> Option<PathBuf> {
@@ -47,18 +46,11 @@ fn wait_bounded(mut child: Child, limit: Duration, what: &str) -> Output {
     }
 }
 
-fn records(path: &Path) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
-
 /// `mpirun -n 3 efabench BENCH ...` with no --rdzv, MASTER_ADDR or token.
 fn under_mpirun(mpirun: &Path, bench_args: &[&str], out: &Path) -> Output {
     let mut c = Command::new(mpirun);
-    c.args(["--allow-run-as-root", "--oversubscribe", "-n", "3", BIN])
+    without_launcher_env(&mut c)
+        .args(["--allow-run-as-root", "--oversubscribe", "-n", "3", BIN])
         .args(bench_args)
         .args(["-o", out.to_str().unwrap(), "--timeout", "60"])
         .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
@@ -67,21 +59,6 @@ fn under_mpirun(mpirun: &Path, bench_args: &[&str], out: &Path) -> Output {
         .env("OMPI_MCA_btl", "self,tcp")
         .env("OMPI_MCA_btl_tcp_if_include", "lo")
         .env("OMPI_MCA_oob_tcp_if_include", "lo");
-    for v in [
-        "MASTER_ADDR",
-        "MASTER_PORT",
-        "EFABENCH_RDZV",
-        "EFABENCH_RANK",
-        "EFABENCH_WORLD_SIZE",
-        "EFABENCH_JOB_TOKEN",
-        "SLURM_JOB_ID",
-        "SLURM_STEP_ID",
-        "SLURM_PROCID",
-        "RANK",
-        "WORLD_SIZE",
-    ] {
-        c.env_remove(v);
-    }
     let child = c
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -119,7 +96,7 @@ fn plain_mpirun_runs_write_and_pairs_without_an_address() {
             String::from_utf8_lossy(&o.stdout)
         );
         assert!(!err.contains("neither --rdzv"), "{err}");
-        let recs = records(&out);
+        let recs = json_lines(&out);
         assert!(!recs.is_empty(), "{bench}: no records");
         for r in &recs {
             assert_eq!(r["world"], 3, "{r}");
@@ -243,7 +220,7 @@ fn ranks_with_an_indexed_jobs_pod_environment_form_a_job() {
             String::from_utf8_lossy(&o.stderr)
         );
     }
-    let recs = records(&out);
+    let recs = json_lines(&out);
     assert!(!recs.is_empty());
     assert!(recs.iter().all(|r| r["world"] == 2 && r["errors"] == 0));
     // A pod whose index is outside the Job's completions is refused before it waits for anyone.
@@ -361,7 +338,8 @@ fn mpirun_across_simulated_nodes_runs_cluster_pairs_and_alltoall() {
     let launcher = &sim.nodes[4];
     let run = |args: &[&str]| -> Output {
         let mut c = Command::new("nsenter");
-        c.arg(format!("--net=/run/netns/{}", launcher.ns))
+        without_launcher_env(&mut c)
+            .arg(format!("--net=/run/netns/{}", launcher.ns))
             .args(["unshare", "--uts", "--mount", "sh", "-c"])
             .arg(r#"mount --bind "$0" /etc/hosts && hostname "$1" && shift && exec "$@""#)
             .arg(&hosts)
@@ -375,21 +353,6 @@ fn mpirun_across_simulated_nodes_runs_cluster_pairs_and_alltoall() {
             .args(args)
             .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
             .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
-        for v in [
-            "MASTER_ADDR",
-            "MASTER_PORT",
-            "EFABENCH_RDZV",
-            "EFABENCH_RANK",
-            "EFABENCH_WORLD_SIZE",
-            "EFABENCH_JOB_TOKEN",
-            "SLURM_JOB_ID",
-            "SLURM_STEP_ID",
-            "SLURM_PROCID",
-            "RANK",
-            "WORLD_SIZE",
-        ] {
-            c.env_remove(v);
-        }
         let child = c
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -437,7 +400,7 @@ fn mpirun_across_simulated_nodes_runs_cluster_pairs_and_alltoall() {
         out.contains("# verdict: ISOLATE node3 (1 of 4 nodes); exit 1"),
         "{out}\n{err}"
     );
-    let s: Value = serde_json::from_str(&std::fs::read_to_string(&sum).unwrap()).unwrap();
+    let s = json_file(&sum);
     let isolated: Vec<&str> = s["nodes"]
         .as_array()
         .unwrap()

@@ -6,7 +6,7 @@
 mod common;
 
 use common::netns::{Cluster, Impair, Side};
-use common::text;
+use common::{all_ok, text};
 use std::process::Output;
 use std::sync::{Mutex, MutexGuard};
 
@@ -26,18 +26,21 @@ fn suspects(err: &str) -> Vec<String> {
 }
 
 fn ok(outs: &[Output]) -> String {
-    for (r, o) in outs.iter().enumerate() {
-        assert!(
-            o.status.success(),
-            "rank {r} ({:?}):\n{}\n{}",
-            o.status,
-            text(&o.stdout),
-            text(&o.stderr)
-        );
-    }
+    all_ok(outs, "simulated nodes");
     let err = text(&outs[0].stderr);
     println!("{}\n{err}", text(&outs[0].stdout));
     err
+}
+
+/// The judgement of most cases here: the run's output names one suspect, `who`; otherwise the
+/// output, for the failure message.
+fn names_alone(err: String, who: &str) -> Result<(), String> {
+    let s = suspects(&err);
+    if s.len() == 1 && s[0].contains(who) {
+        Ok(())
+    } else {
+        Err(err)
+    }
 }
 
 /// Runs one measurement and its judgement, once (no retries: a wrong verdict is a product
@@ -105,12 +108,7 @@ fn one_direction_is_named_as_such() {
     // queue behind its own throttled sends (one egress, one tcp connection per peer).
     judged(|| {
         let err = pairs(&mut c, "256K", &["--one-at-a-time", "--max-time", "0.2"]);
-        let s = suspects(&err);
-        if s.len() == 1 && s[0].contains("rank 3 on node4 NIC eth0 (sending)") {
-            Ok(())
-        } else {
-            Err(err)
-        }
+        names_alone(err, "rank 3 on node4 NIC eth0 (sending)")
     });
 }
 
@@ -163,12 +161,7 @@ fn a_lossy_node_is_named() {
     // alive, so the job allows it 120 s.
     judged(|| {
         let err = pairs(&mut c, "256K", &["--max-time", "2", "--timeout", "120"]);
-        let s = suspects(&err);
-        if s.len() == 1 && s[0].contains("rank 0 on node1") {
-            Ok(())
-        } else {
-            Err(err)
-        }
+        names_alone(err, "rank 0 on node1")
     });
 }
 
@@ -210,12 +203,7 @@ fn sixteen_nodes_ring_then_retest_names_the_throttled_one() {
         );
         assert!(out.contains("then 2 retest rounds"), "{out}");
         assert!(out.contains("= 64 pair measurements"), "{out}");
-        let s = suspects(&err);
-        if s.len() == 1 && s[0].contains("rank 5 on node6") {
-            Ok(())
-        } else {
-            Err(err)
-        }
+        names_alone(err, "rank 5 on node6")
     });
 }
 

@@ -7,9 +7,10 @@
 //! against Debian's 1.17 and against 2.5.1).
 
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 mod common;
+use common::failures::*;
 use common::*;
 
 fn provider_available(p: &str) -> bool {
@@ -28,43 +29,11 @@ fn sweep(bench: &str, provider: &str) {
         eprintln!("skipped: provider {provider} not offered by this libfabric");
         return;
     }
-    let dir = tmp(&format!("{bench}-{provider}"));
-    let out = dir.join("r.jsonl");
-    let outs = job(
-        2,
-        &[
-            bench,
-            "-p",
-            provider,
-            "-b",
-            "8",
-            "-e",
-            "1M",
-            "-f",
-            "4",
-            "-n",
-            "30",
-            "-w",
-            "3",
-            "--window",
-            "16",
-            "--timeout",
-            "30",
-            "--format",
-            "csv",
-            "-o",
-            out.to_str().unwrap(),
-        ],
+    let line = format!(
+        "{bench} -p {provider} -b 8 -e 1M -f 4 -n 30 -w 3 --window 16 --timeout 30 --format csv"
     );
-    for (r, o) in outs.iter().enumerate() {
-        assert!(
-            o.status.success(),
-            "rank {r} of {bench}/{provider} failed: {}\n{}",
-            o.status,
-            text(&o.stderr)
-        );
-    }
-    let recs = records(&out);
+    let run = recorded(&format!("{bench}-{provider}"), 2, &words(&line));
+    let recs = run.passed(&format!("{bench}/{provider}"));
     // 8, 32, ..., 512K and 1M: ten sizes, two variants.
     assert_eq!(recs.len(), 20, "{bench}/{provider}: {recs:?}");
     for r in &recs {
@@ -99,7 +68,7 @@ fn sweep(bench: &str, provider: &str) {
         assert!(kinds.iter().any(|k| k.starts_with("one-way")));
     }
     // CSV on rank 0's stdout: a header and one line per record.
-    let csv = text(&outs[0].stdout);
+    let csv = run.stdout(0);
     assert_eq!(
         csv.lines().filter(|l| !l.trim().is_empty()).count(),
         21,
@@ -112,34 +81,10 @@ fn sweep(bench: &str, provider: &str) {
 #[test]
 fn timing_run_times_the_loop_as_fabtests_do() {
     for (timing, bench) in [("run", "sendrecv"), ("run", "read"), ("iteration", "write")] {
-        let dir = tmp(&format!("timing-{timing}-{bench}"));
-        let out = dir.join("r.jsonl");
-        let outs = job(
-            2,
-            &[
-                bench,
-                "-p",
-                "tcp",
-                "-b",
-                "8",
-                "-e",
-                "64",
-                "-f",
-                "8",
-                "-n",
-                "200",
-                "-w",
-                "5",
-                "--timing",
-                timing,
-                "--timeout",
-                "30",
-                "-o",
-                out.to_str().unwrap(),
-            ],
-        );
-        all_ok(&outs, bench);
-        let recs = records(&out);
+        let line =
+            format!("{bench} -p tcp -b 8 -e 64 -f 8 -n 200 -w 5 --timing {timing} --timeout 30");
+        let run = recorded(&format!("timing-{timing}-{bench}"), 2, &words(&line));
+        let recs = run.passed(bench);
         assert_eq!(recs.len(), 4, "{recs:?}");
         for r in &recs {
             assert_eq!(r.extra["timing"], timing, "{r:?}");
@@ -152,7 +97,7 @@ fn timing_run_times_the_loop_as_fabtests_do() {
                 }
             }
         }
-        let header = text(&outs[0].stdout);
+        let header = run.stdout(0);
         assert_eq!(
             header.contains("# timing: one clock read before and after the timed loop"),
             timing == "run",
@@ -193,40 +138,10 @@ fn read_shm() {
 )]
 fn corrupted_payload_is_reported_and_fails_the_run() {
     for bench in ["sendrecv", "write"] {
-        let dir = tmp(&format!("corrupt-{bench}"));
-        let out = dir.join("r.jsonl");
-        let outs = job_env(
-            2,
-            &[
-                bench,
-                "-p",
-                "tcp",
-                "-b",
-                "4K",
-                "-e",
-                "4K",
-                "-n",
-                "20",
-                "--variant",
-                "pingpong",
-                "-o",
-                out.to_str().unwrap(),
-            ],
-            &[],
-            &[("EFABENCH_TEST_CORRUPT_PAYLOAD", "1")],
-        );
-        assert_eq!(
-            outs[0].status.code(),
-            Some(1),
-            "rank 0 must fail: {}",
-            text(&outs[0].stderr)
-        );
-        assert!(
-            text(&outs[0].stderr).contains("failed verification"),
-            "{}",
-            text(&outs[0].stderr)
-        );
-        let recs = records(&out);
+        let line = format!("{bench} -p tcp -b 4K -e 4K -n 20 --variant pingpong");
+        let hook = "EFABENCH_TEST_CORRUPT_PAYLOAD";
+        let run = corrupted(&format!("corrupt-{bench}"), 2, &words(&line), hook);
+        let recs = run.records();
         assert_eq!(recs.len(), 1);
         assert_eq!(recs[0].errors, 1, "one corrupted word: {:?}", recs[0]);
     }
@@ -236,46 +151,10 @@ fn corrupted_payload_is_reported_and_fails_the_run() {
 fn a_killed_peer_fails_the_job_fast_and_keeps_records() {
     let dir = tmp("kill");
     let out = dir.join("r.jsonl");
-    let port = free_port();
-    let args = [
-        "sendrecv",
-        "-p",
-        "tcp",
-        "-b",
-        "8",
-        "-e",
-        "8",
-        "-n",
-        "10000000",
-        "--variant",
-        "pingpong",
-        "--timeout",
-        "5",
-        "-o",
-        out.to_str().unwrap(),
-    ];
-    let mut r0 = rank(0, 2, port, &args, &[]);
-    let mut r1 = rank(1, 2, port, &args, &[]);
-    std::thread::sleep(Duration::from_secs(2));
-    r1.kill().unwrap();
-    let _ = r1.wait();
-    let t0 = Instant::now();
-    let o = loop {
-        if let Some(_s) = r0.try_wait().unwrap() {
-            break r0.wait_with_output().unwrap();
-        }
-        if t0.elapsed() > Duration::from_secs(20) {
-            let _ = r0.kill();
-            panic!("rank 0 still running 20 s after its peer was killed");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    assert!(!o.status.success());
-    let err = text(&o.stderr);
-    assert!(
-        err.contains("rank 1"),
-        "the message must name the dead rank: {err}"
-    );
+    let mut args = words("sendrecv -p tcp -b 8 -e 8 -n 10000000 --variant pingpong --timeout 5");
+    args.extend(["-o", out.to_str().unwrap()]);
+    let hit = Hit::kill(1, Duration::from_secs(2), Duration::from_secs(20));
+    the_others_name_the_hit_rank(2, &args, hit);
 }
 
 /// An error line of the CLI: `efabench: ...` (bad arguments) or `efabench <command>: ...` (a
@@ -337,30 +216,8 @@ fn one_rank_alone_says_how_to_start_two() {
 
 #[test]
 fn three_ranks_measure_each_peer_in_turn() {
-    let dir = tmp("three");
-    let out = dir.join("r.jsonl");
-    let outs = job(
-        3,
-        &[
-            "write",
-            "-p",
-            "tcp",
-            "-b",
-            "64",
-            "-e",
-            "4K",
-            "-f",
-            "64",
-            "-n",
-            "20",
-            "-o",
-            out.to_str().unwrap(),
-        ],
-    );
-    for (r, o) in outs.iter().enumerate() {
-        assert!(o.status.success(), "rank {r}: {}", text(&o.stderr));
-    }
-    let recs = records(&out);
+    let run = recorded("three", 3, &words("write -p tcp -b 64 -e 4K -f 64 -n 20"));
+    let recs = run.passed("write, 3 ranks");
     // 2 sizes × 2 variants × 2 peers.
     assert_eq!(recs.len(), 8);
     for peer in [1, 2] {

@@ -2,53 +2,21 @@
 //! verifies every payload over shm and tcp, reports a corrupted one, ends within `--timeout`
 //! naming a killed or frozen peer, and is refused (exit 2, one line) where it does not apply.
 
-use std::process::Output;
-use std::time::{Duration, Instant};
-
-use rustix::process::{Pid, Signal};
+use std::time::Duration;
 
 mod common;
+use common::failures::*;
 use common::*;
 
-fn lean_job(provider: &str, out: &std::path::Path, env1: &[(&str, &str)]) -> Vec<Output> {
-    job_env(
-        2,
-        &[
-            "sendrecv",
-            "-p",
-            provider,
-            "-b",
-            "8",
-            "-e",
-            "64",
-            "-f",
-            "8",
-            "-n",
-            "300",
-            "-w",
-            "10",
-            "--variant",
-            "pingpong",
-            "--loop",
-            "lean",
-            "--timeout",
-            "30",
-            "-o",
-            out.to_str().unwrap(),
-        ],
-        &[],
-        env1,
-    )
-}
+/// The lean ping-pong run every case here starts from.
+const LEAN: &str =
+    "sendrecv -b 8 -e 64 -f 8 -n 300 -w 10 --variant pingpong --loop lean --timeout 30";
 
 fn lean_verifies(provider: &str) {
-    let dir = tmp(&format!("lean-{provider}"));
-    let out = dir.join("r.jsonl");
-    let outs = lean_job(provider, &out, &[]);
-    for (r, o) in outs.iter().enumerate() {
-        assert!(o.status.success(), "rank {r}: {}", text(&o.stderr));
-    }
-    let recs = records(&out);
+    let mut args = words(LEAN);
+    args.extend(["-p", provider]);
+    let run = recorded(&format!("lean-{provider}"), 2, &args);
+    let recs = run.passed(&format!("lean {provider}"));
     assert_eq!(recs.len(), 2, "8 and 64 B: {recs:?}");
     for r in &recs {
         assert_eq!((r.errors, r.verified), (0, true), "{r:?}");
@@ -60,7 +28,7 @@ fn lean_verifies(provider: &str) {
         assert_eq!(rail["ops"], 300, "{r:?}");
         assert_eq!(rail["bytes"], 300 * r.size_bytes, "{r:?}");
     }
-    let stdout = text(&outs[0].stdout);
+    let stdout = run.stdout(0);
     assert!(stdout.contains("# loop: lean"), "{stdout}");
 }
 
@@ -79,33 +47,17 @@ fn lean_loop_verifies_over_tcp() {
 /// the tracked loop everywhere.
 #[test]
 fn auto_runs_the_lean_loop_where_it_applies() {
-    let dir = tmp("lean-auto");
-    let out = dir.join("r.jsonl");
-    let outs = job(
+    let run = recorded(
+        "lean-auto",
         2,
-        &[
-            "sendrecv",
-            "-p",
-            "shm",
-            "-b",
-            "8",
-            "-e",
-            "64K",
-            "-f",
-            "1024",
-            "-n",
-            "20",
-            "-o",
-            out.to_str().unwrap(),
-        ],
+        &words("sendrecv -p shm -b 8 -e 64K -f 1024 -n 20"),
     );
-    all_ok(&outs, "auto");
-    let stdout = text(&outs[0].stdout);
+    let recs = run.passed("auto");
+    let stdout = run.stdout(0);
     assert!(
         stdout.contains("# loop: lean for the ping-pong up to 4K"),
         "{stdout}"
     );
-    let recs = records(&out);
     let loop_of = |variant: &str, size: u64| {
         recs.iter()
             .find(|r| r.variant == variant && r.size_bytes == size)
@@ -120,29 +72,11 @@ fn auto_runs_the_lean_loop_where_it_applies() {
         assert_eq!((r.errors, r.verified), (0, true), "{r:?}");
     }
 
-    let outs = job(
-        2,
-        &[
-            "sendrecv",
-            "-p",
-            "tcp",
-            "-b",
-            "8",
-            "-e",
-            "8",
-            "-n",
-            "20",
-            "--variant",
-            "pingpong",
-            "--loop",
-            "tracked",
-            "-o",
-            out.to_str().unwrap(),
-        ],
-    );
-    all_ok(&outs, "tracked");
-    assert!(text(&outs[0].stdout).contains("# loop: tracked"));
-    assert_eq!(records(&out).last().unwrap().extra["loop"], "tracked");
+    let args = words("sendrecv -p tcp -b 8 -e 8 -n 20 --variant pingpong --loop tracked");
+    let run = recorded("lean-tracked", 2, &args);
+    let recs = run.passed("tracked");
+    assert!(run.stdout(0).contains("# loop: tracked"));
+    assert_eq!(recs.last().unwrap().extra["loop"], "tracked");
 }
 
 #[test]
@@ -151,71 +85,32 @@ fn auto_runs_the_lean_loop_where_it_applies() {
     ignore = "needs the fault hooks: cargo test --features test-hooks"
 )]
 fn lean_loop_reports_a_corrupted_payload() {
-    let dir = tmp("lean-corrupt");
-    let out = dir.join("r.jsonl");
-    let outs = lean_job("shm", &out, &[("EFABENCH_TEST_CORRUPT_PAYLOAD", "1")]);
-    let err = text(&outs[0].stderr);
-    assert_eq!(outs[0].status.code(), Some(1), "rank 0 must fail: {err}");
-    assert!(err.contains("failed verification"), "{err}");
-    let recs = records(&out);
+    let mut args = words(LEAN);
+    args.extend(["-p", "shm"]);
+    let run = corrupted("lean-corrupt", 2, &args, "EFABENCH_TEST_CORRUPT_PAYLOAD");
+    let recs = run.records();
     assert_eq!(recs[0].errors, 1, "one corrupted word: {:?}", recs[0]);
 }
 
-/// Rank 1 is hit by `sig` in the middle of a long lean ping-pong; rank 0 must end within its
-/// `--timeout` (plus start-up and slack), naming rank 1.
-fn peer_hit(provider: &str, sig: Signal) {
-    let port = free_port();
-    let args = [
-        "sendrecv",
-        "-p",
-        provider,
-        "-b",
-        "8",
-        "-e",
-        "8",
-        "-n",
-        "10000000",
-        "--variant",
-        "pingpong",
-        "--loop",
-        "lean",
-        "--no-check",
-        "--timeout",
-        "3",
-    ];
-    let mut r0 = rank(0, 2, port, &args, &[]);
-    let mut r1 = rank(1, 2, port, &args, &[]);
-    std::thread::sleep(Duration::from_secs(2));
-    if let Some(pid) = Pid::from_raw(r1.id() as i32) {
-        let _ = rustix::process::kill_process(pid, sig);
-    }
-    let t0 = Instant::now();
-    let o = loop {
-        if r0.try_wait().unwrap().is_some() {
-            break r0.wait_with_output().unwrap();
-        }
-        if t0.elapsed() > Duration::from_secs(15) {
-            let _ = r0.kill();
-            let _ = r1.kill();
-            panic!("rank 0 still running 15 s after rank 1 got {sig:?}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let _ = r1.kill();
-    let _ = r1.wait();
-    assert!(!o.status.success());
-    let err = text(&o.stderr);
-    assert!(err.contains("rank 1"), "must name rank 1: {err}");
+/// Rank 1 is hit (killed or frozen) in the middle of a long lean ping-pong; rank 0 must end
+/// within its `--timeout` (plus start-up and slack), naming rank 1.
+fn peer_hit(provider: &str, hit: fn(u32, Duration, Duration) -> Hit) {
+    let line = format!(
+        "sendrecv -p {provider} -b 8 -e 8 -n 10000000 --variant pingpong --loop lean --no-check \
+         --timeout 3"
+    );
+    let hit = hit(1, Duration::from_secs(2), Duration::from_secs(15));
+    the_others_name_the_hit_rank(2, &words(&line), hit);
 }
 
 #[test]
 fn lean_loop_ends_when_the_peer_is_killed() {
-    peer_hit("tcp", Signal::KILL);
+    peer_hit("tcp", Hit::kill);
 }
 
 #[test]
 fn lean_loop_ends_when_the_peer_freezes() {
-    peer_hit("shm", Signal::STOP);
+    peer_hit("shm", Hit::stop);
 }
 
 fn refused(extra: &[&str], says: &str) {

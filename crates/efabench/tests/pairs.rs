@@ -4,6 +4,7 @@
 //! in `nodes.rs`.)
 
 mod common;
+use common::failures::corrupted;
 use common::*;
 
 #[test]
@@ -12,33 +13,10 @@ use common::*;
     ignore = "needs the fault hooks: cargo test --features test-hooks"
 )]
 fn a_corrupted_payload_counts_in_its_pair_only() {
-    let dir = tmp("pairs-corrupt");
-    let out = dir.join("r.jsonl");
-    let outs = job_env(
-        3,
-        &[
-            "pairs",
-            "-p",
-            "shm",
-            "-b",
-            "4K",
-            "-e",
-            "8K",
-            "-n",
-            "3",
-            "-w",
-            "1",
-            "-o",
-            out.to_str().unwrap(),
-        ],
-        &[],
-        // Rank 1 flips a byte of the first payload it verifies: from rank 0, in round 1 at 4K.
-        &[("EFABENCH_TEST_CORRUPT_PAYLOAD", "1")],
-    );
-    let err = text(&outs[0].stderr);
-    assert_eq!(outs[0].status.code(), Some(1), "{err}");
-    assert!(err.contains("failed verification"), "{err}");
-    let recs = records(&out);
+    // Rank 1 flips a byte of the first payload it verifies: from rank 0, in round 1 at 4K.
+    let args = words("pairs -p shm -b 4K -e 8K -n 3 -w 1");
+    let run = corrupted("pairs-corrupt", 3, &args, "EFABENCH_TEST_CORRUPT_PAYLOAD");
+    let recs = run.records();
     assert_eq!(recs.len(), 12, "2 sizes x 6 ordered pairs");
     let bad: Vec<(u64, u64, u32)> = recs
         .iter()

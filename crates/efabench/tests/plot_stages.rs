@@ -5,18 +5,8 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Command, Output};
 
-fn efabench(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_efabench"))
-        .args(args)
-        .output()
-        .expect("run efabench")
-}
-
-fn tempdir(name: &str) -> common::TempDir {
-    common::tmp(name)
-}
+use common::{assert_exit, run, tmp};
 
 /// Three rounds of GPU- and CPU-initiated dispatch, combine and both, measured on an H100.
 fn h100_records() -> String {
@@ -40,21 +30,16 @@ fn svg_texts(svg: &Path) -> Vec<String> {
 
 #[test]
 fn stages_of_the_committed_ep_records_draw_one_bar_per_configuration() {
-    let d = tempdir("svg");
+    let d = tmp("svg");
     let svg = d.join("stages.svg");
-    let o = efabench(&[
+    let o = run(&[
         "plot",
         "--stages",
         &h100_records(),
         "-o",
         svg.to_str().unwrap(),
     ]);
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    assert_exit(&o, 0);
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(out.contains("6 bars from 18 records"), "{out}");
     let lines = svg_texts(&svg);
@@ -83,7 +68,7 @@ fn stages_of_the_committed_ep_records_draw_one_bar_per_configuration() {
     // The runs' dispatch/gpu-gpu totals are 4875.092, 4932.66 and 4958.326 µs: the median one.
     assert!(lines.iter().any(|l| l == "4933 µs"), "median total missing");
 
-    let o = efabench(&[
+    let o = run(&[
         "plot",
         "--stages",
         "--each-run",
@@ -102,7 +87,7 @@ fn stages_of_the_committed_ep_records_draw_one_bar_per_configuration() {
     assert_eq!(totals, 18, "one total per bar");
 
     // Without --stages the records still plot against size, and the summary points to --stages.
-    let o = efabench(&["plot", &h100_records(), "-o", svg.to_str().unwrap()]);
+    let o = run(&["plot", &h100_records(), "-o", svg.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(0));
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(
@@ -115,7 +100,7 @@ fn stages_of_the_committed_ep_records_draw_one_bar_per_configuration() {
 
 #[test]
 fn records_without_stages_are_refused_with_one_line_exit_2() {
-    let d = tempdir("refuse");
+    let d = tmp("refuse");
     let p2p = d.join("p2p.jsonl");
     std::fs::write(
         &p2p,
@@ -132,7 +117,7 @@ fn records_without_stages_are_refused_with_one_line_exit_2() {
     )
     .unwrap();
     let svg = d.join("x.svg");
-    let o = efabench(&[
+    let o = run(&[
         "plot",
         "--stages",
         p2p.to_str().unwrap(),
@@ -159,7 +144,7 @@ fn records_without_stages_are_refused_with_one_line_exit_2() {
         let mut args = args.to_vec();
         let recs = h100_records();
         args.extend([recs.as_str(), "-o", svg.to_str().unwrap()]);
-        let o = efabench(&args);
+        let o = run(&args);
         assert_eq!(o.status.code(), Some(2), "{args:?}");
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");

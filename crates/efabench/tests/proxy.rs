@@ -4,62 +4,21 @@
 //! CUDA driver the GPU producer is refused with exit 2 and "no CUDA driver".
 
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 mod common;
+use common::failures::*;
 use common::*;
 
 fn modes(provider: &str, rails: u32, threads: &str) {
-    let dir = tmp(&format!("{provider}-{rails}-{threads}"));
-    let out = dir.join("r.jsonl");
-    let rails_s = rails.to_string();
-    let outs = job(
-        2,
-        &[
-            "proxy",
-            "--producer",
-            "host",
-            "-p",
-            provider,
-            "-b",
-            "64",
-            "-e",
-            "256K",
-            "-f",
-            "64",
-            "-n",
-            "6",
-            "-w",
-            "1",
-            "--puts",
-            "8",
-            "--ring-slots",
-            "16",
-            "--rails",
-            &rails_s,
-            "--proxy-threads",
-            threads,
-            "--timeout",
-            "30",
-            "-o",
-            out.to_str().unwrap(),
-        ],
+    let line = format!(
+        "proxy --producer host -p {provider} -b 64 -e 256K -f 64 -n 6 -w 1 --puts 8 \
+         --ring-slots 16 --rails {rails} --proxy-threads {threads} --timeout 30"
     );
-    for (r, o) in outs.iter().enumerate() {
-        assert!(
-            o.status.success(),
-            "rank {r} of proxy/{provider}/{rails} failed: {}\n{}",
-            o.status,
-            text(&o.stderr)
-        );
-    }
-    let said = text(&outs[0].stdout) + &text(&outs[0].stderr);
+    let run = recorded(&format!("{provider}-{rails}-{threads}"), 2, &words(&line));
+    let recs = run.passed(&format!("proxy/{provider}/{rails}"));
+    let said = run.stdout(0) + &run.stderr(0);
     assert!(said.contains("nbi/cpu"), "summary of ratios: {said}");
-    let recs: Vec<efabench_report::Record> = std::fs::read_to_string(&out)
-        .unwrap()
-        .lines()
-        .map(|l| efabench_report::validate_line(l).expect("record validates"))
-        .collect();
     // 64, 4K, 256K × cpu, blocking, nbi.
     assert_eq!(recs.len(), 9);
     for r in &recs {
@@ -113,46 +72,9 @@ fn shm_one_proxy_thread_for_two_rails() {
 
 #[test]
 fn a_killed_target_fails_the_initiator_fast() {
-    let port = free_port();
-    let args = [
-        "proxy",
-        "--producer",
-        "host",
-        "-p",
-        "tcp",
-        "-b",
-        "8",
-        "-e",
-        "8",
-        "-n",
-        "10000000",
-        "--modes",
-        "nbi",
-        "--timeout",
-        "5",
-    ];
-    let mut r0 = rank(0, 2, port, &args, &[]);
-    let mut r1 = rank(1, 2, port, &args, &[]);
-    std::thread::sleep(Duration::from_secs(3));
-    r1.kill().unwrap();
-    let _ = r1.wait();
-    let t0 = Instant::now();
-    let o = loop {
-        if r0.try_wait().unwrap().is_some() {
-            break r0.wait_with_output().unwrap();
-        }
-        if t0.elapsed() > Duration::from_secs(20) {
-            let _ = r0.kill();
-            panic!("rank 0 still running 20 s after its target was killed");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    assert!(!o.status.success());
-    let err = text(&o.stderr);
-    assert!(
-        err.contains("rank 1"),
-        "the message names the dead rank: {err}"
-    );
+    let args = words("proxy --producer host -p tcp -b 8 -e 8 -n 10000000 --modes nbi --timeout 5");
+    let hit = Hit::kill(1, Duration::from_secs(3), Duration::from_secs(20));
+    the_others_name_the_hit_rank(2, &args, hit);
 }
 
 #[test]

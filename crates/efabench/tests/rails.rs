@@ -9,58 +9,29 @@ mod common;
 use common::*;
 
 fn run_rails(bench: &str, provider: &str, rails: u32, strategy: &str, world: u32) {
-    let dir = tmp(&format!("{bench}-{provider}-{rails}-{strategy}-{world}"));
-    let out = dir.join("r.jsonl");
-    let rails_s = rails.to_string();
-    let outs = job(
-        world,
-        &[
-            bench,
-            "-p",
-            provider,
-            "-b",
-            "64",
-            "-e",
-            "256K",
-            "-f",
-            "64",
-            "-n",
-            "16",
-            "-w",
-            "2",
-            "--window",
-            "8",
-            "--rails",
-            &rails_s,
-            "--strategy",
-            strategy,
-            "--timeout",
-            "30",
-            "-o",
-            out.to_str().unwrap(),
-        ],
+    let line = format!(
+        "{bench} -p {provider} -b 64 -e 256K -f 64 -n 16 -w 2 --window 8 --rails {rails} \
+         --strategy {strategy} --timeout 30"
     );
-    for (r, o) in outs.iter().enumerate() {
-        assert!(
-            o.status.success(),
-            "rank {r} of {bench}/{provider}/rails {rails}/{strategy}/{world} ranks failed: {}\n{}",
-            o.status,
-            text(&o.stderr)
-        );
-    }
+    let run = recorded(
+        &format!("{bench}-{provider}-{rails}-{strategy}-{world}"),
+        world,
+        &words(&line),
+    );
+    let what = format!("{bench}/{provider}/rails {rails}/{strategy}/{world} ranks");
+    let recs = run.passed(&what);
     if rails > 1 {
-        let err = text(&outs[0].stderr);
+        let err = run.stderr(0);
         assert!(
             err.contains("virtual"),
             "rank 0 says the rails are virtual: {err}"
         );
         assert!(
-            text(&outs[0].stdout).contains(&format!("# rails: {rails} virtual")),
+            run.stdout(0).contains(&format!("# rails: {rails} virtual")),
             "table header names the rails: {}",
-            text(&outs[0].stdout)
+            run.stdout(0)
         );
     }
-    let recs = records(&out);
     // 64, 4K, 256K × pingpong, stream × (world − 1) peers.
     assert_eq!(recs.len(), 6 * (world as usize - 1), "{recs:?}");
     for r in &recs {
@@ -140,28 +111,14 @@ fn unknown_domain_lists_the_offered_ones() {
 
 #[test]
 fn tcp_on_lo_runs_on_lo() {
-    let dir = tmp("lo");
-    let out = dir.join("r.jsonl");
-    let outs = job(
+    let run = recorded(
+        "lo",
         2,
-        &[
-            "write",
-            "-p",
-            "tcp",
-            "--domain",
-            "lo",
-            "-b",
-            "4K",
-            "-e",
-            "4K",
-            "-n",
-            "10",
-            "-o",
-            out.to_str().unwrap(),
-        ],
+        &words("write -p tcp --domain lo -b 4K -e 4K -n 10"),
     );
+    let outs = &run.outs;
     assert!(outs[0].status.success(), "{}", text(&outs[0].stderr));
-    for r in records(&out) {
+    for r in run.records() {
         assert_eq!(r.domains, vec!["lo".to_string()], "{r:?}");
     }
 }

@@ -6,38 +6,12 @@ mod common;
 use common::*;
 
 fn keys_of(bench: &str) {
-    let dir = tmp(&format!("keys-{bench}"));
-    let out = dir.join("r.jsonl");
-    let outs = job(
-        2,
-        &[
-            bench,
-            "-p",
-            "tcp",
-            "-b",
-            "8",
-            "-e",
-            "64",
-            "-f",
-            "8",
-            "-n",
-            "5",
-            "-w",
-            "1",
-            "--window",
-            "4",
-            "--timeout",
-            "30",
-            "--format",
-            "csv",
-            "-o",
-            out.to_str().unwrap(),
-        ],
-    );
-    all_ok(&outs, bench);
-    let recs = records(&out);
+    let line =
+        format!("{bench} -p tcp -b 8 -e 64 -f 8 -n 5 -w 1 --window 4 --timeout 30 --format csv");
+    let run = recorded(&format!("keys-{bench}"), 2, &words(&line));
+    let recs = run.passed(bench);
     assert_eq!(recs.len(), 4, "{bench}: two sizes, two variants");
-    assert_golden_keys(bench, &record_keys(&out));
+    assert_golden_keys(bench, &record_keys(&run.out));
 }
 
 #[test]

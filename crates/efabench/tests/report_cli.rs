@@ -7,16 +7,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-fn efabench(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_efabench"))
-        .args(args)
-        .output()
-        .expect("run efabench")
-}
-
-fn tempdir(name: &str) -> common::TempDir {
-    common::tmp(name)
-}
+use common::{assert_exit, run, tmp};
 
 /// One `efabench.v1` record as a JSON line.
 fn record(variant: &str, size: u64, bw: f64, p50: f64, errors: u64) -> String {
@@ -65,31 +56,26 @@ fn stderr_line(o: &Output) -> String {
 
 #[test]
 fn plot_writes_png_and_svg() {
-    let d = tempdir("plot");
+    let d = tmp("plot");
     let (a, b) = (d.join("a.jsonl"), d.join("b.jsonl"));
     write_sweep(&a, 1.0, None);
     write_sweep(&b, 0.5, None);
     let png = d.join("bw.png");
-    let o = efabench(&[
+    let o = run(&[
         "plot",
         a.to_str().unwrap(),
         b.to_str().unwrap(),
         "-o",
         png.to_str().unwrap(),
     ]);
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    assert_exit(&o, 0);
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(out.contains("2 series, 40 points"), "{out}");
     let bytes = std::fs::read(&png).unwrap();
     assert_eq!(&bytes[1..4], b"PNG");
 
     let svg = d.join("lat.svg");
-    let o = efabench(&[
+    let o = run(&[
         "plot",
         a.to_str().unwrap(),
         "-o",
@@ -100,19 +86,14 @@ fn plot_writes_png_and_svg() {
         "--title",
         "p99 latency",
     ]);
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    assert_exit(&o, 0);
     let text = std::fs::read_to_string(&svg).unwrap();
     assert!(text.contains("p99 latency") && text.contains("latency p99 (us)"));
 }
 
 #[test]
 fn plot_bad_input_exits_2_with_one_line() {
-    let d = tempdir("plotbad");
+    let d = tmp("plotbad");
     let a = d.join("a.jsonl");
     write_sweep(&a, 1.0, None);
     let a = a.to_str().unwrap();
@@ -134,14 +115,14 @@ fn plot_bad_input_exits_2_with_one_line() {
         ),
     ];
     for (args, needle) in cases {
-        let o = efabench(args);
+        let o = run(args);
         assert_eq!(o.status.code(), Some(2), "{args:?}");
         let e = stderr_line(&o);
         assert!(e.contains(needle), "{args:?}: {e}");
     }
     let empty = d.join("empty.jsonl");
     std::fs::write(&empty, "").unwrap();
-    let o = efabench(&["plot", empty.to_str().unwrap(), "-o", png]);
+    let o = run(&["plot", empty.to_str().unwrap(), "-o", png]);
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr_line(&o).contains("holds no records"));
     let bad = d.join("bad.jsonl");
@@ -153,14 +134,14 @@ fn plot_bad_input_exits_2_with_one_line() {
         ),
     )
     .unwrap();
-    let o = efabench(&["plot", bad.to_str().unwrap(), "-o", png]);
+    let o = run(&["plot", bad.to_str().unwrap(), "-o", png]);
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr_line(&o).contains("bad.jsonl:2: missing required fields"));
 }
 
 #[test]
 fn compare_exit_codes_follow_the_tolerance() {
-    let d = tempdir("compare");
+    let d = tmp("compare");
     let (base, same, slower, broken) = (
         d.join("base.jsonl"),
         d.join("same.jsonl"),
@@ -173,7 +154,7 @@ fn compare_exit_codes_follow_the_tolerance() {
     write_sweep(&broken, 1.0, Some(4096)); // one verification error
     let p = |x: &PathBuf| x.to_str().unwrap().to_string();
 
-    let o = efabench(&["compare", &p(&base), &p(&same)]);
+    let o = run(&["compare", &p(&base), &p(&same)]);
     assert_eq!(
         o.status.code(),
         Some(0),
@@ -182,7 +163,7 @@ fn compare_exit_codes_follow_the_tolerance() {
     );
     assert!(String::from_utf8_lossy(&o.stdout).contains("# Result: OK"));
 
-    let o = efabench(&["compare", &p(&base), &p(&slower)]);
+    let o = run(&["compare", &p(&base), &p(&slower)]);
     assert_eq!(o.status.code(), Some(1));
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(out.contains("REGRESSION(bw)"), "{out}");
@@ -191,10 +172,10 @@ fn compare_exit_codes_follow_the_tolerance() {
         "{out}"
     );
 
-    let o = efabench(&["compare", &p(&base), &p(&slower), "--tolerance", "15"]);
+    let o = run(&["compare", &p(&base), &p(&slower), "--tolerance", "15"]);
     assert_eq!(o.status.code(), Some(0));
 
-    let o = efabench(&[
+    let o = run(&[
         "compare",
         &p(&base),
         &p(&broken),
@@ -216,7 +197,7 @@ fn compare_exit_codes_follow_the_tolerance() {
 /// warns about them and plot marks their series.
 #[test]
 fn time_sliced_records_are_flagged_by_compare_and_plot() {
-    let d = tempdir("timesliced");
+    let d = tmp("timesliced");
     let (base, cand) = (d.join("two-gpus.jsonl"), d.join("one-gpu.jsonl"));
     write_sweep(&base, 1.0, None);
     write_sweep(&cand, 1.0, None);
@@ -230,7 +211,7 @@ fn time_sliced_records_are_flagged_by_compare_and_plot() {
         })
         .collect();
     std::fs::write(&cand, sliced).unwrap();
-    let o = efabench(&["compare", base.to_str().unwrap(), cand.to_str().unwrap()]);
+    let o = run(&["compare", base.to_str().unwrap(), cand.to_str().unwrap()]);
     let out = String::from_utf8_lossy(&o.stdout);
     assert_eq!(o.status.code(), Some(0), "a warning, not a failure: {out}");
     assert!(
@@ -238,7 +219,7 @@ fn time_sliced_records_are_flagged_by_compare_and_plot() {
         "{out}"
     );
     let svg = d.join("p.svg");
-    let o = efabench(&[
+    let o = run(&[
         "plot",
         base.to_str().unwrap(),
         cand.to_str().unwrap(),
@@ -261,7 +242,7 @@ fn time_sliced_records_are_flagged_by_compare_and_plot() {
 /// sizes) used to exit 0 with "Result: OK". It fails now unless `--allow-missing`.
 #[test]
 fn compare_fails_when_the_candidate_lacks_baseline_points() {
-    let d = tempdir("comparemissing");
+    let d = tmp("comparemissing");
     let (base, crashed) = (d.join("base.jsonl"), d.join("crashed.jsonl"));
     write_sweep(&base, 1.0, None);
     // The first 3 of the 20 sizes, identical to the baseline: no regression, 17 points missing.
@@ -274,7 +255,7 @@ fn compare_fails_when_the_candidate_lacks_baseline_points() {
     std::fs::write(&crashed, text).unwrap();
     let p = |x: &PathBuf| x.to_str().unwrap().to_string();
 
-    let o = efabench(&["compare", &p(&base), &p(&crashed)]);
+    let o = run(&["compare", &p(&base), &p(&crashed)]);
     let out = String::from_utf8_lossy(&o.stdout);
     assert_eq!(o.status.code(), Some(1), "{out}");
     assert!(
@@ -286,7 +267,7 @@ fn compare_fails_when_the_candidate_lacks_baseline_points() {
         "{out}"
     );
 
-    let o = efabench(&["compare", &p(&base), &p(&crashed), "--format", "json"]);
+    let o = run(&["compare", &p(&base), &p(&crashed), "--format", "json"]);
     assert_eq!(o.status.code(), Some(1));
     let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(
@@ -294,7 +275,7 @@ fn compare_fails_when_the_candidate_lacks_baseline_points() {
         (Some("missing"), Some(17))
     );
 
-    let o = efabench(&["compare", &p(&base), &p(&crashed), "--allow-missing"]);
+    let o = run(&["compare", &p(&base), &p(&crashed), "--allow-missing"]);
     let out = String::from_utf8_lossy(&o.stdout);
     assert_eq!(o.status.code(), Some(0), "{out}");
     assert!(
@@ -304,7 +285,7 @@ fn compare_fails_when_the_candidate_lacks_baseline_points() {
     assert!(out.contains("# Result: OK"), "{out}");
 
     // Points only the candidate has (a longer sweep) do not fail.
-    let o = efabench(&["compare", &p(&crashed), &p(&base)]);
+    let o = run(&["compare", &p(&crashed), &p(&base)]);
     assert_eq!(o.status.code(), Some(0));
 }
 
@@ -313,7 +294,7 @@ fn compare_fails_when_the_candidate_lacks_baseline_points() {
 /// with one warning naming the file and line; a corrupt line in the middle is still an error.
 #[test]
 fn a_torn_last_line_is_a_warning_not_a_lost_run() {
-    let d = tempdir("torn");
+    let d = tmp("torn");
     let (base, torn, middle) = (
         d.join("base.jsonl"),
         d.join("torn.jsonl"),
@@ -327,13 +308,8 @@ fn a_torn_last_line_is_a_warning_not_a_lost_run() {
     std::fs::write(&torn, &full[..cut]).unwrap();
     let p = |x: &PathBuf| x.to_str().unwrap().to_string();
 
-    let o = efabench(&["compare", &p(&base), &p(&torn), "--allow-missing"]);
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    let o = run(&["compare", &p(&base), &p(&torn), "--allow-missing"]);
+    assert_exit(&o, 0);
     let e = stderr_line(&o);
     assert!(
         e.starts_with(&format!(
@@ -345,7 +321,7 @@ fn a_torn_last_line_is_a_warning_not_a_lost_run() {
     assert!(String::from_utf8_lossy(&o.stdout).contains("19 matched"));
 
     let png = d.join("t.png");
-    let o = efabench(&["plot", &p(&torn), "-o", png.to_str().unwrap()]);
+    let o = run(&["plot", &p(&torn), "-o", png.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(0));
     assert!(stderr_line(&o).contains("torn.jsonl:20: ignoring the torn last line"));
     assert!(String::from_utf8_lossy(&o.stdout).contains("19 points"));
@@ -356,7 +332,7 @@ fn a_torn_last_line_is_a_warning_not_a_lost_run() {
     text.push_str(full.lines().next().unwrap());
     text.push('\n');
     std::fs::write(&middle, text).unwrap();
-    let o = efabench(&["compare", &p(&base), &p(&middle)]);
+    let o = run(&["compare", &p(&base), &p(&middle)]);
     assert_eq!(o.status.code(), Some(2));
     let e = stderr_line(&o);
     assert!(e.contains("middle.jsonl:20: not valid JSON"), "{e}");
@@ -364,7 +340,7 @@ fn a_torn_last_line_is_a_warning_not_a_lost_run() {
 
 #[test]
 fn compare_bad_input_exits_2() {
-    let d = tempdir("comparebad");
+    let d = tmp("comparebad");
     let base = d.join("base.jsonl");
     write_sweep(&base, 1.0, None);
     let other = d.join("other.jsonl");
@@ -400,7 +376,7 @@ fn compare_bad_input_exits_2() {
         ),
     ];
     for (args, needle) in cases {
-        let o = efabench(args);
+        let o = run(args);
         assert_eq!(
             o.status.code(),
             Some(2),
@@ -422,7 +398,7 @@ fn compare_bad_input_exits_2() {
 /// run must end non-zero naming the file.
 #[test]
 fn a_records_file_deleted_mid_run_fails_the_run() {
-    let d = tempdir("deleted");
+    let d = tmp("deleted");
     let out = d.join("r.jsonl");
     let mut child = Command::new(env!("CARGO_BIN_EXE_efabench"))
         .args(["launch", "-n", "2", "--", "sendrecv", "-p", "tcp"])
@@ -459,7 +435,7 @@ fn a_records_file_deleted_mid_run_fails_the_run() {
 /// `--strict-context` turns into a failure.
 #[test]
 fn compare_reads_runs_and_baseline_files_and_checks_the_context() {
-    let guard = tempdir("comparebaseline");
+    let guard = tmp("comparebaseline");
     let d = guard.to_path_buf();
     let p = |x: &PathBuf| x.to_str().unwrap().to_string();
     let runs: Vec<PathBuf> = [1.0, 1.01, 0.99]
@@ -472,7 +448,7 @@ fn compare_reads_runs_and_baseline_files_and_checks_the_context() {
         })
         .collect();
     let base = d.join("base.json");
-    let o = efabench(&[
+    let o = run(&[
         "baseline",
         &p(&runs[0]),
         &p(&runs[1]),
@@ -491,8 +467,8 @@ fn compare_reads_runs_and_baseline_files_and_checks_the_context() {
     let cand = d.join("cand.jsonl");
     write_sweep(&cand, 0.5, None);
     let saved = d.join("saved.json");
-    let via_file = efabench(&["compare", "-B", &p(&base), &p(&cand), "--format", "json"]);
-    let via_runs = efabench(&[
+    let via_file = run(&["compare", "-B", &p(&base), &p(&cand), "--format", "json"]);
+    let via_runs = run(&[
         "compare",
         "-B",
         &p(&runs[0]),
@@ -521,11 +497,11 @@ fn compare_reads_runs_and_baseline_files_and_checks_the_context() {
     let moved = d.join("moved.jsonl");
     let text = std::fs::read_to_string(&runs[0]).unwrap();
     std::fs::write(&moved, text.replace(r#""host":"h""#, r#""host":"h2""#)).unwrap();
-    let o = efabench(&["compare", "-B", &p(&base), &p(&moved)]);
+    let o = run(&["compare", "-B", &p(&base), &p(&moved)]);
     let out = String::from_utf8_lossy(&o.stdout);
     assert_eq!(o.status.code(), Some(0), "{out}");
     assert!(out.contains("# context changed: host: h -> h2"), "{out}");
-    let o = efabench(&["compare", "-B", &p(&base), &p(&moved), "--strict-context"]);
+    let o = run(&["compare", "-B", &p(&base), &p(&moved), "--strict-context"]);
     let out = String::from_utf8_lossy(&o.stdout);
     assert_eq!(o.status.code(), Some(1), "{out}");
     assert!(

@@ -248,7 +248,9 @@ pub fn exe() -> PathBuf {
     std::env::current_exe().expect("current_exe")
 }
 
-/// A command for this binary with no launcher variables from the outside world.
+/// A command for this binary with no launcher variables from the outside world. efabench's
+/// integration tests keep a copy of this scrub of their own (`without_launcher_env`): test
+/// crates cannot share helpers, and no library function lists these names.
 pub fn command(role: &str) -> Command {
     let mut c = Command::new(exe());
     for (k, _) in std::env::vars() {

@@ -45,26 +45,36 @@ pub fn tempdir(name: &str) -> crate::common::TempDir {
 pub fn efabench(args: &[&str]) -> Command {
     let mut c = Command::new(BIN);
     c.args(args);
-    for (k, _) in std::env::vars() {
-        let launcher_var = k.starts_with("EFABENCH_")
-            || k.starts_with("SLURM_")
-            || k.starts_with("OMPI_")
-            || k.starts_with("PMI_")
-            || k.starts_with("PMIX_")
-            || [
-                "RANK",
-                "WORLD_SIZE",
-                "LOCAL_RANK",
-                "MASTER_ADDR",
-                "MASTER_PORT",
-                "TORCHELASTIC_RUN_ID",
-            ]
-            .contains(&k.as_str());
-        if launcher_var {
-            c.env_remove(&k);
-        }
-    }
+    crate::common::without_launcher_env(&mut c);
     c
+}
+
+/// `efabench launch -n N LAUNCH_OPTS -- BENCH...`, `bench` written as a command line.
+pub fn launch(n: u32, launch_opts: &[&str], bench: &str) -> Command {
+    let n = n.to_string();
+    let mut args = vec!["launch", "-n", &n];
+    args.extend_from_slice(launch_opts);
+    args.push("--");
+    args.extend(crate::common::words(bench));
+    efabench(&args)
+}
+
+/// Rank `r` of `world`, started by hand and meeting at `rdzv`, of a small tcp `sendrecv` sweep
+/// (8 B to `max`, 10 iterations) that gives up [`BENCH_TIMEOUT`] after a fault; `extra` adds
+/// options.
+pub fn sendrecv_rank(r: u32, world: u32, rdzv: &str, max: &str, extra: &[&str]) -> Command {
+    let timeout = secs(BENCH_TIMEOUT);
+    let (r, world) = (r.to_string(), world.to_string());
+    let mut args = vec!["sendrecv", "-b", "8", "-e", max, "-n", "10", "-p", "tcp"];
+    args.extend(["--timeout", &timeout]);
+    args.extend_from_slice(extra);
+    args.extend(["--rank", &r, "--world", &world, "--rdzv", rdzv]);
+    efabench(&args)
+}
+
+/// The rendezvous address of a job started by hand: a port nobody listens on now.
+pub fn free_rdzv() -> String {
+    format!("127.0.0.1:{}", crate::common::free_port())
 }
 
 pub struct Proc {
@@ -228,6 +238,24 @@ pub fn records_so_far(path: &Path) -> usize {
     std::fs::read_to_string(path)
         .map(|t| t.matches('\n').count())
         .unwrap_or(0)
+}
+
+/// Waits (at most 90 s) until `launch`'s job has written a record to `out`, failing the test
+/// if the job ends first; the complete records by then.
+pub fn wait_for_a_record(launch: &mut Proc, out: &Path) -> usize {
+    let until = Instant::now() + Duration::from_secs(90);
+    while records_so_far(out) == 0 {
+        assert!(
+            launch.status.is_none() && Instant::now() < until,
+            "no record before the fault: {}",
+            launch.stderr()
+        );
+        if launch.child.try_wait().ok().flatten().is_some() {
+            panic!("the job ended before the fault: {}", launch.stderr());
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    records_so_far(out)
 }
 
 pub fn assert_all_gone(pids: &[i32], what: &str) {

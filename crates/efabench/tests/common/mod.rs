@@ -1,11 +1,12 @@
 //! What the integration tests share: real ranks over loopback started by hand
-//! (`--rank/--world/--rdzv`, the way a user runs efabench on two hosts without a launcher), their
-//! output, and their records checked against the schema.
+//! (`--rank/--world/--rdzv`, the way a user runs efabench on two hosts without a launcher) and
+//! their output. The submodules each do one job the tests would otherwise write again and
+//! again: reading records ([`records`]), checking a collective's records ([`collective`]),
+//! hitting a rank mid-run ([`failures`]) and simulated nodes ([`netns`]).
 // Each test file is its own crate and uses part of this module.
 #![allow(dead_code)]
 
 use std::net::TcpListener;
-use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_efabench");
@@ -29,6 +30,49 @@ pub use efabench_record::testing::TempDir;
 
 pub fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
+}
+
+/// The arguments of a command line written as one string, split at white space: the tests'
+/// command lines read as a user types them (none of their arguments holds a space).
+pub fn words(line: &str) -> Vec<&str> {
+    line.split_whitespace().collect()
+}
+
+/// Removes from `c`'s environment every variable through which a launcher around this test
+/// (Slurm, mpirun, torchrun, `efabench launch`, or a job token) would tell a rank who it is, so
+/// that the job the test starts is only what the test gives it. bootstrap's tests keep a copy
+/// of their own: test crates cannot share helpers, and no library function lists these names.
+pub fn without_launcher_env(c: &mut Command) -> &mut Command {
+    for (k, _) in std::env::vars() {
+        let launcher_var = k.starts_with("EFABENCH_")
+            || k.starts_with("SLURM_")
+            || k.starts_with("OMPI_")
+            || k.starts_with("PMI_")
+            || k.starts_with("PMIX_")
+            || [
+                "RANK",
+                "WORLD_SIZE",
+                "LOCAL_RANK",
+                "MASTER_ADDR",
+                "MASTER_PORT",
+                "TORCHELASTIC_RUN_ID",
+            ]
+            .contains(&k.as_str());
+        if launcher_var {
+            c.env_remove(&k);
+        }
+    }
+    c
+}
+
+/// `efabench ARGS` run to the end, for the commands that start no ranks (`plot`, `compare`, ...).
+pub fn run(args: &[&str]) -> Output {
+    Command::new(BIN).args(args).output().expect("run efabench")
+}
+
+/// Fails the test unless `o` exited with `code`, showing its stderr.
+pub fn assert_exit(o: &Output, code: i32) {
+    assert_eq!(o.status.code(), Some(code), "{}", text(&o.stderr));
 }
 
 /// Rank `r` of `world`, meeting at the rendezvous on `port`, with extra environment.
@@ -73,15 +117,6 @@ pub fn job_env(
         .collect()
 }
 
-/// Every record of a records file, each validated against the schema.
-pub fn records(path: &Path) -> Vec<efabench_report::Record> {
-    std::fs::read_to_string(path)
-        .expect("records file")
-        .lines()
-        .map(|l| efabench_report::validate_line(l).expect("record validates against the schema"))
-        .collect()
-}
-
 /// Fails the test unless every rank exited 0, with their output.
 pub fn all_ok(outs: &[Output], what: &str) {
     for (r, o) in outs.iter().enumerate() {
@@ -94,7 +129,11 @@ pub fn all_ok(outs: &[Output], what: &str) {
         );
     }
 }
+pub mod collective;
+pub mod failures;
 pub mod netns;
+pub mod records;
+pub use records::*;
 
 #[path = "../../../bench/src/golden.rs"]
 #[allow(dead_code)]
