@@ -403,9 +403,7 @@ fn run_connected<B: Benchmark>(
     bs.check_same("options", fp.trim())?;
 
     let mut jsonl = match (&args.output, rank) {
-        (Some(path), 0) => {
-            Some(JsonlWriter::open(path)?)
-        }
+        (Some(path), 0) => Some(JsonlWriter::open(path)?),
         _ => None,
     };
     let host = efabench_record::hostname();
