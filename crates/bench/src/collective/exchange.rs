@@ -44,7 +44,7 @@ use efabench_fabric::Stripe;
 use crate::error::BenchError;
 use crate::harness::{budget_loop, Budget, Budgeted, Ctx, Measured, Phase, Span, Stop};
 use crate::mesh::{
-    cq_data, parse_cq_data, Completion, Kind, Mesh, Remote, Request, Verb, ITER_MOD,
+    cq_data, on_rail, parse_cq_data, Completion, Kind, Mesh, Remote, Request, Verb, ITER_MOD,
 };
 use crate::pattern;
 
@@ -405,11 +405,7 @@ impl<'m> Run<'m> {
             peer: Remote::Any,
             local: s.off,
             remote: 0,
-            route: &[Stripe {
-                rail: s.rail,
-                off: 0,
-                len: s.len,
-            }],
+            route: &on_rail(s.rail, s.len),
             data: None,
             completion: Completion::Received(i),
         })

@@ -75,7 +75,7 @@ pub(crate) use self::connect::{connect_mesh, mesh_facts, open_mesh, run_on_mesh}
 pub use self::lane::{Lane, LaneRail};
 pub use self::lean::LeanStep;
 pub use self::pair::Link;
-pub use self::request::{Completion, Remote, Request, Verb};
+pub use self::request::{on_rail, Completion, Remote, Request, Verb};
 pub use self::route::{Message, Route, Router};
 pub use self::signal::{cq_data, parse_cq_data, Kind, ITER_MOD};
 pub use self::track::{Done, MAX_INDEX};

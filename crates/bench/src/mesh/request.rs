@@ -80,7 +80,7 @@ pub struct Request<'a> {
     pub peer: Remote<'a>,
     pub local: usize,
     pub remote: usize,
-    /// Which bytes go over which rail; one stripe `{ rail, off: 0, len }` for a single rail.
+    /// Which bytes go over which rail ([`on_rail`] for a single rail).
     pub route: &'a [Stripe],
     pub data: Option<u64>,
     pub completion: Completion,
@@ -180,18 +180,207 @@ impl Mesh {
             peer: Remote::Rank(peer),
             local: 0,
             remote: 8,
-            route: &[Stripe {
-                rail: 0,
-                off: 0,
-                len: 8,
-            }],
+            route: &on_rail(0, 8),
             data: Some(data),
             completion: Completion::Counted,
         })
     }
 }
 
+/// The route of `len` bytes that all go over rail `rail`.
+#[inline(always)]
+pub fn on_rail(rail: usize, len: usize) -> [Stripe; 1] {
+    [Stripe { rail, off: 0, len }]
+}
+
 #[cold]
 fn no_peer() -> BenchError {
     BenchError::failed("a write, read, send or signal was posted without a peer")
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::{Duration, Instant};
+
+    use efabench_bootstrap::{Bootstrap, RankInfo};
+    use efabench_fabric::{
+        get_info, load_library, resolve_rails, Hints, MrPath, RailConfig, RailCount, RailGroup,
+    };
+    use efabench_gpu::MemKind;
+
+    use super::*;
+    use crate::harness::Strategy;
+    use crate::mesh::alloc;
+
+    const LEN: usize = 4096;
+
+    /// Ranks 0 and 1 of a two-rank mesh on two virtual shm rails, in this process.
+    fn pair(bs: &Bootstrap) -> [Mesh; 2] {
+        load_library(None).expect("libfabric must be loadable for this test");
+        let infos = get_info(&Hints::provider("shm")).expect("shm is offered");
+        let plan = resolve_rails(&infos, RailCount::Count(2), &[]).expect("two shm rails");
+        let mesh = |me| {
+            let group = RailGroup::open_plan(&plan, &RailConfig::default()).expect("open rails");
+            let bufs = alloc(MemKind::Host, LEN, LEN, None).expect("buffers");
+            let (timeout, health) = (Duration::from_secs(10), bs.health());
+            Mesh::new(
+                group,
+                Strategy::Split,
+                bufs,
+                MrPath::Auto,
+                me,
+                2,
+                timeout,
+                health,
+            )
+            .expect("mesh")
+        };
+        let mut m = [mesh(0), mesh(1)];
+        let blobs = [m[0].local_blob().unwrap(), m[1].local_blob().unwrap()];
+        for x in &mut m {
+            x.connect(&blobs).expect("connect");
+        }
+        m
+    }
+
+    /// Progresses `m` until `done` holds.
+    fn until(m: &mut Mesh, done: impl Fn(&Mesh) -> bool) {
+        let t0 = Instant::now();
+        while !done(m) {
+            m.progress().expect("progress");
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "the fabric did not move"
+            );
+        }
+    }
+
+    /// Runs `f` while another thread progresses `peer` (on shm the peer's polls move the data).
+    fn with_peer<T>(peer: &mut Mesh, f: impl FnOnce() -> T) -> T {
+        struct Stop<'a>(&'a AtomicBool);
+        impl Drop for Stop<'_> {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::Relaxed);
+            }
+        }
+        let stop = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                while !stop.load(Ordering::Relaxed) {
+                    peer.progress().expect("the peer's progress");
+                }
+            });
+            let _stop = Stop(&stop);
+            f()
+        })
+    }
+
+    const TWO_RAILS: [Stripe; 2] = [
+        Stripe {
+            rail: 0,
+            off: 0,
+            len: 96,
+        },
+        Stripe {
+            rail: 1,
+            off: 96,
+            len: 32,
+        },
+    ];
+
+    #[test]
+    fn every_completion_goes_where_its_request_says() {
+        let bs = Bootstrap::connect(&RankInfo::single(), Duration::from_secs(5)).unwrap();
+        let [mut a, mut b] = pair(&bs);
+        a.count_from_now(true);
+
+        // Counted: one outstanding per stripe; each stripe lands at its offset with the data.
+        a.fill_send(512, 128, 7).unwrap();
+        let write = Request {
+            op: Verb::Write,
+            peer: Remote::Rank(1),
+            local: 512,
+            remote: 1024,
+            route: &TWO_RAILS,
+            data: Some(0x11),
+            completion: Completion::Counted,
+        };
+        with_peer(&mut b, || {
+            a.submit(write).unwrap();
+            assert!(a.outstanding > 0);
+            until(&mut a, |a| a.outstanding == 0);
+        });
+        until(&mut b, |b| b.arrivals.len() == 2);
+        assert_eq!(Vec::from(std::mem::take(&mut b.arrivals)), [0x11, 0x11]);
+        assert_eq!(b.check_recv(1024, 128, 7), 0);
+
+        // Tracked through a lane: done once both stripes are.
+        b.fill_send(0, 128, 9).unwrap();
+        let lane = a.lane(1).unwrap();
+        let read = Request {
+            op: Verb::Read,
+            peer: Remote::Lane(&lane),
+            local: 2048,
+            remote: 0,
+            route: &TWO_RAILS,
+            data: None,
+            completion: Completion::Tracked(3),
+        };
+        with_peer(&mut b, || {
+            a.submit(read).unwrap();
+            until(&mut a, |a| !a.done.is_empty());
+        });
+        let done = a.take_done(|_| true).unwrap();
+        assert_eq!((done.op, done.index), (Verb::Read, 3));
+        assert_eq!(a.check_recv(2048, 128, 9), 0);
+        assert_eq!(a.outstanding, 0);
+
+        // Received: a receive names no peer and lands, numbered, with the sender's data.
+        let recv = Request {
+            op: Verb::Recv,
+            peer: Remote::Any,
+            local: 3072,
+            remote: 0,
+            route: &on_rail(1, 64),
+            data: None,
+            completion: Completion::Received(5),
+        };
+        b.submit(recv).unwrap();
+        let send = Request {
+            op: Verb::Send,
+            peer: Remote::Rank(1),
+            local: 0,
+            remote: 0,
+            route: &on_rail(1, 64),
+            data: Some(0x22),
+            completion: Completion::Counted,
+        };
+        with_peer(&mut b, || {
+            a.submit(send).unwrap();
+            until(&mut a, |a| a.outstanding == 0);
+        });
+        until(&mut b, |b| !b.received.is_empty());
+        let r = b.received.pop_front().unwrap();
+        assert_eq!((r.index, r.data, r.len), (5, 0x22, 64));
+
+        // A signal carries its word and counts towards no rail's payload.
+        with_peer(&mut b, || {
+            a.signal(1, 0x33).unwrap();
+            until(&mut a, |a| a.outstanding == 0);
+        });
+        until(&mut b, |b| !b.arrivals.is_empty());
+        assert_eq!(b.arrivals.pop_front(), Some(0x33));
+
+        // A write without a peer is refused before anything is posted.
+        let lost = Request {
+            peer: Remote::Any,
+            ..write
+        };
+        assert!(a.submit(lost).is_err());
+        assert_eq!(a.outstanding, 0);
+
+        let loads: Vec<_> = a.rail_loads().iter().map(|l| (l.bytes, l.ops)).collect();
+        assert_eq!(loads, [(96 + 96, 2), (32 + 32 + 64, 3)]);
+    }
 }

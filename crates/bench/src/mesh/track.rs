@@ -34,7 +34,8 @@ pub(super) fn tag(op: Verb, index: usize) -> u32 {
     (k * MAX_INDEX + index % MAX_INDEX) as u32
 }
 
-/// A tracked message whose every stripe completed: what it was and the bytes it moved.
+/// A tracked message whose every stripe completed: what it was, and the bytes its completions
+/// reported (a receive's length; libfabric reports none for the other verbs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Done {
     pub op: Verb,

@@ -33,13 +33,12 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use efabench_fabric::Stripe;
 use efabench_gpu::proxy::{realtime_ns, Command, CommandRing, Peek};
 
 use crate::ep::layout::{writes_to, PhaseLayout, Put};
 use crate::error::BenchError;
 use crate::harness::Strategy;
-use crate::mesh::{Completion, Mesh, Message, Payload, Remote, Request, Router, Verb};
+use crate::mesh::{on_rail, Completion, Mesh, Message, Payload, Remote, Request, Router, Verb};
 
 mod arrivals;
 mod clock;
@@ -119,11 +118,7 @@ impl<'a> Exchange<'a> {
             peer: Remote::Rank(p.dst),
             local: p.local_off,
             remote: p.remote_off,
-            route: &[Stripe {
-                rail,
-                off: 0,
-                len: p.len,
-            }],
+            route: &on_rail(rail, p.len),
             data: Some(data),
             completion: Completion::Counted,
         });
