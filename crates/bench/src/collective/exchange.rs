@@ -578,7 +578,7 @@ impl<'m> Run<'m> {
                 // overwrite it first.
                 self.landed.push((r.index, it, (r.data & 0xFFFF) as u32));
             }
-            while let Some(d) = self.mesh.take_done(|_| true) {
+            while let Some(d) = self.mesh.take_done() {
                 // Every stripe of a signalled chunk is written: announce it.
                 let peer = d.index as u32;
                 self.mesh.signal(peer, self.post_data)?;

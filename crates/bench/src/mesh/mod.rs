@@ -144,7 +144,7 @@ pub struct Mesh {
     /// Per tracked message: stripes still outstanding and bytes completed.
     pending: Vec<(u32, usize)>,
     /// Tracked messages whose every stripe completed, in completion order.
-    done: VecDeque<Done>,
+    done: VecDeque<(u32, usize)>,
     stats: Vec<RailStats>,
     counting: bool,
     timeout: Duration,

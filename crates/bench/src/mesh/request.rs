@@ -331,7 +331,7 @@ mod tests {
             a.submit(read).unwrap();
             until(&mut a, |a| !a.done.is_empty());
         });
-        let done = a.take_done(|_| true).unwrap();
+        let done = a.take_done().unwrap();
         assert_eq!((done.op, done.index), (Verb::Read, 3));
         assert_eq!(a.check_recv(2048, 128, 9), 0);
         assert_eq!(a.outstanding, 0);

@@ -41,16 +41,24 @@ pub(super) fn idle_check(
 }
 
 impl Mesh {
-    /// The oldest tracked message done for which `is` holds, taken out.
+    /// The oldest tracked message done, taken out.
     #[inline]
-    pub fn take_done(&mut self, is: impl Fn(&Done) -> bool) -> Option<Done> {
+    pub fn take_done(&mut self) -> Option<Done> {
+        self.take_done_if(|_| true)
+    }
+
+    /// The oldest tracked message done whose tag `is` holds for, taken out.
+    #[inline]
+    fn take_done_if(&mut self, is: impl Fn(u32) -> bool) -> Option<Done> {
         // The oldest is nearly always the one waited for (a ping-pong has one message in
         // flight): take it without the search and the general removal.
-        if is(self.done.front()?) {
-            return self.done.pop_front();
-        }
-        let i = self.done.iter().position(is)?;
-        self.done.remove(i)
+        let (tag, len) = if is(self.done.front()?.0) {
+            self.done.pop_front()?
+        } else {
+            let i = self.done.iter().position(|d| is(d.0))?;
+            self.done.remove(i)?
+        };
+        Some(Done::from_tag(tag, len))
     }
 
     /// The oldest remote CQ data for which `is` holds, taken out of [`Mesh::arrivals`].
@@ -120,7 +128,7 @@ impl Mesh {
                 p.1 += c.len;
                 if p.0 == 0 {
                     let len = std::mem::take(&mut p.1);
-                    self.done.push_back(Done::from_tag(tag, len));
+                    self.done.push_back((tag, len));
                 }
             }
             _ => {
@@ -202,16 +210,16 @@ impl Mesh {
         )
     }
 
-    /// Waits for a tracked message for which `is` holds and takes it out, with the failure
+    /// Waits for a tracked message whose tag `is` holds for and takes it out, with the failure
     /// rules of [`Mesh::wait_until`]; `what` names what is missing.
-    pub fn wait_done(
+    pub(super) fn wait_done(
         &mut self,
-        is: impl Fn(&Done) -> bool,
+        is: impl Fn(u32) -> bool,
         what: impl Fn(&Mesh) -> String,
     ) -> MeshResult<Done> {
         let mut got = None;
         let done = |m: &mut Mesh| {
-            got = m.take_done(&is);
+            got = m.take_done_if(&is);
             Ok(got.is_some())
         };
         self.wait_until(done, what)?;
