@@ -43,7 +43,9 @@ use efabench_fabric::Stripe;
 
 use crate::error::BenchError;
 use crate::harness::{budget_loop, Budget, Budgeted, Ctx, Measured, Phase, Span, Stop};
-use crate::mesh::{cq_data, parse_cq_data, Kind, Mesh, Op as TrackOp, ITER_MOD};
+use crate::mesh::{
+    cq_data, on_rail, parse_cq_data, Completion, Kind, Mesh, Remote, Request, Verb, ITER_MOD,
+};
 use crate::pattern;
 
 use super::report::RankOutcome;
@@ -398,7 +400,15 @@ impl<'m> Run<'m> {
         }
         self.to_post -= 1;
         let s = self.slots[i];
-        self.mesh.post_recv(i, s.rail, s.off, s.len)
+        self.mesh.submit(Request {
+            op: Verb::Recv,
+            peer: Remote::Any,
+            local: s.off,
+            remote: 0,
+            route: &on_rail(s.rail, s.len),
+            data: None,
+            completion: Completion::Received(i),
+        })
     }
 
     /// Each source's mean arrival time in the timed loop (`iters` iterations; a chunk of
@@ -512,31 +522,23 @@ impl<'m> Run<'m> {
             if self.stripes_out[p as usize].is_empty() {
                 self.mesh.signal(p, data)?;
             }
+            let (op, data, completion) = match (self.signal_to[p as usize], self.op) {
+                // Announced by a signal once every stripe completed: tracked by destination.
+                (true, _) => (Verb::Write, None, Completion::Tracked(p as usize)),
+                (false, Op::Write) => (Verb::Write, Some(data), Completion::Counted),
+                (false, Op::Sendrecv) => (Verb::Send, Some(data), Completion::Counted),
+            };
+            self.mesh.submit(Request {
+                op,
+                peer: Remote::Rank(p),
+                local: c.off,
+                remote: at,
+                route: &self.stripes_out[p as usize],
+                data,
+                completion,
+            })?;
             if self.signal_to[p as usize] {
-                let tag = TrackOp::Write(p as usize).tag();
-                self.mesh.track(tag, self.stripes_out[p as usize].len());
-                for j in 0..self.stripes_out[p as usize].len() {
-                    let st = self.stripes_out[p as usize][j];
-                    self.mesh.write_tracked(
-                        p,
-                        st.rail,
-                        (c.off + st.off, st.len),
-                        at + st.off,
-                        tag,
-                    )?;
-                }
                 self.unsignalled += 1;
-                continue;
-            }
-            for j in 0..self.stripes_out[p as usize].len() {
-                let st = self.stripes_out[p as usize][j];
-                match self.op {
-                    Op::Write => {
-                        self.mesh
-                            .write(p, st.rail, c.off + st.off, st.len, at + st.off, data)?
-                    }
-                    Op::Sendrecv => self.mesh.send(p, st.rail, c.off + st.off, st.len, data)?,
-                }
             }
         }
         Ok(())
@@ -576,9 +578,9 @@ impl<'m> Run<'m> {
                 // overwrite it first.
                 self.landed.push((r.index, it, (r.data & 0xFFFF) as u32));
             }
-            while let Some(d) = self.mesh.take_done(|_| true) {
+            while let Some(d) = self.mesh.take_done() {
                 // Every stripe of a signalled chunk is written: announce it.
-                let peer = TrackOp::from_tag(d.tag).index() as u32;
+                let peer = d.index as u32;
                 self.mesh.signal(peer, self.post_data)?;
                 self.unsignalled -= 1;
             }

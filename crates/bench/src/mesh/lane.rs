@@ -1,10 +1,11 @@
 //! A peer resolved once for many posts ([`Lane`]): its fabric address and registered regions on
 //! every rail, with this rank's own region ids, looked up and checked when a protocol's step
 //! begins ([`Mesh::lane`]) instead of on every post. The point-to-point benchmarks post every
-//! message of a step through one lane ([`Mesh::post_op`]). What a post still checks is what can
-//! change while the step runs: the rail's own checks (the region is still registered, a context
-//! slot is free, the provider takes the operation), the completion accounting and the per-rail
-//! statistics.
+//! message of a step through one lane ([`super::Remote::Lane`]); a request to a bare rank
+//! resolves the same [`LaneRail`] on every stripe ([`Mesh::lane_rail`]). What a post through a
+//! lane still checks is what can change while the step runs: the rail's own checks (the region
+//! is still registered, a context slot is free, the provider takes the operation), the
+//! completion accounting and the per-rail statistics.
 
 use efabench_fabric::{Peer, RegionId, RemoteRegion};
 
@@ -30,6 +31,9 @@ pub struct LaneRail {
     /// The peer's `send` (what we read) and `recv` (where we write).
     pub peer_send: RemoteRegion,
     pub peer_recv: RemoteRegion,
+    /// Our `ctrl` and the peer's, the two ends of a control word.
+    pub ctrl: RegionId,
+    pub peer_ctrl: RemoteRegion,
 }
 
 impl Lane {
@@ -48,23 +52,35 @@ impl Lane {
 #[cold]
 fn no_rail(rank: u32, rail: usize) -> BenchError {
     BenchError::failed(format!(
-        "no lane to rank {rank} on rail {rail} (posted before the step began?)"
+        "no rail {rail} to rank {rank} (a stripe beyond the mesh's rails, or a post before the \
+         step began)"
     ))
 }
 
 impl Mesh {
     /// `peer` resolved on every rail: fails if it is not connected to this rank.
     pub fn lane(&self, peer: u32) -> MeshResult<Lane> {
-        let p = self.peer(peer)?;
         let rails = (0..self.group.len())
-            .map(|r| LaneRail {
-                addr: p.peer.rail(r),
-                send: self.send_reg.id(r),
-                recv: self.recv_reg.id(r),
-                peer_send: *p.send.rail(r),
-                peer_recv: *p.recv.rail(r),
-            })
-            .collect();
+            .map(|r| self.lane_rail(peer, r))
+            .collect::<MeshResult<_>>()?;
         Ok(Lane { rank: peer, rails })
+    }
+
+    /// Rail `rail` of `peer`: fails if the peer is not connected or the mesh has no such rail.
+    #[inline]
+    pub fn lane_rail(&self, peer: u32, rail: usize) -> MeshResult<LaneRail> {
+        let p = self.peer(peer)?;
+        if rail >= self.group.len() {
+            return Err(no_rail(peer, rail));
+        }
+        Ok(LaneRail {
+            addr: p.peer.rail(rail),
+            send: self.send_reg.id(rail),
+            recv: self.recv_reg.id(rail),
+            peer_send: *p.send.rail(rail),
+            peer_recv: *p.recv.rail(rail),
+            ctrl: self.ctrl_reg.id(rail),
+            peer_ctrl: *p.ctrl.rail(rail),
+        })
     }
 }

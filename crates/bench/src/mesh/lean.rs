@@ -3,8 +3,9 @@
 //! resolved once ([`efabench_fabric::PingPong`]); per message what is left is the libfabric call,
 //! and per poll `fi_cq_read` and a comparison of the entry's context with the waited slot's.
 //!
-//! What the tracked messages of [`Mesh::post_op`] and [`Mesh::wait_op`] add, and this loop does
-//! without: the route by message number, the tag and the per-tag stripe count of every posted
+//! It is the one way onto the rails that does not go through [`Mesh::submit`]: the loop exists to
+//! measure what the fabric costs without the mesh's per-request work. What tracked requests
+//! ([`super::Completion::Tracked`]) and [`Mesh::wait_op`] add, and this loop does without: the route by message number, the tag and the per-tag stripe count of every posted
 //! receive, sorting each completion by its context kind into the done queue and finding the
 //! waited message there, the per-rail byte counts per post (counted here once per step: one
 //! inject per iteration) and the progress tick per completion (the timed loop ticks every
@@ -89,7 +90,7 @@ impl Mesh {
     }
 
     /// Per-rail statistics of a timed part that sent `ops` messages of `size` bytes on `rail`
-    /// (what [`Mesh::post_op`] would have counted message by message).
+    /// (what [`Mesh::submit`] would have counted message by message).
     pub fn count_timed(&mut self, rail: usize, ops: u64, size: usize) {
         self.count_from_now(true);
         if let Some(s) = self.stats.get_mut(rail) {

@@ -17,11 +17,13 @@
 //! iteration (or window) number and a 16-bit source ([`cq_data`]). Arrival is proved by counting
 //! those per source and iteration, stripe by stripe, never by "the last write arrived".
 //!
-//! # Accounting local completions
-//! A stripe posted with [`Mesh::post`] counts in the `outstanding` count (the collectives drain
-//! it); one of a tracked message ([`Mesh::post_op`]) counts towards that message (a message
-//! completes, into [`Mesh::take_done`], once every stripe has: the point-to-point protocols wait
-//! for single messages); an `fi_inject` counts nowhere (it completes nothing).
+//! # Posting and accounting local completions
+//! Every operation is a [`Request`] submitted with [`Mesh::submit`] (the lean ping-pong alone
+//! goes straight to its rail: see [`LeanStep`]). The request says where each stripe's local
+//! completion goes ([`Completion`]): counted in `outstanding` (the collectives drain it), into
+//! `received` (a numbered receive), towards a tracked message (done, into [`Mesh::take_done`],
+//! once every stripe has: the point-to-point protocols wait for single messages), or nowhere
+//! (an `fi_inject` completes nothing).
 //!
 //! # Routes
 //! Every route comes from one [`Router`] (also ep's and the GPU proxy's). A message to `peer`
@@ -46,7 +48,7 @@ pub mod cqdata;
 mod lane;
 mod lean;
 mod pair;
-mod post;
+mod request;
 pub mod route;
 mod signal;
 mod track;
@@ -73,18 +75,16 @@ pub(crate) use self::connect::{connect_mesh, mesh_facts, open_mesh, run_on_mesh}
 pub use self::lane::{Lane, LaneRail};
 pub use self::lean::LeanStep;
 pub use self::pair::Link;
-pub use self::post::Post;
+pub use self::request::{on_rail, Completion, Remote, Request, Verb};
 pub use self::route::{Message, Route, Router};
 pub use self::signal::{cq_data, parse_cq_data, Kind, ITER_MOD};
-pub use self::track::{Op, OpDone, MAX_INDEX};
-pub use self::wait::{Done, EMPTY_POLLS};
+pub use self::track::{Done, MAX_INDEX};
+pub use self::wait::EMPTY_POLLS;
 
 /// Local operation contexts: bits 63..60 the kind, the rest an index.
-const CTX_WRITE: u64 = 1 << 60;
-const CTX_SEND: u64 = 2 << 60;
-const CTX_RECV: u64 = 3 << 60;
-const CTX_CTRL: u64 = 4 << 60;
-const CTX_TRACK: u64 = 5 << 60;
+const CTX_COUNTED: u64 = 1 << 60;
+const CTX_RECV: u64 = 2 << 60;
+const CTX_TRACK: u64 = 3 << 60;
 const CTX_MASK: u64 = 0xF << 60;
 
 /// Bytes and operations one rail carried in the timed part (`per_rail` of the records).
@@ -144,7 +144,7 @@ pub struct Mesh {
     /// Per tracked message: stripes still outstanding and bytes completed.
     pending: Vec<(u32, usize)>,
     /// Tracked messages whose every stripe completed, in completion order.
-    done: VecDeque<Done>,
+    done: VecDeque<(u32, usize)>,
     stats: Vec<RailStats>,
     counting: bool,
     timeout: Duration,
@@ -333,11 +333,14 @@ impl Mesh {
             let send = RegionDescriptor::from_bytes(parts[1])?;
             let recv = RegionDescriptor::from_bytes(parts[2])?;
             let ctrl = RegionDescriptor::from_bytes(parts[3])?;
-            if recv.rails() != self.group.len() || send.rails() != self.group.len() {
+            let rails = self.group.len();
+            if let Some(d) = [&send, &recv, &ctrl]
+                .into_iter()
+                .find(|d| d.rails() != rails)
+            {
                 return Err(BenchError::usage(format!(
-                    "rank {r} has {} rails and this rank {}: give every rank the same --rails",
-                    recv.rails(),
-                    self.group.len()
+                    "rank {r} has {} rails and this rank {rails}: give every rank the same --rails",
+                    d.rails()
                 )));
             }
             let peer = self.group.insert_peer(&addr)?;

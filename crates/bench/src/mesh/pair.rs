@@ -2,7 +2,7 @@
 //! point-to-point benchmarks use it (the lean ping-pong's view is [`super::LeanStep`]). The mesh
 //! owns the rails, the registered buffers (`send` is what this rank sends, writes or exposes for
 //! reads; `recv` is where receives, peers' writes and our reads land),
-//! tracked messages ([`Op`]), control words and every wait (health, `--timeout`); a [`Link`]
+//! tracked messages ([`Done`]), control words and every wait (health, `--timeout`); a [`Link`]
 //! adds the peer of the step, window slots and routes by message number.
 //!
 //! Payload buffers are cut into `slots` slots of the current message size; message `pos` of a
@@ -13,7 +13,7 @@
 //! k-th send a rank posts meets the k-th receive its peer posts (both count per step), a
 //! write's or read's route is the poster's own count.
 
-use super::{Kind, Lane, Mesh, Op, OpDone, Route, MAX_INDEX};
+use super::{Completion, Done, Kind, Lane, Mesh, Remote, Request, Route, Verb, MAX_INDEX};
 use crate::error::BenchError;
 
 /// The mesh, the peer of the current step, and the step's slots and message counters.
@@ -73,11 +73,11 @@ impl Link {
         self.lane.rank()
     }
 
-    /// Posts operation `op` of the step's size at its position's slot, on both sides; every
-    /// stripe of a write carries `data` as remote CQ data when given.
+    /// Posts operation `op` of the step's size at position `pos`'s slot, on both sides, tracked
+    /// as (`op`, `pos`); every stripe of a write carries `data` as remote CQ data when given.
     #[inline(always)]
-    pub fn post(&mut self, op: Op, data: Option<u64>) -> Result<(), BenchError> {
-        self.post_as(op, data, false)
+    pub fn post(&mut self, op: Verb, pos: usize, data: Option<u64>) -> Result<(), BenchError> {
+        self.post_as(op, pos, data, Completion::Tracked(pos))
     }
 
     /// Sends position `pos` of `send` by `fi_inject`: no completion follows.
@@ -86,21 +86,26 @@ impl Link {
     // longer folded away).
     #[inline(always)]
     pub fn inject(&mut self, pos: usize) -> Result<(), BenchError> {
-        self.post_as(Op::Send(pos), None, true)
+        self.post_as(Verb::Send, pos, None, Completion::Inject)
     }
 
     #[inline(always)]
-    fn post_as(&mut self, op: Op, data: Option<u64>, inject: bool) -> Result<(), BenchError> {
-        let pos = op.index();
+    fn post_as(
+        &mut self,
+        op: Verb,
+        pos: usize,
+        data: Option<u64>,
+        completion: Completion,
+    ) -> Result<(), BenchError> {
         if pos >= MAX_INDEX {
             return Err(beyond(pos));
         }
         // In both buffers for any position: `begin_step` checked that every slot fits.
         let base = (pos % self.slots) * self.size;
         let counter = match op {
-            Op::Send(_) => &mut self.sends,
-            Op::Recv(_) => &mut self.recvs,
-            Op::Write(_) | Op::Read(_) => &mut self.rmas,
+            Verb::Send => &mut self.sends,
+            Verb::Recv => &mut self.recvs,
+            Verb::Write | Verb::Read | Verb::Signal => &mut self.rmas,
         };
         let n = std::mem::replace(counter, *counter + 1);
         let numbered;
@@ -111,7 +116,15 @@ impl Link {
                 &numbered
             }
         };
-        self.mesh.post_op(&self.lane, op, base, route, data, inject)
+        self.mesh.submit(Request {
+            op,
+            peer: Remote::Lane(&self.lane),
+            local: base,
+            remote: base,
+            route: route.stripes(),
+            data,
+            completion,
+        })
     }
 
     /// Writes the pattern of `seed` into buffer slot `slot` of `send`.
@@ -144,15 +157,15 @@ impl Link {
         self.mesh.expect_signal(self.peer(), kind, window)
     }
 
-    pub fn wait(&mut self) -> Result<OpDone, BenchError> {
+    pub fn wait(&mut self) -> Result<Done, BenchError> {
         self.mesh.next_op(self.peer())
     }
 
-    pub fn wait_for(&mut self, op: Op) -> Result<(), BenchError> {
-        self.mesh.wait_op(op, self.peer())
+    pub fn wait_for(&mut self, op: Verb, index: usize) -> Result<(), BenchError> {
+        self.mesh.wait_op(op, index, self.peer())
     }
 
-    pub fn wait_all(&mut self, n: usize, op: Op) -> Result<(), BenchError> {
+    pub fn wait_all(&mut self, n: usize, op: Verb) -> Result<(), BenchError> {
         self.mesh.wait_ops(n, op, self.peer())
     }
 

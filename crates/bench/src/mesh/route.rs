@@ -10,6 +10,9 @@
 //! * `round-robin` puts the whole message on that rail; `split` cuts it with
 //!   [`efabench_fabric::split`] (aws-ofi-nccl's threshold scheduler) starting there.
 //!
+//! A mesh's own routes ([`Mesh::route`], [`Mesh::route_nth`]) are this router over its rails and
+//! `--strategy`.
+//!
 //! A message that goes whole to one rail (every round-robin message, and every message below the
 //! minimum stripe) needs no allocation: a ping-pong posts two or three per round trip, and a heap
 //! allocation each was a measurable part of an 8-byte round trip.
@@ -17,6 +20,7 @@
 use efabench_fabric::route::{split, stripe_count};
 use efabench_fabric::Stripe;
 
+use super::Mesh;
 use crate::harness::Strategy;
 
 /// A message to route: its number `n` in its stream, the ranks it travels between (in either
@@ -102,6 +106,53 @@ impl Router {
 #[inline]
 fn whole(rail: usize, len: usize) -> Route {
     Route::One([Stripe { rail, off: 0, len }])
+}
+
+impl Mesh {
+    /// The router of this mesh's rails and `--strategy`.
+    #[inline]
+    pub fn router(&self) -> Router {
+        Router::new(self.strategy, self.group.len())
+    }
+
+    /// The stripes of a `len`-byte message between `a` and `b` (symmetric in the two ranks, so
+    /// the receiver computes the sender's route). `sends` starts every split at rail 0.
+    pub fn route(&self, a: u32, b: u32, len: usize, sends: bool) -> Vec<Stripe> {
+        let from_zero = sends && self.strategy == Strategy::Split;
+        let pair = if from_zero { (0, 0) } else { (a, b) };
+        let m = Message {
+            n: 0,
+            pair,
+            size: len,
+        };
+        self.router().route(m).stripes().to_vec()
+    }
+
+    /// The stripes of message number `n` of `size` bytes in a stream of messages to one peer
+    /// (the point-to-point benchmarks): the first rail rotates with `n`, so both ends derive
+    /// the route from the message's number.
+    #[inline]
+    pub fn route_nth(&self, n: u64, size: usize) -> Route {
+        let m = Message {
+            n,
+            pair: (0, 0),
+            size,
+        };
+        self.router().route(m)
+    }
+
+    /// Stripes a message of `size` bytes is cut into by [`Mesh::route_nth`] (1 for round-robin).
+    pub fn stripe_count(&self, size: usize) -> usize {
+        self.router().stripe_count(size)
+    }
+
+    /// Whether a message of `size` bytes can go by `fi_inject` (no completion to reap; the
+    /// buffer is reusable as soon as the call returns).
+    pub fn can_inject(&self, size: usize) -> bool {
+        let g = &self.group;
+        self.stripe_count(size) == 1
+            && (0..g.len()).all(|r| size as u64 <= g.rail(r).info().inject_size)
+    }
 }
 
 #[cfg(test)]

@@ -1,153 +1,98 @@
-//! Tracked messages by what they are: an [`Op`] (send, receive, write or read) and its index
-//! (a window position) make the tag of a message whose stripes are counted one by one
-//! ([`Mesh::track`]), so that a protocol that keeps several messages in flight to one peer
-//! posts whole messages and waits for a given one, or for any of a kind, without raw tags.
+//! Tracked messages by what they are: a request's [`Verb`] and its index (a window position)
+//! make the tag of a message whose stripes are counted one by one ([`Completion::Tracked`]), so
+//! that a protocol that keeps several messages in flight to one peer posts whole messages and
+//! waits for a given one, or for any of a kind, without raw tags.
+//!
+//! [`Completion::Tracked`]: super::Completion::Tracked
 
-use efabench_fabric::{Flags, Op as FiOp, Stripe};
-
-use super::{Lane, Mesh, MeshResult, Route, CTX_TRACK};
+use super::{Mesh, MeshResult, Verb};
 use crate::error::BenchError;
 
-/// A tracked operation and its index, below [`MAX_INDEX`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Op {
-    Send(usize),
-    Recv(usize),
-    Write(usize),
-    Read(usize),
-}
-
-/// Most indices an operation may carry (the point-to-point benchmarks' largest `--window`).
+/// Most indices a tracked message may carry (the point-to-point benchmarks' largest
+/// `--window`); larger ones wrap.
 pub const MAX_INDEX: usize = 4096;
 
-impl Op {
-    /// The tag of this operation: its kind and its index.
-    #[inline]
-    pub fn tag(self) -> u32 {
-        let (k, i) = match self {
-            Op::Send(i) => (0, i),
-            Op::Recv(i) => (1, i),
-            Op::Write(i) => (2, i),
-            Op::Read(i) => (3, i),
-        };
-        (k * MAX_INDEX + i % MAX_INDEX) as u32
-    }
+/// Verbs in the order of their tags.
+const VERBS: [Verb; 5] = [
+    Verb::Send,
+    Verb::Recv,
+    Verb::Write,
+    Verb::Read,
+    Verb::Signal,
+];
 
-    pub fn from_tag(t: u32) -> Op {
-        let (k, i) = (t as usize / MAX_INDEX, t as usize % MAX_INDEX);
-        [Op::Send, Op::Recv, Op::Write, Op::Read][k.min(3)](i)
-    }
-
-    pub fn index(self) -> usize {
-        match self {
-            Op::Send(i) | Op::Recv(i) | Op::Write(i) | Op::Read(i) => i,
-        }
-    }
+/// The tag of tracked message (`op`, `index`): its verb and its index modulo [`MAX_INDEX`].
+#[inline]
+pub(super) fn tag(op: Verb, index: usize) -> u32 {
+    let k = match op {
+        Verb::Send => 0,
+        Verb::Recv => 1,
+        Verb::Write => 2,
+        Verb::Read => 3,
+        Verb::Signal => 4,
+    };
+    (k * MAX_INDEX + index % MAX_INDEX) as u32
 }
 
-/// A tracked message whose every stripe completed.
+/// A tracked message whose every stripe completed: what it was, and the bytes its completions
+/// reported (a receive's length; libfabric reports none for the other verbs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct OpDone {
-    pub op: Op,
+pub struct Done {
+    pub op: Verb,
+    pub index: usize,
     pub len: usize,
 }
 
-impl OpDone {
+impl Done {
+    /// The message of tag `t` (made by [`tag`]) that moved `len` bytes.
+    #[inline]
+    pub(super) fn from_tag(t: u32, len: usize) -> Done {
+        let (k, index) = (t as usize / MAX_INDEX, t as usize % MAX_INDEX);
+        let op = VERBS[k.min(VERBS.len() - 1)];
+        Done { op, index, len }
+    }
+
     /// The error for a completion the protocol did not expect at this point.
     pub fn unexpected(self, wanted: &str) -> BenchError {
         BenchError::failed(format!(
-            "expected {wanted}, got a completion of {:?} ({} bytes)",
-            self.op, self.len
+            "expected {wanted}, got a completion of {:?}({}) ({} bytes)",
+            self.op, self.index, self.len
         ))
     }
 }
 
 impl Mesh {
-    /// Posts message `op` to or from the peer of `lane` over `route`, every stripe at byte
-    /// `base` of the stripe's offset on both sides (a write lands at the same place of the
-    /// peer's `recv`, a read reads the same place of its `send`); every stripe of a write
-    /// carries `data` as remote CQ data. With `inject` (a send that fits `fi_inject`) nothing is
-    /// tracked: no completion follows. Every operation but a receive counts towards its rail's
-    /// bytes and operations.
-    // Inlined into each call site, where the operation is known: the matches on it fold away
-    // (a run-time dispatch per post showed in the 8-byte ping-pong). The peer and the regions
-    // come from the lane, resolved when the step began.
-    #[inline(always)]
-    pub fn post_op(
-        &mut self,
-        lane: &Lane,
-        op: Op,
-        base: usize,
-        route: &Route,
-        data: Option<u64>,
-        inject: bool,
-    ) -> MeshResult<()> {
-        let (ctx, flags) = if inject {
-            (0, Flags::INJECT)
-        } else {
-            self.track(op.tag(), route.stripes().len());
-            (CTX_TRACK | u64::from(op.tag()), Flags::NONE)
-        };
-        for &Stripe { rail, off: o, len } in route.stripes() {
-            let (l, off) = (lane.rail(rail)?, base + o);
-            let post = match op {
-                Op::Send(_) => FiOp::Send {
-                    peer: l.addr,
-                    local: l.send.range(off, len),
-                    data: None,
-                    flags,
-                    ctx,
-                },
-                Op::Recv(_) => FiOp::Recv {
-                    local: l.recv.range(off, len),
-                    ctx,
-                },
-                Op::Write(_) => FiOp::Write {
-                    peer: l.addr,
-                    local: l.send.range(off, len),
-                    remote: l.peer_recv.at(off as u64),
-                    data,
-                    flags,
-                    ctx,
-                },
-                Op::Read(_) => FiOp::Read {
-                    peer: l.addr,
-                    local: l.recv.range(off, len),
-                    remote: l.peer_send.at(off as u64),
-                    ctx,
-                },
-            };
-            self.group.rail(rail).post(post)?;
-            if !matches!(op, Op::Recv(_)) {
-                self.count(rail, len);
-            }
+    /// Expects `stripes` more stripe completions of tracked message `tag` (before posting them
+    /// with context `CTX_TRACK | tag`); the message is done, into [`Mesh::take_done`] and the waits, once every
+    /// stripe has completed.
+    #[inline]
+    pub(super) fn track(&mut self, tag: u32, stripes: usize) {
+        let i = tag as usize;
+        if i >= self.pending.len() {
+            self.pending.resize(i + 1, (0, 0));
         }
-        Ok(())
+        self.pending[i].0 += stripes as u32;
     }
 
     /// The next tracked message to complete, whatever it is (`peer` is named if the wait fails).
-    pub fn next_op(&mut self, peer: u32) -> MeshResult<OpDone> {
-        let d = self.wait_done(|_| true, |_| format!("a completion from rank {peer}"))?;
-        Ok(OpDone {
-            op: Op::from_tag(d.tag),
-            len: d.len,
-        })
+    pub fn next_op(&mut self, peer: u32) -> MeshResult<Done> {
+        self.wait_done(|_| true, |_| format!("a completion from rank {peer}"))
     }
 
-    /// Waits until message `op` has completed.
-    pub fn wait_op(&mut self, op: Op, peer: u32) -> MeshResult<()> {
-        let (tag, what) = (op.tag(), |_: &Mesh| {
-            format!("{op:?} with rank {peer} to complete")
+    /// Waits until message (`op`, `index`) has completed.
+    pub fn wait_op(&mut self, op: Verb, index: usize, peer: u32) -> MeshResult<()> {
+        let (t, what) = (tag(op, index), |_: &Mesh| {
+            format!("{op:?}({index}) with rank {peer} to complete")
         });
-        self.wait_done(|t| t == tag, what).map(drop)
+        self.wait_done(|x| x == t, what).map(drop)
     }
 
-    /// Waits until `n` messages of the kind of `op` (any index) have completed.
-    pub fn wait_ops(&mut self, n: usize, op: Op, peer: u32) -> MeshResult<()> {
-        let kind = op.tag() as usize / MAX_INDEX;
+    /// Waits until `n` messages of verb `op` (any index) have completed.
+    pub fn wait_ops(&mut self, n: usize, op: Verb, peer: u32) -> MeshResult<()> {
+        let kind = tag(op, 0) as usize / MAX_INDEX;
         for done in 0..n {
             let what = |_: &Mesh| format!("{} of {n} operations with rank {peer}", n - done);
-            self.wait_done(|t| t as usize / MAX_INDEX == kind, what)?;
+            self.wait_done(|x| x as usize / MAX_INDEX == kind, what)?;
         }
         Ok(())
     }
@@ -159,9 +104,17 @@ mod tests {
 
     #[test]
     fn tags_round_trip() {
-        for op in [Op::Send(0), Op::Recv(63), Op::Write(7), Op::Read(4095)] {
-            assert_eq!(Op::from_tag(op.tag()), op);
+        for (op, i) in [
+            (Verb::Send, 0),
+            (Verb::Recv, 63),
+            (Verb::Write, 7),
+            (Verb::Read, 4095),
+            (Verb::Signal, 12),
+        ] {
+            let d = Done::from_tag(tag(op, i), 5);
+            assert_eq!((d.op, d.index, d.len), (op, i, 5));
+            assert_eq!(tag(op, i), tag(op, i + MAX_INDEX));
         }
-        assert_ne!(Op::Send(1).tag(), Op::Recv(1).tag());
+        assert_ne!(tag(Verb::Send, 1), tag(Verb::Recv, 1));
     }
 }

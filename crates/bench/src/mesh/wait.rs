@@ -6,9 +6,7 @@ use std::time::{Duration, Instant};
 use efabench_bootstrap::Health;
 use efabench_fabric::Completion as FiCompletion;
 
-use super::{
-    Mesh, MeshResult, Received, CTX_CTRL, CTX_MASK, CTX_RECV, CTX_SEND, CTX_TRACK, CTX_WRITE,
-};
+use super::{Done, Mesh, MeshResult, Received, CTX_COUNTED, CTX_MASK, CTX_RECV, CTX_TRACK};
 use crate::error::BenchError;
 
 /// How long an idle wait sleeps when ranks outnumber cores, after yielding for IDLE_YIELD.
@@ -17,13 +15,6 @@ const IDLE_YIELD: Duration = Duration::from_micros(200);
 
 /// Empty passes over the completion queues before a wait looks at the clock.
 pub const EMPTY_POLLS: u32 = 256;
-
-/// A tracked message whose every stripe completed: its tag and the bytes it moved.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Done {
-    pub tag: u32,
-    pub len: usize,
-}
 
 /// What a wait does after [`EMPTY_POLLS`] empty polls: fails when the job is unhealthy (a rank
 /// died or froze), or when nothing progressed for `timeout` since `since` (set here on the first
@@ -50,16 +41,24 @@ pub(super) fn idle_check(
 }
 
 impl Mesh {
-    /// The oldest tracked message done for which `is` holds, taken out.
+    /// The oldest tracked message done, taken out.
     #[inline]
-    pub fn take_done(&mut self, is: impl Fn(u32) -> bool) -> Option<Done> {
+    pub fn take_done(&mut self) -> Option<Done> {
+        self.take_done_if(|_| true)
+    }
+
+    /// The oldest tracked message done whose tag `is` holds for, taken out.
+    #[inline]
+    fn take_done_if(&mut self, is: impl Fn(u32) -> bool) -> Option<Done> {
         // The oldest is nearly always the one waited for (a ping-pong has one message in
         // flight): take it without the search and the general removal.
-        if is(self.done.front()?.tag) {
-            return self.done.pop_front();
-        }
-        let i = self.done.iter().position(|d| is(d.tag))?;
-        self.done.remove(i)
+        let (tag, len) = if is(self.done.front()?.0) {
+            self.done.pop_front()?
+        } else {
+            let i = self.done.iter().position(|d| is(d.0))?;
+            self.done.remove(i)?
+        };
+        Some(Done::from_tag(tag, len))
     }
 
     /// The oldest remote CQ data for which `is` holds, taken out of [`Mesh::arrivals`].
@@ -101,7 +100,7 @@ impl Mesh {
             return Ok(());
         }
         match c.context & CTX_MASK {
-            CTX_WRITE | CTX_SEND | CTX_CTRL => {
+            CTX_COUNTED => {
                 if self.outstanding == 0 {
                     return Err(BenchError::failed(
                         "a local completion arrived that was never posted (or arrived twice)",
@@ -129,7 +128,7 @@ impl Mesh {
                 p.1 += c.len;
                 if p.0 == 0 {
                     let len = std::mem::take(&mut p.1);
-                    self.done.push_back(Done { tag, len });
+                    self.done.push_back((tag, len));
                 }
             }
             _ => {
@@ -211,16 +210,16 @@ impl Mesh {
         )
     }
 
-    /// Waits for a tracked message for which `is` holds and takes it out, with the failure
+    /// Waits for a tracked message whose tag `is` holds for and takes it out, with the failure
     /// rules of [`Mesh::wait_until`]; `what` names what is missing.
-    pub fn wait_done(
+    pub(super) fn wait_done(
         &mut self,
         is: impl Fn(u32) -> bool,
         what: impl Fn(&Mesh) -> String,
     ) -> MeshResult<Done> {
         let mut got = None;
         let done = |m: &mut Mesh| {
-            got = m.take_done(&is);
+            got = m.take_done_if(&is);
             Ok(got.is_some())
         };
         self.wait_until(done, what)?;

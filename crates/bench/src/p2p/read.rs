@@ -7,7 +7,7 @@ use super::{Protocol, Step, Variant};
 use crate::error::BenchError;
 use crate::harness::{time_loop, Ctx, Loop, Measured, Rounds};
 use crate::mesh::Link;
-use crate::mesh::{Kind, Op};
+use crate::mesh::{Kind, Verb};
 
 /// RDMA read.
 pub struct Read;
@@ -70,13 +70,13 @@ impl Rounds for Reader<'_> {
     fn body(&mut self, i: u64) -> Result<(), BenchError> {
         if self.stream {
             for slot in 0..self.s.window {
-                self.link.post(Op::Read(slot), None)?;
+                self.link.post(Verb::Read, slot, None)?;
             }
-            self.link.wait_all(self.s.window, Op::Read(0))?;
+            self.link.wait_all(self.s.window, Verb::Read)?;
         } else {
             let slot = self.at(i).1;
-            self.link.post(Op::Read(slot), None)?;
-            self.link.wait_for(Op::Read(slot))?;
+            self.link.post(Verb::Read, slot, None)?;
+            self.link.wait_for(Verb::Read, slot)?;
         }
         self.link.mesh.settle()
     }

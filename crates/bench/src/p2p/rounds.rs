@@ -11,7 +11,7 @@ use super::{PingLoop, Protocol, Step, Variant};
 use crate::error::BenchError;
 use crate::harness::{time_loop, Ctx, Measured, Rounds};
 use crate::mesh::Link;
-use crate::mesh::{Kind, Op};
+use crate::mesh::{Kind, Verb};
 
 /// How one message of a ping-pong or a stream moves between the two ranks; such a benchmark
 /// is a [`Protocol`] run by this module. Messages are of the step's size, at window position
@@ -23,14 +23,14 @@ pub trait Message {
     const INJECT: bool = false;
     /// Its ping-pong can run fabtests' loop (`--loop lean`, [`super::lean`]).
     const LEAN: bool = false;
+    /// The verb of the local operation `post` completes as (tracked at its position).
+    const OWN: Verb;
     /// Makes window position `pos` ready for the peer's next message (a receive, for send/recv).
     fn expect(_link: &mut Link, _pos: usize) -> Result<(), BenchError> {
         Ok(())
     }
     /// Posts the message of iteration (or window) `i` from window position `pos`.
     fn post(link: &mut Link, i: u64, pos: usize, inject: bool) -> Result<(), BenchError>;
-    /// The local operation `post` completes as.
-    fn own(pos: usize) -> Op;
     /// Waits until the peer's message of iteration `i` landed in `slot` (a ping-pong's answer).
     fn arrive(link: &mut Link, i: u64, slot: usize) -> Result<(), BenchError>;
     /// Waits until every message of window `win` landed, each position once (`seen`, zeroed,
@@ -104,7 +104,7 @@ impl<'a, M: Message> Side<'a, M> {
     fn reap(&mut self, slot: usize) -> Result<(), BenchError> {
         match self.inject {
             true => Ok(()),
-            false => self.link.wait_for(M::own(slot)),
+            false => self.link.wait_for(M::OWN, slot),
         }
     }
 
@@ -155,7 +155,7 @@ impl<'a, M: Message> Side<'a, M> {
             for pos in 0..window {
                 M::post(self.link, win, pos, false)?;
             }
-            self.link.wait_all(window, M::own(0))?;
+            self.link.wait_all(window, M::OWN)?;
             return self.link.expect_ctrl(Kind::Ack, win);
         }
         for pos in 0..window {

@@ -6,7 +6,7 @@
 use super::rounds::Message;
 use crate::error::BenchError;
 use crate::mesh::Link;
-use crate::mesh::{Op, OpDone};
+use crate::mesh::{Done, Verb};
 
 /// Two-sided send/recv.
 pub struct SendRecv;
@@ -15,24 +15,21 @@ impl Message for SendRecv {
     const NAME: &'static str = "sendrecv";
     const INJECT: bool = true;
     const LEAN: bool = true;
+    const OWN: Verb = Verb::Send;
 
     fn expect(link: &mut Link, pos: usize) -> Result<(), BenchError> {
-        link.post(Op::Recv(pos), None)
+        link.post(Verb::Recv, pos, None)
     }
 
     fn post(link: &mut Link, _i: u64, pos: usize, inject: bool) -> Result<(), BenchError> {
         match inject {
             true => link.inject(pos),
-            false => link.post(Op::Send(pos), None),
+            false => link.post(Verb::Send, pos, None),
         }
     }
 
-    fn own(pos: usize) -> Op {
-        Op::Send(pos)
-    }
-
     fn arrive(link: &mut Link, _i: u64, slot: usize) -> Result<(), BenchError> {
-        link.wait_for(Op::Recv(slot))
+        link.wait_for(Verb::Recv, slot)
     }
 
     /// Every receive of the window, in whatever order the rails deliver them.
@@ -40,8 +37,9 @@ impl Message for SendRecv {
         let (mut short, size) = (0, link.size());
         for _ in 0..seen.len() {
             match link.wait()? {
-                OpDone {
-                    op: Op::Recv(p),
+                Done {
+                    op: Verb::Recv,
+                    index: p,
                     len,
                 } if p < seen.len() && seen[p] == 0 => {
                     seen[p] = 1;

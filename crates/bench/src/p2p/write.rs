@@ -6,7 +6,7 @@
 use super::rounds::Message;
 use crate::error::BenchError;
 use crate::mesh::Link;
-use crate::mesh::{cq_data, parse_cq_data, Kind, Op, ITER_MOD};
+use crate::mesh::{cq_data, parse_cq_data, Kind, Verb, ITER_MOD};
 
 /// RDMA write with remote CQ data.
 pub struct Write;
@@ -18,13 +18,10 @@ fn data(i: u64, pos: usize) -> u64 {
 
 impl Message for Write {
     const NAME: &'static str = "write";
+    const OWN: Verb = Verb::Write;
 
     fn post(link: &mut Link, i: u64, pos: usize, _: bool) -> Result<(), BenchError> {
-        link.post(Op::Write(pos), Some(data(i, pos)))
-    }
-
-    fn own(pos: usize) -> Op {
-        Op::Write(pos)
+        link.post(Verb::Write, pos, Some(data(i, pos)))
     }
 
     /// Every stripe of the answer carries the same CQ data: count them all.

@@ -11,7 +11,9 @@ use serde::{Deserialize, Serialize};
 use super::PairsSpec;
 use crate::error::BenchError;
 use crate::harness::{budget_loop, Budgeted, Measured, Phase, Span, Stop};
-use crate::mesh::{cq_data, parse_cq_data, Kind, Mesh, RailLoad, ITER_MOD};
+use crate::mesh::{
+    cq_data, parse_cq_data, Completion, Kind, Mesh, RailLoad, Remote, Request, Verb, ITER_MOD,
+};
 use crate::pattern;
 
 /// What a rank's round says beyond its samples and errors; it travels to rank 0 with them
@@ -274,11 +276,16 @@ impl Budgeted for Streams<'_> {
         };
         let data = cq_data(kind, self.sw, self.me);
         for pos in 0..self.per_window as usize {
-            let slot = pos % self.win;
-            for st in &self.send_routes {
-                let off = slot * self.size + st.off;
-                self.mesh.write(dst, st.rail, off, st.len, off, data)?;
-            }
+            let at = (pos % self.win) * self.size;
+            self.mesh.submit(Request {
+                op: Verb::Write,
+                peer: Remote::Rank(dst),
+                local: at,
+                remote: at,
+                route: &self.send_routes,
+                data: Some(data),
+                completion: Completion::Counted,
+            })?;
         }
         self.wait_for(|s| s.acks)?;
         self.sw += 1;

@@ -38,7 +38,7 @@ use efabench_gpu::proxy::{realtime_ns, Command, CommandRing, Peek};
 use crate::ep::layout::{writes_to, PhaseLayout, Put};
 use crate::error::BenchError;
 use crate::harness::Strategy;
-use crate::mesh::{Mesh, Message, Payload, Router};
+use crate::mesh::{on_rail, Completion, Mesh, Message, Payload, Remote, Request, Router, Verb};
 
 mod arrivals;
 mod clock;
@@ -113,9 +113,15 @@ impl<'a> Exchange<'a> {
     ) -> Result<(), BenchError> {
         let rail = rail_of(self.me, p, self.mesh.rails());
         let was = clock.enter(Stage::Post);
-        let r = self
-            .mesh
-            .write(p.dst, rail, p.local_off, p.len, p.remote_off, data);
+        let r = self.mesh.submit(Request {
+            op: Verb::Write,
+            peer: Remote::Rank(p.dst),
+            local: p.local_off,
+            remote: p.remote_off,
+            route: &on_rail(rail, p.len),
+            data: Some(data),
+            completion: Completion::Counted,
+        });
         clock.enter(was);
         r?;
         times.writes += 1;
