@@ -54,18 +54,17 @@ pub fn render_verdicts(s: &Summary) -> String {
             stages.join(", ")
         )
     });
-    let isolate: Vec<&str> = s
-        .nodes
-        .iter()
-        .filter(|n| n.verdict == verdict::Verdict::Isolate)
-        .map(|n| n.host.as_str())
-        .collect();
-    let warned: Vec<&str> = s
-        .nodes
-        .iter()
-        .filter(|n| n.verdict == verdict::Verdict::Warn)
-        .map(|n| n.host.as_str())
-        .collect();
+    let hosts = |v: verdict::Verdict| -> Vec<&str> {
+        s.nodes
+            .iter()
+            .filter(|n| n.verdict == v)
+            .map(|n| n.host.as_str())
+            .collect()
+    };
+    let (isolate, warned) = (
+        hosts(verdict::Verdict::Isolate),
+        hosts(verdict::Verdict::Warn),
+    );
     let warn = warned.len();
     if s.cluster_verdict == verdict::ClusterVerdict::Fail {
         out.push(format!(

@@ -17,12 +17,12 @@ use crate::harness::{Ctx, DeviceRounds};
 
 /// The iterations of one initiator's point on this rank.
 pub(super) struct EpRounds<'a> {
-    pub st: &'a mut State,
-    pub ctx: &'a Ctx<'a>,
-    pub initiator: Initiator,
-    pub verify: bool,
+    st: &'a mut State,
+    ctx: &'a Ctx<'a>,
+    initiator: Initiator,
+    verify: bool,
     /// The run's iteration number (payload patterns change with it across points).
-    pub next_iter: &'a mut u64,
+    next_iter: &'a mut u64,
     /// The timed iterations' phases and arrivals.
     pub log: RankLog,
     timed: bool,
