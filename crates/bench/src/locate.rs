@@ -13,9 +13,10 @@
 //!
 //! For every rank c and each direction (pairs c sends, pairs c receives): the median of those
 //! pairs is compared with the median of the pairs in which c is neither source nor destination.
-//! Below `margin` (a fraction, e.g. 0.6) the rank is named for that direction. Named ranks are
-//! taken out of the reference of the ranks judged after them, worst first, so two slow nodes of
-//! eight do not lift each other. A rank judged after another was named must have a reference
+//! Below `margin` (a fraction, e.g. 0.6) the rank is named for that direction; when both are
+//! below it and only one stands apart from the reference (see below), for that one alone. Named
+//! ranks are taken out of the reference of the ranks judged after them, worst first, so two slow
+//! nodes of eight do not lift each other. A rank judged after another was named must have a reference
 //! of more pairs than its own: with four nodes and one named, the two pairs left without a
 //! candidate are too few to be the healthy level (so 2 slow nodes of 4 name the worst only), and
 //! its pairs must stand apart from that reference (their upper quartile below its lower
@@ -249,7 +250,15 @@ fn judge(pairs: &[PairBw], c: usize, excluded: &[usize], margin: f64) -> Option<
     let line = others.median * margin;
     let slow = |v: &[f64]| Spread::of(v).filter(|s| s.median < line);
     let (so, si) = (slow(&out), slow(&inn));
+    // With both directions under the line, one that stands apart from the reference while the
+    // other does not is named alone: a node throttled one way has its other direction at the
+    // reference level, and on a busy host that direction's median alone can fall under the
+    // line (a node sending at 0.2% of the rest, its three received pairs at 13, 21 and 55 Gbps
+    // against healthy pairs at 15-56).
+    let apart = |s: &Spread| s.q3 < others.q1;
     let (direction, mine) = match (so, si) {
+        (Some(o), Some(i)) if apart(&o) && !apart(&i) => (Direction::Sending, o),
+        (Some(o), Some(i)) if apart(&i) && !apart(&o) => (Direction::Receiving, i),
         (Some(_), Some(_)) => {
             let mut all = out.clone();
             all.extend_from_slice(&inn);
@@ -441,6 +450,33 @@ mod tests {
             assert_eq!(ranks(&got), vec![0], "n={n}: {got:?}");
             assert_eq!(got[0].direction, Direction::Receiving, "n={n}");
         }
+    }
+
+    #[test]
+    fn one_direction_stays_one_when_the_other_only_dips_under_the_margin() {
+        // Measured on a busy 2-core host, one pair at a time, rank 3's egress at 100 Mbit/s:
+        // the pairs it receives fell to a median of 44% of the rest, but overlap them.
+        let rows = [
+            [0.0, 48.57, 49.80, 13.31],
+            [15.16, 0.0, 56.13, 55.25],
+            [53.64, 26.39, 0.0, 21.48],
+            [0.0965, 0.0966, 0.0962, 0.0],
+        ];
+        let m: Vec<PairBw> = (0..4)
+            .flat_map(|src| {
+                (0..4)
+                    .filter(move |&dst| dst != src)
+                    .map(move |dst| PairBw {
+                        src,
+                        dst,
+                        gbps: rows[src][dst],
+                    })
+            })
+            .collect();
+        let got = locate(4, &m, MARGIN);
+        assert_eq!(ranks(&got), vec![3], "{got:?}");
+        assert_eq!(got[0].direction, Direction::Sending, "{got:?}");
+        assert_eq!(got[0].mine.count, 3);
     }
 
     #[test]
