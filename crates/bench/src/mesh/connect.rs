@@ -2,7 +2,8 @@
 //! every rank connected with one all-gather, and the record fields and header line every run on
 //! a mesh repeats. Every benchmark that posts through a mesh starts here: the point-to-point
 //! ones, `pairs`, `alltoall` and `alltoallv` through [`open_mesh`], `ep` (which allocates its
-//! buffers itself) through [`connect_mesh`] and [`mesh_facts`]. [`run_on_mesh`] runs such a
+//! buffers itself) and `proxy` (whose threads then each take a rail, [`super::Mesh::into_rails`])
+//! through [`connect_mesh`] and [`mesh_facts`]. [`run_on_mesh`] runs such a
 //! benchmark and keeps a failed run from tearing its mesh down.
 
 use efabench_fabric::RailConfig;

@@ -361,6 +361,13 @@ impl Mesh {
             .ok_or_else(|| BenchError::failed(format!("rank {r} is not connected to this rank")))
     }
 
+    /// The rails, for threads that each own one and its completion queue (`proxy`'s threads).
+    /// Resolve the [`Lane`]s they post through first: the registrations stay with the rails,
+    /// the mesh's own bookkeeping goes.
+    pub fn into_rails(self) -> Vec<efabench_fabric::Rail> {
+        self.group.into_rails()
+    }
+
     /// Start counting per-rail bytes and operations (the timed part).
     pub fn count_from_now(&mut self, on: bool) {
         self.counting = on;

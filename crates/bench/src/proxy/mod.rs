@@ -63,14 +63,15 @@ mod target;
 use std::sync::Arc;
 
 use efabench_bootstrap::BootstrapError;
-use efabench_fabric::{GroupAddress, MrPath, Rail, RailConfig, RegionDescriptor};
+use efabench_fabric::Rail;
 use efabench_gpu::proxy::{GpuProducer, RingMemory, MAX_RINGS};
 use efabench_gpu::queue::RingKind;
 use efabench_gpu::{GpuBuffer, MemKind};
 
 use self::engine::Target;
 use crate::error::BenchError;
-use crate::harness::{self, Benchmark, Ctx, Measured, MrChoice, Needs, Point, RunDetail, RunFacts};
+use crate::harness::{self, Benchmark, Ctx, Measured, Needs, Point, RunDetail, RunFacts};
+use crate::mesh::connect_mesh;
 
 pub use args::{Mode, PayloadFence, Producer, ProxyArgs, ProxyThreads};
 pub use error::ProxyError;
@@ -186,31 +187,6 @@ impl<'a> Proxy<'a> {
     }
 }
 
-fn mr_path(c: MrChoice) -> MrPath {
-    match c {
-        MrChoice::Auto => MrPath::Auto,
-        MrChoice::Dmabuf => MrPath::Dmabuf,
-        MrChoice::Va => MrPath::Va,
-    }
-}
-
-fn alloc(
-    mem: MemKind,
-    len: usize,
-    device: Option<i32>,
-) -> Result<Arc<Box<dyn GpuBuffer>>, BenchError> {
-    efabench_gpu::alloc(mem, len, device.unwrap_or(0))
-        .map(Arc::new)
-        .map_err(|e| {
-            let m = format!("--mem {mem}: {e}");
-            if e.is_no_driver() {
-                BenchError::usage(format!("{m}; use --mem host on machines without a GPU"))
-            } else {
-                BenchError::usage(m)
-            }
-        })
-}
-
 /// The seed of put `p` of iteration `iter` (rank 0 to rank 1).
 fn put_seed(iter: u64, p: u32) -> u64 {
     crate::pattern::seed(iter, INITIATOR, TARGET, p)
@@ -256,65 +232,42 @@ impl<'a> Benchmark for Proxy<'a> {
 
     fn setup(&mut self, ctx: &Ctx) -> Result<RunFacts, BenchError> {
         let g = &self.args.groups;
-        let (fabric, mem, job) = (&g.fabric, &g.mem, &g.job);
+        let (fabric, mem) = (&g.fabric, &g.mem);
         let plan = ctx.plan()?;
         if plan.rails.len() > MAX_RINGS {
             return Err(BenchError::usage(format!(
                 "efabench proxy drives at most {MAX_RINGS} rails; lower --rails"
             )));
         }
-        let group = plan.open(&RailConfig {
-            post_timeout: job.timeout(),
-            max_in_flight: 8192,
-            ..RailConfig::default()
-        })?;
-        let max_msg = group.rail(0).info().max_msg_size;
+        let len = self.buf_bytes() as usize;
+        let (src, dst) = crate::mesh::alloc(mem.mem, len, len, ctx.device)?;
+        // Connected like every benchmark's mesh (src is the mesh's send region, dst its receive
+        // region); then each proxy thread owns a rail and its completion queue.
+        let mesh = connect_mesh(ctx, (src.clone(), dst.clone()), fabric.strategy())?;
+        let max_msg = mesh.group().rail(0).info().max_msg_size;
         if let Some(&big) = self.sizes.iter().find(|&&s| s > max_msg) {
             return Err(BenchError::usage(format!(
                 "puts of {big} bytes exceed what provider {} writes at once ({max_msg} bytes); lower -e",
                 plan.provider
             )));
         }
-        let len = self.buf_bytes() as usize;
-        let src = alloc(mem.mem, len, ctx.device)?;
-        let dst = alloc(mem.mem, len, ctx.device)?;
-        let path = mr_path(fabric.mr);
-        let src_reg = group.register(src.clone(), path)?;
-        let dst_reg = group.register(dst.clone(), path)?;
-        let mr = if efabench_fabric::MemoryBuffer::device_only(&**src) {
-            format!("{}+device-only", src_reg.path_taken())
-        } else {
-            src_reg.path_taken().to_string()
-        };
-        // u32 address length, the group address, the target region's descriptor.
-        let a = group.address()?.to_bytes();
-        let mut blob = (a.len() as u32).to_le_bytes().to_vec();
-        blob.extend_from_slice(&a);
-        blob.extend_from_slice(&group.descriptor(&dst_reg)?.to_bytes());
-        let blobs = ctx.bs.all_gather(&blob)?;
-        let nrails = group.len();
+        let mr = mesh.mr_path_detail();
+        let nrails = mesh.rails();
         let mut init = None;
         let mut target_rails = Vec::new();
         if ctx.rank == INITIATOR {
-            let b = &blobs[TARGET as usize];
-            let bad = || {
-                BenchError::failed(
-                    "rank 1 sent a malformed address blob; all ranks must run the same efabench",
-                )
-            };
-            let (addr_part, desc_part) = split_blob(b).ok_or_else(bad)?;
-            let addr = GroupAddress::from_bytes(addr_part)?;
-            let desc = RegionDescriptor::from_bytes(desc_part)?;
-            let peer = group.insert_peer(&addr)?;
+            let lane = mesh.lane(TARGET)?;
             let targets = (0..nrails)
-                .map(|r| Target {
-                    peer: peer.rail(r),
-                    dst_rank: TARGET as u16,
-                    my_rank: INITIATOR as u16,
-                    region: src_reg.id(r),
-                    remote: *desc.rail(r),
+                .map(|r| {
+                    lane.rail(r).map(|l| Target {
+                        peer: l.addr,
+                        dst_rank: TARGET as u16,
+                        my_rank: INITIATOR as u16,
+                        region: l.send,
+                        remote: l.peer_recv,
+                    })
                 })
-                .collect();
+                .collect::<Result<Vec<_>, _>>()?;
             let log2 = self.args.ring_slots.trailing_zeros();
             let gpu_modes = self.args.modes.iter().any(|m| *m != Mode::Cpu);
             let (rings, gpu, clock) = if self.args.producer == Producer::Gpu && gpu_modes {
@@ -336,7 +289,7 @@ impl<'a> Benchmark for Proxy<'a> {
                 (RingMemory::heap(nrails, log2), None, None)
             };
             init = Some(Initiator {
-                rails: group.into_rails(),
+                rails: mesh.into_rails(),
                 targets,
                 rings,
                 gpu,
@@ -344,8 +297,8 @@ impl<'a> Benchmark for Proxy<'a> {
                 next: vec![0; nrails],
             });
         } else {
-            // Every rank inserts nobody: only rank 0 writes. The target keeps its rails.
-            target_rails = group.into_rails();
+            // Only rank 0 writes: the target keeps its rails to count the arrivals.
+            target_rails = mesh.into_rails();
         }
         self.setup = Some(Setup {
             src,
@@ -480,12 +433,6 @@ impl<'a> Benchmark for Proxy<'a> {
 }
 
 /// Splits a setup blob into (group address, region descriptor).
-fn split_blob(b: &[u8]) -> Option<(&[u8], &[u8])> {
-    let l = u32::from_le_bytes(b.get(..4)?.try_into().ok()?) as usize;
-    let end = 4usize.checked_add(l)?;
-    Some((b.get(4..end)?, b.get(end..)?))
-}
-
 fn health_of(ctx: &Ctx) -> impl Fn() -> Result<(), BootstrapError> + Send + Sync + Clone {
     let h = ctx.bs.health();
     move || h.check()
