@@ -350,9 +350,13 @@ impl Exchange<'_> {
                         arr: &mut Arrivals,
                         times: &mut PhaseTimes|
          -> Result<(bool, bool), BenchError> {
+            // Every ready command is posted before the mesh is polled again: polling between
+            // batches of a burst runs the peer's incoming copies (shm's device path) in the
+            // middle of this rank's posting, which the cpu initiator, posting its whole phase
+            // at once, does not. The producer's credits still move every 64 commands.
             let mut n = 0;
             let mut empty = false;
-            while consumed < total && n < 64 {
+            while consumed < total {
                 let pos = start + consumed;
                 let c = match ring.peek(pos) {
                     Peek::Empty => {
@@ -385,6 +389,9 @@ impl Exchange<'_> {
                 }
                 consumed += 1;
                 n += 1;
+                if n % 64 == 0 {
+                    ring.publish_tail(start + consumed);
+                }
                 if !p.signal {
                     puts_seen += 1;
                     if merging {
