@@ -63,6 +63,15 @@ fn main() {
     };
     match result {
         Ok(exit) => exit.exit(),
-        Err(e) => e.exit(),
+        Err(e) => {
+            // A run that failed leaves its fabric open rather than close endpoints with writes
+            // still posted (libfabric 1.17's tcp provider crashes then), so the shm provider
+            // never removes this process's regions from /dev/shm: 16 MiB each, until reboot.
+            efabench_bootstrap::launcher::remove_shm_files_of(
+                std::process::id(),
+                std::path::Path::new("/dev/shm"),
+            );
+            e.exit()
+        }
     }
 }

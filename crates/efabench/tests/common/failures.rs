@@ -87,8 +87,14 @@ pub fn the_others_name_the_hit_rank(world: u32, args: &[&str], hit: Hit) -> Vec<
     let _ = kids[victim].kill();
     let mut others = Vec::new();
     for (r, k) in kids.into_iter().enumerate() {
+        let pid = k.id();
         let o = k.wait_with_output().unwrap();
         if r == victim {
+            // Killed, it could not remove its shm regions; nothing of a test stays behind.
+            efabench_bootstrap::launcher::remove_shm_files_of(
+                pid,
+                std::path::Path::new("/dev/shm"),
+            );
             continue;
         }
         assert!(!o.status.success(), "rank {r}");
