@@ -224,9 +224,7 @@ pub(crate) fn robust_scale(v: &[f64]) -> f64 {
     if v.len() < 2 {
         return 0.0;
     }
-    let m = median(&mut v.to_vec());
-    let mut d: Vec<f64> = v.iter().map(|x| (x - m).abs()).collect();
-    1.4826 * median(&mut d)
+    efabench_record::stats::robust_sd(v).unwrap_or(0.0)
 }
 
 /// The noise of one pair's figure from its own windows: the median over pairs of the windows'

@@ -148,9 +148,7 @@ fn median(v: &mut [f64]) -> f64 {
 }
 
 fn robust_sd(v: &[f64]) -> f64 {
-    let m = median(&mut v.to_vec());
-    let mut d: Vec<f64> = v.iter().map(|x| (x - m).abs()).collect();
-    1.4826 * median(&mut d)
+    efabench_record::stats::robust_sd(v).unwrap_or(0.0)
 }
 
 /// The model fitted to a measured matrix of `n` nodes (every ordered pair once): on the log of

@@ -56,6 +56,14 @@ pub fn sample_median(v: &mut [f64]) -> Option<f64> {
     }
 }
 
+/// 1.4826 × the median absolute deviation from the [`sample_median`]: the standard deviation of
+/// normally distributed values, robust to a few wild ones. `None` for no values.
+pub fn robust_sd(v: &[f64]) -> Option<f64> {
+    let m = sample_median(&mut v.to_vec())?;
+    let mut d: Vec<f64> = v.iter().map(|x| (x - m).abs()).collect();
+    sample_median(&mut d).map(|mad| 1.4826 * mad)
+}
+
 /// The median of finite values in any order (see [`median`]); non-finite values are left out.
 pub fn median_of(values: impl IntoIterator<Item = f64>) -> Option<f64> {
     let mut v: Vec<f64> = values.into_iter().filter(|x| x.is_finite()).collect();
@@ -225,6 +233,15 @@ mod tests {
         assert_eq!(sample_median(&mut [4.0, 1.0, 3.0, 2.0]), Some(2.5));
         assert_eq!(median(&[1.0, 2.0, 3.0, 4.0]), Some(2.0));
         assert_eq!(sample_median(&mut []), None);
+    }
+
+    #[test]
+    fn the_robust_sd_ignores_a_wild_value() {
+        // Deviations from the median 3: 2, 1, 0, 1, 97 -> median 1.
+        let sd = robust_sd(&[1.0, 2.0, 3.0, 4.0, 100.0]).unwrap();
+        assert!((sd - 1.4826).abs() < 1e-12, "{sd}");
+        assert_eq!(robust_sd(&[]), None);
+        assert_eq!(robust_sd(&[5.0, 5.0]), Some(0.0));
     }
 
     #[test]

@@ -18,18 +18,11 @@ pub const MIN_POINTS: usize = 8;
 
 /// The scaled median absolute deviation of the changes, or `None` with too few of them.
 pub fn spread(changes: &[f64]) -> Option<f64> {
-    let mut d: Vec<f64> = changes.iter().copied().filter(|x| x.is_finite()).collect();
+    let d: Vec<f64> = changes.iter().copied().filter(|x| x.is_finite()).collect();
     if d.len() < MIN_POINTS {
         return None;
     }
-    let med = median(&mut d);
-    let mut dev: Vec<f64> = d.iter().map(|x| (x - med).abs()).collect();
-    Some(1.4826 * median(&mut dev))
-}
-
-/// The estimator median ([`efabench_record::stats::sample_median`]) of values that are there.
-fn median(v: &mut [f64]) -> f64 {
-    efabench_record::stats::sample_median(v).unwrap_or(f64::NAN)
+    efabench_record::stats::robust_sd(&d)
 }
 
 #[cfg(test)]
