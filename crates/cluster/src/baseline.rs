@@ -402,7 +402,7 @@ fn pair_ratio(b: &BaselinePoint, now: &RunPoint) -> Option<PairRatio> {
     if !(base.value.is_finite() && base.value > 0.0 && cur.value.is_finite() && cur.value > 0.0) {
         return None;
     }
-    let src: usize = b.key.settings.get("src")?.parse().ok()?;
+    let src = b.key.src()?;
     let dst = b.key.peer? as usize;
     let (indep, common, df) = match base.spread {
         // σ between runs is rel_se √runs; one more run from it, plus the mean's error.

@@ -10,45 +10,73 @@
 
 use efabench_record::Record;
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use std::collections::BTreeMap;
 
-/// The extra fields that say which point a record measured (`docs/compare.md`). Fields that
-/// describe the result (`bw_GBps`, `wall_s`, `slowest_rank`) or that the tool resolves per
-/// machine (`bind`, `mr`) are not here.
-pub const IDENTITY_FIELDS: &[&str] = &[
-    "src",
-    "dst",
-    "gpus",
-    "notify",
-    "layout",
-    "window",
-    "op",
-    "strategy",
-    "timing",
-    "loop",
-    "mode",
-    "ring",
-    "producer",
-    "producers",
-    "consumers",
-    "proxy_threads",
-    "payload_fence",
-    "time_to",
-    "phase",
-    "initiator",
-    "dtype",
-    "tokens",
-    "hidden",
-    "topk",
-    "experts",
-    "routing",
-    "counts",
-    "seed",
-    "engine",
-    "suite",
-    "row",
-    "col",
-];
+/// The extra fields that say which point a record measured (`docs/compare.md`), each as the
+/// record wrote it (absent and `null` alike are `None`). Fields that describe the result
+/// (`bw_GBps`, `wall_s`, `slowest_rank`) or that the tool resolves per machine (`bind`, `mr`)
+/// are not here.
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(default)]
+struct Identity {
+    src: Option<Value>,
+    dst: Option<Value>,
+    gpus: Option<Value>,
+    notify: Option<Value>,
+    layout: Option<Value>,
+    window: Option<Value>,
+    op: Option<Value>,
+    strategy: Option<Value>,
+    timing: Option<Value>,
+    #[serde(rename = "loop")]
+    loop_: Option<Value>,
+    mode: Option<Value>,
+    ring: Option<Value>,
+    producer: Option<Value>,
+    producers: Option<Value>,
+    consumers: Option<Value>,
+    proxy_threads: Option<Value>,
+    payload_fence: Option<Value>,
+    time_to: Option<Value>,
+    phase: Option<Value>,
+    initiator: Option<Value>,
+    dtype: Option<Value>,
+    tokens: Option<Value>,
+    hidden: Option<Value>,
+    topk: Option<Value>,
+    experts: Option<Value>,
+    routing: Option<Value>,
+    counts: Option<Value>,
+    seed: Option<Value>,
+    engine: Option<Value>,
+    suite: Option<Value>,
+    row: Option<Value>,
+    col: Option<Value>,
+}
+
+impl Identity {
+    /// The identity of record `r`: its extra fields read through serde (any other is ignored).
+    fn of(r: &Record) -> Identity {
+        use serde::de::value::MapDeserializer;
+        let fields = r.extra.iter().map(|(k, v)| (k.as_str(), v));
+        // Every field is an `Option<Value>`, which any JSON value fills: this cannot fail.
+        Identity::deserialize(MapDeserializer::<_, serde_json::Error>::new(fields))
+            .unwrap_or_default()
+    }
+
+    /// The fields present, each as compact JSON text (so `[0,1]` and `"signal"` compare exactly).
+    fn settings(&self) -> BTreeMap<String, String> {
+        match serde_json::to_value(self) {
+            Ok(Value::Object(m)) => m
+                .into_iter()
+                .filter(|(_, v)| !v.is_null())
+                .map(|(k, v)| (k, v.to_string()))
+                .collect(),
+            _ => BTreeMap::new(),
+        }
+    }
+}
 
 /// What two records must share to be compared.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -61,22 +89,15 @@ pub struct Key {
     pub mem: String,
     pub provider: String,
     pub rails: u32,
-    /// The [`IDENTITY_FIELDS`] the record carries, each as compact JSON text.
+    /// The identifying settings the record carries (`src`, `window`, `gpus`, ...), each as
+    /// compact JSON text.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub settings: BTreeMap<String, String>,
 }
 
 impl Key {
     pub fn of(r: &Record) -> Self {
-        let settings = IDENTITY_FIELDS
-            .iter()
-            .filter_map(|f| {
-                r.extra
-                    .get(*f)
-                    .filter(|v| !v.is_null())
-                    .map(|v| (f.to_string(), v.to_string()))
-            })
-            .collect();
+        let settings = Identity::of(r).settings();
         Key {
             bench: r.bench.clone(),
             variant: r.variant.clone(),
@@ -88,6 +109,11 @@ impl Key {
             rails: r.rails,
             settings,
         }
+    }
+
+    /// The source rank of a `pairs` record (its `src` setting).
+    pub fn src(&self) -> Option<usize> {
+        self.settings.get("src")?.parse().ok()
     }
 
     /// `src=0 window=64`: the settings in one cell, `-` when there are none.
@@ -150,5 +176,9 @@ mod tests {
         let k = Key::of(&a);
         assert_eq!(k.settings_text(), "gpus=[0,1] src=0");
         assert!(k.to_string().ends_with("world 2 gpus=[0,1] src=0"), "{k}");
+        assert_eq!(k.src(), Some(0));
+        // `loop`, a Rust keyword, is read under its record name.
+        a.extra.insert("loop".into(), json!("lean"));
+        assert_eq!(Key::of(&a).settings_text(), "gpus=[0,1] loop=lean src=0");
     }
 }

@@ -29,7 +29,7 @@ pub use baseline::{Baseline, BaselinePoint, BASELINE_SCHEMA};
 pub use context::{Context, ContextChange};
 pub use figure::{BwFigure, Noise, Obs, RunPoint};
 pub use judge::{MetricDelta, Verdict};
-pub use key::{Key, IDENTITY_FIELDS};
+pub use key::Key;
 pub use shift::Shift;
 pub use side::{estimate, Estimate, Side, Spread};
 
