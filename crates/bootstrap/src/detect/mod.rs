@@ -155,6 +155,26 @@ const LAUNCHERS: &[Launcher] = &[
     },
 ];
 
+/// Whether environment variable `name` is one through which a launcher tells a rank who it is
+/// or where rank 0 runs: every name the detection reads, and the families those launchers set
+/// (`EFABENCH_`, `SLURM_`, `OMPI_`, `PMI_`, `PMIX_`, `TORCHELASTIC_`). A process that starts ranks
+/// of its own (a test, a wrapper) removes these so that the job is only what it gives.
+pub fn is_launcher_var(name: &str) -> bool {
+    const FAMILIES: &[&str] = &[
+        "EFABENCH_",
+        "SLURM_",
+        "OMPI_",
+        "PMI_",
+        "PMIX_",
+        "TORCHELASTIC_",
+    ];
+    FAMILIES.iter().any(|f| name.starts_with(f))
+        || ["MASTER_ADDR", "MASTER_PORT"].contains(&name)
+        || LAUNCHERS
+            .iter()
+            .any(|l| l.rank == name || l.local == name || l.size.contains(&name))
+}
+
 type Env<'a> = &'a dyn Fn(&str) -> Option<String>;
 
 fn get(env: Env, name: &str) -> Option<String> {

@@ -562,3 +562,25 @@ fn host_port_parsing() {
         assert!(parse_host_port(bad).is_err(), "{bad:?}");
     }
 }
+
+#[test]
+fn launcher_variables_are_the_ones_detection_reads_and_their_families() {
+    for v in [
+        "EFABENCH_RANK",
+        "SLURM_JOB_ID",
+        "OMPI_COMM_WORLD_RANK",
+        "PMI_RANK",
+        "MPI_LOCALRANKID",
+        "RANK",
+        "WORLD_SIZE",
+        "LOCAL_RANK",
+        "JOB_COMPLETION_INDEX",
+        "MASTER_ADDR",
+        "TORCHELASTIC_RUN_ID",
+    ] {
+        assert!(is_launcher_var(v), "{v}");
+    }
+    for v in ["PATH", "FI_PROVIDER", "CUDA_VISIBLE_DEVICES", "RANKS"] {
+        assert!(!is_launcher_var(v), "{v}");
+    }
+}

@@ -248,27 +248,11 @@ pub fn exe() -> PathBuf {
     std::env::current_exe().expect("current_exe")
 }
 
-/// A command for this binary with no launcher variables from the outside world. efabench's
-/// integration tests keep a copy of this scrub of their own (`without_launcher_env`): test
-/// crates cannot share helpers, and no library function lists these names.
+/// A command for this binary with no launcher variables from the outside world.
 pub fn command(role: &str) -> Command {
     let mut c = Command::new(exe());
     for (k, _) in std::env::vars() {
-        let launcher_var = k.starts_with("EFABENCH_")
-            || k.starts_with("SLURM_")
-            || k.starts_with("OMPI_")
-            || k.starts_with("PMI_")
-            || k.starts_with("PMIX_")
-            || [
-                "RANK",
-                "WORLD_SIZE",
-                "LOCAL_RANK",
-                "MASTER_ADDR",
-                "MASTER_PORT",
-                "MPI_LOCALRANKID",
-            ]
-            .contains(&k.as_str());
-        if launcher_var {
+        if efabench_bootstrap::detect::is_launcher_var(&k) {
             c.env_remove(&k);
         }
     }

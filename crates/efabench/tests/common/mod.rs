@@ -40,25 +40,10 @@ pub fn words(line: &str) -> Vec<&str> {
 
 /// Removes from `c`'s environment every variable through which a launcher around this test
 /// (Slurm, mpirun, torchrun, `efabench launch`, or a job token) would tell a rank who it is, so
-/// that the job the test starts is only what the test gives it. bootstrap's tests keep a copy
-/// of their own: test crates cannot share helpers, and no library function lists these names.
+/// that the job the test starts is only what the test gives it.
 pub fn without_launcher_env(c: &mut Command) -> &mut Command {
     for (k, _) in std::env::vars() {
-        let launcher_var = k.starts_with("EFABENCH_")
-            || k.starts_with("SLURM_")
-            || k.starts_with("OMPI_")
-            || k.starts_with("PMI_")
-            || k.starts_with("PMIX_")
-            || [
-                "RANK",
-                "WORLD_SIZE",
-                "LOCAL_RANK",
-                "MASTER_ADDR",
-                "MASTER_PORT",
-                "TORCHELASTIC_RUN_ID",
-            ]
-            .contains(&k.as_str());
-        if launcher_var {
+        if efabench_bootstrap::detect::is_launcher_var(&k) {
             c.env_remove(&k);
         }
     }
