@@ -40,7 +40,9 @@ struct FifoParams {
     efa_u64 per_producer;
     efa_u64 batch;       // nbi: commands per lane per claim (blocking: 1)
     efa_u64 blocking;
-    efa_u64 release;     // fence.acq_rel.sys before publishing each batch (orders earlier data writes)
+    efa_u64 release;     // how a batch is ordered after the producer's earlier writes (a real
+                         // command's payload): 0 not at all, 1 fence.acq_rel.sys before each
+                         // batch, 2 a release store for a batch of one command (a fence for more)
     efa_u64 salt;
     efa_u64 direct;      // poll the consumers' tails themselves (few warps) instead of the cache;
                          // above 1: nanoseconds to sleep between polls
@@ -81,6 +83,13 @@ __device__ __forceinline__ efa_u64 efa_cmd_snd(efa_u64 seq, efa_u64 producer, ef
 
 __device__ __forceinline__ void efa_store16(efa_u64* p, efa_u64 a, efa_u64 b) {
     asm volatile("st.volatile.global.v2.u64 [%0], {%1, %2};" ::"l"(p), "l"(a), "l"(b) : "memory");
+}
+
+// The same 16 bytes as a system-scope release: every earlier write of this thread is visible
+// system-wide before either word is. One instruction instead of a fence and a store; sm_70 and
+// later accept the vector form.
+__device__ __forceinline__ void efa_store16_release(efa_u64* p, efa_u64 a, efa_u64 b) {
+    asm volatile("st.release.sys.global.v2.u64 [%0], {%1, %2};" ::"l"(p), "l"(a), "l"(b) : "memory");
 }
 
 // Refreshes the cached tails from the consumers' tails; one refresher at a time GPU-wide.
@@ -184,8 +193,10 @@ extern "C" __global__ void efa_queue_fifo(const FifoParams p) {
         if (lane == 0) base = atomicAdd((unsigned long long*)(st + S_HEAD), (unsigned long long)(nl * b));
         base = __shfl_sync(wmask, base, 0);
         // Release: the producer's earlier writes (a real command's payload) become visible
-        // system-wide before the slots; one acq_rel fence per batch, then plain stores.
-        if (p.release) asm volatile("fence.acq_rel.sys;" ::: "memory");
+        // system-wide before the slots: one acq_rel fence per batch, then plain stores; or, for a
+        // batch of one command (every blocking push), the slot's own store is the release.
+        const bool store_releases = p.release == 2 && b == 1;
+        if (p.release != 0 && !store_releases) asm volatile("fence.acq_rel.sys;" ::: "memory");
         // Credits: one look at the cached tails for the whole batch; per-slot waits only when the
         // batch reaches past what the cache already allows.
         const efa_u64 top = base + b * nl - 1;
@@ -205,7 +216,13 @@ extern "C" __global__ void efa_queue_fifo(const FifoParams p) {
             if (!credit && pos >= nslots && !killed && !efa_wait_tail(p, efa_owner(pos - nslots, p), pos - nslots, &seen)) killed = true;
             if (killed) continue;
             efa_u64* s = slots + 2 * (pos & (nslots - 1));
-            efa_store16(s, efa_cmd_fst(seq + j, me, p.salt), efa_cmd_snd(seq + j, me, pos, p.nslots_log2));
+            const efa_u64 fst = efa_cmd_fst(seq + j, me, p.salt);
+            const efa_u64 snd = efa_cmd_snd(seq + j, me, pos, p.nslots_log2);
+            if (store_releases) {
+                efa_store16_release(s, fst, snd);
+            } else {
+                efa_store16(s, fst, snd);
+            }
             last = pos + 1;
         }
         if (p.blocking) {
@@ -323,6 +340,12 @@ extern "C" __global__ void efa_queue_vyukov(const VyukovParams p) {
 // CPU thread has copied the number back: one posted PCIe write, the CPU's poll, and the GPU's
 // PCIe reads, with no slot, claim, fence or pattern. Its p50 is the least a blocking push and wait
 // can cost on this machine (`efabench queue` reports the blocking round trip as a ratio to it).
+//
+// With `claim` set it also does what every push of a shared ring does before its store, and
+// nothing else of a ring: claim a position with one atomic on a device-memory word (the FIFO's
+// head word, unused here) and order the number after earlier writes as `release` says (the
+// FIFO's encoding). A ring's round trip over this probe is what its slots, credits, tails and
+// verification cost; this probe over the bare one is what claiming and ordering cost.
 struct FloorParams {
     efa_u64 flag;    // pinned host u64 the GPU writes
     efa_u64 answer;  // pinned host u64 the CPU writes (another cache line)
@@ -330,6 +353,8 @@ struct FloorParams {
     efa_u64 pushed;  // u32: round trips completed
     efa_u64 lat;     // u32 per round trip: ns + 1
     efa_u64 iters;
+    efa_u64 claim;   // 1: claim and order each number as a push does
+    efa_u64 release; // with claim: 0 none, 1 fence.acq_rel.sys, 2 a release store
 };
 
 extern "C" __global__ void efa_queue_floor(const FloorParams p) {
@@ -342,7 +367,20 @@ extern "C" __global__ void efa_queue_floor(const FloorParams p) {
     for (efa_u64 i = 1; i <= p.iters; ++i) {
         if (efa_ld(st + S_CTL) != 0) break;
         const efa_u64 t0 = efa_now();
-        *flag = i;
+        if (p.claim) {
+            // The claimed position is never 2^63 or more, so `got >> 63` is 0; using it makes
+            // the store wait for the atomic, as a push's slot address does.
+            const efa_u64 got = atomicAdd((unsigned long long*)(st + S_HEAD), 1ull);
+            const efa_u64 v = i | (got >> 63);
+            if (p.release == 2) {
+                asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(flag), "l"(v) : "memory");
+            } else {
+                if (p.release == 1) asm volatile("fence.acq_rel.sys;" ::: "memory");
+                *flag = v;
+            }
+        } else {
+            *flag = i;
+        }
         bool killed = false;
         for (unsigned spins = 0; efa_ld(answer) != i;) {
             if ((++spins & 63u) == 0 && efa_ld(st + S_CTL) >= 2) {

@@ -460,30 +460,42 @@ fn ipc_copies_and_chase_run_on_one_gpu() {
         .is_err());
 }
 
-/// The bare round trip of `efabench queue`: every round trip made by the GPU is answered once by
-/// the CPU thread, and each is timed.
+/// The round-trip probes of `efabench queue` (bare, and with a push's claim under every
+/// ordering): every round trip made by the GPU is answered once by the CPU thread, and each is
+/// timed.
 #[test]
 fn the_floor_probe_answers_every_round_trip() {
-    use efabench_gpu::queue::{run_floor, Deadlines, Producers};
+    use efabench_gpu::queue::{run_floor, Deadlines, Floor, Producers, Release};
     use std::time::Duration;
     let Some(g) = gpu() else { return };
     let iters = 1 << 14;
-    let dev = Producers::new(&g, 1, iters).expect("producer state");
-    let limits = Deadlines {
-        budget: Duration::from_secs(5),
-        hang: Duration::from_secs(5),
-    };
-    let answered = run_floor(&g, &dev, None, limits).expect("floor");
-    let done = dev.pushed().expect("pushed")[0] as u64;
-    let lat: Vec<u32> = dev.latency_slots().expect("latency");
-    let mut ns: Vec<u32> = lat.iter().filter(|&&x| x != 0).map(|x| x - 1).collect();
-    ns.sort_unstable();
-    println!(
-        "floor: {done} round trips, {answered} answers, p50 {} ns, min {} ns",
-        ns[ns.len() / 2],
-        ns[0]
-    );
-    assert_eq!((done, answered, ns.len() as u64), (iters, iters, iters));
-    let st = dev.state().expect("state");
-    assert!(st.t1 > st.t0, "{st:?}");
+    for probe in [
+        Floor::Bare,
+        Floor::Claimed(Release::Fence),
+        Floor::Claimed(Release::Store),
+        Floor::Claimed(Release::None),
+    ] {
+        let dev = Producers::new(&g, 1, iters).expect("producer state");
+        let limits = Deadlines {
+            budget: Duration::from_secs(5),
+            hang: Duration::from_secs(5),
+        };
+        let answered = run_floor(&g, &dev, None, probe, limits).expect("floor");
+        let done = dev.pushed().expect("pushed")[0] as u64;
+        let lat: Vec<u32> = dev.latency_slots().expect("latency");
+        let mut ns: Vec<u32> = lat.iter().filter(|&&x| x != 0).map(|x| x - 1).collect();
+        ns.sort_unstable();
+        println!(
+            "{probe:?}: {done} round trips, {answered} answers, p50 {} ns, min {} ns",
+            ns[ns.len() / 2],
+            ns[0]
+        );
+        assert_eq!(
+            (done, answered, ns.len() as u64),
+            (iters, iters, iters),
+            "{probe:?}"
+        );
+        let st = dev.state().expect("state");
+        assert!(st.t1 > st.t0, "{st:?}");
+    }
 }

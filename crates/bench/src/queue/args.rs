@@ -4,7 +4,7 @@
 //! `--mem` for it.
 
 use crate::harness::{bounded, gpu_arg, JobArgs};
-use efabench_gpu::queue::{Mode, RingKind, TailPoll, MAX_CONSUMERS};
+use efabench_gpu::queue::{Mode, Release, RingKind, TailPoll, MAX_CONSUMERS};
 use efabench_gpu::GpuChoice;
 
 use super::shape::ProducerShape;
@@ -41,8 +41,14 @@ pub struct QueueArgs {
     /// nbi commands per lane per claim (0: enough for 512 commands per warp claim).
     #[arg(long, default_value = "0", value_parser = batch_arg, allow_hyphen_values = true)]
     pub batch: u64,
-    /// Publish without the system-scope fence a real proxy needs before each batch.
-    #[arg(long)]
+    /// How a command is ordered after the producer's earlier writes (its payload): `fence` (a
+    /// system-scope fence before every batch), `store` (the slot's store of a one-command claim
+    /// is a system-scope release; a batch of several takes a fence), `none` (what the ring
+    /// costs without a payload to publish).
+    #[arg(long, value_enum, default_value = "fence")]
+    pub release: Release,
+    /// The same as `--release none`.
+    #[arg(long, hide = true, conflicts_with = "release")]
     pub no_release: bool,
     /// Skip the bare GPU -> CPU -> GPU round trip that blocking points are compared with (by
     /// default measured first whenever a blocking point is, as `ring: floor`).
@@ -66,6 +72,17 @@ pub struct QueueArgs {
 }
 
 crate::impl_options!(QueueArgs);
+
+impl QueueArgs {
+    /// The ordering the producers use (`--no-release` is `--release none`).
+    pub fn ordering(&self) -> Release {
+        if self.no_release {
+            Release::None
+        } else {
+            self.release
+        }
+    }
+}
 
 fn consumers_arg(s: &str) -> Result<u32, String> {
     bounded(s, "--consumers", 1, MAX_CONSUMERS as u64, "1,4").map(|n| n as u32)

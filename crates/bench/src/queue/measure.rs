@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use efabench_gpu::queue::{
     consume_fifo, consume_vyukov, missing, pin_current_thread, run_floor, ConsumerReport,
-    Deadlines, EndSignal, Errors, FifoLaunch, FifoMemory, Geometry, Mode, Producers, RingKind,
-    TailPoll, Verifier, VyukovMemory, MAX_CONSUMERS,
+    Deadlines, EndSignal, Errors, FifoLaunch, FifoMemory, Floor, Geometry, Mode, Producers,
+    Release, RingKind, TailPoll, Verifier, VyukovMemory, MAX_CONSUMERS,
 };
 use efabench_gpu::{Gpu, GpuError};
 use efabench_record::stats::Samples;
@@ -31,9 +31,9 @@ pub struct QueueConfig {
     pub commands: u64,
     /// nbi: commands per lane per claim; 0 picks enough for 512 commands per warp claim.
     pub batch: u32,
-    /// A system-scope fence before each publish (orders the producer's earlier data writes, as a
-    /// real proxy command needs).
-    pub release: bool,
+    /// How each publish is ordered after the producer's earlier data writes (a real proxy
+    /// command needs it ordered).
+    pub release: Release,
     /// FIFO ring of 2^ring_log2 slots.
     pub ring_log2: u32,
     /// Libefaxx's capacity (its default is 8192).
@@ -62,7 +62,7 @@ impl QueueConfig {
             mode,
             commands: 1 << 22,
             batch: 0,
-            release: true,
+            release: Release::default(),
             ring_log2: 16,
             vyukov_capacity: 8192,
             budget: Duration::from_millis(1500),
@@ -309,18 +309,22 @@ pub fn measure(gpu: &Arc<Gpu>, cfg: &QueueConfig) -> Result<QueueMeasurement, Gp
     })
 }
 
-/// The bare GPU → CPU → GPU round trip of this machine (`efabench_gpu::queue::floor`): one GPU
-/// thread and one CPU thread, pinned where a ring's first consumer would be, for as many round
+/// A GPU → CPU → GPU round-trip probe of this machine (`efabench_gpu::queue::floor`), bare or
+/// with a push's claim and ordering: one GPU thread and one CPU thread, pinned where a ring's first consumer would be, for as many round
 /// trips as a blocking point makes (within its budget). Every round trip is checked: the GPU
 /// waits for its own number, and the count the CPU answered must equal the count the GPU saw.
-pub fn measure_floor(gpu: &Arc<Gpu>, cfg: &QueueConfig) -> Result<QueueMeasurement, GpuError> {
+pub fn measure_floor(
+    gpu: &Arc<Gpu>,
+    cfg: &QueueConfig,
+    probe: Floor,
+) -> Result<QueueMeasurement, GpuError> {
     let iters = cfg.commands.clamp(1, u32::MAX as u64);
     let dev = Producers::new(gpu, 1, iters)?;
     let limits = Deadlines {
         budget: cfg.budget,
         hang: cfg.hang,
     };
-    let answered = run_floor(gpu, &dev, cfg.cpus.first().copied(), limits)?;
+    let answered = run_floor(gpu, &dev, cfg.cpus.first().copied(), probe, limits)?;
     let st = dev.state()?;
     let done = dev.pushed()?.first().copied().unwrap_or(0) as u64;
     // The CPU answers each number once; an answer more or less than the GPU counted is a
@@ -398,12 +402,19 @@ mod tests {
                 );
                 cfg.commands = 1 << 14;
                 cfg.ring_log2 = 10;
-                let m = measure(&gpu, &cfg).expect("measure");
-                println!("{ring} {shape} c{consumers} {mode}: {m:?}");
-                assert_eq!(m.errors.total(), 0, "{ring} {shape} {mode}: {:?}", m.errors);
-                assert_eq!(m.received, m.pushed);
-                if !m.truncated {
-                    assert_eq!(m.pushed, m.producers * m.per_producer);
+                // Every ordering of the FIFO kernel (Libefaxx's ring has its own fences).
+                for release in [Release::Store, Release::Fence, Release::None] {
+                    cfg.release = release;
+                    let m = measure(&gpu, &cfg).expect("measure");
+                    println!("{ring} {shape} c{consumers} {mode} release {release:?}: {m:?}");
+                    assert_eq!(m.errors.total(), 0, "{ring} {shape} {mode}: {:?}", m.errors);
+                    assert_eq!(m.received, m.pushed);
+                    if !m.truncated {
+                        assert_eq!(m.pushed, m.producers * m.per_producer);
+                    }
+                    if ring == RingKind::Libefaxx {
+                        break;
+                    }
                 }
             }
         }

@@ -28,7 +28,7 @@ pub mod shape;
 use std::sync::Arc;
 use std::time::Duration;
 
-use efabench_gpu::queue::{Mode, RingKind, TailPoll};
+use efabench_gpu::queue::{Floor, Mode, Release, RingKind, TailPoll};
 use efabench_gpu::Gpu;
 use efabench_record::Record;
 
@@ -42,15 +42,17 @@ pub use shape::ProducerShape;
 
 /// Bytes of one command (two 64-bit words).
 pub const COMMAND_BYTES: u64 = 16;
-/// The `ring` of the floor probe's records.
+/// The `ring` of the bare round-trip probe's records.
 pub const FLOOR: &str = "floor";
+/// The `ring` of the probe that adds a push's claim and ordering.
+pub const FLOOR_CLAIM: &str = "floor+claim";
 
 /// One point.
 #[derive(Clone, Debug)]
 pub struct QueueSpec {
-    /// The bare round trip this machine's blocking rings are measured against, not a ring
-    /// (`measure::measure_floor`; its records say `ring: floor`).
-    floor: bool,
+    /// A round-trip probe this machine's blocking rings are measured against, not a ring
+    /// (`measure::measure_floor`; its records say `ring: floor` or `ring: floor+claim`).
+    floor: Option<Floor>,
     ring: RingKind,
     shape: ProducerShape,
     consumers: u32,
@@ -59,10 +61,9 @@ pub struct QueueSpec {
 
 impl QueueSpec {
     fn ring_name(&self) -> &'static str {
-        if self.floor {
-            FLOOR
-        } else {
-            self.ring.name()
+        match self.floor {
+            Some(f) => f.name(),
+            None => self.ring.name(),
         }
     }
 
@@ -145,7 +146,7 @@ impl Queue {
             cfg.commands = cfg.commands.min(1 << 16);
         }
         cfg.batch = self.args.batch as u32;
-        cfg.release = !self.args.no_release;
+        cfg.release = self.args.ordering();
         cfg.budget = Duration::from_secs_f64(self.args.budget);
         cfg.hang = self.args.job.timeout();
         cfg.salt = self.salt;
@@ -179,8 +180,13 @@ impl Benchmark for Queue {
             .skip(1)
             .chain(node.iter().copied().take(1))
             .collect();
+        let ordering = match self.args.ordering() {
+            Release::Fence => "commands ordered by a system-scope fence per batch",
+            Release::Store => "commands ordered by a release store (a fence per batch of several)",
+            Release::None => "commands not ordered after their payload (--release none)",
+        };
         let mut header = vec![format!(
-            "# queue on GPU {} ({}, {} SMs, bus {}); consumers pinned to CPUs {}",
+            "# queue on GPU {} ({}, {} SMs, bus {}); consumers pinned to CPUs {}; {ordering}",
             gpu.ordinal,
             gpu.name,
             gpu.sm_count,
@@ -213,7 +219,8 @@ impl Benchmark for Queue {
             gpu: gpu.name.clone(),
             gpu_bus_id: gpu.pci_bus_id.clone(),
             sm_count: gpu.sm_count,
-            release: !self.args.no_release,
+            release: self.args.ordering().orders(),
+            ordering: self.args.ordering(),
             skipped_rings: self.skipped.iter().map(|r| r.name().into()).collect(),
         };
         Ok(RunFacts {
@@ -228,22 +235,25 @@ impl Benchmark for Queue {
 
     fn points(&self, _ctx: &Ctx) -> Result<Vec<QueueSpec>, BenchError> {
         let mut v = Vec::new();
-        // Blocking points are judged against the bare round trip, measured first.
+        // Blocking points are judged against the round-trip probes, measured first: the bare
+        // one, then with a push's claim and this run's ordering.
         if self.modes.contains(&Mode::Blocking) && !self.args.no_floor {
-            v.push(QueueSpec {
-                floor: true,
-                ring: RingKind::Pinned,
-                shape: ProducerShape::one(),
-                consumers: 1,
-                mode: Mode::Blocking,
-            });
+            for probe in [Floor::Bare, Floor::Claimed(self.args.ordering())] {
+                v.push(QueueSpec {
+                    floor: Some(probe),
+                    ring: RingKind::Pinned,
+                    shape: ProducerShape::one(),
+                    consumers: 1,
+                    mode: Mode::Blocking,
+                });
+            }
         }
         for &ring in self.rings.iter().filter(|r| !self.skipped.contains(r)) {
             for &mode in &self.modes {
                 for &shape in &self.shapes {
                     for &consumers in &self.consumers {
                         v.push(QueueSpec {
-                            floor: false,
+                            floor: None,
                             ring,
                             shape,
                             consumers,
@@ -267,10 +277,9 @@ impl Benchmark for Queue {
             .ok_or_else(|| BenchError::failed("queue: setup did not run"))?;
         self.salt += 1;
         let cfg = self.config(spec);
-        let m = if spec.floor {
-            measure_floor(&gpu, &cfg)?
-        } else {
-            measure(&gpu, &cfg)?
+        let m = match spec.floor {
+            Some(probe) => measure_floor(&gpu, &cfg, probe)?,
+            None => measure(&gpu, &cfg)?,
         };
         let errors = m.errors.total();
         self.last = Some(m);

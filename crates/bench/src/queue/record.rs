@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 
+use efabench_gpu::queue::Release;
 use efabench_gpu::Shape;
 use efabench_record::{LatencySummary, Record};
 use serde::{Deserialize, Serialize};
@@ -22,8 +23,11 @@ pub struct QueueFacts {
     pub gpu: String,
     pub gpu_bus_id: String,
     pub sm_count: u32,
-    /// Producers fence (system scope) before publishing (`--no-release` turns it off).
+    /// Producers order each command after their earlier writes (`--release none` turns it off).
     pub release: bool,
+    /// How they order it: `fence` (a system-scope fence before each batch), `store` (the slot's
+    /// store is a system-scope release) or `none`.
+    pub ordering: Release,
     /// Rings this machine cannot run (no GDRCopy, no concurrent managed access).
     pub skipped_rings: Vec<String>,
 }
@@ -119,13 +123,16 @@ pub fn summarize(records: &[Record]) -> Vec<String> {
         .filter(|r| r.bench == "queue" && r.errors == 0)
         .filter_map(|r| Some((r, read::<QueueDetail>(r)?)))
         .collect();
-    let bare = rows
-        .iter()
-        .find(|(_, d)| d.ring == super::FLOOR)
-        .map(|(r, _)| r.lat_us.p50);
+    let probe = |name: &str| {
+        rows.iter()
+            .find(|(_, d)| d.ring == name)
+            .map(|(r, _)| r.lat_us.p50)
+            .filter(|f| *f > 0.0)
+    };
+    let (bare, claimed) = (probe(super::FLOOR), probe(super::FLOOR_CLAIM));
     let rows: Vec<_> = rows
         .into_iter()
-        .filter(|(_, d)| d.ring != super::FLOOR)
+        .filter(|(_, d)| d.ring != super::FLOOR && d.ring != super::FLOOR_CLAIM)
         .collect();
     let mut out = Vec::new();
     // Best nbi rate per shape (any ring but libefaxx, any consumer count) and libefaxx's.
@@ -201,8 +208,8 @@ pub fn summarize(records: &[Record]) -> Vec<String> {
             r.lat_us.p50, r.lat_us.p99, d.ring, d.consumers
         ));
     }
-    // Every one-thread blocking ring against the bare round trip of the same run.
-    if let Some(f) = bare.filter(|f| *f > 0.0) {
+    // Every one-thread blocking ring against the round-trip probes of the same run.
+    let over = |f: f64| {
         let mut parts: Vec<(f64, String)> = rows
             .iter()
             .filter(|(_, d)| d.mode == "blocking" && d.producers == "1x1")
@@ -213,9 +220,23 @@ pub fn summarize(records: &[Record]) -> Vec<String> {
             .collect();
         parts.sort_by(|a, b| a.0.total_cmp(&b.0));
         let list: Vec<String> = parts.into_iter().map(|p| p.1).collect();
+        if list.is_empty() {
+            "no blocking 1x1 point".to_string()
+        } else {
+            list.join(", ")
+        }
+    };
+    if let Some(f) = bare {
         out.push(format!(
             "# bare GPU -> CPU -> GPU round trip (the floor): p50 {f:.2} us; blocking 1x1 p50 over it: {}",
-            if list.is_empty() { "no blocking 1x1 point".to_string() } else { list.join(", ") }
+            over(f)
+        ));
+    }
+    if let Some(c) = claimed {
+        let of_floor = bare.map_or(String::new(), |f| format!(" ({:.2}x the floor)", c / f));
+        out.push(format!(
+            "# with a push's claim and ordering (floor+claim): p50 {c:.2} us{of_floor}; blocking 1x1 p50 over it: {}",
+            over(c)
         ));
     }
     out
@@ -283,6 +304,7 @@ mod tests {
             gpu_bus_id: "0000:53:00.0".into(),
             sm_count: 132,
             release: true,
+            ordering: Release::Fence,
             skipped_rings: vec!["gdr".into()],
         };
         let m = measurement(mops, p50 * 1e3, p99 * 1e3);
@@ -348,6 +370,18 @@ mod tests {
             "{out}"
         );
         assert!(out.contains("on pinned c1"), "{out}");
+        assert!(!out.contains("floor+claim"), "{out}");
+        // The claimed probe is no ring either: the rings over it, and it over the bare one.
+        with_floor.push(rec("floor+claim", "blocking", "1x1", 1, 0.4, 2.5, 2.9));
+        let out = summarize(&with_floor).join("\n");
+        assert!(
+            out.contains("(floor+claim): p50 2.50 us (1.25x the floor); blocking 1x1 p50 over it: managed c1 1.20x, pinned c1 1.24x"),
+            "{out}"
+        );
+        assert!(
+            out.contains("(the floor): p50 2.00 us; blocking 1x1 p50 over it: managed c1 1.50x, pinned c1 1.55x"),
+            "{out}"
+        );
         let out = summarize(&rs[1..2]).join("\n");
         assert!(out.contains("at 1x32 (pinned c4)"), "{out}");
         assert!(!out.contains("libefaxx:"), "{out}");

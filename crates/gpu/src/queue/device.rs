@@ -106,8 +106,8 @@ pub struct FifoLaunch {
     /// nbi: commands per lane per claim.
     pub batch: u32,
     pub blocking: bool,
-    /// A system-scope fence before each publish.
-    pub release: bool,
+    /// How each publish is ordered after the producer's earlier writes.
+    pub release: super::Release,
     pub salt: u64,
     /// Poll the consumers' tails where they live, sleeping this many ns between two reads
     /// (`None`: poll the device copy).
@@ -217,7 +217,7 @@ impl Producers {
             per_producer: self.per_producer,
             batch: l.batch as u64,
             blocking: l.blocking as u64,
-            release: l.release as u64,
+            release: l.release.code(),
             salt: l.salt,
             direct: l.direct_sleep_ns.map_or(0, |ns| ns.max(1) as u64),
         };
@@ -263,6 +263,7 @@ impl Producers {
         &self,
         gpu: &Arc<Gpu>,
         mem: &super::floor::FloorMemory,
+        probe: super::floor::Floor,
         limits: Deadlines,
     ) -> Result<(), GpuError> {
         use super::floor::{FLOOR_ANSWER, FLOOR_FLAG};
@@ -276,6 +277,8 @@ impl Producers {
             pushed: self.pushed.ptr(),
             lat: self.lat.ptr(),
             iters: self.per_producer,
+            claim: probe.claimed().is_some() as u64,
+            release: probe.claimed().map_or(0, |r| r.code()),
         };
         // SAFETY: `mem` and `self` stay borrowed until the wait returns, as in `run_fifo`; the
         // kernel writes at most `per_producer` latency slots, the size `lat` was allocated with.
@@ -390,6 +393,8 @@ struct FloorParams {
     pushed: u64,
     lat: u64,
     iters: u64,
+    claim: u64,
+    release: u64,
 }
-// SAFETY: repr(C), six u64 fields in the order of `struct FloorParams` in kernels/queue.cu.
+// SAFETY: repr(C), eight u64 fields in the order of `struct FloorParams` in kernels/queue.cu.
 unsafe impl KernelParams for FloorParams {}

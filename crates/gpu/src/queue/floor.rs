@@ -9,11 +9,39 @@
 //! blocking round trip over this figure is how much of its time is the ring's own.
 
 use super::device::Producers;
+use super::Release;
 use crate::driver::Gpu;
 use crate::error::GpuError;
 use crate::mapped::{pinned, HostMem};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+
+/// Which probe: the bare round trip, or the round trip with what every push of a shared ring
+/// does before its store (claim a position with one device-memory atomic, order the number after
+/// earlier writes as the ring's [`Release`] would), and nothing else of a ring.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Floor {
+    Bare,
+    Claimed(Release),
+}
+
+impl Floor {
+    /// The ordering of a claimed probe.
+    pub fn claimed(self) -> Option<Release> {
+        match self {
+            Floor::Bare => None,
+            Floor::Claimed(r) => Some(r),
+        }
+    }
+
+    /// The `ring` of its records.
+    pub fn name(self) -> &'static str {
+        match self {
+            Floor::Bare => "floor",
+            Floor::Claimed(_) => "floor+claim",
+        }
+    }
+}
 
 /// Word offsets (u64) of the GPU's number and the CPU's answer: 64 bytes apart.
 pub(crate) const FLOOR_FLAG: usize = 0;
@@ -53,13 +81,14 @@ impl FloorMemory {
     }
 }
 
-/// Runs `iters` round trips of the probe with the answering thread on `cpu` (when given):
+/// Runs `iters` round trips of `probe` with the answering thread on `cpu` (when given):
 /// the producers' state (timestamps, one latency slot per round trip, the count done) is read
 /// back from `dev` as for a ring. Returns the answers the CPU made.
 pub fn run_floor(
     gpu: &Arc<Gpu>,
     dev: &Producers,
     cpu: Option<usize>,
+    probe: Floor,
     limits: super::Deadlines,
 ) -> Result<u64, GpuError> {
     let mem = FloorMemory::new(gpu)?;
@@ -72,7 +101,7 @@ pub fn run_floor(
             }
             m.answer(e)
         });
-        let waited = dev.launch_floor(gpu, &mem, limits);
+        let waited = dev.launch_floor(gpu, &mem, probe, limits);
         end.store(true, Ordering::Relaxed);
         let answered = h.join().expect("the floor's answering thread panicked");
         waited.map(|_| answered)

@@ -47,7 +47,7 @@ pub mod ring;
 pub use device::{
     pin_current_thread, Deadlines, FifoLaunch, FifoMemory, Producers, StateWords, VyukovMemory,
 };
-pub use floor::run_floor;
+pub use floor::{run_floor, Floor};
 pub use ring::*;
 
 use crate::driver::Gpu;
@@ -151,6 +151,57 @@ pub enum TailPoll {
     Cached,
     /// Read the consumers' tails where they live (a PCIe read per poll for host memory).
     Direct,
+}
+
+/// How a producer orders a command after its own earlier writes (a real command's payload, which
+/// the proxy hands to the NIC once it reads the slot), as the kernel's `release` parameter.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    clap::ValueEnum,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Release {
+    /// A system-scope fence (`fence.acq_rel.sys`) before every batch, then plain stores. The
+    /// default: on an H200 the release store below made the blocking round trip slower.
+    #[default]
+    Fence,
+    /// The slot's own 16-byte store is a system-scope release (`st.release.sys.v2`) when a claim
+    /// holds one command (every blocking push); a batch of several takes one fence first.
+    Store,
+    /// Not ordered: what the ring costs without a payload to publish (no real proxy can use it).
+    None,
+}
+
+impl Release {
+    /// The kernel's encoding (`FifoParams::release` in `kernels/queue.cu`).
+    pub fn code(self) -> u64 {
+        match self {
+            Release::None => 0,
+            Release::Fence => 1,
+            Release::Store => 2,
+        }
+    }
+
+    /// Whether earlier writes are ordered before the command at all.
+    pub fn orders(self) -> bool {
+        self != Release::None
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Release::Store => "store",
+            Release::Fence => "fence",
+            Release::None => "none",
+        }
+    }
 }
 
 /// What this machine lacks for a ring placement, if anything: GDRCopy for `gdr` and `hybrid`,
