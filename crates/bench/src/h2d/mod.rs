@@ -32,7 +32,7 @@ use efabench_topology::pcie::PcieLink;
 use efabench_topology::Root;
 
 use crate::error::BenchError;
-use crate::harness::{Benchmark, BuildInfo, Ctx, Measured, Needs, Point, RunFacts};
+use crate::harness::{Benchmark, BuildInfo, Ctx, Measured, Needs, Point, RunFacts, TimedBy};
 use crate::pattern;
 pub use args::{H2dArgs, Placement, Scope};
 use expect::Expectation;
@@ -206,6 +206,10 @@ impl Benchmark for H2d {
 
     fn needs(&self) -> Needs {
         Needs::LOCAL
+    }
+
+    fn timed_by(&self) -> TimedBy {
+        TimedBy::DeviceRounds
     }
 
     fn setup(&mut self, ctx: &Ctx) -> Result<RunFacts, BenchError> {

@@ -33,7 +33,7 @@ use efabench_gpu::Gpu;
 use efabench_record::Record;
 
 use crate::error::BenchError;
-use crate::harness::{Benchmark, BuildInfo, Ctx, Measured, Needs, Point, RunFacts};
+use crate::harness::{Benchmark, BuildInfo, Ctx, Measured, Needs, Point, RunFacts, TimedBy};
 pub use args::QueueArgs;
 use measure::{measure, measure_floor, numa_cpus, unavailable, QueueConfig, QueueMeasurement};
 pub use record::summarize;
@@ -165,6 +165,10 @@ impl Benchmark for Queue {
 
     fn needs(&self) -> Needs {
         Needs::LOCAL
+    }
+
+    fn timed_by(&self) -> TimedBy {
+        TimedBy::Launch
     }
 
     fn setup(&mut self, ctx: &Ctx) -> Result<RunFacts, BenchError> {
