@@ -264,18 +264,20 @@ impl Benchmark for Queue {
         spec.variant()
     }
 
-    fn measure(&mut self, _ctx: &Ctx, spec: &QueueSpec) -> Result<Measured, BenchError> {
+    fn measure(&mut self, ctx: &Ctx, spec: &QueueSpec) -> Result<Measured, BenchError> {
         let gpu = self
             .gpu
             .clone()
             .ok_or_else(|| BenchError::failed("queue: setup did not run"))?;
         self.salt += 1;
         let cfg = self.config(spec);
-        let m = if spec.floor {
-            measure_floor(&gpu, &cfg)?
-        } else {
-            measure(&gpu, &cfg)?
-        };
+        let m = ctx.run_launch(|| {
+            if spec.floor {
+                measure_floor(&gpu, &cfg)
+            } else {
+                measure(&gpu, &cfg)
+            }
+        })?;
         let errors = m.errors.total();
         self.last = Some(m);
         Ok(Measured {
