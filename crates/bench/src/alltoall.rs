@@ -38,11 +38,11 @@
 //! (see [`collective::exchange`]). The record gives the iterations actually run and `stopped_by`.
 //!
 //! # The loop
-//! The harness's budgeted loop ([`harness::budget_loop`]) runs the warm-up and the timed part:
-//! it decides when this rank's budget ran out, and the exchange marks that iteration's chunks so
-//! every rank ends on it. A sample spans the end of one timed iteration to the
-//! end of the next (one clock read per iteration). The exchange adds the barriers around the
-//! warm-up and before each probe.
+//! The harness's budgeted loop ([`harness::Ctx::run_budgeted`]) runs the warm-up and the timed
+//! part: it decides when this rank's budget ran out, and the exchange marks that iteration's
+//! chunks so every rank ends on it. A sample spans the end of one timed iteration to the end of
+//! the next (one clock read per iteration). The exchange adds the barriers around the warm-up
+//! and before each probe.
 //!
 //! # Posting window and placement
 //! `--window` (how many chunks each rank keeps in flight) and `--bind` (where its data-path
@@ -74,7 +74,9 @@ use crate::collective::report::{self, Outcome};
 use crate::collective::window::{window_arg, Window};
 use crate::collective::{self, exchange, setup};
 use crate::error::BenchError;
-use crate::harness::{self, name_of, AllGroups, Benchmark, Ctx, Measured, Needs, Point, RunFacts};
+use crate::harness::{
+    self, name_of, AllGroups, Benchmark, Ctx, Measured, Needs, Point, RunFacts, TimedBy,
+};
 use crate::mesh::{open_mesh, run_on_mesh, Mesh};
 pub use exchange::Op;
 use exchange::Plan;
@@ -178,6 +180,10 @@ impl<'a> Benchmark for Alltoall<'a> {
 
     fn needs(&self) -> Needs {
         Needs::fabric(2).launch_with(4)
+    }
+
+    fn timed_by(&self) -> TimedBy {
+        TimedBy::Budgeted
     }
 
     fn fingerprint(&self) -> String {

@@ -37,7 +37,9 @@ use crate::collective::report::{self, Outcome};
 use crate::collective::window::{window_arg, Window};
 use crate::collective::{self, setup};
 use crate::error::BenchError;
-use crate::harness::{self, name_of, AllGroups, Benchmark, Ctx, Measured, Needs, Point, RunFacts};
+use crate::harness::{
+    self, name_of, AllGroups, Benchmark, Ctx, Measured, Needs, Point, RunFacts, TimedBy,
+};
 use crate::mesh::{open_mesh, run_on_mesh, Mesh};
 use counts::{Counts, CountsSpec};
 
@@ -252,6 +254,10 @@ impl<'a> Benchmark for Alltoallv<'a> {
 
     fn needs(&self) -> Needs {
         Needs::fabric(2).launch_with(4)
+    }
+
+    fn timed_by(&self) -> TimedBy {
+        TimedBy::Budgeted
     }
 
     fn fingerprint(&self) -> String {

@@ -1,5 +1,6 @@
 //! One all-to-all exchange on a [`Mesh`], with any per-(source, destination) byte counts: the
-//! engine of `alltoall` and `alltoallv`, run in the harness's budgeted loop ([`budget_loop`]).
+//! engine of `alltoall` and `alltoallv`, run in the harness's budgeted loop
+//! ([`Ctx::run_budgeted`]).
 //!
 //! # One iteration
 //! Every rank writes (or sends) its chunk to every peer and copies its own chunk locally; the
@@ -42,7 +43,7 @@ use efabench_bootstrap::Bootstrap;
 use efabench_fabric::Stripe;
 
 use crate::error::BenchError;
-use crate::harness::{budget_loop, Budget, Budgeted, Ctx, Measured, Phase, Span, Stop};
+use crate::harness::{Budget, Budgeted, Ctx, Measured, Phase, Span, Stop};
 use crate::mesh::{
     cq_data, on_rail, parse_cq_data, Completion, Kind, Mesh, Remote, Request, Verb, ITER_MOD,
 };
@@ -121,9 +122,10 @@ pub const ARRIVAL_PROBES: u64 = 3;
 
 /// One measured point on this rank: barrier, the checked warm-up, barrier, the timed loop back
 /// to back, then [`ARRIVAL_PROBES`] iterations each after a barrier (the last one checked); the
-/// harness's [`budget_loop`] runs the first two phases. The detail ([`RankOutcome`]) carries `per_rail`,
-/// `warmup_done`, `stopped_by`, `src_delay_ns` (each source's mean arrival time after this rank
-/// started the iteration, in the timed loop) and `src_probe_ns` (its median in the probes).
+/// harness's budgeted loop ([`Ctx::run_budgeted`]) runs the first two phases. The detail
+/// ([`RankOutcome`]) carries `per_rail`, `warmup_done`, `stopped_by`, `src_delay_ns` (each
+/// source's mean arrival time after this rank started the iteration, in the timed loop) and
+/// `src_probe_ns` (its median in the probes).
 pub fn measure(
     ctx: &Ctx,
     mesh: &mut Mesh,
@@ -143,7 +145,7 @@ pub fn measure(
         iters: b.iters,
         warm: 0,
     };
-    let spent = budget_loop(b, Span::Between, &mut phases)?;
+    let spent = ctx.run_budgeted(b, Span::Between, &mut phases)?;
     let mut run = phases.run;
     run.mesh.count_from_now(false);
     let per_rail = run.mesh.rail_loads();

@@ -43,7 +43,7 @@ use efabench_gpu::{Gpu, MemKind};
 use efabench_record::Record;
 
 use crate::error::BenchError;
-use crate::harness::{self, Benchmark, Ctx, Measured, Needs, Point, RunFacts, Strategy};
+use crate::harness::{self, Benchmark, Ctx, Measured, Needs, Point, RunFacts, Strategy, TimedBy};
 use crate::mesh::{self, connect_mesh, mesh_facts, Mesh, Payload};
 use crate::pattern::Stream;
 use crate::stats::Samples;
@@ -367,6 +367,10 @@ impl<'a> Benchmark for Ep<'a> {
         Needs::fabric(2)
     }
 
+    fn timed_by(&self) -> TimedBy {
+        TimedBy::DeviceRounds
+    }
+
     fn fingerprint(&self) -> String {
         let a = self.args;
         format!(
@@ -583,7 +587,7 @@ impl<'a> Benchmark for Ep<'a> {
             clock: harness::Clock::Iteration,
         };
         let mut rounds = EpRounds::new(st, ctx, spec.initiator, verify, &mut self.iter_no, iters);
-        let measured = harness::device_loop(ctx, lp, &mut rounds)?;
+        let measured = ctx.run_device_rounds(lp, &mut rounds)?;
         let mut log = rounds.log;
         let mut dest = vec![0u64; ctx.world as usize];
         for p in &st.plan.dispatch.puts {

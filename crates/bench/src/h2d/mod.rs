@@ -32,7 +32,9 @@ use efabench_topology::pcie::PcieLink;
 use efabench_topology::Root;
 
 use crate::error::BenchError;
-use crate::harness::{Benchmark, BuildInfo, Ctx, Measured, Needs, Point, RunFacts};
+use crate::harness::{
+    Benchmark, BuildInfo, Clock, Ctx, DeviceRounds, Loop, Measured, Needs, Point, RunFacts, TimedBy,
+};
 use crate::pattern;
 pub use args::{H2dArgs, Placement, Scope};
 use expect::Expectation;
@@ -208,6 +210,10 @@ impl Benchmark for H2d {
         Needs::LOCAL
     }
 
+    fn timed_by(&self) -> TimedBy {
+        TimedBy::DeviceRounds
+    }
+
     fn setup(&mut self, ctx: &Ctx) -> Result<RunFacts, BenchError> {
         if ctx.world != 1 {
             return Err(BenchError::usage(
@@ -332,44 +338,34 @@ impl Benchmark for H2d {
         )
     }
 
-    fn measure(&mut self, _ctx: &Ctx, s: &H2dSpec) -> Result<Measured, BenchError> {
-        let verify = !self.args.job.no_check;
-        let samples = self.args.samples;
+    fn measure(&mut self, ctx: &Ctx, s: &H2dSpec) -> Result<Measured, BenchError> {
         let ids: Vec<usize> = match s.gpu {
             Some(g) => vec![g],
             None => self.gpus.keys().copied().collect(),
         };
-        let len = s.size as usize;
-        let mut times: BTreeMap<usize, Vec<Timing>> = BTreeMap::new();
-        let mut errors = 0u64;
-        for k in 0..samples {
-            let seed = pattern::seed(s.index << 16 | k, 0, 1, 0);
-            let poison = pattern::seed(s.index << 16 | k, 1, 0, 7);
-            for g in &ids {
-                let lane = self.lane_mut(*g, s.placement)?;
-                lane.prepare(s.dir, len, seed, poison)?;
-            }
-            let lanes: Vec<(usize, &HostLane)> = ids
-                .iter()
-                .map(|g| self.lane(*g, s.placement).map(|l| (*g, l)))
-                .collect::<Result<_, _>>()?;
-            let got = run_together(&lanes, s, len)?;
-            for (g, t) in got {
-                times.entry(g).or_default().push(t);
-            }
-            if verify {
-                for (_, lane) in &lanes {
-                    errors += lane.verify(s.dir, len, seed)?;
-                }
-            }
-        }
+        // A sample is one time per GPU, which the loop has no place for: the lanes keep them,
+        // and the loop keeps no samples of its own.
+        let lp = Loop {
+            warmup: 0,
+            iters: self.args.samples,
+            timed: false,
+            clock: Clock::Iteration,
+        };
+        let mut sampling = Sampling {
+            verify: !self.args.job.no_check,
+            h2d: self,
+            s,
+            ids,
+            len: s.size as usize,
+            seed: 0,
+            times: BTreeMap::new(),
+        };
+        let measured = ctx.run_device_rounds(lp, &mut sampling)?;
+        let times = sampling.times;
         let o = report::outcome(s, &times, &self.gpus);
         self.done.push((s.clone(), o.clone()));
         self.last = Some(o);
-        Ok(Measured {
-            errors,
-            ..Measured::default()
-        })
+        Ok(measured)
     }
 
     fn point(&self, _ctx: &Ctx, s: &H2dSpec, _all: &[Measured]) -> Point {
@@ -407,6 +403,57 @@ impl H2d {
             .ok_or_else(|| {
                 BenchError::failed(format!("h2d: no host buffer for GPU {g} {}", p.name()))
             })
+    }
+}
+
+/// The samples of one point: before each, the sources get a new seed and the destinations are
+/// poisoned; each runs every lane at once and is timed by CUDA events per GPU; after each, every
+/// word is checked.
+struct Sampling<'a> {
+    h2d: &'a mut H2d,
+    s: &'a H2dSpec,
+    ids: Vec<usize>,
+    len: usize,
+    verify: bool,
+    /// The seed of the sample in flight.
+    seed: u64,
+    times: BTreeMap<usize, Vec<Timing>>,
+}
+
+impl DeviceRounds for Sampling<'_> {
+    fn prepare(&mut self, k: u64) -> Result<(), BenchError> {
+        let s = self.s;
+        self.seed = pattern::seed(s.index << 16 | k, 0, 1, 0);
+        let poison = pattern::seed(s.index << 16 | k, 1, 0, 7);
+        for g in &self.ids {
+            let lane = self.h2d.lane_mut(*g, s.placement)?;
+            lane.prepare(s.dir, self.len, self.seed, poison)?;
+        }
+        Ok(())
+    }
+
+    fn run(&mut self, _k: u64) -> Result<Option<u64>, BenchError> {
+        let h2d = &*self.h2d;
+        let lanes: Vec<(usize, &HostLane)> = self
+            .ids
+            .iter()
+            .map(|g| h2d.lane(*g, self.s.placement).map(|l| (*g, l)))
+            .collect::<Result<_, _>>()?;
+        for (g, t) in run_together(&lanes, self.s, self.len)? {
+            self.times.entry(g).or_default().push(t);
+        }
+        Ok(None)
+    }
+
+    fn check(&mut self, _k: u64) -> Result<u64, BenchError> {
+        let mut errors = 0;
+        if self.verify {
+            for g in &self.ids {
+                let lane = self.h2d.lane(*g, self.s.placement)?;
+                errors += lane.verify(self.s.dir, self.len, self.seed)?;
+            }
+        }
+        Ok(errors)
     }
 }
 

@@ -1,17 +1,18 @@
 //! The budgeted loop: warm-up and timed iterations that end after a count *or* a time budget,
 //! whichever comes first, with every rank of an exchange ending on the same iteration. It serves
 //! the benchmarks whose slow parts must still yield numbers within `--max-time` instead of
-//! failing the job (`alltoall`, `alltoallv`, `pairs`); [`super::time_loop`] runs a fixed count.
+//! failing the job (`alltoall`, `alltoallv`, `pairs`); the host-timed loop ([`super::timed`])
+//! runs a fixed count.
 //!
 //! # The loop
-//! A benchmark says what one iteration is ([`Budgeted`]); [`budget_loop`] runs two phases of
-//! them, the warm-up (at most `-w` iterations or a tenth of the budget) and the timed part (at
-//! most `-n` iterations or the budget). Per iteration it calls `prepare` (untimed: fill a
-//! payload, wait for a peer's go-ahead), decides whether this rank ends the phase here, calls
-//! `body` with that decision, reads the clock, and calls `check` (untimed: verify, repost). After
-//! the warm-up it calls `timed_from_here` (a barrier, counters from zero). It returns the
-//! samples, the payload words that failed, the warm-up iterations run and what ended the timed
-//! part ([`Spent`]).
+//! A benchmark says what one iteration is ([`Budgeted`]) and hands it to the harness with
+//! [`Ctx::run_budgeted`]; the loop runs two phases of them, the warm-up (at most `-w` iterations
+//! or a tenth of the budget) and the timed part (at most `-n` iterations or the budget). Per
+//! iteration it calls `prepare` (untimed: fill a payload, wait for a peer's go-ahead), decides
+//! whether this rank ends the phase here, calls `body` with that decision, reads the clock, and
+//! calls `check` (untimed: verify, repost). After the warm-up it calls `timed_from_here` (a
+//! barrier, counters from zero). It returns the samples, the payload words that failed, the
+//! warm-up iterations run and what ended the timed part ([`Spent`]).
 //!
 //! # Stopping together
 //! The loop decides alone when this rank's budget ran out (at least two iterations per phase,
@@ -38,6 +39,8 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+#[cfg(doc)]
+use super::Ctx;
 use crate::error::BenchError;
 use crate::stats::Samples;
 
@@ -136,7 +139,11 @@ pub fn max_time_arg(s: &str) -> Result<f64, String> {
 }
 
 /// Runs the warm-up and the timed part of `r` within `b`, taking samples of `span`.
-pub fn budget_loop(b: Budget, span: Span, r: &mut impl Budgeted) -> Result<Spent, BenchError> {
+pub(super) fn budget_loop(
+    b: Budget,
+    span: Span,
+    r: &mut impl Budgeted,
+) -> Result<Spent, BenchError> {
     let mut errors = 0;
     let (warmup_done, _) = phase(
         r,

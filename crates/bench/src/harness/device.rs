@@ -1,11 +1,12 @@
 //! The loop of benchmarks whose samples are timed where the work runs, not around the host's
 //! call: CUDA events around launches queued back to back, `%globaltimer` stamps a kernel takes,
-//! or the stamps a producer thread takes when it stands in for the GPU.
+//! or the stamps a producer thread takes when it stands in for the GPU. A benchmark hands it its
+//! rounds with [`Ctx::run_device_rounds`].
 //!
-//! Such an iteration cannot be timed by [`super::time_loop`]'s two host clock reads: a launch
-//! returns before its work ran, and the host's own queueing would be counted in it. Everything
-//! else the harness loop does still applies — warm-up, the job's health, progress, one
-//! [`Measured`] shape — so the iteration times itself and hands its sample to the loop.
+//! Such an iteration cannot be timed by the host-timed loop's two clock reads ([`super::timed`]):
+//! a launch returns before its work ran, and the host's own queueing would be counted in it.
+//! Everything else the harness loop does still applies — warm-up, the job's health, progress,
+//! one [`Measured`] shape — so the iteration times itself and hands its sample to the loop.
 //!
 //! Per iteration `i` (warm-up ones first) the loop calls `prepare(i)` (untimed: fill a payload,
 //! poison the receiver, the barrier that starts the iteration), `run(i)`, which does the
@@ -18,7 +19,13 @@
 //! that times ends with exactly one sample per timed iteration. Nothing else happens per
 //! iteration: no allocation (the samples are reserved up front), no lock, no shared counter.
 //! Every [`CHECK_EVERY`] iterations the loop checks the job's health and tells the bootstrap
-//! this rank still moves, as [`super::time_loop`] does.
+//! this rank still moves, as the host-timed loop does.
+//!
+//! # One launch
+//! A benchmark whose kernel loops by itself (`queue`: producers on the GPU stamp each command
+//! while the host's consumer threads answer) has no iteration to hand over: the whole point is
+//! one launch, and its samples are the kernel's stamps. It hands the launch to
+//! [`Ctx::run_launch`], which checks the job's health before it and counts the progress after.
 
 use super::{Ctx, Loop, Measured, CHECK_EVERY};
 use crate::error::BenchError;
@@ -31,7 +38,8 @@ pub trait DeviceRounds {
     }
 
     /// Iteration `i`: its device-timed sample in nanoseconds, or `None` when this rank does not
-    /// time it or its time is read in [`DeviceRounds::finish`].
+    /// time it, when its time is read in [`DeviceRounds::finish`], or when the benchmark keeps
+    /// its samples itself (`h2d`: one per GPU of a sample; its loop is not `timed`).
     fn run(&mut self, i: u64) -> Result<Option<u64>, BenchError>;
 
     /// Untimed work after iteration `i`: payload words that failed verification.
@@ -53,13 +61,32 @@ pub trait DeviceRounds {
 
 /// Runs `lp.warmup + lp.iters` iterations of `r`; when `lp.timed`, one device-timed sample per
 /// timed iteration. `lp.clock` does not apply: the device times every iteration.
-pub fn device_loop(ctx: &Ctx, lp: Loop, r: &mut impl DeviceRounds) -> Result<Measured, BenchError> {
+pub(super) fn device_loop(
+    ctx: &Ctx,
+    lp: Loop,
+    r: &mut impl DeviceRounds,
+) -> Result<Measured, BenchError> {
     let progress = ctx.bs.progress();
     rounds(lp, r, || {
         ctx.bs.check()?;
         progress.tick();
         Ok(())
     })
+}
+
+/// Runs one launch that times itself (see the module docs): the job's health is checked before
+/// it, and the progress counted after.
+pub(super) fn launch_once<T, E>(
+    ctx: &Ctx,
+    launch: impl FnOnce() -> Result<T, E>,
+) -> Result<T, BenchError>
+where
+    BenchError: From<E>,
+{
+    ctx.bs.check()?;
+    let out = launch()?;
+    ctx.bs.progress().tick();
+    Ok(out)
 }
 
 /// The loop of [`device_loop`], with the job's health check passed in.

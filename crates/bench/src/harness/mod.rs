@@ -25,21 +25,27 @@
 //! 5. the summary, a final barrier, and the exit status: 0 clean, 1 when payloads failed
 //!    verification or the run failed, 2 for bad input.
 //!
-//! # The timed loop
-//! A CPU-timed benchmark's `measure` hands [`time_loop`] a [`Rounds`] value: `prepare(i)`
-//! (untimed), `body(i)` (timed with [`std::time::Instant`] on the rank that times), `check(i)`
-//! (untimed; payload words that failed). The loop does warm-up, the samples, the job's health
-//! and progress (see [`timed`]'s docs for what it keeps out of the hot path). A benchmark that
-//! stops on `-n` *or* a `--max-time` budget (`alltoall`, `alltoallv`, `pairs`) hands
-//! [`budget_loop`] a [`Budgeted`] value instead: the same three parts, with the body told when
-//! this rank ends a phase and saying when a peer did, so every rank stops on the same iteration
-//! (see [`budget`]'s docs). Benchmarks whose iterations are timed on the device (CUDA events,
-//! `%globaltimer`, `ep`'s stage clock: `ipc`, `proxy`, `ep`) hand [`device_loop`] a
-//! [`DeviceRounds`] value: the same three parts, with the middle one returning the sample the
-//! device took (or leaving it to be read after the last iteration, when launches are queued
-//! without a host synchronisation between them); see [`device`]'s docs. `queue` has no host
-//! loop to hand over: a point is one launch whose producers loop on the GPU, stamping each
-//! command, while the host's consumer threads answer, so the harness calls it once per point.
+//! # The timed loops
+//! The harness runs every timed loop; a benchmark declares how its points are timed
+//! ([`Benchmark::timed_by`], a [`TimedBy`]) and its `measure` hands its rounds to the [`Ctx`]
+//! method of that name. The loops themselves are private to the harness (see [`timing`]'s
+//! docs for why):
+//!
+//! * [`Ctx::run_rounds`] — CPU-timed iterations ([`Rounds`]: `prepare(i)` untimed, `body(i)`
+//!   timed with [`std::time::Instant`] on the rank that times, `check(i)` untimed, returning the
+//!   payload words that failed). The loop does warm-up, the samples, the job's health and
+//!   progress (see [`timed`]'s docs for what it keeps out of the hot path).
+//! * [`Ctx::run_budgeted`] — iterations that stop on `-n` *or* a `--max-time` budget
+//!   (`alltoall`, `alltoallv`, `pairs`; [`Budgeted`]): the same three parts, with the body told
+//!   when this rank ends a phase and saying when a peer did, so every rank stops on the same
+//!   iteration (see [`budget`]'s docs).
+//! * [`Ctx::run_device_rounds`] — iterations timed on the device (CUDA events, `%globaltimer`,
+//!   `ep`'s stage clock: `ipc`, `proxy`, `ep`, `h2d`; [`DeviceRounds`]): the same three parts,
+//!   with the middle one returning the sample the device took (or leaving it to be read after
+//!   the last iteration, when launches are queued without a host synchronisation between them);
+//!   see [`device`]'s docs.
+//! * [`Ctx::run_launch`] — one launch per point whose kernel loops by itself and stamps each
+//!   command (`queue`: producers on the GPU, the host's consumer threads answering).
 //!
 //! # Typed records
 //! The common fields are [`Point`]'s; a benchmark's own fields are a `#[derive(Serialize)]`
@@ -59,6 +65,7 @@ mod placement;
 mod point;
 mod select;
 pub mod timed;
+pub mod timing;
 mod values;
 
 use std::time::Instant;
@@ -67,9 +74,9 @@ use efabench_bootstrap::Bootstrap;
 use efabench_record::{JsonlWriter, Record, Sink};
 use serde::{Deserialize, Serialize};
 
-pub use budget::{budget_loop, max_time_arg, Budget, Budgeted, Phase, Span, Spent, Stop};
+pub use budget::{max_time_arg, Budget, Budgeted, Phase, Span, Spent, Stop};
 pub use detail::{Detail, RankDetail, RankPart, RunDetail, RunOwn};
-pub use device::{device_loop, DeviceRounds};
+pub use device::DeviceRounds;
 pub use options::{
     bounded, bounded_size, default_iters, defaults, gpu_arg, iters_arg, name_of, warmup_arg,
     AllGroups, FabricArgs, Groups, JobArgs, LaunchArgs, MemArgs, MrChoice, Options, Rails,
@@ -77,7 +84,8 @@ pub use options::{
 };
 pub use point::{Gate, Point, Progress, RunInfo};
 pub use select::{choose_provider, FabricPlan};
-pub use timed::{time_loop, Clock, Loop, Rounds, CHECK_EVERY};
+pub use timed::{Clock, Loop, Rounds, CHECK_EVERY};
+pub use timing::TimedBy;
 
 use crate::error::BenchError;
 
@@ -241,6 +249,9 @@ pub struct Ctx<'a> {
     pub fabric: Option<FabricPlan>,
     /// CUDA ordinal of this rank when `--mem` needs a GPU.
     pub device: Option<i32>,
+    /// The benchmark's name, and how it declared its points are timed.
+    bench: &'static str,
+    timed_by: TimedBy,
 }
 
 impl Ctx<'_> {
@@ -284,7 +295,13 @@ pub trait Benchmark {
     /// A short label of a point for the progress bar.
     fn label(&self, spec: &Self::Spec) -> String;
 
-    /// Measures one point on this rank (every rank is called for every point).
+    /// How every point is timed: `measure` hands its rounds to the [`Ctx`] method this names
+    /// ([`Ctx::run_rounds`], [`Ctx::run_budgeted`], [`Ctx::run_device_rounds`],
+    /// [`Ctx::run_launch`]), the only way to run a timed loop.
+    fn timed_by(&self) -> TimedBy;
+
+    /// Measures one point on this rank (every rank is called for every point), handing its
+    /// rounds to the harness as [`Benchmark::timed_by`] declares.
     fn measure(&mut self, ctx: &Ctx, spec: &Self::Spec) -> Result<Measured, BenchError>;
 
     /// On rank 0: every rank's outcome (indexed by rank) → the record's numbers. `bw_gbps` and
@@ -436,6 +453,8 @@ fn run_connected<B: Benchmark>(
         hosts,
         fabric: None,
         device,
+        bench: bench.name(),
+        timed_by: bench.timed_by(),
     };
     if bench.needs().fabric {
         let plan = select::plan(&ctx)?;

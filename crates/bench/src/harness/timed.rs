@@ -1,6 +1,7 @@
 //! The timed loop every CPU-timed benchmark shares: warm-up, the clock, samples, the job's
-//! health and progress. A benchmark says what one iteration is ([`Rounds`]); [`time_loop`] runs
-//! `warmup + iters` of them on this rank and returns the [`Measured`] the harness gathers.
+//! health and progress. A benchmark says what one iteration is ([`Rounds`]) and hands it to the
+//! harness with [`Ctx::run_rounds`], whose loop runs `warmup + iters` of them on this rank and
+//! returns the [`Measured`] the harness gathers.
 //!
 //! Per iteration `i` the loop calls `prepare(i)` (untimed: fill a payload, post a receive, wait
 //! for the peer's go-ahead), then `body(i)` between two reads of the clock (only on the rank
@@ -15,10 +16,10 @@
 //! fabtests do: two clock reads per iteration cost tens of nanoseconds, which is visible in an
 //! 8-byte round trip of half a microsecond, and this mode trades the percentiles for them.
 //!
-//! Benchmarks whose iterations are timed on the device (CUDA events, `%globaltimer`) run
-//! [`super::device_loop`] instead: the same warm-up, health checks and [`Measured`] shape, with
-//! each iteration returning the sample the device took, because a host clock around a launch
-//! does not time the work it queued.
+//! Benchmarks whose iterations are timed on the device (CUDA events, `%globaltimer`) hand their
+//! rounds to [`Ctx::run_device_rounds`] instead ([`super::device`]): the same warm-up, health
+//! checks and [`Measured`] shape, with each iteration returning the sample the device took,
+//! because a host clock around a launch does not time the work it queued.
 
 use std::time::Instant;
 
@@ -49,7 +50,8 @@ pub trait Rounds {
 pub struct Loop {
     pub warmup: u64,
     pub iters: u64,
-    /// This rank times the body (the others only take part).
+    /// The loop keeps this rank's samples: it times the body (the others only take part, or
+    /// keep samples the loop has no place for).
     pub timed: bool,
     pub clock: Clock,
 }
@@ -80,7 +82,7 @@ impl Clock {
 pub const CHECK_EVERY: u64 = 1024;
 
 /// Runs `lp.warmup + lp.iters` iterations of `r`; one sample per timed iteration when `lp.timed`.
-pub fn time_loop(ctx: &Ctx, lp: Loop, r: &mut impl Rounds) -> Result<Measured, BenchError> {
+pub(super) fn time_loop(ctx: &Ctx, lp: Loop, r: &mut impl Rounds) -> Result<Measured, BenchError> {
     let progress = ctx.bs.progress();
     let per_iteration = lp.timed && lp.clock == Clock::Iteration;
     let mut samples = Vec::with_capacity(if lp.timed { lp.iters as usize } else { 0 });

@@ -13,7 +13,7 @@ use efabench_gpu::kernels::{kernel, Source};
 use efabench_gpu::{DeviceBuffer, Event, Gpu, GpuError, Stream};
 
 use super::{IpcArgs, IpcSpec, Method};
-use crate::harness::{device_loop, Clock, Ctx, DeviceRounds, Loop, Measured};
+use crate::harness::{Clock, Ctx, DeviceRounds, Loop, Measured};
 use crate::pattern;
 use crate::BenchError;
 
@@ -234,7 +234,7 @@ pub(super) fn measure(
             data_seed,
             k: 0,
         };
-        out = device_loop(ctx, lp, &mut rounds)?;
+        out = ctx.run_device_rounds(lp, &mut rounds)?;
     }
     bs.barrier()?;
 

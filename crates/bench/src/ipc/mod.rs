@@ -49,7 +49,7 @@ use efabench_gpu::ipc::{export, IpcMapping, IPC_HANDLE_LEN};
 use efabench_gpu::Gpu;
 use efabench_record::Record;
 
-use crate::harness::{Benchmark, BuildInfo, Ctx, Measured, Needs, Point, RunFacts};
+use crate::harness::{Benchmark, BuildInfo, Ctx, Measured, Needs, Point, RunFacts, TimedBy};
 use crate::BenchError;
 
 pub use args::{
@@ -144,6 +144,10 @@ impl Benchmark for Ipc<'_> {
 
     fn needs(&self) -> Needs {
         Needs::LOCAL
+    }
+
+    fn timed_by(&self) -> TimedBy {
+        TimedBy::DeviceRounds
     }
 
     fn fingerprint(&self) -> String {

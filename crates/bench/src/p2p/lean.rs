@@ -12,7 +12,7 @@
 
 use super::{Step, Variant};
 use crate::error::BenchError;
-use crate::harness::{time_loop, Ctx, FabricPlan, Measured, Rounds};
+use crate::harness::{Ctx, FabricPlan, Measured, Rounds};
 use crate::mesh::LeanStep;
 use crate::mesh::Link;
 
@@ -135,8 +135,7 @@ pub(super) fn measure(link: &mut Link, ctx: &Ctx, s: Step) -> Result<Measured, B
             step.expect(0)?;
         }
         let last = s.warmup + s.iters;
-        time_loop(
-            ctx,
+        ctx.run_rounds(
             s.looped(sender),
             &mut Lean {
                 step,

@@ -54,6 +54,7 @@ pub use self::write::Write;
 use crate::error::BenchError;
 use crate::harness::{
     self, name_of, AllGroups, Benchmark, Clock, Ctx, Loop, Measured, Needs, Point, RunFacts,
+    TimedBy,
 };
 use crate::mesh::Link;
 use crate::mesh::{self, RailLoad};
@@ -247,6 +248,10 @@ impl<P: Protocol> Benchmark for P2p<'_, P> {
 
     fn needs(&self) -> Needs {
         Needs::fabric(2)
+    }
+
+    fn timed_by(&self) -> TimedBy {
+        TimedBy::Rounds
     }
 
     fn fingerprint(&self) -> String {

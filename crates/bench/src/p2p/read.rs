@@ -5,7 +5,7 @@
 
 use super::{Protocol, Step, Variant};
 use crate::error::BenchError;
-use crate::harness::{time_loop, Ctx, Loop, Measured, Rounds};
+use crate::harness::{Ctx, Loop, Measured, Rounds};
 use crate::mesh::Link;
 use crate::mesh::{Kind, Verb};
 
@@ -22,7 +22,7 @@ impl Protocol for Read {
     fn measure(link: &mut Link, ctx: &Ctx, s: Step) -> Result<Measured, BenchError> {
         let stream = s.variant == Variant::Stream;
         if s.sends(ctx) {
-            return time_loop(ctx, s.looped(true), &mut Reader { link, s, stream });
+            return ctx.run_rounds(s.looped(true), &mut Reader { link, s, stream });
         }
         // Rounds of `window` slots: one per iteration for a stream, the reads of a pingpong
         // spread over them.
@@ -37,7 +37,7 @@ impl Protocol for Read {
             iters,
             ..s.looped(false)
         };
-        time_loop(ctx, rounds, &mut Exposer { link, s })
+        ctx.run_rounds(rounds, &mut Exposer { link, s })
     }
 }
 

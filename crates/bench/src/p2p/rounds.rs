@@ -1,6 +1,6 @@
 //! The ping-pong and the stream that every message-moving point-to-point benchmark shares
 //! (`sendrecv`, `write`), one iteration at a time: the harness's timed loop
-//! ([`crate::harness::time_loop`]) runs them, timing `body` on the sender (rank 0) and running
+//! ([`Ctx::run_rounds`]) runs them, timing `body` on the sender (rank 0) and running
 //! the responder's side untimed. A benchmark says only how one message moves ([`Message`]).
 //! What each times and verifies is in the module docs of [`crate::p2p`]; `prepare` and `check`
 //! hold everything that must stay outside the clock.
@@ -9,7 +9,7 @@ use std::marker::PhantomData;
 
 use super::{PingLoop, Protocol, Step, Variant};
 use crate::error::BenchError;
-use crate::harness::{time_loop, Ctx, Measured, Rounds};
+use crate::harness::{Ctx, Measured, Rounds};
 use crate::mesh::Link;
 use crate::mesh::{Kind, Verb};
 
@@ -55,7 +55,7 @@ impl<M: Message> Protocol for M {
             };
         }
         let sender = s.sends(ctx);
-        time_loop(ctx, s.looped(sender), &mut Side::<M>::new(link, s, sender)?)
+        ctx.run_rounds(s.looped(sender), &mut Side::<M>::new(link, s, sender)?)
     }
 }
 

@@ -32,8 +32,8 @@
 //! never "slow".
 //!
 //! # The loop
-//! The sender's windows run in the harness's budgeted loop ([`harness::budget_loop`]): it owns
-//! the warm-up, the clock (one sample per window, from its post to the receiver's
+//! The sender's windows run in the harness's budgeted loop ([`harness::Ctx::run_budgeted`]): it
+//! owns the warm-up, the clock (one sample per window, from its post to the receiver's
 //! acknowledgement) and the stop decision; `stream.rs` says what one window is (fill and wait for
 //! READY, untimed; post and wait for ACK, timed). The receiver learns of the stop in band: the
 //! sender's last timed window carries `Stop` in its CQ data in place of `Payload`, and the
@@ -76,7 +76,9 @@ use std::time::Duration;
 use efabench_record::Record;
 
 use crate::error::BenchError;
-use crate::harness::{self, Benchmark, Budget, Ctx, Gate, Measured, Needs, Point, RunFacts};
+use crate::harness::{
+    self, Benchmark, Budget, Ctx, Gate, Measured, Needs, Point, RunFacts, TimedBy,
+};
 use crate::locate::PairBw;
 use crate::mesh::{open_mesh, run_on_mesh, Mesh};
 use crate::stats::{gbps, Samples};
@@ -226,6 +228,10 @@ impl<'a> Benchmark for Pairs<'a> {
 
     fn needs(&self) -> Needs {
         Needs::fabric(2).launch_with(4)
+    }
+
+    fn timed_by(&self) -> TimedBy {
+        TimedBy::Budgeted
     }
 
     fn setup(&mut self, ctx: &Ctx) -> Result<RunFacts, BenchError> {
@@ -386,7 +392,6 @@ impl<'a> Benchmark for Pairs<'a> {
             }
             Round::Alone { src, dst } => ((me == src).then_some(dst), (me == dst).then_some(src)),
         };
-        let verify = ctx.opts.job.verify();
         let slow = self.slow;
         let mesh = self
             .mesh
@@ -397,7 +402,7 @@ impl<'a> Benchmark for Pairs<'a> {
             // As a provider's bad access inside a call would.
             efabench_fabric::crash::raise_segv();
         }
-        let (mut m, mut facts) = stream(mesh, spec, to, from, verify, slow, None)?;
+        let (mut m, mut facts) = stream(ctx, mesh, spec, to, from, slow, None)?;
         let rails = mesh.rails();
         if rails > 1 {
             // Each rail alone, for a share of the pair's budget: a slow NIC of a node shows as
@@ -414,7 +419,7 @@ impl<'a> Benchmark for Pairs<'a> {
             let mut per = Vec::with_capacity(rails);
             for rail in 0..rails {
                 ctx.bs.barrier()?;
-                let (r, _) = stream(mesh, &share, to, from, verify, slow, Some(rail))?;
+                let (r, _) = stream(ctx, mesh, &share, to, from, slow, Some(rail))?;
                 m.errors += r.errors;
                 let s = Samples::from_vec(r.samples_ns);
                 per.push(gbps(

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use super::PairsSpec;
 use crate::error::BenchError;
-use crate::harness::{budget_loop, Budgeted, Measured, Phase, Span, Stop};
+use crate::harness::{Budgeted, Ctx, Measured, Phase, Span, Stop};
 use crate::mesh::{
     cq_data, parse_cq_data, Completion, Kind, Mesh, RailLoad, Remote, Request, Verb, ITER_MOD,
 };
@@ -36,23 +36,25 @@ pub struct RoundFacts {
 
 /// This rank's part of one round: a write stream to `to` and/or from `from`, at once.
 ///
-/// The sender decides how long its pair runs, through the harness's [`budget_loop`]: warm-up
-/// ends after `-w` windows or a tenth of `--max-time`, and the timed part after `-n` windows or
-/// `--max-time`, whichever comes first (at least one timed window). The last window's CQ data
-/// says so (`Stop` in place of `Payload`), so the receiver sends no READY after it and both ends
-/// finish with nothing in flight; a link 100 times slower than the others still yields its
-/// number within the budget. While the sender waits for a READY or an ACK, this rank's receiver
-/// side moves too (a rank of a ring shift sends and receives at once).
+/// The sender decides how long its pair runs, through the harness's budgeted loop
+/// ([`Ctx::run_budgeted`]): warm-up ends after `-w` windows or a tenth of `--max-time`, and the
+/// timed part after `-n` windows or `--max-time`, whichever comes first (at least one timed
+/// window). The last window's CQ data says so (`Stop` in place of `Payload`), so the receiver
+/// sends no READY after it and both ends finish with nothing in flight; a link 100 times slower
+/// than the others still yields its number within the budget. While the sender waits for a
+/// READY or an ACK, this rank's receiver side moves too (a rank of a ring shift sends and
+/// receives at once).
 pub(super) fn stream(
+    ctx: &Ctx,
     mesh: &mut Mesh,
     spec: &PairsSpec,
     to: Option<u32>,
     from: Option<u32>,
-    verify: bool,
     slow: Option<Duration>,
     only_rail: Option<usize>,
 ) -> Result<(Measured, RoundFacts), BenchError> {
     let me = mesh.me();
+    let verify = ctx.opts.job.verify();
     // One rail alone carries whole messages when a rail is measured by itself.
     let routes = |mesh: &Mesh, a: u32, b: u32| match only_rail {
         Some(rail) => vec![Stripe {
@@ -92,7 +94,7 @@ pub(super) fn stream(
     }
     let spent = match to {
         Some(_) => {
-            let spent = budget_loop(spec.budget, Span::Body, &mut st)?;
+            let spent = ctx.run_budgeted(spec.budget, Span::Body, &mut st)?;
             st.mesh.count_from_now(false);
             st.sending = false;
             Some(spent)

@@ -18,7 +18,7 @@ use super::{
     ProxyThreads, Setup, TARGET,
 };
 use crate::error::BenchError;
-use crate::harness::{device_loop, Clock, Ctx, DeviceRounds, Loop, Measured, Strategy};
+use crate::harness::{Clock, Ctx, DeviceRounds, Loop, Measured, Strategy};
 
 /// A proxy thread hands its rails back (with their indices) with what it did on each.
 type ThreadOutcome = (Vec<(usize, Rail)>, Result<Vec<RailLog>, ProxyError>);
@@ -147,7 +147,7 @@ pub(super) fn measure(
                     })
                 })
                 .collect();
-            let main = device_loop(ctx, lp, &mut puts);
+            let main = ctx.run_device_rounds(lp, &mut puts);
             if main.is_err() {
                 failed_flag.store(true, Ordering::Release);
             }

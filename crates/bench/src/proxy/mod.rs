@@ -70,7 +70,7 @@ use efabench_gpu::{GpuBuffer, MemKind};
 
 use self::engine::Target;
 use crate::error::BenchError;
-use crate::harness::{self, Benchmark, Ctx, Measured, Needs, Point, RunDetail, RunFacts};
+use crate::harness::{self, Benchmark, Ctx, Measured, Needs, Point, RunDetail, RunFacts, TimedBy};
 use crate::mesh::connect_mesh;
 
 pub use args::{Mode, PayloadFence, Producer, ProxyArgs, ProxyThreads};
@@ -228,6 +228,10 @@ impl<'a> Benchmark for Proxy<'a> {
 
     fn needs(&self) -> Needs {
         Needs::fabric(2)
+    }
+
+    fn timed_by(&self) -> TimedBy {
+        TimedBy::DeviceRounds
     }
 
     fn setup(&mut self, ctx: &Ctx) -> Result<RunFacts, BenchError> {
@@ -418,7 +422,7 @@ impl<'a> Benchmark for Proxy<'a> {
                     timed: false,
                     clock: harness::Clock::Iteration,
                 };
-                harness::device_loop(ctx, lp, &mut target::Idle(ctx.bs))
+                ctx.run_device_rounds(lp, &mut target::Idle(ctx.bs))
             }
         }
     }

@@ -13,7 +13,7 @@ use super::{
     check_puts, engine, health_of, kept_iters, ProxyArgs, ProxySpec, Setup, INITIATOR, TARGET,
 };
 use crate::error::BenchError;
-use crate::harness::{device_loop, Clock, Ctx, DeviceRounds, Loop, Measured};
+use crate::harness::{Clock, Ctx, DeviceRounds, Loop, Measured};
 
 /// Rank 1's iterations of a point on the harness's device-timed loop (it times nothing: the
 /// "landed" stamps go to rank 0, which times each iteration up to them). In an iteration, every
@@ -103,7 +103,7 @@ pub(super) fn measure(
         timed: false,
         clock: Clock::Iteration,
     };
-    let measured = device_loop(ctx, lp, &mut arrivals)?;
+    let measured = ctx.run_device_rounds(lp, &mut arrivals)?;
     Ok(measured.detail(&TargetStamps {
         arrive_ns: arrivals.arrive_all,
         landed_ns: arrivals.landed,

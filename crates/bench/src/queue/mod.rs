@@ -33,7 +33,7 @@ use efabench_gpu::Gpu;
 use efabench_record::Record;
 
 use crate::error::BenchError;
-use crate::harness::{Benchmark, BuildInfo, Ctx, Measured, Needs, Point, RunFacts};
+use crate::harness::{Benchmark, BuildInfo, Ctx, Measured, Needs, Point, RunFacts, TimedBy};
 pub use args::QueueArgs;
 use measure::{measure, measure_floor, numa_cpus, unavailable, QueueConfig, QueueMeasurement};
 pub use record::summarize;
@@ -168,6 +168,10 @@ impl Benchmark for Queue {
         Needs::LOCAL
     }
 
+    fn timed_by(&self) -> TimedBy {
+        TimedBy::Launch
+    }
+
     fn setup(&mut self, ctx: &Ctx) -> Result<RunFacts, BenchError> {
         let ordinal = efabench_gpu::resolve(self.args.gpu, ctx.local_rank)?;
         let gpu = Gpu::open(ordinal)?;
@@ -270,17 +274,17 @@ impl Benchmark for Queue {
         spec.variant()
     }
 
-    fn measure(&mut self, _ctx: &Ctx, spec: &QueueSpec) -> Result<Measured, BenchError> {
+    fn measure(&mut self, ctx: &Ctx, spec: &QueueSpec) -> Result<Measured, BenchError> {
         let gpu = self
             .gpu
             .clone()
             .ok_or_else(|| BenchError::failed("queue: setup did not run"))?;
         self.salt += 1;
         let cfg = self.config(spec);
-        let m = match spec.floor {
-            Some(probe) => measure_floor(&gpu, &cfg, probe)?,
-            None => measure(&gpu, &cfg)?,
-        };
+        let m = ctx.run_launch(|| match spec.floor {
+            Some(probe) => measure_floor(&gpu, &cfg, probe),
+            None => measure(&gpu, &cfg),
+        })?;
         let errors = m.errors.total();
         self.last = Some(m);
         Ok(Measured {

@@ -43,7 +43,7 @@ mod report;
 pub use report::{detail, matrix_lines, point, NvbwDetail};
 
 use super::{peer, Rank, POISON_SLOT};
-use crate::harness::{device_loop, Clock, Ctx, DeviceRounds, Loop, Measured};
+use crate::harness::{Clock, Ctx, DeviceRounds, Loop, Measured};
 use crate::pattern;
 use crate::BenchError;
 use efabench_bootstrap::Bootstrap;
@@ -472,7 +472,7 @@ pub(super) fn measure(
         verify,
         events: (Event::new(&r.gpu)?, Event::new(&r.gpu)?),
     };
-    let mut out = device_loop(ctx, lp, &mut cell)?;
+    let mut out = ctx.run_device_rounds(lp, &mut cell)?;
     if receiver && verify {
         out.errors = r.counter.read()?;
     }
@@ -559,7 +559,7 @@ fn measure_latency(
             verify,
             events: (Event::new(&r.gpu)?, Event::new(&r.gpu)?),
         };
-        out = device_loop(ctx, lp, &mut chase)?;
+        out = ctx.run_device_rounds(lp, &mut chase)?;
     }
     bs.barrier()?;
     Ok(out)
