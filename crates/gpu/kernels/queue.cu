@@ -209,21 +209,26 @@ extern "C" __global__ void efa_queue_fifo(const FifoParams p) {
             credit = lo > top - nslots;
             if (p.consumers == 1) known = max(known, lo);
         }
-#pragma unroll 4
-        for (efa_u64 j = 0; j < b; ++j) {
-            const efa_u64 pos = base + j * nl + lane;
-            // The slot is free once the consumer of its previous lap has passed it.
+        if (store_releases) {
+            // One command, published by its own release store (kept out of the batch loop below,
+            // which stays one unrolled run of plain stores).
+            const efa_u64 pos = base + lane;
             if (!credit && pos >= nslots && !killed && !efa_wait_tail(p, efa_owner(pos - nslots, p), pos - nslots, &seen)) killed = true;
-            if (killed) continue;
-            efa_u64* s = slots + 2 * (pos & (nslots - 1));
-            const efa_u64 fst = efa_cmd_fst(seq + j, me, p.salt);
-            const efa_u64 snd = efa_cmd_snd(seq + j, me, pos, p.nslots_log2);
-            if (store_releases) {
-                efa_store16_release(s, fst, snd);
-            } else {
-                efa_store16(s, fst, snd);
+            if (!killed) {
+                efa_store16_release(slots + 2 * (pos & (nslots - 1)), efa_cmd_fst(seq, me, p.salt), efa_cmd_snd(seq, me, pos, p.nslots_log2));
+                last = pos + 1;
             }
-            last = pos + 1;
+        } else {
+#pragma unroll 4
+            for (efa_u64 j = 0; j < b; ++j) {
+                const efa_u64 pos = base + j * nl + lane;
+                // The slot is free once the consumer of its previous lap has passed it.
+                if (!credit && pos >= nslots && !killed && !efa_wait_tail(p, efa_owner(pos - nslots, p), pos - nslots, &seen)) killed = true;
+                if (killed) continue;
+                efa_u64* s = slots + 2 * (pos & (nslots - 1));
+                efa_store16(s, efa_cmd_fst(seq + j, me, p.salt), efa_cmd_snd(seq + j, me, pos, p.nslots_log2));
+                last = pos + 1;
+            }
         }
         if (p.blocking) {
             const efa_u64 pos = base + lane;
