@@ -38,6 +38,7 @@ struct Identity {
     consumers: Option<Value>,
     proxy_threads: Option<Value>,
     payload_fence: Option<Value>,
+    ordering: Option<Value>,
     time_to: Option<Value>,
     phase: Option<Value>,
     initiator: Option<Value>,
@@ -180,5 +181,15 @@ mod tests {
         // `loop`, a Rust keyword, is read under its record name.
         a.extra.insert("loop".into(), json!("lean"));
         assert_eq!(Key::of(&a).settings_text(), "gpus=[0,1] loop=lean src=0");
+    }
+
+    #[test]
+    fn queue_points_of_another_ordering_are_other_points() {
+        let mut a = sample("queue", "pinned/blocking/1x1/c1", 16, 3.4, 0.03);
+        let mut b = a.clone();
+        a.extra.insert("ordering".into(), json!("fence"));
+        b.extra.insert("ordering".into(), json!("store"));
+        assert_ne!(Key::of(&a), Key::of(&b));
+        assert_eq!(Key::of(&a).settings_text(), "ordering=fence");
     }
 }
