@@ -310,9 +310,10 @@ pub fn measure(gpu: &Arc<Gpu>, cfg: &QueueConfig) -> Result<QueueMeasurement, Gp
 }
 
 /// A GPU → CPU → GPU round-trip probe of this machine (`efabench_gpu::queue::floor`), bare or
-/// with a push's claim and ordering: one GPU thread and one CPU thread, pinned where a ring's first consumer would be, for as many round
-/// trips as a blocking point makes (within its budget). Every round trip is checked: the GPU
-/// waits for its own number, and the count the CPU answered must equal the count the GPU saw.
+/// with a push's claim and ordering: one GPU thread and one CPU thread, pinned where a ring's
+/// first consumer would be, for as many round trips as a blocking point makes (within its
+/// budget). Every round trip is checked: the GPU waits for its own number, and the count the CPU
+/// answered must equal the count the GPU saw.
 pub fn measure_floor(
     gpu: &Arc<Gpu>,
     cfg: &QueueConfig,
