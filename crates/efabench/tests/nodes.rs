@@ -116,10 +116,19 @@ fn one_direction_is_named_as_such() {
 fn eight_nodes_two_throttled_and_eight_healthy() {
     let _one = serial();
     let Some(mut c) = Cluster::new(8) else { return };
-    // Eight ranks share two cores: at 0.2 s per pair a rank the scheduler starved for a moment
-    // measured its sends at 54% of the others (a third and fourth suspect in one CI run); 0.5 s
-    // averages the starvation out while 10 Mbit/s stays at 1%.
-    let small = ["--window", "4", "--max-time", "0.5"];
+    // Eight ranks share two cores, so the scheduler alone slows a healthy node's pairs: a rank it
+    // starved measured its sends at 54% of the others at 0.2 s per pair, and rank 0 (which also
+    // gathers and prints) at 58% at 0.5 s, both in CI runs and both named, as measured, at the
+    // default 60% margin. This test is about finding two nodes at 1% among eight, so its margin
+    // sits below what this host's CPU does to healthy nodes: 30%.
+    let small = [
+        "--window",
+        "4",
+        "--max-time",
+        "0.5",
+        "--suspect-below",
+        "30",
+    ];
     let err = pairs(&mut c, "64K", &small);
     assert!(
         suspects(&err).is_empty(),
@@ -168,7 +177,8 @@ fn a_lossy_node_is_named() {
 /// Sixteen nodes with the cheap schedule: a ring (each rank with its two neighbours), then two
 /// retest rounds that pair the suspect with ranks not named: 4 rounds of 16 pairs in place of
 /// 15, and the throttled node alone is named. (16 ranks on two cores: at 0.1 s per pair a
-/// starved rank once measured its sends at 52% and was named too; 0.25 s averages that out.)
+/// starved rank once measured its sends at 52% and was named too, as measured; the margin here is
+/// 30%, below what the host's CPU does to healthy nodes, the throttled one sitting near 1%.)
 #[test]
 fn sixteen_nodes_ring_then_retest_names_the_throttled_one() {
     let _one = serial();
@@ -190,6 +200,8 @@ fn sixteen_nodes_ring_then_retest_names_the_throttled_one() {
         "0.25",
         "--pairs",
         "ring",
+        "--suspect-below",
+        "30",
     ];
     judged(|| {
         let outs = c.job(&args, |_| Vec::new());
