@@ -107,21 +107,21 @@ pub fn arrival_suspect(
     let Some(looped) = a else {
         return ArrivalVerdict::Nobody;
     };
-    match locate(n, probe_pairs, margin).into_iter().next() {
-        Some(p) if p.rank == looped.rank => ArrivalVerdict::Named { looped, probed: p },
-        Some(p) => match judge(loop_pairs, p.rank, &[], margin) {
-            Some(seen) => ArrivalVerdict::Named {
-                looped: seen,
-                probed: p,
-            },
-            None => ArrivalVerdict::Unclear {
-                looped,
-                probed: Some(p),
-            },
+    let Some(p) = locate(n, probe_pairs, margin).into_iter().next() else {
+        return ArrivalVerdict::Unclear {
+            looped,
+            probed: None,
+        };
+    };
+    // The loop's own verdict on the probes' node (the loop's worst, when it is that node).
+    match judge(loop_pairs, p.rank, &[], margin) {
+        Some(seen) => ArrivalVerdict::Named {
+            looped: seen,
+            probed: p,
         },
         None => ArrivalVerdict::Unclear {
             looped,
-            probed: None,
+            probed: Some(p),
         },
     }
 }
